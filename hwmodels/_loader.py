@@ -1,0 +1,240 @@
+"""Read hardware data files (TOML) into frozen :class:`GPUSpec` objects.
+
+A file holds identity keys, a ``[sources.<id>]`` table per source, and numbers as
+``key_unit = { value = ..., source = "<id>" }`` nested by physical hierarchy. An
+overlay names a base with ``extends = "<name or path>"`` and overrides some numbers
+(calibration writes such overlays). Every problem is reported as one line naming the
+file, the key and what is expected.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from mksim.errors import HardwareFileError, UnknownNameError
+
+from ._schema import IDENTITY_KEYS, SECTIONS, SOURCE_KINDS, UNITS, GPUSpec, Source, unit_of
+
+_HERE = Path(__file__).resolve().parent
+SEARCH_DIRS = (_HERE / "data", _HERE / "calibrated")
+
+_TOP_KEYS = set(IDENTITY_KEYS) | {"extends", "sources", "chip", "memory", "runtime", "schema_version"}
+_ENTRY_KEYS = {"value", "source", "note", "spread"}
+
+
+def available() -> list[str]:
+    """Names of every built-in and calibrated hardware model, sorted."""
+    names = {p.stem for d in SEARCH_DIRS if d.is_dir() for p in d.glob("*.toml")}
+    return sorted(names)
+
+
+def resolve(name_or_path: str | Path) -> Path:
+    """The file behind a model name or a path; unknown names list the known ones."""
+    text = str(name_or_path)
+    p = Path(text)
+    if p.suffix == ".toml" or p.exists() or "/" in text:
+        if not p.is_file():
+            raise HardwareFileError(f"{text}: no such hardware file; give a path to a .toml file "
+                                    f"or one of: {', '.join(available())}")
+        return p
+    for d in SEARCH_DIRS:
+        cand = d / f"{text.lower()}.toml"
+        if cand.is_file():
+            return cand
+    raise UnknownNameError("GPU", text, available())
+
+
+def load(name_or_path: str | Path) -> GPUSpec:
+    """Load a hardware model by name (``"h200"``, ``"h200-calibrated"``) or path.
+
+    Example::
+
+        >>> import hwmodels
+        >>> round(hwmodels.load("h200").dram.bandwidth_spec_GBps)
+        4800
+    """
+    path = resolve(name_or_path)
+    raw = _merged(path, chain=())
+    return _build(raw, path)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise HardwareFileError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
+    except OSError as exc:
+        raise HardwareFileError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def _merged(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
+    """The file's table merged over the base it ``extends`` (recursively)."""
+    if path.resolve() in chain:
+        names = " -> ".join(str(p) for p in (*chain, path.resolve()))
+        raise HardwareFileError(f"{path}: 'extends' forms a cycle ({names}); remove one link")
+    raw = _read(path)
+    base_name = raw.get("extends")
+    if base_name is None:
+        raw["_files"] = [str(path)]
+        return raw
+    if not isinstance(base_name, str):
+        raise HardwareFileError(f"{path}: key 'extends' must be a model name or path string")
+    base_path = Path(base_name)
+    if not base_path.is_absolute() and (path.parent / base_path).is_file():
+        base_path = path.parent / base_path
+    try:
+        base_file = resolve(base_path if base_path.is_file() else base_name)
+    except UnknownNameError as exc:
+        raise HardwareFileError(f"{path}: 'extends' names unknown model {base_name!r}; known: "
+                                f"{', '.join(exc.known)}") from None
+    base = _merged(base_file, (*chain, path.resolve()))
+    files = base.pop("_files") + [str(path)]
+    merged = _deep_merge(base, raw)
+    merged["_files"] = files
+    merged["extends"] = base.get("name", base_name)
+    return merged
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if k in out and isinstance(out[k], dict) and isinstance(v, dict) and "value" not in v:
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _table(raw: dict[str, Any], dotted: str, file: str) -> dict[str, Any]:
+    node: Any = raw
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+        if node is None:
+            raise HardwareFileError(f"{file}: missing table [{dotted}]; see hwmodels/data/h200.toml "
+                                    "for the layout")
+    if not isinstance(node, dict):
+        raise HardwareFileError(f"{file}: [{dotted}] must be a table")
+    return node
+
+
+def _build(raw: dict[str, Any], path: Path) -> GPUSpec:
+    file = " + ".join(raw.get("_files", [str(path)]))
+    here = str(path)
+    unknown = set(raw) - _TOP_KEYS - {"_files"}
+    if unknown:
+        key = sorted(unknown)[0]
+        raise HardwareFileError(f"{here}: unknown top-level key {key!r}; expected one of "
+                                f"{', '.join(sorted(_TOP_KEYS))}")
+    for key in IDENTITY_KEYS:
+        if not isinstance(raw.get(key), str) or not raw[key]:
+            raise HardwareFileError(f"{file}: missing key {key!r} (a non-empty string)")
+
+    sources = _sources(raw.get("sources", {}), file)
+    provenance: dict[str, str] = {}
+    sections: dict[str, Any] = {}
+    subtables = {p.split(".", 1)[1] for p, _ in SECTIONS.values() if "." in p}
+    seen_tables: set[str] = set()
+    for attr, (dotted, cls) in SECTIONS.items():
+        table = _table(raw, dotted, file)
+        seen_tables.add(dotted)
+        expected = {f.name for f in fields(cls)}
+        nested = {k for k in table if isinstance(table[k], dict) and "value" not in table[k]}
+        for key in sorted(set(table) - expected - (nested & subtables)):
+            raise HardwareFileError(_unknown_key(file, dotted, key, expected))
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            full = f"{dotted}.{f.name}"
+            entry = table.get(f.name)
+            if entry is None:
+                if f.metadata["optional"]:
+                    values[f.name] = None
+                    continue
+                raise HardwareFileError(f"{file}: missing key {full} ({f.metadata['doc'] or 'a number'}, "
+                                        f"in {UNITS.get(unit_of(f.name), unit_of(f.name))}, with a source)")
+            values[f.name] = _number(entry, full, f.metadata, sources, file)
+            provenance[f"{attr}.{f.name}"] = entry["source"]
+        sections[attr] = cls(**values)
+    for top in ("chip", "memory", "runtime"):
+        for key, val in raw.get(top, {}).items():
+            if f"{top}.{key}" not in seen_tables and isinstance(val, dict) and "value" not in val:
+                raise HardwareFileError(f"{file}: unknown table [{top}.{key}]; expected one of "
+                                        f"{', '.join(sorted(p for p, _ in SECTIONS.values()))}")
+    spec = GPUSpec(name=raw["name"], full_name=raw["full_name"], vendor=raw["vendor"],
+                   architecture=raw["architecture"], sources=sources, provenance=provenance,
+                   path=str(path), extends=raw.get("extends", ""), **sections)
+    _check_consistency(spec, file)
+    return spec
+
+
+def _unknown_key(file: str, table: str, key: str, expected: set[str]) -> str:
+    stem = key.rsplit("_", 1)[0]
+    for name in sorted(expected):
+        if name.rsplit("_", 1)[0] == stem:
+            return (f"{file}: key {table}.{key} has unit {unit_of(key)!r} but mksim expects "
+                    f"{unit_of(name)!r}; convert the value and name it {name}")
+    return f"{file}: unknown key {table}.{key}; expected one of {', '.join(sorted(expected))}"
+
+
+def _sources(table: Any, file: str) -> dict[str, Source]:
+    if not isinstance(table, dict) or not table:
+        raise HardwareFileError(f"{file}: missing [sources.<id>] tables; every number needs a source")
+    out = {}
+    for sid, body in table.items():
+        if not isinstance(body, dict):
+            raise HardwareFileError(f"{file}: [sources.{sid}] must be a table with kind and title")
+        kind = body.get("kind")
+        if kind not in SOURCE_KINDS:
+            raise HardwareFileError(f"{file}: sources.{sid}.kind is {kind!r}; expected one of "
+                                    f"{', '.join(SOURCE_KINDS)}")
+        if not body.get("title"):
+            raise HardwareFileError(f"{file}: sources.{sid} needs a title")
+        extra = set(body) - {"kind", "title", "url", "date", "note"}
+        if extra:
+            raise HardwareFileError(f"{file}: unknown key sources.{sid}.{sorted(extra)[0]}; expected "
+                                    "kind, title, url, date, note")
+        if kind == "measured" and not body.get("date"):
+            raise HardwareFileError(f"{file}: measured source {sid!r} needs a date (when it was measured)")
+        out[sid] = Source(id=sid, kind=kind, title=body["title"], url=body.get("url", ""),
+                          date=str(body.get("date", "")), note=body.get("note", ""))
+    return out
+
+
+def _number(entry: Any, key: str, md: dict[str, Any], sources: dict[str, Source], file: str) -> float | int:
+    if not isinstance(entry, dict) or "value" not in entry:
+        raise HardwareFileError(f"{file}: {key} must be {{ value = <number>, source = \"<id>\" }}")
+    extra = set(entry) - _ENTRY_KEYS
+    if extra:
+        raise HardwareFileError(f"{file}: {key} has unknown field {sorted(extra)[0]!r}; expected "
+                                "value, source, note, spread")
+    src = entry.get("source")
+    if src not in sources:
+        raise HardwareFileError(f"{file}: {key} names source {src!r}, which has no [sources.{src}] table"
+                                if src else f"{file}: {key} has no source; add source = \"<id>\"")
+    val = entry["value"]
+    lo, hi = md["range"]
+    unit = UNITS.get(unit_of(key), unit_of(key))
+    if isinstance(val, bool) or not isinstance(val, (int, float)) or not math.isfinite(val):
+        raise HardwareFileError(f"{file}: {key} = {val!r} is not a number; expected {unit} "
+                                f"between {lo:g} and {hi:g}")
+    if md["integer"] and int(val) != val:
+        raise HardwareFileError(f"{file}: {key} = {val} must be a whole number")
+    if not lo <= val <= hi:
+        what = "negative" if val < 0 else "implausible"
+        raise HardwareFileError(f"{file}: {key} = {val:g} is {what}; expected {unit} between "
+                                f"{lo:g} and {hi:g}")
+    return int(val) if md["integer"] else float(val)
+
+
+def _check_consistency(spec: GPUSpec, file: str) -> None:
+    if spec.sm.shared_memory_per_block_KiB > spec.sm.shared_memory_per_sm_KiB:
+        raise HardwareFileError(f"{file}: chip.sm.shared_memory_per_block_KiB exceeds "
+                                "shared_memory_per_sm_KiB; a block cannot use more than its SM has")
+    peak_per_sm = spec.dram.bandwidth_spec_GBps
+    if spec.concurrency.per_sm_bandwidth_max_GBps > peak_per_sm:
+        raise HardwareFileError(f"{file}: memory.concurrency.per_sm_bandwidth_max_GBps exceeds the "
+                                "chip's DRAM bandwidth; one SM cannot draw more than the chip")

@@ -1,0 +1,182 @@
+"""The typed hardware spec: nested frozen dataclasses mirroring the data files.
+
+Field names carry their unit (``clock_boost_MHz``, ``latency_ns``); the numbers
+themselves live only in the TOML files under ``hwmodels/data`` and are read by
+:mod:`hwmodels._loader`. ``meta(lo, hi)`` gives the sane range the loader checks;
+it is a plausibility bound, not a GPU's value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+def meta(lo: float, hi: float, *, optional: bool = False, integer: bool = False,
+         doc: str = "") -> Any:
+    """A numeric field with its plausible range [lo, hi]; optional fields may be absent (None)."""
+    return field(metadata={"range": (lo, hi), "optional": optional, "integer": integer,
+                           "doc": doc})
+
+UNITS = {
+    # suffix -> human-readable unit, used in messages and docs
+    "MHz": "MHz", "KiB": "KiB", "MiB": "MiB", "GB": "GB (1e9 bytes)", "GBps": "GB/s (1e9 B/s)",
+    "TFLOPs": "TFLOP/s (1e12 FLOP/s)", "ns": "ns", "us": "µs", "fraction": "fraction (0..1)",
+    "count": "count", "B": "bytes",
+}
+
+
+def unit_of(key: str) -> str:
+    """The unit suffix of a key (``latency_ns`` -> ``ns``); counts end in ``count``."""
+    return key.rsplit("_", 1)[-1]
+
+
+@dataclass(frozen=True)
+class SMSpec:
+    """One streaming multiprocessor (NVIDIA) or compute unit (AMD), and how many there are."""
+    count: int = meta(1, 1024, integer=True, doc="SMs (CUs) on the chip")
+    clock_boost_MHz: float = meta(300, 4000, doc="boost clock")
+    shared_memory_per_sm_KiB: float = meta(16, 1024, doc="shared memory (LDS) per SM")
+    shared_memory_per_block_KiB: float = meta(16, 1024, doc="largest shared memory one block may use")
+    registers_per_sm_count: int = meta(1024, 1 << 20, integer=True, doc="32-bit registers per SM")
+    max_threads_per_sm_count: int = meta(256, 8192, integer=True)
+    max_blocks_per_sm_count: int = meta(1, 128, integer=True)
+
+
+@dataclass(frozen=True)
+class ComputeSpec:
+    """Dense (not sparse) throughput of the whole chip at boost clock."""
+    tensor_tf32_dense_TFLOPs: float = meta(1, 1e5, optional=True)
+    tensor_fp32_dense_TFLOPs: float = meta(1, 1e5, optional=True, doc="matrix cores that take fp32 (AMD)")
+    tensor_bf16_dense_TFLOPs: float = meta(1, 1e5)
+    tensor_fp16_dense_TFLOPs: float = meta(1, 1e5)
+    tensor_fp8_dense_TFLOPs: float = meta(1, 1e5, optional=True)
+    tensor_fp4_dense_TFLOPs: float = meta(1, 1e5, optional=True)
+    vector_fp32_TFLOPs: float = meta(1, 1e4, doc="CUDA-core (SIMD) fp32, FMA counted as 2")
+
+
+@dataclass(frozen=True)
+class DRAMSpec:
+    """Device memory (HBM or GDDR)."""
+    capacity_GB: float = meta(1, 1e4)
+    bandwidth_spec_GBps: float = meta(100, 1e5, doc="datasheet peak")
+    reachable_fraction: float = meta(0.3, 1.0, doc="fraction of the peak a streaming kernel reaches")
+    latency_ns: float = meta(100, 5000, doc="idle load-to-use latency of a DRAM access")
+
+
+@dataclass(frozen=True)
+class L2Spec:
+    size_MiB: float = meta(0.5, 1024)
+    bandwidth_GBps: float = meta(100, 1e6)
+    latency_ns: float = meta(20, 2000)
+
+
+@dataclass(frozen=True)
+class ConcurrencySpec:
+    """How much bandwidth one SM can draw: ``min(inflight / latency, per_sm_max)`` (Little's law)."""
+    max_inflight_per_sm_KiB: float = meta(1, 4096, doc="bytes one SM can keep in flight to DRAM")
+    per_sm_bandwidth_max_GBps: float = meta(1, 1e4, doc="most one SM can draw however much it has in flight")
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Kernel launch costs."""
+    stream_launch_us: float = meta(0.2, 100, doc="host-side interval between back-to-back launches on a stream")
+    graph_node_us: float = meta(0.1, 50, doc="interval between dependent kernel nodes in a CUDA graph")
+    pdl_node_us: float = meta(0.0, 50, optional=True, doc="interval between kernels with programmatic dependent launch")
+    launch_latency_us: float = meta(0.5, 100, doc="single launch to kernel start, device idle")
+
+
+@dataclass(frozen=True)
+class SyncSpec:
+    """Synchronisation inside a persistent kernel."""
+    grid_barrier_us: float = meta(0.1, 100, doc="grid-wide barrier, last arrival to all released")
+    atomic_roundtrip_ns: float = meta(50, 1e5, doc="global atomic issue to result")
+    flag_latency_ns: float = meta(50, 1e5, doc="release of a flag/counter by one SM to its observation by another")
+
+
+@dataclass(frozen=True)
+class InterconnectSpec:
+    """Dies (chiplets) and the costs of crossing between them."""
+    dies_count: int = meta(1, 64, integer=True)
+    cross_die_latency_ns: float = meta(1, 1e5, optional=True)
+    cross_die_bandwidth_GBps: float = meta(1, 1e5, optional=True)
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a number comes from."""
+    id: str
+    kind: str  # datasheet | whitepaper | paper | measured | estimate
+    title: str
+    url: str = ""
+    date: str = ""
+    note: str = ""
+
+
+SOURCE_KINDS = ("datasheet", "whitepaper", "paper", "article", "measured", "estimate")
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """A GPU generation, as read from one hardware data file (and its overlays).
+
+    Example::
+
+        >>> import hwmodels
+        >>> gpu = hwmodels.load("h200")
+        >>> gpu.sm.count
+        132
+    """
+    name: str
+    full_name: str
+    vendor: str
+    architecture: str
+    sm: SMSpec
+    compute: ComputeSpec
+    dram: DRAMSpec
+    l2: L2Spec
+    concurrency: ConcurrencySpec
+    launch: LaunchSpec
+    sync: SyncSpec
+    interconnect: InterconnectSpec
+    sources: dict[str, Source] = field(hash=False, compare=False, repr=False)
+    provenance: dict[str, str] = field(hash=False, compare=False, repr=False)
+    path: str = field(default="", compare=False)
+    extends: str = ""
+
+    # -- derived quantities, in SI units, used by the simulator --------------------
+    @property
+    def hbm_bandwidth_Bps(self) -> float:
+        """Bandwidth a streaming kernel reaches, bytes per second."""
+        return self.dram.bandwidth_spec_GBps * 1e9 * self.dram.reachable_fraction
+
+    def source_of(self, key: str) -> Source:
+        """The source of a number, by its dotted key (``"dram.latency_ns"``)."""
+        return self.sources[self.provenance[key]]
+
+    def numbers(self) -> dict[str, float | int | None]:
+        """Every number by dotted key, in file order."""
+        out: dict[str, float | int | None] = {}
+        for sec in SECTIONS:
+            obj = getattr(self, sec)
+            for f in fields(obj):
+                out[f"{sec}.{f.name}"] = getattr(obj, f.name)
+        return out
+
+
+# attribute of GPUSpec -> (table in the data file, class). The file nests by physical
+# hierarchy: the chip (its dies, SMs and arithmetic), its memory, and the runtime costs.
+SECTIONS: dict[str, tuple[str, type]] = {
+    "interconnect": ("chip", InterconnectSpec),
+    "sm": ("chip.sm", SMSpec),
+    "compute": ("chip.compute", ComputeSpec),
+    "l2": ("memory.l2", L2Spec),
+    "dram": ("memory.dram", DRAMSpec),
+    "concurrency": ("memory.concurrency", ConcurrencySpec),
+    "launch": ("runtime.launch", LaunchSpec),
+    "sync": ("runtime.sync", SyncSpec),
+}
+
+IDENTITY_KEYS = ("name", "full_name", "vendor", "architecture")
+
