@@ -1,0 +1,3 @@
+from mksim.cli import main
+
+main()

@@ -1,0 +1,44 @@
+"""Models: built-in LLM configs, Hugging Face config import, torch tracing.
+
+>>> from mksim import models
+>>> models.names()[:2]
+['llama-3.1-8b', 'llama-3.2-1b']
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from mksim.workload import Workload, build_llm_workload
+
+from ._config import ModelConfig, builtin_names, config_from_hf, get
+
+__all__ = ["ModelConfig", "config_from_hf", "from_hf_config", "from_torch", "get", "names", "workload"]
+
+
+def names() -> list[str]:
+    """Names of the built-in models."""
+    return builtin_names()
+
+
+def workload(model: str | ModelConfig, **params: Any) -> Workload:
+    """The op graph of one step of a built-in model (by name) or a :class:`ModelConfig`.
+
+    Parameters: ``batch``, ``kv_len``, ``phase`` (``decode``/``prefill``),
+    ``prefill_tokens``, ``weight_dtype`` (``bf16``/``fp8``), ``kv_splits``, ``n_sms``.
+    """
+    cfg = get(model) if isinstance(model, str) else model
+    return build_llm_workload(cfg, **params)
+
+
+def from_hf_config(path_or_dict: str | Path | Mapping[str, Any], **params: Any) -> Workload:
+    """A workload from a Hugging Face ``config.json`` (path or dict); no network, no weights."""
+    return build_llm_workload(config_from_hf(path_or_dict), **params)
+
+
+def from_torch(module: Any, example_inputs: Any, **params: Any) -> Workload:
+    """A workload from a torch ``nn.Module`` traced on the meta device (see :mod:`mksim.models._torch`)."""
+    from ._torch import from_torch as _from_torch  # torch loads only here
+
+    return _from_torch(module, example_inputs, **params)

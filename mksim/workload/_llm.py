@@ -1,0 +1,129 @@
+"""Build the unfused op graph of a decoder-only LLM step (decode or prefill).
+
+The base graph keeps each op separate (norm, projection, RoPE, attention partials and
+their reduction, SiLU·mul, ...); fusing is a schedule's choice. Matmul epilogues that
+every implementation fuses (the residual add after the O and down projections) are
+part of their matmul.
+"""
+
+from __future__ import annotations
+
+import math
+
+from mksim.errors import WorkloadError
+
+from ._ops import Input, Op, Workload
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
+ACT_BYTES = 2          # activations and the KV cache are bf16
+PARTIAL_BYTES = 4      # attention partial outputs (o, max, sum) are fp32
+MATMUL_ALIGN = 16      # output rows per tile step of a matmul (an MMA tile)
+VEC_ALIGN = 64         # elements per tile step of an elementwise op
+KV_SPLIT_MIN_TOKENS = 256  # flash-decoding does not split the KV cache finer than this
+
+
+def default_kv_splits(kv_heads: int, batch: int, kv_total: int, n_sms: int = 132) -> int:
+    """Flash-decoding's split of the KV cache: enough partials to cover the SMs once."""
+    want = math.ceil(n_sms / max(1, kv_heads * batch))
+    return max(1, min(want, math.ceil(kv_total / KV_SPLIT_MIN_TOKENS)))
+
+
+def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = "decode",
+                       prefill_tokens: int = 0, weight_dtype: str = "bf16",
+                       kv_splits: int | None = None, n_sms: int = 132) -> Workload:
+    """The op graph of one step of ``cfg`` (a :class:`~mksim.models.ModelConfig`).
+
+    ``batch`` sequences each hold ``kv_len`` tokens in the KV cache. ``decode`` makes one
+    token per sequence; ``prefill`` processes ``prefill_tokens`` new tokens per sequence.
+    """
+    _check(batch=batch, kv_len=kv_len, phase=phase, prefill_tokens=prefill_tokens,
+           weight_dtype=weight_dtype, kv_splits=kv_splits)
+    new = 1 if phase == "decode" else prefill_tokens
+    T = batch * new                      # rows through the projections
+    kv_total = kv_len + new              # tokens attended to, per sequence
+    if kv_total > cfg.max_position_embeddings:
+        raise WorkloadError(f"kv_len + new tokens = {kv_total} exceeds {cfg.name}'s context of "
+                            f"{cfg.max_position_embeddings}; use a smaller --kv-len")
+    wb = DTYPE_BYTES[weight_dtype]
+    H, I, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+    hd, nq, nkv = cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
+    Q, KV, G = cfg.q_size, cfg.kv_size, nq // nkv
+    C = kv_splits or default_kv_splits(nkv, batch, kv_total, n_sms)
+    C = min(C, kv_total)
+    # attention FLOPs: QK^T and PV, 2 FLOP per multiply-add; causal for the new tokens
+    attended = batch * (new * kv_len + new * (new + 1) / 2)
+    attn_flops = 4.0 * nq * hd * attended
+
+    ops: list[Op] = []
+
+    def add(**kw) -> str:
+        ops.append(Op(**kw))
+        return kw["name"]
+
+    def norm(name: str, src: str, layer: int | None) -> str:
+        return add(name=name, kind="rmsnorm", out_size=H, elem_bytes=T * ACT_BYTES,
+                   flops=4.0 * T * H, weight_bytes=H * ACT_BYTES, inputs=(Input(src, full=True),),
+                   layer=layer, align=VEC_ALIGN)
+
+    def matmul(name: str, src: str, k: int, n: int, layer: int | None, residual: str | None = None,
+               rows: int = T, bias: bool = False) -> str:
+        inputs = [Input(src, full=True)]
+        if residual:
+            inputs.append(Input(residual))
+        return add(name=name, kind="matmul", out_size=n, elem_bytes=rows * ACT_BYTES,
+                   flops=2.0 * rows * k * n + (rows * n if residual else 0),
+                   weight_bytes=k * n * wb + (n * ACT_BYTES if bias else 0), inputs=tuple(inputs),
+                   layer=layer, align=MATMUL_ALIGN, dtype=weight_dtype, attrs={"k": k, "rows": rows})
+
+    resid = add(name="embed", kind="embed", out_size=H, elem_bytes=T * ACT_BYTES, flops=0.0,
+                weight_bytes=T * H * ACT_BYTES, layer=None, align=VEC_ALIGN)
+    for l in range(cfg.num_layers):
+        p = f"L{l}."
+        x = norm(p + "attn_norm", resid, l)
+        qkv = matmul(p + "qkv_proj", x, H, Q + 2 * KV, l, bias=cfg.attention_bias)
+        rope = add(name=p + "rope_kv", kind="rope_kv", out_size=Q + 2 * KV, elem_bytes=T * ACT_BYTES,
+                   flops=T * (Q + KV) * (6.0 + (4.0 if cfg.qk_norm else 0.0)),
+                   weight_bytes=(2 * hd * ACT_BYTES if cfg.qk_norm else 0.0),
+                   kv_write_bytes=T * 2 * KV * ACT_BYTES, inputs=(Input(qkv),), layer=l, align=hd,
+                   attrs={"qk_norm": cfg.qk_norm})
+        # partials over (kv head g, sequence b, split c), g-major so a head's partials are adjacent
+        part = add(name=p + "attn_partial", kind="attn_partial", out_size=nkv * batch * C,
+                   elem_bytes=G * new * (hd + 2) * PARTIAL_BYTES, flops=attn_flops,
+                   kv_read_bytes=batch * kv_len * 2 * KV * ACT_BYTES,
+                   inputs=(Input(rope, group=batch * C,
+                                 segments=((0, G * hd, G * hd), (Q, hd, hd), (Q + KV, hd, hd))),),
+                   layer=l, attrs={"kv_splits": C, "kv_total": kv_total, "group": G})
+        red = add(name=p + "attn_reduce", kind="attn_reduce", out_size=nkv * batch,
+                  elem_bytes=G * new * hd * ACT_BYTES, flops=3.0 * T * Q * C,
+                  inputs=(Input(part, group=1, segments=((0, C, C),)),), layer=l,
+                  attrs={"kv_splits": C})
+        o = matmul(p + "o_proj", red, Q, H, l, residual=resid)
+        x = norm(p + "mlp_norm", o, l)
+        gu = matmul(p + "gate_up_proj", x, H, 2 * I, l)
+        act = add(name=p + "silu_mul", kind="silu_mul", out_size=I, elem_bytes=T * ACT_BYTES,
+                  flops=5.0 * T * I, inputs=(Input(gu, segments=((0, 1, 1), (I, 1, 1))),),
+                  layer=l, align=VEC_ALIGN)
+        resid = matmul(p + "down_proj", act, I, H, l, residual=o)
+    x = norm("final_norm", resid, None)
+    # prefill needs logits of each sequence's last token only
+    matmul("lm_head", x, H, V, None, rows=batch)
+    name = f"{cfg.name} {phase} b{batch} kv{kv_len}" + (f" n{prefill_tokens}" if phase == "prefill" else "")
+    return Workload(name=name, ops=tuple(ops), tokens=batch if phase == "decode" else T, batch=batch,
+                    kv_len=kv_len, phase=phase, prefill_tokens=prefill_tokens if phase == "prefill" else 0,
+                    weight_dtype=weight_dtype, model=cfg)
+
+
+def _check(*, batch, kv_len, phase, prefill_tokens, weight_dtype, kv_splits) -> None:
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise WorkloadError(f"batch must be a positive integer, got {batch!r}")
+    if isinstance(kv_len, bool) or not isinstance(kv_len, int) or kv_len < 0:
+        raise WorkloadError(f"kv_len (context already in the KV cache) must be an integer >= 0, "
+                            f"got {kv_len!r}")
+    if phase not in ("decode", "prefill"):
+        raise WorkloadError(f"phase must be 'decode' or 'prefill', got {phase!r}")
+    if phase == "prefill" and (not isinstance(prefill_tokens, int) or prefill_tokens < 1):
+        raise WorkloadError("prefill needs prefill_tokens >= 1 (new tokens per sequence)")
+    if weight_dtype not in ("bf16", "fp16", "fp8"):
+        raise WorkloadError(f"weight dtype must be bf16, fp16 or fp8, got {weight_dtype!r}")
+    if kv_splits is not None and (not isinstance(kv_splits, int) or kv_splits < 1):
+        raise WorkloadError(f"kv_splits must be a positive integer, got {kv_splits!r}")

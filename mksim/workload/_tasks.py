@@ -1,0 +1,183 @@
+"""Tiling: cut each op's output into tasks and derive tile-level dependencies.
+
+A task is one contiguous range of its op's output. A dependency is a range of a
+producer's tiles, ``(producer_op, first_tile, last_tile + 1)``: a matvec tile needs
+every tile of its input vector, an elementwise tile only the matching tiles, an
+attention partial its head's q/k/v tiles, a reduction its head's partials.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping
+
+import numpy as np
+
+from mksim.errors import WorkloadError
+
+from ._ops import Op, Workload
+
+Dep = tuple[int, int, int]  # (producer op index, first tile, end tile)
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """How many tasks each op becomes.
+
+    ``default`` applies to every op, capped by what its alignment allows; ``per_kind``
+    (``{"matmul": 264}``) and ``per_op`` (``{"lm_head": 528}``) override it. A value of
+    0 means "as many as the op allows" (one task per aligned step).
+    """
+    default: int = 132
+    per_kind: Mapping[str, int] = field(default_factory=dict)
+    per_op: Mapping[str, int] = field(default_factory=dict)
+
+    def tiles_for(self, op: Op) -> int:
+        want = self.per_op.get(op.name, self.per_kind.get(op.kind, self.default))
+        if isinstance(want, bool) or not isinstance(want, int) or want < 0:
+            raise WorkloadError(f"tile count for op {op.name!r} must be an integer >= 0, got {want!r}")
+        steps = -(-op.out_size // op.align)
+        return steps if want == 0 else max(1, min(want, steps))
+
+    @classmethod
+    def for_sms(cls, n_sms: int, tasks_per_sm: float = 1.0) -> "Tiling":
+        """About ``tasks_per_sm`` tasks per SM for every op (attention split as flash-decoding)."""
+        if tasks_per_sm <= 0:
+            raise WorkloadError(f"tasks per SM must be positive, got {tasks_per_sm}")
+        return cls(default=max(1, round(n_sms * tasks_per_sm)), per_kind={"attn_partial": 0,
+                                                                            "attn_reduce": 0})
+
+
+def tile_bounds(op: Op, n: int) -> np.ndarray:
+    """``n + 1`` element boundaries of ``n`` tiles on multiples of ``op.align``."""
+    steps = -(-op.out_size // op.align)
+    b = (np.arange(n + 1, dtype=np.int64) * steps // n) * op.align
+    b[-1] = op.out_size
+    return b
+
+
+class TaskGraph:
+    """The tasks of a tiled workload, with their costs and dependencies.
+
+    Tasks are numbered op by op, tiles in order; ``op_first[i]`` is the first task of op
+    ``i``. Cost arrays are per task: ``flops``, ``weight_bytes``, ``kv_bytes`` (KV cache
+    read and written), ``in_bytes`` (activations read, each task reading what it needs,
+    so a matvec input is read once per tile), ``out_bytes``.
+
+    Example::
+
+        >>> from mksim import models
+        >>> from mksim.workload import TaskGraph, Tiling
+        >>> g = TaskGraph(models.workload("llama-3.2-1b"), Tiling(default=4))
+        >>> g.deps(g.task_id("L0.qkv_proj", 0))   # a matvec tile needs all of its input
+        ((1, 0, 4),)
+    """
+
+    def __init__(self, workload: Workload, tiling: Tiling | None = None):
+        self.workload = workload
+        self.tiling = tiling or Tiling()
+        ops = workload.ops
+        index = workload.index
+        self.ops = ops
+        self.n_tiles = np.array([self.tiling.tiles_for(op) for op in ops], dtype=np.int64)
+        self.op_first = np.concatenate([[0], np.cumsum(self.n_tiles)]).astype(np.int64)
+        n = int(self.op_first[-1])
+        self.bounds = [tile_bounds(op, int(k)) for op, k in zip(ops, self.n_tiles)]
+        self.op_of = np.repeat(np.arange(len(ops)), self.n_tiles)
+        self.tile_of = np.arange(n) - self.op_first[self.op_of]
+        frac = np.empty(n)
+        self.flops = np.empty(n)
+        self.weight_bytes = np.empty(n)
+        self.kv_bytes = np.empty(n)
+        self.out_bytes = np.empty(n)
+        self.in_bytes = np.zeros(n)
+        self._deps: list[tuple[Dep, ...]] = []
+        bounds_list = [b.tolist() for b in self.bounds]
+        for i, op in enumerate(ops):
+            s, e = int(self.op_first[i]), int(self.op_first[i + 1])
+            b = self.bounds[i]
+            f = np.diff(b) / op.out_size
+            frac[s:e] = f
+            self.flops[s:e] = op.flops * f
+            self.weight_bytes[s:e] = op.weight_bytes * f
+            self.kv_bytes[s:e] = (op.kv_read_bytes + op.kv_write_bytes) * f
+            self.out_bytes[s:e] = op.out_bytes * f
+            bl = bounds_list[i]
+            for t in range(e - s):
+                deps: list[Dep] = []
+                lo, hi = bl[t], bl[t + 1]
+                for inp in op.inputs:
+                    p = index[inp.op]
+                    prod, pb = ops[p], bounds_list[p]
+                    for a, z in inp.ranges(lo, hi, prod.out_size):
+                        self.in_bytes[s + t] += (z - a) * prod.elem_bytes
+                        t0 = bisect_right(pb, a) - 1
+                        t1 = bisect_left(pb, z)
+                        deps.append((p, t0, t1))
+                self._deps.append(_merge_deps(deps))
+        self.frac = frac
+
+    # -- queries --------------------------------------------------------------------
+    def __len__(self) -> int:
+        return int(self.op_first[-1])
+
+    def task_id(self, op: str | int, tile: int) -> int:
+        i = op if isinstance(op, int) else self.workload.index[op]
+        if not 0 <= tile < self.n_tiles[i]:
+            raise IndexError(f"op {self.ops[i].name} has {self.n_tiles[i]} tiles, not {tile + 1}")
+        return int(self.op_first[i] + tile)
+
+    def name(self, task: int) -> str:
+        return f"{self.ops[self.op_of[task]].name}[{self.tile_of[task]}]"
+
+    def deps(self, task: int) -> tuple[Dep, ...]:
+        """Producer tile ranges task ``task`` waits for."""
+        return self._deps[task]
+
+    def dep_tasks(self, task: int) -> Iterator[int]:
+        """Every producer task of ``task`` (expanded ranges)."""
+        for p, t0, t1 in self._deps[task]:
+            base = int(self.op_first[p])
+            yield from range(base + t0, base + t1)
+
+    def n_edges(self) -> int:
+        return sum(t1 - t0 for d in self._deps for _, t0, t1 in d)
+
+    def totals(self) -> dict[str, float]:
+        return {"tasks": len(self), "edges": self.n_edges(), "flops": float(self.flops.sum()),
+                "weight_bytes": float(self.weight_bytes.sum()), "kv_bytes": float(self.kv_bytes.sum()),
+                "in_bytes": float(self.in_bytes.sum()), "out_bytes": float(self.out_bytes.sum())}
+
+    def check_acyclic(self) -> None:
+        """Raise :class:`WorkloadError` if some task (transitively) depends on itself."""
+        n = len(self)
+        indeg = np.zeros(n, dtype=np.int64)
+        users: list[list[int]] = [[] for _ in range(n)]
+        for t in range(n):
+            for d in self.dep_tasks(t):
+                indeg[t] += 1
+                users[d].append(t)
+        ready = [t for t in range(n) if indeg[t] == 0]
+        seen = 0
+        while ready:
+            t = ready.pop()
+            seen += 1
+            for u in users[t]:
+                indeg[u] -= 1
+                if indeg[u] == 0:
+                    ready.append(u)
+        if seen != n:
+            stuck = [self.name(t) for t in range(n) if indeg[t] > 0][:4]
+            raise WorkloadError(f"the task graph has a cycle through {', '.join(stuck)}")
+
+
+def _merge_deps(deps: list[Dep]) -> tuple[Dep, ...]:
+    deps.sort()
+    out: list[Dep] = []
+    for p, a, b in deps:
+        if out and out[-1][0] == p and a <= out[-1][2]:
+            out[-1] = (p, out[-1][1], max(out[-1][2], b))
+        else:
+            out.append((p, a, b))
+    return tuple(out)
