@@ -1,0 +1,84 @@
+"""The command line: outputs, JSON, and one-line errors with exit status 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mksim", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_hw_list_shows_seven_gpus():
+    r = run("hw", "list", "--json")
+    assert r.returncode == 0, r.stderr
+    names = {g["name"] for g in json.loads(r.stdout)}
+    assert {"a100", "h100", "h200", "b200", "mi300x", "l40s", "rtx4090"} <= names
+    table = run("hw", "list").stdout
+    for name in ("a100", "mi300x", "rtx4090"):
+        assert name in table
+
+
+def test_hw_show_json_has_sources():
+    r = run("hw", "show", "h200", "--json")
+    data = json.loads(r.stdout)
+    assert data["numbers"]["sm.count"] == {"value": 132, "source": "nv-h100-whitepaper"}
+    assert data["sources"]["nv-h200-datasheet"]["kind"] == "datasheet"
+
+
+def test_models_lists_five():
+    r = run("models", "--json")
+    assert [m["name"] for m in json.loads(r.stdout)] == sorted(
+        ["llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "qwen3-8b", "mistral-7b"])
+
+
+def test_workload_json():
+    r = run("workload", "--model", "llama-3.2-1b", "--gpu", "h200", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["ops"] == 163 and d["tasks"] > d["ops"]
+    assert d["weight_bytes"] == pytest.approx(2.4716e9, rel=1e-3)
+    assert d["flops"] > 2 * 1.2e9
+    # bytes over the datasheet bandwidth
+    assert d["bandwidth_floor_us"] == pytest.approx(d["min_dram_bytes"] / 4.8e12 * 1e6)
+
+
+def test_workload_from_config_file(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+                               "num_hidden_layers": 2, "num_attention_heads": 8, "vocab_size": 1000}))
+    r = run("workload", "--model", str(cfg), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["ops"] == 23
+
+
+@pytest.mark.parametrize("args,match", [
+    (("workload", "--model", "gpt-9"), "unknown model 'gpt-9'; known: llama-3.1-8b"),
+    (("workload", "--model", "llama-3.2-1b", "--gpu", "h900"), "unknown GPU 'h900'; known: a100"),
+    (("workload", "--model", "llama-3.2-1b", "--batch", "0"), "batch must be a positive integer"),
+    (("workload", "--model", "llama-3.2-1b", "--kv-len", "-5"), "kv_len"),
+    (("workload", "--model", "llama-3.2-1b", "--frobnicate"), "No such option: --frobnicate"),
+    (("workload", "--model", "llama-3.2-1b", "--batch", "many"), "--batch"),
+    (("hw", "show", "/no/such.toml"), "no such hardware file"),
+    (("nonsense",), "No such command 'nonsense'"),
+])
+def test_errors_are_one_line(args, match):
+    r = run(*args)
+    assert r.returncode == 2
+    assert r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert match in lines[0]
+
+
+def test_import_mksim_stays_light():
+    code = ("import sys, mksim, hwmodels; mksim.models.workload('llama-3.2-1b'); "
+            "heavy = [m for m in ('torch', 'dash', 'cupy', 'optuna', 'plotly', 'simpy') if m in sys.modules]; "
+            "print(heavy)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.strip() == "[]", r.stdout + r.stderr

@@ -1,0 +1,68 @@
+"""Docs stay true: their examples run and their outputs match.
+
+- ``>>>`` examples in docs/*.md and README.md run as doctests;
+- in ```console blocks, each ``$ mksim ...`` line runs and must exit 0; the lines after it
+  (up to the next ``$``) are its expected output unless the block is marked ``console-nocheck``;
+- generated pages (docs/hardware.md) match their generator.
+"""
+
+from __future__ import annotations
+
+import doctest
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+BLOCK = re.compile(r"```(console|console-nocheck)\n(.*?)```", re.S)
+
+
+def _console_examples():
+    for page in PAGES:
+        for m in BLOCK.finditer(page.read_text()):
+            check = m.group(1) == "console"
+            cmd, expected = None, []
+            for line in m.group(2).splitlines():
+                if line.startswith("$ "):
+                    if cmd:
+                        yield pytest.param(cmd, expected if check else None, id=f"{page.name}:{cmd[:40]}")
+                    cmd, expected = line[2:], []
+                else:
+                    expected.append(line)
+            if cmd:
+                yield pytest.param(cmd, expected if check else None, id=f"{page.name}:{cmd[:40]}")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_doctests_in_page(page):
+    parser = doctest.DocTestParser()
+    test = parser.get_doctest(page.read_text(), {}, page.name, str(page), 0)
+    if not test.examples:
+        pytest.skip("no >>> examples")
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    runner.run(test)
+    assert runner.failures == 0, f"{runner.failures} doctest(s) failed in {page.name}"
+
+
+@pytest.mark.parametrize("cmd,expected", list(_console_examples()))
+def test_console_example(cmd, expected, tmp_path):
+    argv = shlex.split(cmd)
+    assert argv[0] == "mksim", "console examples run mksim commands"
+    r = subprocess.run([sys.executable, "-m", "mksim", *argv[1:]], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    if expected is not None:
+        got = [line.rstrip() for line in r.stdout.rstrip("\n").splitlines()]
+        assert got == [line.rstrip() for line in expected]
+
+
+def test_hardware_page_is_current():
+    from hwmodels.docs import render
+
+    assert (ROOT / "docs" / "hardware.md").read_text() == render(), \
+        "regenerate with: python -m hwmodels.docs docs/hardware.md"
