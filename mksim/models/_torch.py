@@ -1,0 +1,413 @@
+"""A workload from a torch ``nn.Module``, traced with torch.fx and run on the meta device.
+
+Symbolic tracing records ``forward`` as a graph; running that graph on meta tensors gives
+every node's output shape without allocating or reading a weight. Each node becomes an
+:class:`~mksim.workload.Op` (or, for views, passes its producer through), with costs that
+follow the built-in LLM builder: ``out_size`` is the last dimension (heads for attention),
+``elem_bytes`` the bf16 bytes per element of it, matmul weights in ``weight_dtype``, norm
+and embedding weights in bf16. This is the only module of mksim that imports torch.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import torch
+from torch import fx, nn
+
+from mksim.errors import WorkloadError
+from mksim.workload import Input, Op, Workload
+from mksim.workload._llm import ACT_BYTES, DTYPE_BYTES, MATMUL_ALIGN, VEC_ALIGN
+
+# Nodes that only move or relabel data: their producer passes through, no op is made.
+_VIEWS = {"view", "reshape", "permute", "transpose", "t", "contiguous", "unsqueeze", "squeeze",
+          "flatten", "unflatten", "expand", "expand_as", "repeat", "repeat_interleave", "getitem",
+          "float", "half", "bfloat16", "double", "to", "type", "type_as", "clone", "detach",
+          "dropout", "identity", "chunk", "split", "tensor_split", "unbind", "narrow", "size", "dim",
+          "numel", "getattr", "movedim", "swapaxes", "view_as", "reshape_as"}
+# Ops whose output element i needs input element i only (given equal last dimensions).
+_POINTWISE = {"add", "iadd", "sub", "isub", "mul", "imul", "truediv", "div", "neg", "pow", "rsqrt",
+              "sqrt", "exp", "log", "tanh", "sigmoid", "silu", "gelu", "relu", "softplus", "mish",
+              "leaky_relu", "elu", "hardswish", "clamp", "abs", "square", "where", "masked_fill",
+              "sin", "cos", "erf", "reciprocal", "maximum", "minimum"}
+_MATMULS = {"linear", "matmul", "mm", "bmm"}
+_NORM_FNS = {"layer_norm", "rms_norm", "group_norm"}
+# Parameterless torch.nn modules handled as the function of the same meaning.
+_MODULE_FNS = {"SiLU": "silu", "GELU": "gelu", "ReLU": "relu", "Tanh": "tanh", "Sigmoid": "sigmoid",
+               "Mish": "mish", "Softplus": "softplus", "LeakyReLU": "leaky_relu", "ELU": "elu",
+               "Hardswish": "hardswish", "Softmax": "softmax", "Dropout": "dropout",
+               "Identity": "identity", "Flatten": "flatten", "Unflatten": "unflatten"}
+_HINT = ("mark the submodule that fails as a leaf (leaf_modules=[ThatClass]) or, for a Llama-like "
+         "model, use mksim.models.from_hf_config")
+
+
+@dataclass(frozen=True)
+class _Act:
+    """An activation: made by op ``op`` (None: a graph input); last-dim element i is the
+    producer's element ``i + off`` (None: the layout is lost, consumers need all of it)."""
+    op: str | None
+    off: int | None
+
+
+@dataclass(frozen=True)
+class _Param:
+    key: str
+    numel: int
+    ndim: int
+
+
+@dataclass(frozen=True)
+class _Silu:
+    """A SiLU deferred into the multiply that is its only user (SwiGLU's silu_mul)."""
+    src: fx.Node
+
+
+def _is_norm(m: nn.Module) -> bool:
+    return (isinstance(m, (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm))
+            or type(m).__name__.endswith(("RMSNorm", "LayerNorm")))
+
+
+class _Tracer(fx.Tracer):
+    """Keeps Linear, Embedding, norms and the caller's classes as single graph nodes."""
+
+    def __init__(self, leaves: tuple[type, ...]):
+        super().__init__()
+        self.leaves = leaves
+
+    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+        return _is_norm(m) or isinstance(m, self.leaves) or super().is_leaf_module(m, qualname)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _tensors(x: Any) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (tuple, list)):
+        return [t for v in x for t in _tensors(v)]
+    if isinstance(x, dict):
+        return [t for v in x.values() for t in _tensors(v)]
+    return []
+
+
+def _to_meta(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return torch.empty_like(x, device="meta")
+    if isinstance(x, (tuple, list)):
+        return type(x)(_to_meta(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _to_meta(v) for k, v in x.items()}
+    return x
+
+
+def _meta_copy(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` whose tensors are on meta; the caller's module is left as it was.
+
+    Seeding deepcopy's memo with meta stand-ins means no real tensor is ever copied."""
+    memo: dict[int, Any] = {}
+    for m in module.modules():
+        for t in [*m._parameters.values(), *m._buffers.values(), *vars(m).values()]:
+            if isinstance(t, torch.Tensor) and id(t) not in memo:
+                meta = torch.empty_like(t, device="meta")
+                memo[id(t)] = nn.Parameter(meta, t.requires_grad) if isinstance(t, nn.Parameter) else meta
+    return copy.deepcopy(module, memo)
+
+
+def _last(x: Any) -> int | None:
+    return int(x.shape[-1]) if isinstance(x, torch.Tensor) and x.dim() else None
+
+
+class _Builder:
+    """Maps the nodes of a shape-propagated graph to ops, in graph (topological) order."""
+
+    def __init__(self, gm: fx.GraphModule, scopes: dict[str, Any], env: dict[fx.Node, Any], wb: int):
+        self.gm, self.scopes, self.env, self.wb = gm, scopes, env, wb
+        self.ops: list[Op] = []
+        self.refs: dict[fx.Node, Any] = {}
+        self.kv_len = 0
+
+    def val(self, a: Any) -> Any:
+        return fx.node.map_arg(a, lambda n: self.env[n])
+
+    def visit(self, n: fx.Node) -> None:
+        if n.op == "placeholder":
+            self.refs[n] = _Act(None, None)
+            return
+        if n.op == "get_attr":
+            obj = self.gm
+            for part in str(n.target).split("."):
+                obj = getattr(obj, part)
+            # buffers (rotary tables, masks) are constants, not weights
+            self.refs[n] = _Param(str(n.target), obj.numel(), obj.dim()) if isinstance(obj, nn.Parameter) else None
+            return
+        if n.op not in ("call_module", "call_function", "call_method"):
+            return
+        out = self.env[n]
+        m = self.gm.get_submodule(str(n.target)) if n.op == "call_module" else None
+        if m is not None and type(m).__name__ in _MODULE_FNS:
+            name, m = _MODULE_FNS[type(m).__name__], None
+        elif m is not None:
+            name = type(m).__name__
+        else:
+            name = str(n.target) if n.op == "call_method" else getattr(n.target, "__name__", str(n.target))
+            name = name if name.startswith("__") else name.rstrip("_")  # in-place x.add_ is add
+        if m is None and name in _VIEWS:
+            self.refs[n] = self.view(n, name, out)
+        elif not _tensors(out) or all(self.refs.get(a) is None for a in n.all_input_nodes):
+            self.refs[n] = None  # no data flows in: a constant (mask, position table, size)
+        elif m is not None:
+            self.module_op(n, m, out)
+        elif name in _MATMULS:
+            a = self.val(n.args[0])
+            k = int(a.shape[-1]) if a.dim() else 1
+            inputs, params = self.gather(n.all_input_nodes, out, False)
+            weight = sum(p.numel * (self.wb if p.ndim >= 2 else ACT_BYTES) for p in params)
+            self.matmul(n, out, k, inputs, weight)
+        elif name == "embedding":
+            idx = self.val(n.args[0])
+            inputs, _ = self.gather([n.args[0]], out, False)
+            self.emit(n, "embed", out, inputs, 0.0, idx.numel() * _last(out) * ACT_BYTES)
+        elif name in _NORM_FNS:
+            inputs, params = self.gather(n.all_input_nodes, out, False)
+            self.emit(n, "rmsnorm", out, inputs, 4.0 * out.numel(), sum(p.numel for p in params) * ACT_BYTES)
+        elif name == "scaled_dot_product_attention":
+            self.attention(n, out)
+        elif (name == "silu" and len(n.users) == 1 and _name(next(iter(n.users))) in ("mul", "imul")
+              and next(iter(n.users)).args[0] is not next(iter(n.users)).args[-1]):
+            self.refs[n] = _Silu(n.all_input_nodes[0])
+        else:
+            self.elementwise(n, name, out)
+
+    # -- inputs and emission ------------------------------------------------------------
+    def gather(self, nodes: Iterable[fx.Node], out: Any, pointwise: bool) -> tuple[list[Input], list[_Param]]:
+        """Inputs on producer ops (identity where the layout is known, else full) and params read."""
+        inputs: dict[str, list[Input]] = {}
+        params: dict[str, _Param] = {}
+        for a in nodes:
+            r = self.refs.get(a)
+            for r in (r if isinstance(r, tuple) else (r,)):
+                if isinstance(r, _Param):
+                    params[r.key] = r
+                elif isinstance(r, _Act) and r.op is not None:
+                    same = pointwise and r.off is not None and _last(self.env[a]) == _last(out) is not None
+                    inp = Input(r.op, full=not same, segments=((r.off or 0, 1, 1),) if same else ((0, 1, 1),))
+                    have = inputs.setdefault(r.op, [])
+                    if inp not in have:
+                        have.append(inp)
+        # an op read in full needs no finer ranges from it as well
+        flat = [i for ins in inputs.values() for i in ([j for j in ins if j.full][:1] or ins)]
+        return flat, list(params.values())
+
+    def emit(self, n: fx.Node, kind: str, out: Any, inputs: list[Input], flops: float, weight: float = 0.0,
+             *, size: int | None = None, align: int = VEC_ALIGN, **extra: Any) -> None:
+        t = _tensors(out)[0]
+        size = size or _last(t) or 1
+        if t.numel() == 0:
+            self.refs[n] = None
+            return
+        if n.op == "call_module":
+            base = str(n.target)
+        else:  # the FX node name, under the module whose forward made it
+            scope = self.scopes.get(n.name, ("",))[0]
+            base = f"{scope}.{n.name}" if scope else n.name
+        taken = {op.name for op in self.ops}
+        name, i = base, 1
+        while name in taken:
+            name, i = f"{base}_{i}", i + 1
+        layer = re.search(r"(?:^|\.)(\d+)(?:\.|$)", name)
+        self.ops.append(Op(name=name, kind=kind, out_size=int(size), elem_bytes=t.numel() / size * ACT_BYTES,
+                           flops=float(flops), weight_bytes=float(weight), inputs=tuple(inputs),
+                           layer=int(layer.group(1)) if layer else None, align=align,
+                           kv_read_bytes=float(extra.pop("kv_read", 0.0)), attrs={"fx_node": n.name, **extra}))
+        self.refs[n] = _Act(name, 0) if isinstance(out, torch.Tensor) else tuple(_Act(name, None) for _ in out)
+
+    def matmul(self, n: fx.Node, out: torch.Tensor, k: int, inputs: list[Input], weight: float) -> None:
+        cols = _last(out) or 1
+        rows = out.numel() // cols
+        self.emit(n, "matmul", out, inputs, 2.0 * rows * k * cols, weight, align=MATMUL_ALIGN,
+                  k=k, rows=rows)
+
+    # -- node kinds -----------------------------------------------------------------------
+    def module_op(self, n: fx.Node, m: nn.Module, out: Any) -> None:
+        inputs, _ = self.gather(n.all_input_nodes, out, False)
+        numel = _tensors(out)[0].numel()
+        if isinstance(m, nn.Linear):
+            bias = m.bias.numel() * ACT_BYTES if m.bias is not None else 0
+            self.matmul(n, out, m.in_features, inputs, m.weight.numel() * self.wb + bias)
+        elif isinstance(m, nn.Embedding):  # reads only the rows it gathers
+            rows = self.val(n.args[0]).numel()
+            self.emit(n, "embed", out, inputs, 0.0, rows * m.embedding_dim * ACT_BYTES)
+        elif _is_norm(m):  # 4 FLOP/element (square, sum, scale, weight), as the built-in builder
+            self.emit(n, "rmsnorm", out, inputs, 4.0 * numel, sum(p.numel() for p in m.parameters()) * ACT_BYTES)
+        else:  # a leaf we know nothing of: a matmul over its matrices, if it has any
+            big = sum(p.numel() for p in m.parameters() if p.dim() >= 2)
+            small = sum(p.numel() for p in m.parameters() if p.dim() < 2)
+            rows = numel // (_last(_tensors(out)[0]) or 1)
+            self.emit(n, "matmul" if big else "elementwise", out, inputs, 2.0 * rows * big if big else numel,
+                      big * self.wb + small * ACT_BYTES, align=MATMUL_ALIGN if big else VEC_ALIGN,
+                      module=type(m).__name__)
+
+    def attention(self, n: fx.Node, out: torch.Tensor) -> None:
+        keys = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal")
+
+        def arg(i: int, default: Any = None) -> Any:
+            return n.args[i] if len(n.args) > i else n.kwargs.get(keys[i], default)
+        q, k, v = (self.val(arg(i)) for i in range(3))
+        lq, hd, lk, hdv = int(q.shape[-2]), int(q.shape[-1]), int(k.shape[-2]), int(v.shape[-1])
+        bh = q.numel() // (lq * hd)  # batch x heads
+        causal = bool(self.val(arg(5, False)))
+        # pairs attended; SDPA's causal mask is aligned top-left
+        pairs = lq * lk if not causal else (lq * (lq + 1) // 2 if lq <= lk else lk * (lk + 1) // 2 + (lq - lk) * lk)
+        # K/V handed in as graph inputs are a KV cache: read from memory, not made by an op
+        kv = sum(self.val(arg(i)).numel() * ACT_BYTES for i in (1, 2)
+                 if isinstance(self.refs.get(arg(i)), _Act) and self.refs[arg(i)].op is None)
+        heads = int(out.shape[-3]) if out.dim() >= 3 else 1
+        self.kv_len = max(self.kv_len, lk - lq)
+        inputs, _ = self.gather(n.all_input_nodes, out, False)
+        self.emit(n, "attn_partial", out, inputs, 2.0 * bh * pairs * (hd + hdv), size=heads, align=1,
+                  kv_read=kv, kv_splits=1, kv_total=lk, causal=causal)
+
+    def elementwise(self, n: fx.Node, name: str, out: Any) -> None:
+        nodes, kind, per_elem = list(n.all_input_nodes), "elementwise", 1.0
+        if name in ("add", "iadd"):
+            kind = "add"
+        if any(isinstance(self.refs.get(a), _Silu) for a in nodes):  # silu(gate) * up
+            nodes = [self.refs[a].src if isinstance(self.refs.get(a), _Silu) else a for a in nodes]
+            kind, per_elem = "silu_mul", 5.0  # sigmoid, two multiplies: as the built-in builder
+        inputs, params = self.gather(nodes, out, name in _POINTWISE)
+        self.emit(n, kind, out, inputs, per_elem * _tensors(out)[0].numel(),
+                  sum(p.numel for p in params) * ACT_BYTES, fn=name)
+
+    def view(self, n: fx.Node, name: str, out: Any) -> Any:
+        """What a view's output refers to: the producer, with the last-dim offset if still known."""
+        src = n.args[0] if n.args and isinstance(n.args[0], fx.Node) else None
+        r = self.refs.get(src) if src is not None else None
+        if r is None or isinstance(r, _Silu) or not (_tensors(out) and isinstance(out, (torch.Tensor, tuple, list))):
+            return None
+        args = self.val(n.args)
+        if isinstance(r, tuple):  # picking from a multi-output node
+            return r[args[1]] if name == "getitem" and isinstance(args[1], (int, slice)) else None
+        inp = self.env[src]
+        if isinstance(r, _Param):
+            if isinstance(out, torch.Tensor):
+                return _Param(r.key, min(r.numel, out.numel()), out.dim())
+            return tuple(_Param(f"{r.key}[{i}]", t.numel(), t.dim()) for i, t in enumerate(out))
+        nd = max(inp.dim(), 1)
+        is_last = lambda d: isinstance(d, int) and d % nd == nd - 1  # noqa: E731
+        if not isinstance(out, torch.Tensor):  # chunk / split / unbind
+            dim = args[2] if len(args) > 2 else n.kwargs.get("dim", 0)
+            if name == "unbind":
+                dim = args[1] if len(args) > 1 else n.kwargs.get("dim", 0)
+            if r.off is None or (is_last(dim) and name == "unbind"):
+                return tuple(_Act(r.op, None) for _ in out)
+            starts = [sum(_last(t) or 0 for t in out[:i]) if is_last(dim) else 0 for i in range(len(out))]
+            return tuple(_Act(r.op, r.off + s) for s in starts)
+        off = r.off if _last(inp) == _last(out) is not None else None
+        if name in ("transpose", "swapaxes"):
+            off = None if any(is_last(d) for d in args[1:3]) else off
+        elif name == "permute":
+            dims = list(args[1]) if len(args) == 2 and isinstance(args[1], (list, tuple)) else list(args[1:])
+            off = off if dims and is_last(dims[-1]) else None
+        elif name in ("t", "movedim", "getattr"):  # x.T, x.mT
+            off = off if name == "t" and inp.dim() < 2 else None
+        elif name == "narrow" and r.off is not None:
+            off = r.off + args[2] if is_last(args[1]) else off
+        elif name == "getitem" and r.off is not None:
+            off = _slice_off(r.off, args[1], inp)
+        return _Act(r.op, off)
+
+
+def _slice_off(off: int, idx: Any, inp: torch.Tensor) -> int | None:
+    """The last-dim offset after ``inp[idx]``: kept or shifted by a plain slice, else lost."""
+    items = [i for i in (idx if isinstance(idx, tuple) else (idx,)) if i is not None]
+    if Ellipsis in items:
+        last = items[-1] if items[-1] is not Ellipsis else slice(None)
+    else:
+        last = items[-1] if len(items) == inp.dim() else slice(None)
+    if not isinstance(last, slice) or last.step not in (None, 1) or not isinstance(last.start or 0, int):
+        return None
+    start = last.start or 0
+    return off + (start + int(inp.shape[-1]) if start < 0 else start)
+
+
+def _name(n: fx.Node) -> str:
+    return str(n.target) if n.op == "call_method" else getattr(n.target, "__name__", str(n.target))
+
+
+def from_torch(module: nn.Module, example_inputs: Any, *, name: str | None = None, batch: int | None = None,
+               weight_dtype: str = "bf16", phase: str = "decode",
+               leaf_modules: Iterable[type] = ()) -> Workload:
+    """The op graph of one forward of ``module``, traced on the meta device.
+
+    ``example_inputs``: a tensor, a tuple of positional inputs, or a dict of keyword inputs
+    (real or meta tensors; only shapes and dtypes are used). The module is copied to meta
+    first, so no weight is allocated and the caller's module is left unchanged. Linear,
+    Embedding, norm classes (and ``leaf_modules``) stay single ops; ``batch`` defaults to
+    the first input's leading dimension.
+
+    Example::
+
+        >>> import torch
+        >>> from mksim import models
+        >>> with torch.device("meta"):
+        ...     net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.SiLU(), torch.nn.Linear(256, 64))
+        >>> wl = models.from_torch(net, torch.zeros(4, 64, device="meta"))
+        >>> [op.kind for op in wl.ops], wl.weight_bytes
+        (['matmul', 'elementwise', 'matmul'], 65536.0)
+    """
+    if not isinstance(module, nn.Module):
+        raise WorkloadError(f"from_torch needs a torch.nn.Module, got {type(module).__name__}")
+    if weight_dtype not in ("bf16", "fp16", "fp8"):
+        raise WorkloadError(f"weight dtype must be bf16, fp16 or fp8, got {weight_dtype!r}")
+    if phase not in ("decode", "prefill"):
+        raise WorkloadError(f"phase must be 'decode' or 'prefill', got {phase!r}")
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+        raise WorkloadError(f"batch must be a positive integer, got {batch!r}")
+    cls = type(module).__name__
+    try:
+        mod = _meta_copy(module).eval()
+    except Exception as exc:
+        raise WorkloadError(f"could not copy {cls} to the meta device ({_first_line(exc)})") from None
+    inputs = _to_meta(example_inputs)
+    tracer = _Tracer(tuple(leaf_modules))
+    try:
+        graph = tracer.trace(mod)
+    except Exception as exc:
+        raise WorkloadError(f"torch.fx could not trace {cls} ({_first_line(exc)}); {_HINT}") from None
+    gm = fx.GraphModule(tracer.root, graph, cls)
+    holders = [n for n in graph.nodes if n.op == "placeholder"]
+    if isinstance(inputs, dict):
+        unknown = set(inputs) - {str(n.target) for n in holders}
+        if unknown:
+            raise WorkloadError(f"{cls}.forward has no input named {sorted(unknown)[0]!r}")
+        args = [inputs[str(h.target)] if str(h.target) in inputs else (h.args[0] if h.args else None)
+                for h in holders]
+    else:
+        args = list(inputs) if isinstance(inputs, (tuple, list)) else [inputs]
+    env: dict[fx.Node, Any] = {}
+    runner = fx.Interpreter(gm, garbage_collect_values=False)
+    try:
+        with torch.no_grad():
+            runner.run(*args, initial_env=env)
+    except Exception as exc:
+        at = next((n.format_node() for n in graph.nodes if n.op != "output" and n not in env), "?")
+        raise WorkloadError(f"running {cls} on the meta device failed at {at} ({_first_line(exc)}); "
+                            f"check example_inputs, or {_HINT}") from None
+    builder = _Builder(gm, tracer.node_name_to_scope, env, DTYPE_BYTES[weight_dtype])
+    for n in graph.nodes:
+        builder.visit(n)
+    if not builder.ops:
+        raise WorkloadError(f"{cls} traced to no ops: no parameter or tensor input reaches its output")
+    first = next(iter(_tensors(inputs)), None)
+    lead = list(first.shape[:2]) if first is not None else []
+    b = batch or (int(lead[0]) if lead else 1)
+    seq = int(lead[1]) if len(lead) > 1 else 1
+    return Workload(name=name or f"{cls} {phase} b{b}", ops=tuple(builder.ops),
+                    tokens=b if phase == "decode" else b * seq, batch=b, kv_len=builder.kv_len, phase=phase,
+                    prefill_tokens=seq if phase == "prefill" else 0, weight_dtype=weight_dtype)

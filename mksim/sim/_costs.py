@@ -1,0 +1,138 @@
+"""The arithmetic of the performance model, as pure functions (no SimPy).
+
+One time unit across the simulator: **microseconds** (``_us``). Bandwidths are bytes per
+microsecond (``_Bpus``; 1 GB/s = 1e3 B/µs), rates FLOP per microsecond.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hwmodels import GPUSpec
+
+GBps_TO_Bpus = 1e3      # 1 GB/s = 1e9 B/s = 1e3 B/µs
+TFLOPs_TO_FLOPpus = 1e6  # 1 TFLOP/s = 1e6 FLOP/µs
+
+
+@dataclass(frozen=True)
+class Rates:
+    """What the simulator needs of a GPU, in µs units, derived once from a :class:`GPUSpec`."""
+    n_sms: int
+    hbm_Bpus: float             # reachable DRAM bandwidth of the chip
+    dram_latency_us: float
+    sm_cap_Bpus: float          # most one SM draws from DRAM (Little's law, capped)
+    l2_per_sm_Bpus: float       # one SM's share of L2 bandwidth
+    l2_latency_us: float
+    tensor_per_sm: dict         # dtype -> FLOP/µs per SM on tensor cores
+    vector_per_sm: float        # FLOP/µs per SM on CUDA cores (fp32)
+    stream_launch_us: float
+    graph_node_us: float
+    pdl_node_us: float
+    launch_latency_us: float
+    grid_barrier_us: float
+    flag_latency_us: float
+    atomic_us: float
+    smem_per_sm_B: float
+
+
+def rates(gpu: GPUSpec) -> Rates:
+    """The GPU's parameters in simulator units."""
+    n = gpu.sm.count
+    c = gpu.compute
+    tensor = {"bf16": c.tensor_bf16_dense_TFLOPs, "fp16": c.tensor_fp16_dense_TFLOPs,
+              "fp8": c.tensor_fp8_dense_TFLOPs or c.tensor_bf16_dense_TFLOPs,
+              "fp32": c.tensor_tf32_dense_TFLOPs or c.tensor_fp32_dense_TFLOPs or c.vector_fp32_TFLOPs}
+    lat_us = gpu.dram.latency_ns / 1e3
+    return Rates(
+        n_sms=n,
+        hbm_Bpus=gpu.hbm_bandwidth_Bps / 1e6,
+        dram_latency_us=lat_us,
+        sm_cap_Bpus=sm_dram_cap_Bpus(gpu.concurrency.max_inflight_per_sm_KiB * 1024, lat_us,
+                                     gpu.concurrency.per_sm_bandwidth_max_GBps * GBps_TO_Bpus),
+        l2_per_sm_Bpus=gpu.l2.bandwidth_GBps * GBps_TO_Bpus / n,
+        l2_latency_us=gpu.l2.latency_ns / 1e3,
+        tensor_per_sm={k: v * TFLOPs_TO_FLOPpus / n for k, v in tensor.items()},
+        vector_per_sm=c.vector_fp32_TFLOPs * TFLOPs_TO_FLOPpus / n,
+        stream_launch_us=gpu.launch.stream_launch_us,
+        graph_node_us=gpu.launch.graph_node_us,
+        pdl_node_us=gpu.launch.pdl_node_us if gpu.launch.pdl_node_us is not None else gpu.launch.graph_node_us,
+        launch_latency_us=gpu.launch.launch_latency_us,
+        grid_barrier_us=gpu.sync.grid_barrier_us,
+        flag_latency_us=gpu.sync.flag_latency_ns / 1e3,
+        atomic_us=gpu.sync.atomic_roundtrip_ns / 1e3,
+        smem_per_sm_B=gpu.sm.shared_memory_per_block_KiB * 1024,
+    )
+
+
+def sm_dram_cap_Bpus(inflight_B: float, latency_us: float, max_Bpus: float) -> float:
+    """Little's law: an SM keeping ``inflight_B`` bytes in flight draws ``inflight / latency``."""
+    return min(inflight_B / latency_us, max_Bpus)
+
+
+def fair_share(caps: dict[float, int], total_Bpus: float) -> float:
+    """Max-min fair level: each flow gets ``min(cap, level)`` and the sum is at most ``total``.
+
+    ``caps`` maps a per-flow cap to the number of flows with that cap. Returns the level
+    (``inf`` when every flow gets its cap).
+
+    >>> fair_share({10.0: 2}, 100.0)        # two flows each capped at 10: both get 10
+    inf
+    >>> fair_share({100.0: 4}, 100.0)       # four uncapped flows share 100
+    25.0
+    >>> fair_share({5.0: 2, 100.0: 2}, 100.0)  # the small ones saturate, the rest share 90
+    45.0
+    """
+    remaining, n = total_Bpus, sum(caps.values())
+    for cap in sorted(caps):
+        if n == 0:
+            break
+        level = remaining / n
+        if cap >= level:
+            return level
+        remaining -= cap * caps[cap]
+        n -= caps[cap]
+    return float("inf")
+
+
+def compute_us(flops: float, unit: str, dtype: str, r: Rates, efficiency: float = 1.0) -> float:
+    """Time for one SM to do ``flops`` on tensor cores (``unit="tensor"``) or CUDA cores."""
+    if flops <= 0:
+        return 0.0
+    rate = r.tensor_per_sm.get(dtype, r.tensor_per_sm["bf16"]) if unit == "tensor" else r.vector_per_sm
+    return flops / (rate * efficiency)
+
+
+def l2_us(nbytes: float, r: Rates) -> float:
+    """Time for one SM to move ``nbytes`` through L2 at its share of L2 bandwidth (no latency)."""
+    return nbytes / r.l2_per_sm_Bpus if nbytes > 0 else 0.0
+
+
+def stream_us(nbytes: float, rate_Bpus: float, latency_us: float) -> float:
+    """A transfer at a constant rate after a first-byte latency."""
+    return latency_us + nbytes / rate_Bpus if nbytes > 0 else 0.0
+
+
+def task_estimate_us(dram_B: float, l2_B: float, flops: float, unit: str, dtype: str, r: Rates,
+                     active_sms: int | None = None) -> float:
+    """A task's time when ``active_sms`` SMs share DRAM fairly and latency is hidden.
+
+    Placement policies use it to balance load; the simulator computes the real thing.
+    """
+    n = active_sms or r.n_sms
+    bw = min(r.sm_cap_Bpus, r.hbm_Bpus / n)
+    return max(dram_B / bw, l2_us(l2_B, r), compute_us(flops, unit, dtype, r))
+
+
+def kernel_start_times(n_kernels: int, mode: str, r: Rates) -> tuple[float, float]:
+    """(first kernel's start, GPU-side gap between dependent kernels) of a chain mode.
+
+    The host side of ``stream`` is handled by :func:`host_issue_us`.
+    """
+    if mode == "graph_pdl":
+        return r.launch_latency_us, r.pdl_node_us
+    return r.launch_latency_us, r.graph_node_us
+
+
+def host_issue_us(i: int, mode: str, r: Rates) -> float:
+    """When the host has issued kernel ``i``: launches from a stream are rate-limited."""
+    return i * r.stream_launch_us if mode == "stream" else 0.0
