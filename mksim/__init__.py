@@ -19,9 +19,17 @@ __version__ = "0.1.0"
 from . import errors, models, workload  # noqa: E402  (light modules)
 from .errors import DeadlockError, MksimError  # noqa: E402
 
-__all__ = ["DeadlockError", "MksimError", "__version__", "errors", "models", "workload"]
+__all__ = ["DeadlockError", "MODES", "MksimError", "POLICIES", "Schedule", "SimResult", "__version__",
+           "build_schedule", "errors", "models", "simulate", "workload"]
 
-_LAZY: dict[str, str] = {}
+_LAZY: dict[str, str] = {
+    "simulate": ".sim",
+    "SimResult": ".sim",
+    "build_schedule": ".schedule",
+    "Schedule": ".schedule",
+    "MODES": ".schedule",
+    "POLICIES": ".schedule",
+}
 
 
 def __getattr__(name: str) -> Any:  # PEP 562: heavy parts load on first use

@@ -1,11 +1,13 @@
 """A workload from a torch ``nn.Module``, traced with torch.fx and run on the meta device.
 
-Symbolic tracing records ``forward`` as a graph; running that graph on meta tensors gives
-every node's output shape without allocating or reading a weight. Each node becomes an
-:class:`~mksim.workload.Op` (or, for views, passes its producer through), with costs that
-follow the built-in LLM builder: ``out_size`` is the last dimension (heads for attention),
-``elem_bytes`` the bf16 bytes per element of it, matmul weights in ``weight_dtype``, norm
-and embedding weights in bf16. This is the only module of mksim that imports torch.
+Symbolic tracing records ``forward`` as a graph; running it on meta tensors gives every
+node's output shape without allocating or reading a weight. Then, node by node:
+Linear / linear / matmul → ``matmul`` (weights in ``weight_dtype``), Embedding → ``embed``
+(the gathered rows), norms → ``rmsnorm``, SDPA → one ``attn_partial`` over heads,
+``silu(a) * b`` → ``silu_mul``, ``+`` → ``add``, other math → ``elementwise``; views pass
+their producer through. ``out_size`` is the last dimension (heads for attention) and
+``elem_bytes`` the bf16 bytes of the rest, as in the built-in LLM builder. Only this module
+of mksim imports torch.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, Iterable
 
 import torch
 from torch import fx, nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from mksim.errors import WorkloadError
 from mksim.workload import Input, Op, Workload
@@ -46,8 +49,8 @@ _HINT = ("mark the submodule that fails as a leaf (leaf_modules=[ThatClass]) or,
 
 @dataclass(frozen=True)
 class _Act:
-    """An activation: made by op ``op`` (None: a graph input); last-dim element i is the
-    producer's element ``i + off`` (None: the layout is lost, consumers need all of it)."""
+    """An activation made by op ``op`` (None: a graph input); its last-dim element i is the
+    producer's element ``i + off`` (None: layout lost, so a consumer needs all of it)."""
     op: str | None
     off: int | None
 
@@ -87,13 +90,9 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _tensors(x: Any) -> list[torch.Tensor]:
-    if isinstance(x, torch.Tensor):
-        return [x]
-    if isinstance(x, (tuple, list)):
-        return [t for v in x for t in _tensors(v)]
-    if isinstance(x, dict):
-        return [t for v in x.values() for t in _tensors(v)]
-    return []
+    if isinstance(x, (tuple, list, dict)):
+        return [t for v in (x.values() if isinstance(x, dict) else x) for t in _tensors(v)]
+    return [x] if isinstance(x, torch.Tensor) else []
 
 
 def _to_meta(x: Any) -> Any:
@@ -126,8 +125,8 @@ def _last(x: Any) -> int | None:
 class _Builder:
     """Maps the nodes of a shape-propagated graph to ops, in graph (topological) order."""
 
-    def __init__(self, gm: fx.GraphModule, scopes: dict[str, Any], env: dict[fx.Node, Any], wb: int):
-        self.gm, self.scopes, self.env, self.wb = gm, scopes, env, wb
+    def __init__(self, gm: fx.GraphModule, scopes: dict[str, Any], env: dict[fx.Node, Any], dtype: str):
+        self.gm, self.scopes, self.env, self.dtype, self.wb = gm, scopes, env, dtype, DTYPE_BYTES[dtype]
         self.ops: list[Op] = []
         self.refs: dict[fx.Node, Any] = {}
         self.kv_len = 0
@@ -143,8 +142,8 @@ class _Builder:
             obj = self.gm
             for part in str(n.target).split("."):
                 obj = getattr(obj, part)
-            # buffers (rotary tables, masks) are constants, not weights
-            self.refs[n] = _Param(str(n.target), obj.numel(), obj.dim()) if isinstance(obj, nn.Parameter) else None
+            is_param = isinstance(obj, nn.Parameter)  # buffers (rotary tables, masks) are constants
+            self.refs[n] = _Param(str(n.target), obj.numel(), obj.dim()) if is_param else None
             return
         if n.op not in ("call_module", "call_function", "call_method"):
             return
@@ -172,20 +171,21 @@ class _Builder:
         elif name == "embedding":
             idx = self.val(n.args[0])
             inputs, _ = self.gather([n.args[0]], out, False)
-            self.emit(n, "embed", out, inputs, 0.0, idx.numel() * _last(out) * ACT_BYTES)
+            self.emit(n, "embed", out, inputs, 0.0, idx.numel() * (_last(out) or 1) * ACT_BYTES)
         elif name in _NORM_FNS:
             inputs, params = self.gather(n.all_input_nodes, out, False)
-            self.emit(n, "rmsnorm", out, inputs, 4.0 * out.numel(), sum(p.numel for p in params) * ACT_BYTES)
+            weight = sum(p.numel for p in params) * ACT_BYTES
+            self.emit(n, "rmsnorm", out, inputs, 4.0 * out.numel(), weight)
         elif name == "scaled_dot_product_attention":
             self.attention(n, out)
-        elif (name == "silu" and len(n.users) == 1 and _name(next(iter(n.users))) in ("mul", "imul")
-              and next(iter(n.users)).args[0] is not next(iter(n.users)).args[-1]):
+        elif name == "silu" and len(n.users) == 1 and _name(user := next(iter(n.users))) in ("mul", "imul") \
+                and user.args[0] is not user.args[-1]:
             self.refs[n] = _Silu(n.all_input_nodes[0])
         else:
             self.elementwise(n, name, out)
 
     # -- inputs and emission ------------------------------------------------------------
-    def gather(self, nodes: Iterable[fx.Node], out: Any, pointwise: bool) -> tuple[list[Input], list[_Param]]:
+    def gather(self, nodes: Iterable[fx.Node], out: Any, pointwise: bool) -> tuple[list[Input], list[Any]]:
         """Inputs on producer ops (identity where the layout is known, else full) and params read."""
         inputs: dict[str, list[Input]] = {}
         params: dict[str, _Param] = {}
@@ -205,7 +205,7 @@ class _Builder:
         return flat, list(params.values())
 
     def emit(self, n: fx.Node, kind: str, out: Any, inputs: list[Input], flops: float, weight: float = 0.0,
-             *, size: int | None = None, align: int = VEC_ALIGN, **extra: Any) -> None:
+             *, size: int | None = None, align: int = VEC_ALIGN, dtype: str = "bf16", **extra: Any) -> None:
         t = _tensors(out)[0]
         size = size or _last(t) or 1
         if t.numel() == 0:
@@ -220,18 +220,19 @@ class _Builder:
         name, i = base, 1
         while name in taken:
             name, i = f"{base}_{i}", i + 1
-        layer = re.search(r"(?:^|\.)(\d+)(?:\.|$)", name)
+        layer = re.search(r"\.(\d+)(?:\.|$)", name)  # layers.3.mlp -> 3
         self.ops.append(Op(name=name, kind=kind, out_size=int(size), elem_bytes=t.numel() / size * ACT_BYTES,
                            flops=float(flops), weight_bytes=float(weight), inputs=tuple(inputs),
-                           layer=int(layer.group(1)) if layer else None, align=align,
-                           kv_read_bytes=float(extra.pop("kv_read", 0.0)), attrs={"fx_node": n.name, **extra}))
+                           layer=int(layer.group(1)) if layer else None, align=align, dtype=dtype,
+                           kv_read_bytes=float(extra.pop("kv_read", 0.0)),
+                           attrs={"fx_node": n.name, **extra}))
         self.refs[n] = _Act(name, 0) if isinstance(out, torch.Tensor) else tuple(_Act(name, None) for _ in out)
 
     def matmul(self, n: fx.Node, out: torch.Tensor, k: int, inputs: list[Input], weight: float) -> None:
         cols = _last(out) or 1
         rows = out.numel() // cols
         self.emit(n, "matmul", out, inputs, 2.0 * rows * k * cols, weight, align=MATMUL_ALIGN,
-                  k=k, rows=rows)
+                  dtype=self.dtype if weight else "bf16", k=k, rows=rows)
 
     # -- node kinds -----------------------------------------------------------------------
     def module_op(self, n: fx.Node, m: nn.Module, out: Any) -> None:
@@ -244,12 +245,18 @@ class _Builder:
             rows = self.val(n.args[0]).numel()
             self.emit(n, "embed", out, inputs, 0.0, rows * m.embedding_dim * ACT_BYTES)
         elif _is_norm(m):  # 4 FLOP/element (square, sum, scale, weight), as the built-in builder
-            self.emit(n, "rmsnorm", out, inputs, 4.0 * numel, sum(p.numel() for p in m.parameters()) * ACT_BYTES)
+            weight = sum(p.numel() for p in m.parameters()) * ACT_BYTES
+            self.emit(n, "rmsnorm", out, inputs, 4.0 * numel, weight)
         else:  # a leaf we know nothing of: a matmul over its matrices, if it has any
             big = sum(p.numel() for p in m.parameters() if p.dim() >= 2)
             small = sum(p.numel() for p in m.parameters() if p.dim() < 2)
-            rows = numel // (_last(_tensors(out)[0]) or 1)
-            self.emit(n, "matmul" if big else "elementwise", out, inputs, 2.0 * rows * big if big else numel,
+            try:  # torch's FLOP counter knows mm, conv and attention, and works on meta shapes
+                with FlopCounterMode(display=False) as counter, torch.no_grad(), torch.device("meta"):
+                    m(*self.val(n.args), **self.val(n.kwargs))
+                flops = float(counter.get_total_flops()) or numel
+            except Exception:  # noqa: BLE001 - an estimate is enough if the leaf will not rerun
+                flops = 2.0 * big * numel / (_last(_tensors(out)[0]) or 1) or numel
+            self.emit(n, "matmul" if big else "elementwise", out, inputs, flops,
                       big * self.wb + small * ACT_BYTES, align=MATMUL_ALIGN if big else VEC_ALIGN,
                       module=type(m).__name__)
 
@@ -263,7 +270,8 @@ class _Builder:
         bh = q.numel() // (lq * hd)  # batch x heads
         causal = bool(self.val(arg(5, False)))
         # pairs attended; SDPA's causal mask is aligned top-left
-        pairs = lq * lk if not causal else (lq * (lq + 1) // 2 if lq <= lk else lk * (lk + 1) // 2 + (lq - lk) * lk)
+        pairs = lq * lk if not causal else \
+            lq * (lq + 1) // 2 if lq <= lk else lk * (lk + 1) // 2 + (lq - lk) * lk
         # K/V handed in as graph inputs are a KV cache: read from memory, not made by an op
         kv = sum(self.val(arg(i)).numel() * ACT_BYTES for i in (1, 2)
                  if isinstance(self.refs.get(arg(i)), _Act) and self.refs[arg(i)].op is None)
@@ -288,7 +296,7 @@ class _Builder:
         """What a view's output refers to: the producer, with the last-dim offset if still known."""
         src = n.args[0] if n.args and isinstance(n.args[0], fx.Node) else None
         r = self.refs.get(src) if src is not None else None
-        if r is None or isinstance(r, _Silu) or not (_tensors(out) and isinstance(out, (torch.Tensor, tuple, list))):
+        if r is None or isinstance(r, _Silu) or not _tensors(out) or isinstance(out, dict):
             return None
         args = self.val(n.args)
         if isinstance(r, tuple):  # picking from a multi-output node
@@ -326,7 +334,7 @@ class _Builder:
 def _slice_off(off: int, idx: Any, inp: torch.Tensor) -> int | None:
     """The last-dim offset after ``inp[idx]``: kept or shifted by a plain slice, else lost."""
     items = [i for i in (idx if isinstance(idx, tuple) else (idx,)) if i is not None]
-    if Ellipsis in items:
+    if any(i is Ellipsis for i in items):
         last = items[-1] if items[-1] is not Ellipsis else slice(None)
     else:
         last = items[-1] if len(items) == inp.dim() else slice(None)
@@ -356,7 +364,8 @@ def from_torch(module: nn.Module, example_inputs: Any, *, name: str | None = Non
         >>> import torch
         >>> from mksim import models
         >>> with torch.device("meta"):
-        ...     net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.SiLU(), torch.nn.Linear(256, 64))
+        ...     net = torch.nn.Sequential(torch.nn.Linear(64, 256, bias=False), torch.nn.SiLU(),
+        ...                               torch.nn.Linear(256, 64, bias=False))
         >>> wl = models.from_torch(net, torch.zeros(4, 64, device="meta"))
         >>> [op.kind for op in wl.ops], wl.weight_bytes
         (['matmul', 'elementwise', 'matmul'], 65536.0)
@@ -393,13 +402,16 @@ def from_torch(module: nn.Module, example_inputs: Any, *, name: str | None = Non
     env: dict[fx.Node, Any] = {}
     runner = fx.Interpreter(gm, garbage_collect_values=False)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), torch.device("meta"):  # tensors made in forward (arange, masks) too
             runner.run(*args, initial_env=env)
     except Exception as exc:
-        at = next((n.format_node() for n in graph.nodes if n.op != "output" and n not in env), "?")
-        raise WorkloadError(f"running {cls} on the meta device failed at {at} ({_first_line(exc)}); "
-                            f"check example_inputs, or {_HINT}") from None
-    builder = _Builder(gm, tracer.node_name_to_scope, env, DTYPE_BYTES[weight_dtype])
+        bad = next((n for n in graph.nodes if n.op != "output" and n not in env), None)
+        what = "?" if bad is None else type(gm.get_submodule(str(bad.target))).__name__ \
+            if bad.op == "call_module" else _name(bad)
+        raise WorkloadError(f"running {cls} on the meta device failed at node {getattr(bad, 'name', '?')} "
+                            f"({what}: {_first_line(exc)}); check example_inputs (shapes, dtypes) or, "
+                            "for a Llama-like model, use mksim.models.from_hf_config") from None
+    builder = _Builder(gm, tracer.node_name_to_scope, env, weight_dtype)
     for n in graph.nodes:
         builder.visit(n)
     if not builder.ops:

@@ -61,8 +61,8 @@ class TaskGraph:
     """The tasks of a tiled workload, with their costs and dependencies.
 
     Tasks are numbered op by op, tiles in order; ``op_first[i]`` is the first task of op
-    ``i``. Cost arrays are per task: ``flops``, ``weight_bytes``, ``kv_bytes`` (KV cache
-    read and written), ``in_bytes`` (activations read, each task reading what it needs,
+    ``i``. Cost arrays are per task: ``flops``, ``weight_bytes``, ``kv_read_bytes`` and
+    ``kv_write_bytes`` (KV cache), ``in_bytes`` (activations read, each task reading what it needs,
     so a matvec input is read once per tile), ``out_bytes``.
 
     Example::
@@ -89,7 +89,8 @@ class TaskGraph:
         frac = np.empty(n)
         self.flops = np.empty(n)
         self.weight_bytes = np.empty(n)
-        self.kv_bytes = np.empty(n)
+        self.kv_read_bytes = np.empty(n)
+        self.kv_write_bytes = np.empty(n)
         self.out_bytes = np.empty(n)
         self.in_bytes = np.zeros(n)
         self._deps: list[tuple[Dep, ...]] = []
@@ -101,7 +102,8 @@ class TaskGraph:
             frac[s:e] = f
             self.flops[s:e] = op.flops * f
             self.weight_bytes[s:e] = op.weight_bytes * f
-            self.kv_bytes[s:e] = (op.kv_read_bytes + op.kv_write_bytes) * f
+            self.kv_read_bytes[s:e] = op.kv_read_bytes * f
+            self.kv_write_bytes[s:e] = op.kv_write_bytes * f
             self.out_bytes[s:e] = op.out_bytes * f
             bl = bounds_list[i]
             for t in range(e - s):
@@ -117,6 +119,11 @@ class TaskGraph:
                         deps.append((p, t0, t1))
                 self._deps.append(_merge_deps(deps))
         self.frac = frac
+
+    @property
+    def kv_bytes(self) -> np.ndarray:
+        """KV cache bytes read and written, per task."""
+        return self.kv_read_bytes + self.kv_write_bytes
 
     # -- queries --------------------------------------------------------------------
     def __len__(self) -> int:

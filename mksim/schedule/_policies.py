@@ -1,0 +1,196 @@
+"""Megakernel placement policies: which SM runs which task, in which order.
+
+A policy is a small plug-in: subclass :class:`BasePolicy`, implement :meth:`place`, and
+register it in :data:`POLICIES`. ``place`` is called once per schedule build, with the
+task graph (tasks numbered in a topological order, op by op) and the GPU's rates; it
+returns one queue of task ids per SM. Every task must appear exactly once; the order of a
+queue is the order the SM executes it, so a policy must not put a task before one of its
+(transitive) producers on the same SM — :meth:`Schedule.validate` rejects that as a
+deadlock. Policies estimate task times with :func:`~mksim.sim._costs.task_estimate_us`.
+"""
+
+from __future__ import annotations
+
+import heapq
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+
+from mksim.errors import ScheduleError, UnknownNameError
+from mksim.sim._costs import Rates, task_estimate_us
+from mksim.workload import TaskGraph
+
+
+def task_costs(graph: TaskGraph, r: Rates, active_sms: int | None = None) -> np.ndarray:
+    """Estimated time (µs) of every task, all SMs streaming at once."""
+    dram = graph.weight_bytes + graph.kv_read_bytes
+    l2 = graph.in_bytes + graph.out_bytes + graph.kv_write_bytes
+    out = np.empty(len(graph))
+    for i, op in enumerate(graph.ops):
+        s, e = int(graph.op_first[i]), int(graph.op_first[i + 1])
+        for t in range(s, e):
+            out[t] = task_estimate_us(dram[t], l2[t], graph.flops[t], op.unit, op.dtype, r, active_sms)
+    return out
+
+
+class BasePolicy(ABC):
+    """Places tasks on SMs. Subclasses set ``name`` and implement :meth:`place`."""
+
+    name: str = ""
+
+    def __init__(self, **params: Any):
+        unknown = set(params) - set(self.params())
+        if unknown:
+            raise ScheduleError(f"policy {self.name!r} has no option {sorted(unknown)[0]!r}; options: "
+                                f"{', '.join(self.params()) or 'none'}")
+        self.options = {**self.params(), **params}
+
+    @classmethod
+    def params(cls) -> dict[str, Any]:
+        """Options and their defaults."""
+        return {}
+
+    @abstractmethod
+    def place(self, graph: TaskGraph, r: Rates, n_sms: int) -> list[list[int]]:
+        """One queue of task ids per SM (``n_sms`` queues)."""
+
+
+class RoundRobin(BasePolicy):
+    """Task ``i`` of the topological order goes to SM ``i mod n``."""
+
+    name = "rr"
+
+    def place(self, graph, r, n_sms):
+        q: list[list[int]] = [[] for _ in range(n_sms)]
+        for t in range(len(graph)):
+            q[t % n_sms].append(t)
+        return q
+
+
+class ZigZag(BasePolicy):
+    """Round-robin that reverses direction at every op, so the SMs that took an op's last
+    tiles take the next op's first ones (they are free first)."""
+
+    name = "zigzag"
+
+    def place(self, graph, r, n_sms):
+        q: list[list[int]] = [[] for _ in range(n_sms)]
+        pos, step = 0, 1
+        for i in range(len(graph.ops)):
+            for t in range(int(graph.op_first[i]), int(graph.op_first[i + 1])):
+                q[pos].append(t)
+                nxt = pos + step
+                if not 0 <= nxt < n_sms:
+                    step = -step
+                    nxt = pos  # bounce: the edge SM takes two in a row
+                pos = nxt
+        return q
+
+
+class Wave(BasePolicy):
+    """Per op, longest-processing-time packing onto the least-loaded SMs."""
+
+    name = "wave"
+
+    def place(self, graph, r, n_sms):
+        cost = task_costs(graph, r)
+        load = [(0.0, s) for s in range(n_sms)]
+        q: list[list[int]] = [[] for _ in range(n_sms)]
+        for i in range(len(graph.ops)):
+            s, e = int(graph.op_first[i]), int(graph.op_first[i + 1])
+            order = sorted(range(s, e), key=lambda t: -cost[t])
+            heap = list(load)
+            heapq.heapify(heap)
+            placed = []
+            for t in order:
+                ld, sm = heapq.heappop(heap)
+                placed.append((sm, t))
+                heapq.heappush(heap, (ld + cost[t], sm))
+            for sm, t in sorted(placed, key=lambda p: p[1]):  # keep tile order within an SM
+                q[sm].append(t)
+            load = heap
+        return q
+
+
+class DagList(BasePolicy):
+    """Greedy list scheduling: tasks in topological order, each on the SM where it can
+    start earliest given when its producers are estimated to finish."""
+
+    name = "dag"
+
+    @classmethod
+    def params(cls):
+        return {"sync_us": None}  # dependency latency assumed; default: the GPU's flag latency
+
+    def place(self, graph, r, n_sms):
+        cost = task_costs(graph, r)
+        sync = self.options["sync_us"] if self.options["sync_us"] is not None else r.flag_latency_us
+        return _list_schedule(graph, cost, list(range(n_sms)), range(len(graph)), sync, n_sms)
+
+
+class Pools(BasePolicy):
+    """Separate SM pools for memory-bound and compute-bound tasks (by arithmetic intensity
+    against the GPU's ridge point); each pool list-schedules its own tasks."""
+
+    name = "pool"
+
+    @classmethod
+    def params(cls):
+        return {"compute_fraction": 0.25}
+
+    def place(self, graph, r, n_sms):
+        frac = self.options["compute_fraction"]
+        if not 0 < frac < 1:
+            raise ScheduleError(f"pool: compute_fraction must be between 0 and 1, got {frac}")
+        cost = task_costs(graph, r)
+        ridge = r.tensor_per_sm["bf16"] / (r.hbm_Bpus / r.n_sms)
+        bytes_ = graph.weight_bytes + graph.kv_read_bytes + graph.in_bytes + graph.out_bytes
+        intensity = graph.flops / np.maximum(bytes_, 1.0)
+        compute = intensity >= ridge / 2
+        if compute.all() or not compute.any():
+            return _list_schedule(graph, cost, list(range(n_sms)), range(len(graph)), r.flag_latency_us,
+                                  n_sms)
+        n_c = max(1, min(n_sms - 1, round(n_sms * frac)))
+        pools = {True: list(range(n_sms - n_c, n_sms)), False: list(range(n_sms - n_c))}
+        # one list schedule over both pools so estimated ready times cross between them
+        return _list_schedule(graph, cost, None, range(len(graph)), r.flag_latency_us, n_sms,
+                              pool_of=lambda t: pools[bool(compute[t])])
+
+
+def _list_schedule(graph: TaskGraph, cost: np.ndarray, sms: list[int] | None, order, sync_us: float,
+                   n_sms: int, pool_of=None) -> list[list[int]]:
+    """Each task on the SM of its pool that frees first (ties: lowest SM id)."""
+    finish = np.zeros(len(graph))
+    op_max = np.zeros(len(graph.ops))  # running max of finish per op, for whole-op deps
+    heaps: dict[int, list[tuple[float, int]]] = {}
+    q: list[list[int]] = [[] for _ in range(n_sms)]
+    for t in order:
+        ready = 0.0
+        for p, t0, t1 in graph.deps(t):
+            if t1 - t0 == graph.n_tiles[p]:
+                ready = max(ready, op_max[p])
+            else:
+                base = int(graph.op_first[p])
+                ready = max(ready, float(finish[base + t0:base + t1].max()))
+        ready += sync_us
+        pool = pool_of(t) if pool_of else sms
+        heap = heaps.get(id(pool))
+        if heap is None:
+            heap = heaps[id(pool)] = [(0.0, s) for s in pool]
+            heapq.heapify(heap)
+        free, best = heapq.heappop(heap)
+        finish[t] = max(free, ready) + cost[t]
+        heapq.heappush(heap, (finish[t], best))
+        op_max[graph.op_of[t]] = max(op_max[graph.op_of[t]], finish[t])
+        q[best].append(t)
+    return q
+
+
+POLICIES: dict[str, type[BasePolicy]] = {p.name: p for p in (RoundRobin, ZigZag, Wave, DagList, Pools)}
+
+
+def get_policy(name: str, **params: Any) -> BasePolicy:
+    if name not in POLICIES:
+        raise UnknownNameError("policy", name, sorted(POLICIES))
+    return POLICIES[name](**params)

@@ -1,0 +1,247 @@
+"""Schedules: how a workload's tasks run on a GPU, serialisable to JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import hwmodels
+from hwmodels import GPUSpec
+from mksim.errors import DeadlockError, ScheduleError, UnknownNameError
+from mksim.workload import TaskGraph, Tiling, Workload
+
+MODES = ("stream", "graph", "graph_pdl", "persistent_barrier", "megakernel")
+CHAIN_MODES = ("stream", "graph", "graph_pdl")
+PERSISTENT_MODES = ("persistent_barrier", "megakernel")
+SYNCS = ("counter", "flag")
+FORMAT = "mksim-schedule"
+
+
+@dataclass(frozen=True)
+class Options:
+    """Knobs of a schedule. Sizes carry their unit.
+
+    - ``tasks_per_sm``: tiling granularity (tasks per SM per op) unless ``tiling`` is given;
+    - ``blocks_per_sm``: resident blocks per SM in chain modes (they share the SM's bytes
+      in flight);
+    - ``prefetch_depth``: shared-memory pages of ``page_KiB`` the loader may fill ahead of
+      the executing task (persistent modes; graph_pdl uses it for its prologue);
+    - ``smem_reserve_KiB``: shared memory kept for activations and bookkeeping;
+    - ``sync``: ``counter`` (one atomic counter per op range) or ``flag`` (a flag per tile);
+    - ``record``: keep the HBM rate log (tests).
+    """
+    tasks_per_sm: float = 1.0
+    blocks_per_sm: int = 1
+    prefetch_depth: int = 4
+    page_KiB: float = 32.0
+    smem_reserve_KiB: float = 32.0
+    sync: str = "counter"
+    record: bool = False
+
+    @property
+    def prefetch_bytes(self) -> float:
+        return self.prefetch_depth * self.page_KiB * 1024
+
+
+@dataclass
+class Schedule:
+    """A workload placed on a GPU in one execution mode.
+
+    Build one with :func:`mksim.build_schedule`; ``to_json``/``from_json`` round-trip it.
+    ``queues`` (persistent modes) holds one list of task ids per SM, in execution order.
+    """
+    mode: str
+    gpu: GPUSpec
+    workload: Workload
+    graph: TaskGraph
+    options: Options = field(default_factory=Options)
+    queues: list[list[int]] | None = None
+    policy: str | None = None
+    policy_options: dict[str, Any] = field(default_factory=dict)
+    workload_spec: dict[str, Any] = field(default_factory=dict)
+
+    # -- checks -----------------------------------------------------------------------
+    def validate(self) -> "Schedule":
+        """Raise :class:`ScheduleError` (or :class:`DeadlockError`) if the schedule cannot run."""
+        o = self.options
+        if self.mode not in MODES:
+            raise UnknownNameError("mode", self.mode, MODES)
+        if o.sync not in SYNCS:
+            raise ScheduleError(f"sync must be one of {', '.join(SYNCS)}, got {o.sync!r}")
+        if o.blocks_per_sm < 1 or o.blocks_per_sm > self.gpu.sm.max_blocks_per_sm_count:
+            raise ScheduleError(f"blocks_per_sm must be between 1 and {self.gpu.sm.max_blocks_per_sm_count}"
+                                f" on {self.gpu.name}, got {o.blocks_per_sm}")
+        if o.prefetch_depth < 0 or o.page_KiB <= 0 or o.smem_reserve_KiB < 0:
+            raise ScheduleError("prefetch_depth must be >= 0 and page_KiB > 0")
+        smem = self.gpu.sm.shared_memory_per_block_KiB
+        need = o.prefetch_depth * o.page_KiB + o.smem_reserve_KiB
+        if need > smem:
+            most = int((smem - o.smem_reserve_KiB) // o.page_KiB)
+            raise ScheduleError(f"shared memory over budget: {o.prefetch_depth} pages of {o.page_KiB:g} KiB + "
+                                f"{o.smem_reserve_KiB:g} KiB reserved = {need:g} KiB > {smem:g} KiB per block on "
+                                f"{self.gpu.name}; use prefetch_depth <= {most}")
+        if self.mode in PERSISTENT_MODES:
+            self._check_queues()
+        return self
+
+    def _check_queues(self) -> None:
+        n, n_sms = len(self.graph), self.gpu.sm.count
+        if self.queues is None:
+            raise ScheduleError(f"mode {self.mode} needs per-SM queues; build it with build_schedule")
+        if len(self.queues) > n_sms:
+            raise ScheduleError(f"{len(self.queues)} queues for {n_sms} SMs on {self.gpu.name}; "
+                                "one queue per SM at most")
+        where: dict[int, int] = {}
+        for sm, q in enumerate(self.queues):
+            for t in q:
+                if not 0 <= t < n:
+                    raise ScheduleError(f"SM {sm} lists task {t}, but the graph has tasks 0..{n - 1}")
+                if t in where:
+                    raise ScheduleError(f"task {self.graph.name(t)} is placed twice (SM {where[t]} and SM {sm})")
+                where[t] = sm
+        if len(where) != n:
+            missing = next(t for t in range(n) if t not in where)
+            raise ScheduleError(f"{n - len(where)} task(s) never placed, e.g. {self.graph.name(missing)}")
+        if self.mode == "persistent_barrier":
+            for sm, q in enumerate(self.queues):
+                ops = [int(self.graph.op_of[t]) for t in q]
+                if ops != sorted(ops):
+                    raise ScheduleError(f"SM {sm}: with a grid barrier per op, a queue must list ops in order")
+        find_deadlock(self.graph, self.queues)
+
+    # -- JSON -------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        t = self.graph.tiling
+        return {
+            "format": FORMAT, "version": 1, "mode": self.mode,
+            "gpu": self.gpu.name if not self.gpu.path or Path(self.gpu.path).parent.name in ("data", "calibrated")
+            else self.gpu.path,
+            "workload": self.workload_spec,
+            "tiling": {"default": t.default, "per_kind": dict(t.per_kind), "per_op": dict(t.per_op)},
+            "options": asdict(self.options),
+            "policy": self.policy, "policy_options": self.policy_options,
+            "queues": self.queues,
+        }
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        text = json.dumps(self.to_dict(), separators=(",", ":"))
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_json(cls, text_or_path: str | Path) -> "Schedule":
+        """Read a schedule written by :meth:`to_json` (a JSON string or a file path)."""
+        text = str(text_or_path)
+        if not text.lstrip().startswith("{"):
+            p = Path(text)
+            if not p.is_file():
+                raise ScheduleError(f"{p}: no such schedule file")
+            text = p.read_text()
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ScheduleError(f"schedule is not valid JSON ({exc})") from None
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise ScheduleError(f"not a mksim schedule (expected \"format\": \"{FORMAT}\")")
+        from ._build import workload_from_spec
+
+        try:
+            gpu = hwmodels.load(d["gpu"])
+            wl = workload_from_spec(d["workload"])
+            tl = d["tiling"]
+            tiling = Tiling(default=tl["default"], per_kind=tl.get("per_kind", {}), per_op=tl.get("per_op", {}))
+            known = {f.name for f in fields(Options)}
+            bad = set(d.get("options", {})) - known
+            if bad:
+                raise ScheduleError(f"unknown schedule option {sorted(bad)[0]!r}; known: {', '.join(sorted(known))}")
+            opts = Options(**d.get("options", {}))
+        except KeyError as exc:
+            raise ScheduleError(f"schedule is missing key {exc}") from None
+        except TypeError as exc:
+            raise ScheduleError(f"schedule has a malformed field ({exc})") from None
+        queues = d.get("queues")
+        if queues is not None and (not isinstance(queues, list) or
+                                   not all(isinstance(q, list) and all(isinstance(t, int) for t in q)
+                                           for q in queues)):
+            raise ScheduleError("schedule queues must be lists of integer task ids, one list per SM")
+        s = cls(mode=d["mode"], gpu=gpu, workload=wl, graph=TaskGraph(wl, tiling), options=opts,
+                queues=queues, policy=d.get("policy"), policy_options=d.get("policy_options") or {},
+                workload_spec=d["workload"])
+        return s.validate()
+
+    def with_options(self, **kw: Any) -> "Schedule":
+        return replace(self, options=replace(self.options, **kw))
+
+
+def find_deadlock(graph: TaskGraph, queues: list[list[int]]) -> None:
+    """Run the queues abstractly (an SM runs its head task once its producers are done);
+    raise :class:`DeadlockError` naming the SMs and tasks of a cycle if some SM can never
+    proceed."""
+    n_ops = len(graph.ops)
+    done_count = [0] * n_ops
+    done = bytearray(len(graph))
+    head = [0] * len(queues)
+    sm_of = {}
+    for sm, q in enumerate(queues):
+        for i, t in enumerate(q):
+            sm_of[t] = (sm, i)
+    waiting_on: dict[int, list[int]] = {}   # producer task -> SMs whose head waits for it
+    op_waiters: dict[int, list[int]] = {}   # op -> SMs whose head waits for the whole op
+    ready = list(range(len(queues)))
+
+    def blocker(t: int) -> tuple[str, int] | None:
+        for p, t0, t1 in graph.deps(t):
+            if t1 - t0 == graph.n_tiles[p]:
+                if done_count[p] < t1 - t0:
+                    return ("op", p)
+            else:
+                base = int(graph.op_first[p])
+                for k in range(base + t0, base + t1):
+                    if not done[k]:
+                        return ("task", k)
+        return None
+
+    while ready:
+        sm = ready.pop()
+        q = queues[sm]
+        while head[sm] < len(q):
+            t = q[head[sm]]
+            b = blocker(t)
+            if b is not None:
+                (op_waiters if b[0] == "op" else waiting_on).setdefault(b[1], []).append(sm)
+                break
+            done[t] = 1
+            p = int(graph.op_of[t])
+            done_count[p] += 1
+            head[sm] += 1
+            ready.extend(waiting_on.pop(t, ()))
+            if done_count[p] == graph.n_tiles[p]:
+                ready.extend(op_waiters.pop(p, ()))
+    stuck = [sm for sm, q in enumerate(queues) if head[sm] < len(q)]
+    if not stuck:
+        return
+    # follow "SM a's head waits for task x, which sits on SM b behind b's head" until a repeat
+    def first_missing(t: int) -> int:
+        for p, t0, t1 in graph.deps(t):
+            base = int(graph.op_first[p])
+            for k in range(base + t0, base + t1):
+                if not done[k]:
+                    return k
+        raise AssertionError("stuck task has no missing producer")
+
+    path: list[tuple[int, int, int]] = []
+    seen: dict[int, int] = {}
+    sm = stuck[0]
+    while sm not in seen:
+        seen[sm] = len(path)
+        t = queues[sm][head[sm]]
+        x = first_missing(t)
+        path.append((sm, t, x))
+        sm = sm_of[x][0]
+    cycle = path[seen[sm]:]
+    parts = [f"SM {a} runs {graph.name(t)}, which waits for {graph.name(x)} queued behind it on SM {sm_of[x][0]}"
+             for a, t, x in cycle]
+    raise DeadlockError("deadlock: " + "; ".join(parts) + "; reorder the queues so producers come first")

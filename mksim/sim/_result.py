@@ -1,0 +1,133 @@
+"""Simulation results: latency, where the time went, per-op times, the per-SM timeline."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# Where an SM's time goes. Averaged over SMs (or SM slots), the categories sum to the latency.
+CATEGORIES = ("memory", "compute", "launch", "barrier wait", "dependency wait", "bubble", "tail idle")
+
+
+@dataclass
+class SimResult:
+    """The outcome of :func:`mksim.simulate`. Times in µs."""
+    mode: str
+    gpu: str
+    workload: str
+    policy: str | None
+    latency_us: float
+    tokens: int
+    dram_bytes: float
+    hbm_spec_Bps: float
+    bandwidth_floor_us: float
+    breakdown_us: dict[str, float]
+    per_op: list[dict[str, Any]]
+    n_tasks: int
+    n_lanes: int
+    lanes_per_sm: int
+    timeline: list[tuple[int, float, float, int, str]] = field(repr=False, default_factory=list)
+    task_names: list[str] = field(repr=False, default_factory=list)
+    hbm_log: list[tuple[float, float]] | None = field(repr=False, default=None)
+    task_start_us: np.ndarray | None = field(repr=False, default=None)
+    task_end_us: np.ndarray | None = field(repr=False, default=None)
+    task_lane: np.ndarray | None = field(repr=False, default=None)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / (self.latency_us * 1e-6)
+
+    @property
+    def hbm_util(self) -> float:
+        """Achieved DRAM bandwidth as a fraction of the datasheet bandwidth."""
+        return self.dram_bytes / (self.latency_us * 1e-6) / self.hbm_spec_Bps
+
+    def to_dict(self, timeline: bool = False) -> dict[str, Any]:
+        d = {"mode": self.mode, "gpu": self.gpu, "workload": self.workload, "policy": self.policy,
+             "latency_us": self.latency_us, "tokens_per_s": self.tokens_per_s, "hbm_util": self.hbm_util,
+             "dram_bytes": self.dram_bytes, "bandwidth_floor_us": self.bandwidth_floor_us,
+             "breakdown_us": self.breakdown_us, "n_tasks": self.n_tasks, "per_op": self.per_op}
+        if timeline:
+            d["timeline"] = [{"lane": ln, "start_us": a, "end_us": b, "task": self.task_names[t],
+                              "what": c} for ln, a, b, t, c in self.timeline]
+        return d
+
+    def to_perfetto(self, path: str | Path) -> Path:
+        """Write a Chrome trace (opens in Perfetto / chrome://tracing): one track per SM."""
+        events: list[dict[str, Any]] = [{"name": "process_name", "ph": "M", "pid": 0,
+                                         "args": {"name": f"{self.gpu} {self.mode}"}}]
+        for lane in range(self.n_lanes):
+            sm, slot = divmod(lane, self.lanes_per_sm)
+            name = f"SM {sm}" + (f" slot {slot}" if self.lanes_per_sm > 1 else "")
+            events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": lane, "args": {"name": name}})
+            events.append({"name": "thread_sort_index", "ph": "M", "pid": 0, "tid": lane,
+                           "args": {"sort_index": lane}})
+        for lane, a, b, t, cat in self.timeline:
+            if lane < 0:
+                continue
+            name = self.task_names[t] if cat == "task" else cat
+            events.append({"name": name, "cat": cat, "ph": "X", "ts": a, "dur": b - a, "pid": 0, "tid": lane,
+                           "args": {"task": self.task_names[t]}})
+        p = Path(path)
+        p.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
+        return p
+
+
+def build_result(s, r, start, end, lane_of, segs, n_lanes, t0, spans, hbm) -> SimResult:
+    g = s.graph
+    latency = float(np.nanmax(end))
+    cover = defaultdict(float)
+    loader_bubbles: dict[tuple[int, int], list[tuple[float, float]]] = defaultdict(list)
+    for lane, a, b, t, cat in segs:
+        if lane < 0 and cat == "bubble":
+            loader_bubbles[(-1 - lane, t)].append((a, b))
+    for lane, a, b, t, cat in segs:
+        if lane < 0 or cat == "task":
+            continue
+        if cat == "data wait":  # the executor waited on its loader: bubble where the loader was
+            bub = sum(max(0.0, min(b, y) - max(a, x)) for x, y in loader_bubbles.get((lane, t), ()))
+            cover["bubble"] += bub
+            cover["memory"] += (b - a) - bub
+        else:
+            cover[cat] += b - a
+    covered = sum(cover.values())
+    total = latency * n_lanes
+    if spans is None:
+        launch = t0 * n_lanes
+    else:  # time outside every kernel is launch time for all lanes
+        ivs = sorted((a, b) for a, b in spans)
+        busy, cur_a, cur_b = 0.0, None, None
+        for a, b in ivs:
+            if cur_b is None or a > cur_b:
+                if cur_b is not None:
+                    busy += cur_b - cur_a
+                cur_a, cur_b = a, b
+            else:
+                cur_b = max(cur_b, b)
+        if cur_b is not None:
+            busy += cur_b - cur_a
+        launch = (latency - busy) * n_lanes
+    cover["launch"] += launch
+    cover["tail idle"] += max(0.0, total - covered - launch)
+    breakdown = {c: cover.get(c, 0.0) / n_lanes for c in
+                 ("memory", "compute", "launch", "barrier wait", "dependency wait", "bubble", "tail idle")}
+    per_op = []
+    for i, op in enumerate(g.ops):
+        a, b = int(g.op_first[i]), int(g.op_first[i + 1])
+        st, en = float(np.min(start[a:b])), float(np.max(end[a:b]))
+        per_op.append({"op": op.name, "kind": op.kind, "tasks": b - a, "start_us": st, "end_us": en,
+                       "time_us": en - st})
+    wl = s.workload
+    dram = float(hbm.bytes_done)
+    return SimResult(mode=s.mode, gpu=s.gpu.name, workload=wl.name, policy=s.policy, latency_us=latency,
+                     tokens=wl.tokens, dram_bytes=dram, hbm_spec_Bps=s.gpu.dram.bandwidth_spec_GBps * 1e9,
+                     bandwidth_floor_us=wl.bandwidth_floor_us(s.gpu.dram.bandwidth_spec_GBps * 1e9),
+                     breakdown_us=breakdown, per_op=per_op, n_tasks=len(g), n_lanes=n_lanes,
+                     lanes_per_sm=n_lanes // s.gpu.sm.count, timeline=segs,
+                     task_names=[g.name(t) for t in range(len(g))], hbm_log=hbm.log, task_start_us=start,
+                     task_end_us=end, task_lane=lane_of)
