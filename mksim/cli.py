@@ -185,6 +185,172 @@ def workload_cmd(
               f"{g.hbm_bandwidth_Bps / 1e9:.0f} GB/s")
 
 
+# -- simulation -----------------------------------------------------------------------
+def _parse_opts(opts: list[str]) -> dict[str, Any]:
+    """``--opt key=value`` pairs as schedule options (numbers parsed)."""
+    out: dict[str, Any] = {}
+    for item in opts:
+        if "=" not in item:
+            raise MksimError(f"--opt takes key=value, got {item!r}")
+        k, v = item.split("=", 1)
+        for cast in (int, float):
+            try:
+                out[k] = cast(v)
+                break
+            except ValueError:
+                continue
+        else:
+            out[k] = {"true": True, "false": False}.get(v.lower(), v)
+    return out
+
+
+def _compare_rows(results: dict[str, Any]) -> dict[str, Any]:
+    base = results["stream"].latency_us
+    return {mode: {"latency_us": r.latency_us, "tokens_per_s": r.tokens_per_s, "hbm_util": r.hbm_util,
+                   "speedup_vs_stream": base / r.latency_us, "policy": r.policy,
+                   "breakdown_us": r.breakdown_us}
+            for mode, r in results.items()}
+
+
+def compare_modes(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase: str = "decode",
+                  prefill_tokens: int = 0, dtype: str = "bf16", policy: str | None = None) -> dict[str, Any]:
+    """Simulate every mode on one workload; returns ``{"modes": {...}, ...}`` as ``--json`` prints."""
+    import hwmodels
+    from mksim.schedule import MODES, build_schedule
+    from mksim.sim import simulate
+
+    g = hwmodels.load(gpu)
+    wl = _workload(model, batch, kv_len, phase, prefill_tokens, dtype, g.sm.count)
+    results = {}
+    for mode in MODES:
+        kw = {"policy": policy} if mode == "megakernel" and policy else {}
+        results[mode] = simulate(build_schedule(wl, g, mode, **kw))
+    return {"model": model, "gpu": g.name, "workload": wl.name, "batch": batch, "kv_len": kv_len,
+            "phase": phase, "bandwidth_floor_us": wl.bandwidth_floor_us(g.dram.bandwidth_spec_GBps * 1e9),
+            "modes": _compare_rows(results)}
+
+
+@app.command("compare")
+def compare_cmd(
+    model: str = typer.Option("llama-3.2-1b", "--model", "-m", help="Built-in model name or a HF config.json."),
+    gpu: str = typer.Option("h200", "--gpu", "-g", help="GPU name (mksim hw list) or a .toml path."),
+    batch: int = typer.Option(1, "--batch", "-b"),
+    kv_len: int = typer.Option(1024, "--kv-len"),
+    phase: str = typer.Option("decode", "--phase"),
+    prefill_tokens: int = typer.Option(0, "--prefill-tokens"),
+    dtype: str = typer.Option("bf16", "--dtype"),
+    policy: Optional[str] = typer.Option(None, "--policy", help="Megakernel placement policy."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Every execution mode side by side: latency, tokens/s, HBM utilisation, breakdown."""
+    from mksim.sim import CATEGORIES
+
+    d = compare_modes(model, gpu, batch, kv_len, phase, prefill_tokens, dtype, policy)
+    if as_json:
+        return _emit_json(d)
+    t = Table(title=f"{d['workload']} on {d['gpu']} (bandwidth floor {d['bandwidth_floor_us']:.1f} µs)")
+    for col in ("mode", "latency µs", "tokens/s", "HBM util", "vs stream", *CATEGORIES):
+        t.add_column(col, justify="left" if col == "mode" else "right")
+    for mode, row in d["modes"].items():
+        label = mode + (f" ({row['policy']})" if row["policy"] and mode == "megakernel" else "")
+        t.add_row(label, f"{row['latency_us']:.1f}", f"{row['tokens_per_s']:.0f}", f"{row['hbm_util']:.0%}",
+                  f"{row['speedup_vs_stream']:.2f}×", *(f"{row['breakdown_us'][c]:.1f}" for c in CATEGORIES))
+    out.print(t)
+    out.print("breakdown columns: µs of the step, averaged over SMs; they sum to the latency")
+
+
+@app.command("simulate")
+def simulate_cmd(
+    model: str = typer.Option("llama-3.2-1b", "--model", "-m"),
+    gpu: str = typer.Option("h200", "--gpu", "-g"),
+    mode: str = typer.Option("megakernel", "--mode"),
+    policy: Optional[str] = typer.Option(None, "--policy", help="Megakernel placement policy."),
+    batch: int = typer.Option(1, "--batch", "-b"),
+    kv_len: int = typer.Option(1024, "--kv-len"),
+    phase: str = typer.Option("decode", "--phase"),
+    prefill_tokens: int = typer.Option(0, "--prefill-tokens"),
+    dtype: str = typer.Option("bf16", "--dtype"),
+    opt: list[str] = typer.Option([], "--opt", help="Schedule option key=value (repeatable)."),
+    schedule: Optional[str] = typer.Option(None, "--schedule", help="Simulate this schedule JSON file."),
+    save: Optional[str] = typer.Option(None, "--save", help="Write the schedule as JSON here."),
+    trace: Optional[str] = typer.Option(None, "--trace", help="Write a Perfetto (Chrome) trace here."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Simulate one mode (or a schedule file) and show where the time went."""
+    import hwmodels
+    from mksim.schedule import Schedule, build_schedule
+    from mksim.sim import simulate
+
+    if schedule:
+        sched = Schedule.from_json(schedule)
+    else:
+        g = hwmodels.load(gpu)
+        wl = _workload(model, batch, kv_len, phase, prefill_tokens, dtype, g.sm.count)
+        sched = build_schedule(wl, g, mode, policy=policy, **_parse_opts(opt))
+    if save:
+        sched.to_json(save)
+    res = simulate(sched)
+    if trace:
+        res.to_perfetto(trace)
+    if as_json:
+        return _emit_json(res.to_dict())
+    out.print(f"{res.workload} on {res.gpu}, {res.mode}" + (f" ({res.policy})" if res.policy else "")
+              + f": [bold]{res.latency_us:.1f} µs[/bold], {res.tokens_per_s:.0f} tokens/s, HBM {res.hbm_util:.0%}"
+              f" (floor {res.bandwidth_floor_us:.1f} µs)")
+    t = Table(title="where the time went (µs, averaged over SMs)")
+    t.add_column("category")
+    t.add_column("µs", justify="right")
+    t.add_column("share", justify="right")
+    for k, v in res.breakdown_us.items():
+        t.add_row(k, f"{v:.1f}", f"{v / res.latency_us:.0%}")
+    out.print(t)
+    if trace:
+        out.print(f"trace written to {trace} (open in https://ui.perfetto.dev)")
+
+
+@app.command("sweep")
+def sweep_cmd(
+    model: str = typer.Option("llama-3.2-1b", "--model", "-m"),
+    gpu: str = typer.Option("h200", "--gpu", "-g"),
+    batch: str = typer.Option("1,2,4,8,16,32,64", "--batch", "-b", help="Comma-separated batch sizes."),
+    kv_len: str = typer.Option("1024", "--kv-len", help="Comma-separated KV lengths."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    html: Optional[str] = typer.Option(None, "--html", help="Write a plotly chart here."),
+) -> None:
+    """Each mode's latency and the megakernel's speed-up over graph_pdl as batch (or context) grows."""
+    def ints(text: str, what: str) -> list[int]:
+        try:
+            vals = [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise MksimError(f"--{what} takes comma-separated integers, got {text!r}") from None
+        if not vals:
+            raise MksimError(f"--{what} needs at least one value")
+        return vals
+
+    rows = []
+    for b in ints(batch, "batch"):
+        for kv in ints(kv_len, "kv-len"):
+            d = compare_modes(model, gpu, b, kv)
+            m = d["modes"]
+            rows.append({"batch": b, "kv_len": kv, **{f"{k}_us": v["latency_us"] for k, v in m.items()},
+                         "megakernel_speedup_vs_graph_pdl": m["graph_pdl"]["latency_us"] / m["megakernel"]["latency_us"]})
+    if html:
+        from mksim.report import sweep_figure_html
+
+        sweep_figure_html(rows, model, gpu, html)
+    if as_json:
+        return _emit_json({"model": model, "gpu": gpu, "rows": rows})
+    t = Table(title=f"{model} on {gpu}: latency (µs) by batch and context")
+    cols = ["batch", "kv_len", "stream_us", "graph_us", "graph_pdl_us", "persistent_barrier_us", "megakernel_us",
+            "megakernel_speedup_vs_graph_pdl"]
+    for c in cols:
+        t.add_column(c.replace("_us", "").replace("megakernel_speedup_vs_graph_pdl", "MK vs PDL"), justify="right")
+    for r in rows:
+        t.add_row(*(str(r[c]) if isinstance(r[c], int) else (f"{r[c]:.2f}×" if "speedup" in c else f"{r[c]:.1f}")
+                    for c in cols))
+    out.print(t)
+
+
 # -- entry point ---------------------------------------------------------------------
 def main(argv: Optional[list[str]] = None) -> None:
     """Run the CLI; input errors become one line on stderr and exit status 2."""

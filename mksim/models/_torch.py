@@ -13,6 +13,7 @@ of mksim imports torch.
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -36,15 +37,11 @@ _POINTWISE = {"add", "iadd", "sub", "isub", "mul", "imul", "truediv", "div", "ne
               "sqrt", "exp", "log", "tanh", "sigmoid", "silu", "gelu", "relu", "softplus", "mish",
               "leaky_relu", "elu", "hardswish", "clamp", "abs", "square", "where", "masked_fill",
               "sin", "cos", "erf", "reciprocal", "maximum", "minimum"}
-_MATMULS = {"linear", "matmul", "mm", "bmm"}
-_NORM_FNS = {"layer_norm", "rms_norm", "group_norm"}
-# Parameterless torch.nn modules handled as the function of the same meaning.
+# Parameterless torch.nn modules, handled as the function of the same meaning.
 _MODULE_FNS = {"SiLU": "silu", "GELU": "gelu", "ReLU": "relu", "Tanh": "tanh", "Sigmoid": "sigmoid",
                "Mish": "mish", "Softplus": "softplus", "LeakyReLU": "leaky_relu", "ELU": "elu",
                "Hardswish": "hardswish", "Softmax": "softmax", "Dropout": "dropout",
                "Identity": "identity", "Flatten": "flatten", "Unflatten": "unflatten"}
-_HINT = ("mark the submodule that fails as a leaf (leaf_modules=[ThatClass]) or, for a Llama-like "
-         "model, use mksim.models.from_hf_config")
 
 
 @dataclass(frozen=True)
@@ -84,6 +81,11 @@ class _Tracer(fx.Tracer):
         return _is_norm(m) or isinstance(m, self.leaves) or super().is_leaf_module(m, qualname)
 
 
+def _name(n: fx.Node) -> str:
+    name = str(n.target) if n.op == "call_method" else getattr(n.target, "__name__", str(n.target))
+    return name if name.startswith("__") else name.rstrip("_")  # in-place x.add_ is add
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
@@ -96,18 +98,15 @@ def _tensors(x: Any) -> list[torch.Tensor]:
 
 
 def _to_meta(x: Any) -> Any:
-    if isinstance(x, torch.Tensor):
-        return torch.empty_like(x, device="meta")
     if isinstance(x, (tuple, list)):
         return type(x)(_to_meta(v) for v in x)
     if isinstance(x, dict):
         return {k: _to_meta(v) for k, v in x.items()}
-    return x
+    return torch.empty_like(x, device="meta") if isinstance(x, torch.Tensor) else x
 
 
 def _meta_copy(module: nn.Module) -> nn.Module:
-    """A copy of ``module`` whose tensors are on meta; the caller's module is left as it was.
-
+    """A copy of ``module`` with its tensors on meta; the caller's module stays as it was.
     Seeding deepcopy's memo with meta stand-ins means no real tensor is ever copied."""
     memo: dict[int, Any] = {}
     for m in module.modules():
@@ -120,6 +119,19 @@ def _meta_copy(module: nn.Module) -> nn.Module:
 
 def _last(x: Any) -> int | None:
     return int(x.shape[-1]) if isinstance(x, torch.Tensor) and x.dim() else None
+
+
+def _slice_off(off: int, idx: Any, inp: torch.Tensor) -> int | None:
+    """The last-dim offset after ``inp[idx]``: kept or shifted by a plain slice, else lost."""
+    items = [i for i in (idx if isinstance(idx, tuple) else (idx,)) if i is not None]
+    if any(i is Ellipsis for i in items):
+        last = items[-1] if items[-1] is not Ellipsis else slice(None)
+    else:
+        last = items[-1] if len(items) == inp.dim() else slice(None)
+    if not isinstance(last, slice) or last.step not in (None, 1) or not isinstance(last.start or 0, int):
+        return None
+    start = last.start or 0
+    return off + (start + int(inp.shape[-1]) if start < 0 else start)
 
 
 class _Builder:
@@ -137,69 +149,63 @@ class _Builder:
     def visit(self, n: fx.Node) -> None:
         if n.op == "placeholder":
             self.refs[n] = _Act(None, None)
-            return
-        if n.op == "get_attr":
-            obj = self.gm
-            for part in str(n.target).split("."):
-                obj = getattr(obj, part)
-            is_param = isinstance(obj, nn.Parameter)  # buffers (rotary tables, masks) are constants
+        elif n.op == "get_attr":  # buffers (rotary tables, masks) are constants, not weights
+            obj = functools.reduce(getattr, str(n.target).split("."), self.gm)
+            is_param = isinstance(obj, nn.Parameter)
             self.refs[n] = _Param(str(n.target), obj.numel(), obj.dim()) if is_param else None
-            return
-        if n.op not in ("call_module", "call_function", "call_method"):
-            return
-        out = self.env[n]
-        m = self.gm.get_submodule(str(n.target)) if n.op == "call_module" else None
-        if m is not None and type(m).__name__ in _MODULE_FNS:
-            name, m = _MODULE_FNS[type(m).__name__], None
-        elif m is not None:
-            name = type(m).__name__
-        else:
-            name = str(n.target) if n.op == "call_method" else getattr(n.target, "__name__", str(n.target))
-            name = name if name.startswith("__") else name.rstrip("_")  # in-place x.add_ is add
+        elif n.op in ("call_module", "call_function", "call_method"):
+            m = self.gm.get_submodule(str(n.target)) if n.op == "call_module" else None
+            name = _name(n) if m is None else _MODULE_FNS.get(type(m).__name__, "")
+            self.node(n, None if name else m, name, self.env[n])
+
+    def node(self, n: fx.Node, m: nn.Module | None, name: str, out: Any) -> None:
+        data = n.all_input_nodes
         if m is None and name in _VIEWS:
             self.refs[n] = self.view(n, name, out)
-        elif not _tensors(out) or all(self.refs.get(a) is None for a in n.all_input_nodes):
+        elif not _tensors(out) or all(self.refs.get(a) is None for a in data):
             self.refs[n] = None  # no data flows in: a constant (mask, position table, size)
         elif m is not None:
-            self.module_op(n, m, out)
-        elif name in _MATMULS:
+            self.module(n, m, out)
+        elif name in ("linear", "matmul", "mm", "bmm"):
             a = self.val(n.args[0])
-            k = int(a.shape[-1]) if a.dim() else 1
-            inputs, params = self.gather(n.all_input_nodes, out, False)
-            weight = sum(p.numel * (self.wb if p.ndim >= 2 else ACT_BYTES) for p in params)
-            self.matmul(n, out, k, inputs, weight)
+            inputs, params = self.gather(data, out, False)  # a 1-D parameter of linear is its bias
+            self.matmul(n, out, _last(a) or 1, inputs,
+                        sum(p.numel * (self.wb if p.ndim >= 2 else ACT_BYTES) for p in params))
         elif name == "embedding":
-            idx = self.val(n.args[0])
             inputs, _ = self.gather([n.args[0]], out, False)
-            self.emit(n, "embed", out, inputs, 0.0, idx.numel() * (_last(out) or 1) * ACT_BYTES)
-        elif name in _NORM_FNS:
-            inputs, params = self.gather(n.all_input_nodes, out, False)
-            weight = sum(p.numel for p in params) * ACT_BYTES
-            self.emit(n, "rmsnorm", out, inputs, 4.0 * out.numel(), weight)
+            rows = self.val(n.args[0]).numel()
+            self.emit(n, "embed", out, inputs, 0.0, rows * (_last(out) or 1) * ACT_BYTES)
+        elif name in ("layer_norm", "rms_norm", "group_norm"):
+            inputs, params = self.gather(data, out, False)
+            self.emit(n, "rmsnorm", out, inputs, 4.0 * out.numel(), sum(p.numel for p in params) * ACT_BYTES)
         elif name == "scaled_dot_product_attention":
             self.attention(n, out)
         elif name == "silu" and len(n.users) == 1 and _name(user := next(iter(n.users))) in ("mul", "imul") \
                 and user.args[0] is not user.args[-1]:
-            self.refs[n] = _Silu(n.all_input_nodes[0])
+            self.refs[n] = _Silu(data[0])
         else:
-            self.elementwise(n, name, out)
+            nodes, kind, per_elem = list(data), "add" if name in ("add", "iadd") else "elementwise", 1.0
+            if any(isinstance(self.refs.get(a), _Silu) for a in nodes):  # silu(gate) * up
+                nodes = [self.refs[a].src if isinstance(self.refs.get(a), _Silu) else a for a in nodes]
+                kind, per_elem = "silu_mul", 5.0  # sigmoid and two multiplies, as the built-in builder
+            inputs, params = self.gather(nodes, out, name in _POINTWISE)
+            self.emit(n, kind, out, inputs, per_elem * _tensors(out)[0].numel(),
+                      sum(p.numel for p in params) * ACT_BYTES, fn=name)
 
-    # -- inputs and emission ------------------------------------------------------------
     def gather(self, nodes: Iterable[fx.Node], out: Any, pointwise: bool) -> tuple[list[Input], list[Any]]:
         """Inputs on producer ops (identity where the layout is known, else full) and params read."""
         inputs: dict[str, list[Input]] = {}
         params: dict[str, _Param] = {}
         for a in nodes:
-            r = self.refs.get(a)
-            for r in (r if isinstance(r, tuple) else (r,)):
+            ref = self.refs.get(a)
+            for r in ref if isinstance(ref, tuple) else (ref,):
                 if isinstance(r, _Param):
                     params[r.key] = r
                 elif isinstance(r, _Act) and r.op is not None:
                     same = pointwise and r.off is not None and _last(self.env[a]) == _last(out) is not None
                     inp = Input(r.op, full=not same, segments=((r.off or 0, 1, 1),) if same else ((0, 1, 1),))
-                    have = inputs.setdefault(r.op, [])
-                    if inp not in have:
-                        have.append(inp)
+                    if inp not in inputs.setdefault(r.op, []):
+                        inputs[r.op].append(inp)
         # an op read in full needs no finer ranges from it as well
         flat = [i for ins in inputs.values() for i in ([j for j in ins if j.full][:1] or ins)]
         return flat, list(params.values())
@@ -211,13 +217,9 @@ class _Builder:
         if t.numel() == 0:
             self.refs[n] = None
             return
-        if n.op == "call_module":
-            base = str(n.target)
-        else:  # the FX node name, under the module whose forward made it
-            scope = self.scopes.get(n.name, ("",))[0]
-            base = f"{scope}.{n.name}" if scope else n.name
-        taken = {op.name for op in self.ops}
-        name, i = base, 1
+        scope = self.scopes.get(n.name, ("",))[0]  # FX node names go under the module that made them
+        base = str(n.target) if n.op == "call_module" else f"{scope}.{n.name}" if scope else n.name
+        taken, name, i = {op.name for op in self.ops}, base, 1
         while name in taken:
             name, i = f"{base}_{i}", i + 1
         layer = re.search(r"\.(\d+)(?:\.|$)", name)  # layers.3.mlp -> 3
@@ -226,7 +228,9 @@ class _Builder:
                            layer=int(layer.group(1)) if layer else None, align=align, dtype=dtype,
                            kv_read_bytes=float(extra.pop("kv_read", 0.0)),
                            attrs={"fx_node": n.name, **extra}))
-        self.refs[n] = _Act(name, 0) if isinstance(out, torch.Tensor) else tuple(_Act(name, None) for _ in out)
+        # each part of a leaf module's tuple output lies somewhere in the op's output
+        single = isinstance(out, torch.Tensor)
+        self.refs[n] = _Act(name, 0) if single else tuple(_Act(name, None) for _ in out)
 
     def matmul(self, n: fx.Node, out: torch.Tensor, k: int, inputs: list[Input], weight: float) -> None:
         cols = _last(out) or 1
@@ -234,8 +238,7 @@ class _Builder:
         self.emit(n, "matmul", out, inputs, 2.0 * rows * k * cols, weight, align=MATMUL_ALIGN,
                   dtype=self.dtype if weight else "bf16", k=k, rows=rows)
 
-    # -- node kinds -----------------------------------------------------------------------
-    def module_op(self, n: fx.Node, m: nn.Module, out: Any) -> None:
+    def module(self, n: fx.Node, m: nn.Module, out: Any) -> None:
         inputs, _ = self.gather(n.all_input_nodes, out, False)
         numel = _tensors(out)[0].numel()
         if isinstance(m, nn.Linear):
@@ -254,7 +257,7 @@ class _Builder:
                 with FlopCounterMode(display=False) as counter, torch.no_grad(), torch.device("meta"):
                     m(*self.val(n.args), **self.val(n.kwargs))
                 flops = float(counter.get_total_flops()) or numel
-            except Exception:  # noqa: BLE001 - an estimate is enough if the leaf will not rerun
+            except Exception:  # an estimate will do: one multiply-add per weight per row
                 flops = 2.0 * big * numel / (_last(_tensors(out)[0]) or 1) or numel
             self.emit(n, "matmul" if big else "elementwise", out, inputs, flops,
                       big * self.wb + small * ACT_BYTES, align=MATMUL_ALIGN if big else VEC_ALIGN,
@@ -262,35 +265,21 @@ class _Builder:
 
     def attention(self, n: fx.Node, out: torch.Tensor) -> None:
         keys = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal")
-
-        def arg(i: int, default: Any = None) -> Any:
-            return n.args[i] if len(n.args) > i else n.kwargs.get(keys[i], default)
-        q, k, v = (self.val(arg(i)) for i in range(3))
+        arg = [n.args[i] if len(n.args) > i else n.kwargs.get(key) for i, key in enumerate(keys)]
+        q, k, v = (self.val(a) for a in arg[:3])
         lq, hd, lk, hdv = int(q.shape[-2]), int(q.shape[-1]), int(k.shape[-2]), int(v.shape[-1])
-        bh = q.numel() // (lq * hd)  # batch x heads
-        causal = bool(self.val(arg(5, False)))
+        causal = bool(self.val(arg[5]))
         # pairs attended; SDPA's causal mask is aligned top-left
         pairs = lq * lk if not causal else \
             lq * (lq + 1) // 2 if lq <= lk else lk * (lk + 1) // 2 + (lq - lk) * lk
         # K/V handed in as graph inputs are a KV cache: read from memory, not made by an op
-        kv = sum(self.val(arg(i)).numel() * ACT_BYTES for i in (1, 2)
-                 if isinstance(self.refs.get(arg(i)), _Act) and self.refs[arg(i)].op is None)
-        heads = int(out.shape[-3]) if out.dim() >= 3 else 1
+        kv = sum(self.val(a).numel() * ACT_BYTES for a in arg[1:3] if self.refs.get(a) == _Act(None, None))
         self.kv_len = max(self.kv_len, lk - lq)
         inputs, _ = self.gather(n.all_input_nodes, out, False)
-        self.emit(n, "attn_partial", out, inputs, 2.0 * bh * pairs * (hd + hdv), size=heads, align=1,
-                  kv_read=kv, kv_splits=1, kv_total=lk, causal=causal)
-
-    def elementwise(self, n: fx.Node, name: str, out: Any) -> None:
-        nodes, kind, per_elem = list(n.all_input_nodes), "elementwise", 1.0
-        if name in ("add", "iadd"):
-            kind = "add"
-        if any(isinstance(self.refs.get(a), _Silu) for a in nodes):  # silu(gate) * up
-            nodes = [self.refs[a].src if isinstance(self.refs.get(a), _Silu) else a for a in nodes]
-            kind, per_elem = "silu_mul", 5.0  # sigmoid, two multiplies: as the built-in builder
-        inputs, params = self.gather(nodes, out, name in _POINTWISE)
-        self.emit(n, kind, out, inputs, per_elem * _tensors(out)[0].numel(),
-                  sum(p.numel for p in params) * ACT_BYTES, fn=name)
+        bh = q.numel() // (lq * hd)  # batch x heads
+        self.emit(n, "attn_partial", out, inputs, 2.0 * bh * pairs * (hd + hdv),
+                  size=int(out.shape[-3]) if out.dim() >= 3 else 1, align=1, kv_read=kv, kv_splits=1,
+                  kv_total=lk, causal=causal)
 
     def view(self, n: fx.Node, name: str, out: Any) -> Any:
         """What a view's output refers to: the producer, with the last-dim offset if still known."""
@@ -301,51 +290,35 @@ class _Builder:
         args = self.val(n.args)
         if isinstance(r, tuple):  # picking from a multi-output node
             return r[args[1]] if name == "getitem" and isinstance(args[1], (int, slice)) else None
-        inp = self.env[src]
         if isinstance(r, _Param):
             if isinstance(out, torch.Tensor):
                 return _Param(r.key, min(r.numel, out.numel()), out.dim())
             return tuple(_Param(f"{r.key}[{i}]", t.numel(), t.dim()) for i, t in enumerate(out))
+        inp = self.env[src]
         nd = max(inp.dim(), 1)
-        is_last = lambda d: isinstance(d, int) and d % nd == nd - 1  # noqa: E731
-        if not isinstance(out, torch.Tensor):  # chunk / split / unbind
-            dim = args[2] if len(args) > 2 else n.kwargs.get("dim", 0)
-            if name == "unbind":
-                dim = args[1] if len(args) > 1 else n.kwargs.get("dim", 0)
+
+        def is_last(d: Any) -> bool:
+            return isinstance(d, int) and d % nd == nd - 1
+        if not isinstance(out, torch.Tensor):  # chunk / split / unbind: offsets along the last dim
+            dim = args[1 if name == "unbind" else 2] if len(args) > (1 if name == "unbind" else 2) \
+                else n.kwargs.get("dim", 0)
             if r.off is None or (is_last(dim) and name == "unbind"):
                 return tuple(_Act(r.op, None) for _ in out)
-            starts = [sum(_last(t) or 0 for t in out[:i]) if is_last(dim) else 0 for i in range(len(out))]
-            return tuple(_Act(r.op, r.off + s) for s in starts)
+            return tuple(_Act(r.op, r.off + (sum(_last(t) or 0 for t in out[:i]) if is_last(dim) else 0))
+                         for i in range(len(out)))
         off = r.off if _last(inp) == _last(out) is not None else None
         if name in ("transpose", "swapaxes"):
             off = None if any(is_last(d) for d in args[1:3]) else off
         elif name == "permute":
             dims = list(args[1]) if len(args) == 2 and isinstance(args[1], (list, tuple)) else list(args[1:])
             off = off if dims and is_last(dims[-1]) else None
-        elif name in ("t", "movedim", "getattr"):  # x.T, x.mT
+        elif name in ("t", "movedim", "getattr"):  # x.T and x.mT are getattr
             off = off if name == "t" and inp.dim() < 2 else None
         elif name == "narrow" and r.off is not None:
             off = r.off + args[2] if is_last(args[1]) else off
         elif name == "getitem" and r.off is not None:
             off = _slice_off(r.off, args[1], inp)
         return _Act(r.op, off)
-
-
-def _slice_off(off: int, idx: Any, inp: torch.Tensor) -> int | None:
-    """The last-dim offset after ``inp[idx]``: kept or shifted by a plain slice, else lost."""
-    items = [i for i in (idx if isinstance(idx, tuple) else (idx,)) if i is not None]
-    if any(i is Ellipsis for i in items):
-        last = items[-1] if items[-1] is not Ellipsis else slice(None)
-    else:
-        last = items[-1] if len(items) == inp.dim() else slice(None)
-    if not isinstance(last, slice) or last.step not in (None, 1) or not isinstance(last.start or 0, int):
-        return None
-    start = last.start or 0
-    return off + (start + int(inp.shape[-1]) if start < 0 else start)
-
-
-def _name(n: fx.Node) -> str:
-    return str(n.target) if n.op == "call_method" else getattr(n.target, "__name__", str(n.target))
 
 
 def from_torch(module: nn.Module, example_inputs: Any, *, name: str | None = None, batch: int | None = None,
@@ -356,8 +329,8 @@ def from_torch(module: nn.Module, example_inputs: Any, *, name: str | None = Non
     ``example_inputs``: a tensor, a tuple of positional inputs, or a dict of keyword inputs
     (real or meta tensors; only shapes and dtypes are used). The module is copied to meta
     first, so no weight is allocated and the caller's module is left unchanged. Linear,
-    Embedding, norm classes (and ``leaf_modules``) stay single ops; ``batch`` defaults to
-    the first input's leading dimension.
+    Embedding, norm classes (and ``leaf_modules``, for code torch.fx cannot trace) stay
+    single ops; ``batch`` defaults to the first input's leading dimension.
 
     Example::
 
@@ -388,22 +361,22 @@ def from_torch(module: nn.Module, example_inputs: Any, *, name: str | None = Non
     try:
         graph = tracer.trace(mod)
     except Exception as exc:
-        raise WorkloadError(f"torch.fx could not trace {cls} ({_first_line(exc)}); {_HINT}") from None
+        raise WorkloadError(f"torch.fx could not trace {cls} ({_first_line(exc)}); mark the submodule that "
+                            "fails as a leaf (leaf_modules=[ThatClass]) or, for a Llama-like model, use "
+                            "mksim.models.from_hf_config") from None
     gm = fx.GraphModule(tracer.root, graph, cls)
-    holders = [n for n in graph.nodes if n.op == "placeholder"]
+    holders = [str(n.target) for n in graph.nodes if n.op == "placeholder"]
     if isinstance(inputs, dict):
-        unknown = set(inputs) - {str(n.target) for n in holders}
-        if unknown:
-            raise WorkloadError(f"{cls}.forward has no input named {sorted(unknown)[0]!r}")
-        args = [inputs[str(h.target)] if str(h.target) in inputs else (h.args[0] if h.args else None)
-                for h in holders]
+        if set(inputs) - set(holders):
+            raise WorkloadError(f"{cls}.forward has no input named {sorted(set(inputs) - set(holders))[0]!r}")
+        defaults = {str(n.target): n.args[0] for n in graph.nodes if n.op == "placeholder" and n.args}
+        args = [inputs[h] if h in inputs else defaults.get(h) for h in holders]
     else:
         args = list(inputs) if isinstance(inputs, (tuple, list)) else [inputs]
     env: dict[fx.Node, Any] = {}
-    runner = fx.Interpreter(gm, garbage_collect_values=False)
     try:
         with torch.no_grad(), torch.device("meta"):  # tensors made in forward (arange, masks) too
-            runner.run(*args, initial_env=env)
+            fx.Interpreter(gm, garbage_collect_values=False).run(*args, initial_env=env)
     except Exception as exc:
         bad = next((n for n in graph.nodes if n.op != "output" and n not in env), None)
         what = "?" if bad is None else type(gm.get_submodule(str(bad.target))).__name__ \
@@ -417,9 +390,8 @@ def from_torch(module: nn.Module, example_inputs: Any, *, name: str | None = Non
     if not builder.ops:
         raise WorkloadError(f"{cls} traced to no ops: no parameter or tensor input reaches its output")
     first = next(iter(_tensors(inputs)), None)
-    lead = list(first.shape[:2]) if first is not None else []
-    b = batch or (int(lead[0]) if lead else 1)
-    seq = int(lead[1]) if len(lead) > 1 else 1
+    lead = [int(d) for d in first.shape[:2]] if first is not None else []
+    b, seq = batch or (lead[0] if lead else 1), lead[1] if len(lead) > 1 else 1
     return Workload(name=name or f"{cls} {phase} b{b}", ops=tuple(builder.ops),
                     tokens=b if phase == "decode" else b * seq, batch=b, kv_len=builder.kv_len, phase=phase,
                     prefill_tokens=seq if phase == "prefill" else 0, weight_dtype=weight_dtype)

@@ -73,7 +73,7 @@ def build_schedule(workload: Workload | str, gpu: GPUSpec | str, mode: str, *, p
         graph = TaskGraph(workload, tiling or Tiling.for_sms(g.sm.count, opts.tasks_per_sm))
     except WorkloadError as exc:
         raise ScheduleError(str(exc)) from None
-    spec = _spec(workload, g)
+    spec = _spec(workload, g) if workload.model is not None else {}
     sched = Schedule(mode=mode, gpu=g, workload=workload, graph=graph, options=opts, workload_spec=spec)
     if mode in CHAIN_MODES:
         if policy:

@@ -113,6 +113,9 @@ class Schedule:
 
     # -- JSON -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
+        if not self.workload_spec:
+            raise ScheduleError("this workload was not built from a model config (e.g. from_torch or "
+                                "hand-made ops), so its schedule cannot be saved as JSON")
         t = self.graph.tiling
         return {
             "format": FORMAT, "version": 1, "mode": self.mode,

@@ -1,0 +1,64 @@
+"""Small GPUs and workloads with round numbers, for closed-form simulator stories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hwmodels
+from mksim.workload import Input, Op, Workload
+
+# 2 SMs, 1e6 B/µs of DRAM (1000 GB/s, all reachable), 1 µs DRAM latency, SMs able to draw
+# the whole bandwidth each, arithmetic and L2 so fast that they vanish.
+TOY = """
+extends = "h200"
+name = "toy"
+[chip.sm]
+count = {{ value = 2, source = "t" }}
+[chip.compute]
+tensor_bf16_dense_TFLOPs = {{ value = 1e5, source = "t" }}
+tensor_fp16_dense_TFLOPs = {{ value = 1e5, source = "t" }}
+tensor_tf32_dense_TFLOPs = {{ value = 1e5, source = "t" }}
+vector_fp32_TFLOPs = {{ value = 1e4, source = "t" }}
+[memory.l2]
+bandwidth_GBps = {{ value = 1e6, source = "t" }}
+latency_ns = {{ value = 20, source = "t" }}
+[memory.dram]
+bandwidth_spec_GBps = {{ value = 1000, source = "t" }}
+reachable_fraction = {{ value = 1.0, source = "t" }}
+latency_ns = {{ value = 1000, source = "t" }}
+[memory.concurrency]
+max_inflight_per_sm_KiB = {{ value = 4096, source = "t" }}
+per_sm_bandwidth_max_GBps = {{ value = {cap}, source = "t" }}
+[runtime.launch]
+stream_launch_us = {{ value = 2, source = "t" }}
+graph_node_us = {{ value = 2, source = "t" }}
+pdl_node_us = {{ value = 0.5, source = "t" }}
+launch_latency_us = {{ value = 1, source = "t" }}
+[runtime.sync]
+grid_barrier_us = {{ value = 3, source = "t" }}
+flag_latency_ns = {{ value = 500, source = "t" }}
+atomic_roundtrip_ns = {{ value = 500, source = "t" }}
+[sources.t]
+kind = "estimate"
+title = "round numbers for tests"
+"""
+
+
+def toy_gpu(tmp_path: Path, cap_GBps: float = 1000) -> hwmodels.GPUSpec:
+    p = tmp_path / f"toy{cap_GBps:g}.toml"
+    p.write_text(TOY.format(cap=cap_GBps))
+    return hwmodels.load(p)
+
+
+def mem_op(name: str, weight_bytes: float, src: str | None = None, out: int = 64) -> Op:
+    """A matvec-like op: streams ``weight_bytes``, needs all of ``src``; tiny math and output."""
+    return Op(name=name, kind="matmul", out_size=out, elem_bytes=1e-6, flops=1.0, weight_bytes=weight_bytes,
+              inputs=(Input(src, full=True),) if src else (), align=1)
+
+
+def chain(*weights: float) -> Workload:
+    ops, prev = [], None
+    for i, w in enumerate(weights):
+        ops.append(mem_op(f"k{i}", w, prev))
+        prev = ops[-1].name
+    return Workload(name="toy chain", ops=tuple(ops), tokens=1)
