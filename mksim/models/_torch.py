@@ -384,7 +384,7 @@ def from_torch(module: nn.Module, example_inputs: Any, *, name: str | None = Non
         raise WorkloadError(f"running {cls} on the meta device failed at node {getattr(bad, 'name', '?')} "
                             f"({what}: {_first_line(exc)}); check example_inputs (shapes, dtypes) or, "
                             "for a Llama-like model, use mksim.models.from_hf_config") from None
-    builder = _Builder(gm, tracer.node_name_to_scope, env, weight_dtype)
+    builder = _Builder(gm, getattr(tracer, "node_name_to_scope", {}), env, weight_dtype)
     for n in graph.nodes:
         builder.visit(n)
     if not builder.ops:

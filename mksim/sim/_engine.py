@@ -188,7 +188,6 @@ class _Engine:
                 while queues[k]:
                     t = queues[k].popleft()
                     t_in = env.now
-                    self.start[t] = t_in
                     pre = self.pre_B[t]
                     head = min(pre, head_B)
                     if head > 0 and not release[k].triggered:
@@ -203,6 +202,7 @@ class _Engine:
                         yield release[k]
                         self.lanes.add(lane, w, env.now, t, "dependency wait")
                     since = env.now
+                    self.start[t] = since  # the dependent part starts here (PDL prologue before)
                     yield from self._flow(pre, cap, lane, t, idle=True)
                     yield from self._compute(t, lane, since)
                     self.lanes.add(lane, t_in, env.now, t, "task")
@@ -223,8 +223,8 @@ class _Engine:
         s, g, r, env = self.s, self.g, self.r, self.env
         n_sms = r.n_sms
         self.n_lanes = n_sms
-        buf_B = s.options.prefetch_bytes
-        page_B = s.options.page_KiB * 1024
+        buf_B = int(s.options.prefetch_bytes)
+        page_B = int(s.options.page_KiB * 1024)
         cap = r.sm_cap_Bpus
         barrier = s.mode == "persistent_barrier"
         data_ready: dict[int, simpy.Event] = {}
@@ -244,12 +244,13 @@ class _Engine:
 
         def loader(sm, q):
             yield env.timeout(self.t0)
-            buf = simpy.Container(env, capacity=max(buf_B, 1.0), init=max(buf_B, 1.0)) if buf_B > 0 else None
+            buf = simpy.Container(env, capacity=buf_B, init=buf_B) if buf_B > 0 else None
             last_end = -1.0
             for t in q:
                 pre = self.pre_B[t]
-                head = min(pre, buf_B)
-                got = 0.0
+                # shared memory is counted in whole bytes: float sums would overfill the pages
+                head = min(math.ceil(pre), buf_B)
+                got = 0
                 while got < head:  # fill pages as they free up, as many at a time as are free
                     need = head - got
                     take = min(need, buf.level) if buf.level >= min(need, page_B) else min(need, page_B)
@@ -258,7 +259,7 @@ class _Engine:
                     last_end = env.now
                     got += take
                 body = pre - head
-                if body > 0:
+                if body > 0.5:
                     ev = exec_started[t]
                     if not ev.triggered:
                         yield ev
@@ -309,7 +310,7 @@ class _Engine:
                 if not ev.triggered:
                     yield ev
                     self.lanes.add(sm, t_in, env.now, t, "data wait")
-                since = env.now if self.pre_B[t] - min(self.pre_B[t], buf_B) <= 0 else t_in
+                since = env.now if self.pre_B[t] <= buf_B else t_in
                 yield from self._compute(t, sm, since)
                 buf, head = ev.value
                 if head > 0:
