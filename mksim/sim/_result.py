@@ -114,7 +114,7 @@ def build_result(s, r, start, end, lane_of, segs, n_lanes, t0, spans, hbm) -> Si
         launch = (latency - busy) * n_lanes
     cover["launch"] += launch
     cover["tail idle"] += max(0.0, total - covered - launch)
-    breakdown = {c: cover.get(c, 0.0) / n_lanes for c in
+    breakdown = {c: float(cover.get(c, 0.0) / n_lanes) for c in
                  ("memory", "compute", "launch", "barrier wait", "dependency wait", "bubble", "tail idle")}
     per_op = []
     for i, op in enumerate(g.ops):
