@@ -216,18 +216,46 @@ def compare_modes(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phas
                   prefill_tokens: int = 0, dtype: str = "bf16", policy: str | None = None) -> dict[str, Any]:
     """Simulate every mode on one workload; returns ``{"modes": {...}, ...}`` as ``--json`` prints."""
     import hwmodels
-    from mksim.schedule import MODES, build_schedule
-    from mksim.sim import simulate
+    from mksim.schedule import MODES
 
     g = hwmodels.load(gpu)
     wl = _workload(model, batch, kv_len, phase, prefill_tokens, dtype, g.sm.count)
-    results = {}
-    for mode in MODES:
-        kw = {"policy": policy} if mode == "megakernel" and policy else {}
-        results[mode] = simulate(build_schedule(wl, g, mode, **kw))
+    jobs = [(wl, g, mode, {"policy": policy} if mode == "megakernel" and policy else {}) for mode in MODES]
+    results = dict(zip(MODES, _map(_simulate_summary, jobs)))
     return {"model": model, "gpu": g.name, "workload": wl.name, "batch": batch, "kv_len": kv_len,
             "phase": phase, "bandwidth_floor_us": wl.bandwidth_floor_us(g.dram.bandwidth_spec_GBps * 1e9),
             "modes": _compare_rows(results)}
+
+
+class _Summary:
+    """The part of a SimResult a comparison needs (small to send between processes)."""
+
+    def __init__(self, r: Any):
+        self.latency_us, self.tokens_per_s, self.hbm_util = r.latency_us, r.tokens_per_s, r.hbm_util
+        self.policy, self.breakdown_us = r.policy, r.breakdown_us
+
+
+def _simulate_summary(job: tuple) -> _Summary:
+    from mksim.schedule import build_schedule
+    from mksim.sim import simulate
+
+    wl, g, mode, kw = job
+    return _Summary(simulate(build_schedule(wl, g, mode, **kw)))
+
+
+def _map(fn: Any, jobs: list) -> list:
+    """Run independent simulations on the machine's cores (forked workers), else one by one."""
+    import multiprocessing as mp
+    import os
+
+    workers = min(len(jobs), os.cpu_count() or 1)
+    if workers > 1 and "fork" in mp.get_all_start_methods():
+        try:
+            with mp.get_context("fork").Pool(workers) as pool:
+                return pool.map(fn, jobs, chunksize=1)
+        except OSError:  # no process support here: fall back to serial
+            pass
+    return [fn(j) for j in jobs]
 
 
 @app.command("compare")

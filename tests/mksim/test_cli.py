@@ -82,3 +82,60 @@ def test_import_mksim_stays_light():
             "print(heavy)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+# -- simulation commands ---------------------------------------------------------------
+MODES = ["stream", "graph", "graph_pdl", "persistent_barrier", "megakernel"]
+
+
+def test_compare_json_has_every_mode_with_breakdown():
+    r = run("compare", "--model", "llama-3.2-1b", "--gpu", "h200", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert list(d["modes"]) == MODES
+    for m in d["modes"].values():
+        assert m["latency_us"] > d["bandwidth_floor_us"]
+        assert 0 < m["hbm_util"] <= 1
+        assert sum(m["breakdown_us"].values()) == pytest.approx(m["latency_us"])
+    assert d["modes"]["stream"]["speedup_vs_stream"] == 1.0
+    table = run("compare", "--model", "llama-3.2-1b", "--gpu", "h200").stdout
+    for mode in MODES:
+        assert mode in table
+
+
+def test_simulate_trace_and_schedule_round_trip(tmp_path):
+    trace, sched = tmp_path / "t.json", tmp_path / "s.json"
+    r = run("simulate", "--model", "llama-3.2-1b", "--mode", "megakernel", "--policy", "rr",
+            "--trace", str(trace), "--save", str(sched), "--json")
+    assert r.returncode == 0, r.stderr
+    lat = json.loads(r.stdout)["latency_us"]
+    events = json.loads(trace.read_text())["traceEvents"]
+    tracks = {e["tid"] for e in events if e.get("ph") == "X"}
+    assert tracks == set(range(132))  # one track per SM
+    again = run("simulate", "--schedule", str(sched), "--json")
+    assert json.loads(again.stdout)["latency_us"] == lat
+
+
+def test_sweep_json_and_html(tmp_path):
+    pytest.importorskip("plotly")
+    html = tmp_path / "sweep.html"
+    r = run("sweep", "--model", "llama-3.2-1b", "--gpu", "h200", "--batch", "1,16", "--json", "--html", str(html))
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["rows"]
+    assert [row["batch"] for row in rows] == [1, 16]
+    assert all(row["megakernel_us"] > 0 for row in rows)
+    assert "plotly" in html.read_text()
+
+
+@pytest.mark.parametrize("args,match", [
+    (("simulate", "--mode", "warp"), "unknown mode 'warp'"),
+    (("simulate", "--policy", "random"), "unknown policy 'random'"),
+    (("simulate", "--opt", "prefetch_depth=99"), "shared memory over budget"),
+    (("simulate", "--opt", "colour=red"), "unknown schedule option 'colour'"),
+    (("simulate", "--schedule", "/no/such.json"), "no such schedule file"),
+    (("sweep", "--batch", "1,x"), "--batch takes comma-separated integers"),
+])
+def test_simulation_errors_are_one_line(args, match):
+    r = run(*args)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert match in r.stderr
