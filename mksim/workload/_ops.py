@@ -170,29 +170,34 @@ def check_op_graph(ops: tuple[Op, ...] | list[Op]) -> None:
         for inp in op.inputs:
             if inp.op not in names:
                 raise WorkloadError(f"op {op.name!r} reads {inp.op!r}, which is not an op of the workload")
-    # Kahn's algorithm; what remains lies on or behind a cycle.
-    indeg = {op.name: len({i.op for i in op.inputs}) for op in ops}
     users: dict[str, list[str]] = {op.name: [] for op in ops}
     for op in ops:
         for p in {i.op for i in op.inputs}:
             users[p].append(op.name)
-    ready = [n for n, d in indeg.items() if d == 0]
-    seen = 0
-    while ready:
-        n = ready.pop()
-        seen += 1
-        for u in users[n]:
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                ready.append(u)
-    if seen != len(ops):
-        cyc = _find_cycle({op.name: [i.op for i in op.inputs] for op in ops if indeg[op.name] > 0})
+    stuck = unresolved({op.name: len({i.op for i in op.inputs}) for op in ops}, users)
+    if stuck:
+        cyc = _find_cycle({op.name: [i.op for i in op.inputs] for op in ops if op.name in stuck})
         raise WorkloadError(f"the op graph has a cycle: {' -> '.join(cyc)}; an op cannot depend on itself")
     for i, op in enumerate(ops):  # builders emit a topological order; keep that promise
         for inp in op.inputs:
             if names[inp.op] >= i:
                 raise WorkloadError(f"op {op.name!r} comes before its input {inp.op!r}; list ops in "
                                     "dependency order")
+
+
+def unresolved(indeg: dict, users: dict) -> set:
+    """Kahn's algorithm: the nodes left with unmet dependencies (on or behind a cycle).
+
+    ``indeg[n]`` counts n's producers; ``users[n]`` lists n's consumers. ``indeg`` is consumed.
+    """
+    ready = [n for n, d in indeg.items() if d == 0]
+    while ready:
+        n = ready.pop()
+        for u in users[n]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                ready.append(u)
+    return {n for n, d in indeg.items() if d > 0}
 
 
 def _find_cycle(deps: dict[str, list[str]]) -> list[str]:

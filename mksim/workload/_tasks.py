@@ -16,7 +16,7 @@ import numpy as np
 
 from mksim.errors import WorkloadError
 
-from ._ops import Op, Workload
+from ._ops import Op, Workload, unresolved
 
 Dep = tuple[int, int, int]  # (producer op index, first tile, end tile)
 
@@ -159,24 +159,16 @@ class TaskGraph:
     def check_acyclic(self) -> None:
         """Raise :class:`WorkloadError` if some task (transitively) depends on itself."""
         n = len(self)
-        indeg = np.zeros(n, dtype=np.int64)
-        users: list[list[int]] = [[] for _ in range(n)]
+        indeg = {t: 0 for t in range(n)}
+        users: dict[int, list[int]] = {t: [] for t in range(n)}
         for t in range(n):
             for d in self.dep_tasks(t):
                 indeg[t] += 1
                 users[d].append(t)
-        ready = [t for t in range(n) if indeg[t] == 0]
-        seen = 0
-        while ready:
-            t = ready.pop()
-            seen += 1
-            for u in users[t]:
-                indeg[u] -= 1
-                if indeg[u] == 0:
-                    ready.append(u)
-        if seen != n:
-            stuck = [self.name(t) for t in range(n) if indeg[t] > 0][:4]
-            raise WorkloadError(f"the task graph has a cycle through {', '.join(stuck)}")
+        stuck = unresolved(indeg, users)
+        if stuck:
+            names = [self.name(t) for t in sorted(stuck)[:4]]
+            raise WorkloadError(f"the task graph has a cycle through {', '.join(names)}")
 
 
 def _merge_deps(deps: list[Dep]) -> tuple[Dep, ...]:
