@@ -28,7 +28,7 @@ from ._result import CATEGORIES, SimResult, build_result
 class _Lanes:
     """Per-lane (SM or SM slot) record of what each stretch of time was spent on."""
 
-    def __init__(self, n: int):
+    def __init__(self) -> None:
         self.segs: list[tuple[int, float, float, int, str]] = []  # lane, start, end, task, category
 
     def add(self, lane: int, start: float, end: float, task: int, cat: str) -> None:
@@ -71,7 +71,7 @@ class _Engine:
         self.start = np.full(n, np.nan)
         self.end = np.full(n, np.nan)
         self.lane_of = np.full(n, -1, dtype=np.int64)
-        self.lanes = _Lanes(0)
+        self.lanes = _Lanes()
         self.op_done_n = np.zeros(len(g.ops), dtype=np.int64)
         self.op_end = np.zeros(len(g.ops))
         self.op_events: dict[int, simpy.Event] = {}
@@ -135,7 +135,6 @@ class _Engine:
     # -- chain modes ------------------------------------------------------------------
     def _run_chain(self):
         s, g, r, env = self.s, self.g, self.r, self.env
-        mode = s.options
         slots = s.options.blocks_per_sm
         n_k = len(g.ops)
         self.n_lanes = r.n_sms * slots
@@ -149,7 +148,6 @@ class _Engine:
         end_t = [math.nan] * n_k
         pdl = s.mode == "graph_pdl"
         head_B = s.options.prefetch_bytes if pdl else 0.0
-        del mode
 
         def launcher():
             for k in range(n_k):
@@ -230,7 +228,6 @@ class _Engine:
         data_ready: dict[int, simpy.Event] = {}
         exec_started: dict[int, simpy.Event] = {}
         self.t0 = r.launch_latency_us
-        extra_flag = 0.0
         n_ops = len(g.ops)
         barrier_done = [env.event() for _ in range(n_ops)]
 
@@ -326,7 +323,6 @@ class _Engine:
         for sm, q in enumerate(s.queues or []):
             env.process(loader(sm, q))
             env.process(executor(sm, q))
-        del extra_flag
 
     # -- run and collect -----------------------------------------------------------------
     def run(self) -> None:
