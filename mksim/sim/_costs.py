@@ -107,11 +107,6 @@ def l2_us(nbytes: float, r: Rates) -> float:
     return nbytes / r.l2_per_sm_Bpus if nbytes > 0 else 0.0
 
 
-def stream_us(nbytes: float, rate_Bpus: float, latency_us: float) -> float:
-    """A transfer at a constant rate after a first-byte latency."""
-    return latency_us + nbytes / rate_Bpus if nbytes > 0 else 0.0
-
-
 def task_estimate_us(dram_B: float, l2_B: float, flops: float, unit: str, dtype: str, r: Rates,
                      active_sms: int | None = None) -> float:
     """A task's time when ``active_sms`` SMs share DRAM fairly and latency is hidden.
@@ -121,16 +116,6 @@ def task_estimate_us(dram_B: float, l2_B: float, flops: float, unit: str, dtype:
     n = active_sms or r.n_sms
     bw = min(r.sm_cap_Bpus, r.hbm_Bpus / n)
     return max(dram_B / bw, l2_us(l2_B, r), compute_us(flops, unit, dtype, r))
-
-
-def kernel_start_times(n_kernels: int, mode: str, r: Rates) -> tuple[float, float]:
-    """(first kernel's start, GPU-side gap between dependent kernels) of a chain mode.
-
-    The host side of ``stream`` is handled by :func:`host_issue_us`.
-    """
-    if mode == "graph_pdl":
-        return r.launch_latency_us, r.pdl_node_us
-    return r.launch_latency_us, r.graph_node_us
 
 
 def host_issue_us(i: int, mode: str, r: Rates) -> float:
