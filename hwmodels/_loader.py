@@ -17,7 +17,7 @@ from typing import Any
 
 from mksim.errors import HardwareFileError, UnknownNameError
 
-from ._schema import IDENTITY_KEYS, SECTIONS, SOURCE_KINDS, UNITS, GPUSpec, Source, unit_of
+from ._schema import IDENTITY_KEYS, OPTIONAL_TABLES, SECTIONS, SOURCE_KINDS, UNITS, GPUSpec, Source, unit_of
 
 _HERE = Path(__file__).resolve().parent
 SEARCH_DIRS = (_HERE / "data", _HERE / "calibrated")
@@ -110,6 +110,15 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _has_table(raw: dict[str, Any], dotted: str) -> bool:
+    node: Any = raw
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
 def _table(raw: dict[str, Any], dotted: str, file: str) -> dict[str, Any]:
     node: Any = raw
     for part in dotted.split("."):
@@ -140,7 +149,7 @@ def _build(raw: dict[str, Any], path: Path) -> GPUSpec:
     subtables = {p.split(".", 1)[1] for p, _ in SECTIONS.values() if "." in p}
     seen_tables: set[str] = set()
     for attr, (dotted, cls) in SECTIONS.items():
-        table = _table(raw, dotted, file)
+        table = {} if dotted in OPTIONAL_TABLES and not _has_table(raw, dotted) else _table(raw, dotted, file)
         seen_tables.add(dotted)
         expected = {f.name for f in fields(cls)}
         nested = {k for k in table if isinstance(table[k], dict) and "value" not in table[k]}

@@ -84,6 +84,9 @@ class LaunchSpec:
     stream_launch_us: float = meta(0.2, 100, doc="host-side interval between back-to-back launches on a stream")
     graph_node_us: float = meta(0.1, 50, doc="interval between dependent kernel nodes in a CUDA graph")
     pdl_node_us: float = meta(0.0, 50, optional=True, doc="interval between kernels with programmatic dependent launch")
+    stream_gap_us: float = meta(0.1, 50, optional=True,
+                                doc="GPU-side interval between back-to-back kernels of a stream when the host is ahead "
+                                    "(graph_node_us where absent)")
     launch_latency_us: float = meta(0.5, 100, doc="single launch to kernel start, device idle")
 
 
@@ -101,6 +104,20 @@ class InterconnectSpec:
     dies_count: int = meta(1, 64, integer=True)
     cross_die_latency_ns: float = meta(1, 1e5, optional=True)
     cross_die_bandwidth_GBps: float = meta(1, 1e5, optional=True)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Measured efficiency of the device functions that mksim's generated kernels use.
+
+    Written by ``mksim calibrate`` (validation/kernels/mk_device.cuh); absent from datasheet files.
+    """
+    matvec_bw_fraction: float = meta(0.01, 1.0, optional=True,
+                                     doc="steady bandwidth of the bf16 matvec device function over DRAM read bandwidth")
+    matvec_fixed_us: float = meta(0.0, 100, optional=True, doc="fixed cost of a standalone matvec kernel")
+    rmsnorm_bw_fraction: float = meta(0.01, 1.0, optional=True,
+                                      doc="steady bandwidth of the RMS-norm device function over DRAM read bandwidth")
+    rmsnorm_fixed_us: float = meta(0.0, 100, optional=True, doc="fixed cost of a standalone RMS-norm kernel")
 
 
 @dataclass(frozen=True)
@@ -140,6 +157,7 @@ class GPUSpec:
     launch: LaunchSpec
     sync: SyncSpec
     interconnect: InterconnectSpec
+    kernels: KernelSpec
     sources: dict[str, Source] = field(hash=False, compare=False, repr=False)
     provenance: dict[str, str] = field(hash=False, compare=False, repr=False)
     path: str = field(default="", compare=False)
@@ -176,7 +194,11 @@ SECTIONS: dict[str, tuple[str, type]] = {
     "concurrency": ("memory.concurrency", ConcurrencySpec),
     "launch": ("runtime.launch", LaunchSpec),
     "sync": ("runtime.sync", SyncSpec),
+    "kernels": ("runtime.kernels", KernelSpec),
 }
+
+# Tables a file may leave out (every key in them is optional).
+OPTIONAL_TABLES = ("runtime.kernels",)
 
 IDENTITY_KEYS = ("name", "full_name", "vendor", "architecture")
 

@@ -379,6 +379,42 @@ def sweep_cmd(
     out.print(t)
 
 
+# -- calibration -------------------------------------------------------------------------
+@app.command("calibrate")
+def calibrate_cmd(
+    out_file: Optional[str] = typer.Option(None, "--out", "-o",
+                                           help="Overlay to write (default ./<gpu>-calibrated.toml); raw results "
+                                                "and plots go beside it."),
+    quick: bool = typer.Option(False, "--quick", help="Fewer sizes and repeats (about a minute)."),
+    base: Optional[str] = typer.Option(None, "--base", help="Built-in model to extend (default: from the GPU's name)."),
+    from_raw: Optional[list[str]] = typer.Option(None, "--from-raw",
+                                                 help="Fit saved .raw.json results instead of measuring (repeat the "
+                                                      "option to merge runs); needs no GPU."),
+    as_json: bool = typer.Option(False, "--json", help="Print the fitted parameters as JSON."),
+) -> None:
+    """Measure this GPU with microbenchmarks and write a calibrated hardware model."""
+    from pathlib import Path
+
+    import validation.calibrate as cal
+
+    say = (lambda _msg: None) if as_json else (lambda msg: out.print(msg))
+    if from_raw:
+        if not out_file:
+            raise MksimError("--from-raw needs --out FILE.toml for the overlay it writes")
+        ps, spread = cal.finish([Path(p) for p in from_raw], Path(out_file), base=base, say=say)
+    else:
+        ps, spread = cal.calibrate(Path(out_file) if out_file else None, quick=quick, base=base, say=say)
+    if as_json:
+        return _emit_json({"params": {p.key: {"value": p.value, "spread": p.spread, "note": p.note} for p in ps},
+                           "run_to_run": spread})
+    t = Table(title="calibrated parameters")
+    for col in ("key", "value", "spread", "run-to-run"):
+        t.add_column(col, justify="left" if col == "key" else "right")
+    for p in ps:
+        t.add_row(p.key, f"{p.value:g}", f"{p.spread:.1%}", f"{spread[p.key]:.1%}" if p.key in spread else "-")
+    out.print(t)
+
+
 # -- entry point ---------------------------------------------------------------------
 def main(argv: Optional[list[str]] = None) -> None:
     """Run the CLI; input errors become one line on stderr and exit status 2."""

@@ -1,0 +1,245 @@
+// Launch and grid-synchronisation costs, measured from C++ so that no interpreter sits between
+// the host and the driver. Built by `mksim calibrate` with nvcc; prints one JSON object.
+//
+//   launch_bench [--quick]
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace cg = cooperative_groups;
+
+#define CHECK(x)                                                                              \
+    do {                                                                                      \
+        cudaError_t e_ = (x);                                                                 \
+        if (e_ != cudaSuccess) {                                                              \
+            std::fprintf(stderr, "launch_bench: %s failed: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
+            std::exit(2);                                                                     \
+        }                                                                                     \
+    } while (0)
+
+__global__ void k_count(unsigned* counter) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) atomicAdd(counter, 1u);
+}
+
+// PDL chain member: let the next kernel launch at once, wait for the previous one, then count.
+__global__ void k_count_pdl(unsigned* counter) {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (threadIdx.x == 0 && blockIdx.x == 0) atomicAdd(counter, 1u);
+}
+
+__global__ void k_spin(long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while ((long long)(t - t0) < ns);
+}
+
+__global__ void k_grid_sync(int iters, unsigned* arrivals, unsigned* errors) {
+    cg::grid_group grid = cg::this_grid();
+    const unsigned n = gridDim.x;
+    for (int it = 0; it < iters; ++it) {
+        if (threadIdx.x == 0) atomicAdd(arrivals, 1u);
+        grid.sync();
+        if (threadIdx.x == 0 && atomicAdd(arrivals, 0u) < (unsigned)(it + 1) * n) atomicAdd(errors, 1u);
+    }
+}
+
+static double now_us() {
+    using namespace std::chrono;
+    return duration<double, std::micro>(steady_clock::now().time_since_epoch()).count();
+}
+
+static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static std::string list(const std::vector<double>& v) {
+    std::string s = "[";
+    char buf[64];
+    for (size_t i = 0; i < v.size(); ++i) {
+        std::snprintf(buf, sizeof buf, "%s%.4f", i ? ", " : "", v[i]);
+        s += buf;
+    }
+    return s + "]";
+}
+
+static void launch_pdl(cudaStream_t s, int grid, unsigned* counter) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(128);
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    CHECK(cudaLaunchKernelEx(&cfg, k_count_pdl, counter));
+}
+
+int main(int argc, char** argv) {
+    const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+    const int reps = quick ? 5 : 11;
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    const int sms = prop.multiProcessorCount;
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    unsigned* d;  // [0] counter, [1] arrivals, [2] errors
+    CHECK(cudaMalloc(&d, 4 * sizeof(unsigned)));
+    CHECK(cudaMemset(d, 0, 4 * sizeof(unsigned)));
+    unsigned long long expected = 0;
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    auto elapsed_us = [&]() {
+        float ms;
+        CHECK(cudaEventSynchronize(e1));
+        CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        return 1e3 * ms;
+    };
+    for (int i = 0; i < 200; ++i) k_count<<<sms, 128, 0, s>>>(d);  // warm-up
+    expected += 200;
+    CHECK(cudaStreamSynchronize(s));
+
+    // 1. Host-side issue rate: back-to-back launches timed on the host clock.
+    const int n_host = 1000;
+    std::vector<double> host;
+    for (int r = 0; r < reps; ++r) {
+        CHECK(cudaStreamSynchronize(s));
+        double t0 = now_us();
+        for (int i = 0; i < n_host; ++i) k_count<<<sms, 128, 0, s>>>(d);
+        double t1 = now_us();
+        CHECK(cudaGetLastError());
+        expected += n_host;
+        host.push_back((t1 - t0) / n_host);
+    }
+    CHECK(cudaStreamSynchronize(s));
+
+    // 2. GPU-side gap: launches queued behind a spinning kernel, then timed on the GPU.
+    const int n_gap = 500;
+    std::vector<double> gap, gap1;
+    for (int grid : {sms, 1}) {
+        for (int r = 0; r < reps; ++r) {
+            k_spin<<<1, 1, 0, s>>>(20 * 1000 * 1000 / (quick ? 2 : 1));
+            CHECK(cudaEventRecord(e0, s));
+            for (int i = 0; i < n_gap; ++i) k_count<<<grid, 128, 0, s>>>(d);
+            CHECK(cudaEventRecord(e1, s));
+            expected += n_gap;
+            (grid == sms ? gap : gap1).push_back(elapsed_us() / n_gap);
+        }
+    }
+
+    // 3. Per node in a CUDA graph, and with programmatic dependent launch (stream and graph).
+    const int n_graph = 200;
+    auto graph_of = [&](bool pdl) {
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        for (int i = 0; i < n_graph; ++i) {
+            if (pdl) launch_pdl(s, sms, d); else k_count<<<sms, 128, 0, s>>>(d);
+        }
+        CHECK(cudaStreamEndCapture(s, &g));
+        CHECK(cudaGraphInstantiate(&ge, g, 0));
+        CHECK(cudaGraphDestroy(g));
+        return ge;
+    };
+    std::vector<double> graph_node, graph_pdl_node, stream_pdl;
+    for (int pdl = 0; pdl < 2; ++pdl) {
+        cudaGraphExec_t ge = graph_of(pdl);
+        CHECK(cudaGraphLaunch(ge, s));  // warm-up replay
+        expected += n_graph;
+        for (int r = 0; r < reps; ++r) {
+            k_spin<<<1, 1, 0, s>>>(200 * 1000);
+            CHECK(cudaEventRecord(e0, s));
+            CHECK(cudaGraphLaunch(ge, s));
+            CHECK(cudaEventRecord(e1, s));
+            expected += n_graph;
+            (pdl ? graph_pdl_node : graph_node).push_back(elapsed_us() / n_graph);
+        }
+        CHECK(cudaGraphExecDestroy(ge));
+    }
+    for (int r = 0; r < reps; ++r) {
+        k_spin<<<1, 1, 0, s>>>(20 * 1000 * 1000 / (quick ? 2 : 1));
+        CHECK(cudaEventRecord(e0, s));
+        for (int i = 0; i < n_gap; ++i) launch_pdl(s, sms, d);
+        CHECK(cudaEventRecord(e1, s));
+        expected += n_gap;
+        stream_pdl.push_back(elapsed_us() / n_gap);
+    }
+
+    // 4. One launch to completion, device idle: host clock around launch + synchronize.
+    std::vector<double> single;
+    for (int r = 0; r < (quick ? 50 : 200); ++r) {
+        double t0 = now_us();
+        k_count<<<sms, 128, 0, s>>>(d);
+        CHECK(cudaStreamSynchronize(s));
+        single.push_back(now_us() - t0);
+        expected += 1;
+    }
+
+    unsigned counter = 0;
+    CHECK(cudaMemcpy(&counter, d, sizeof counter, cudaMemcpyDeviceToHost));
+    if (counter != (unsigned)expected) {
+        std::fprintf(stderr, "launch_bench: %u kernels counted, %llu launched\n", counter, expected);
+        return 3;
+    }
+
+    // 5. Cooperative grid.sync() versus blocks per SM.
+    int coop = 0;
+    CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, 0));
+    std::string sync_json = "[";
+    const int iters = quick ? 500 : 2000;
+    for (int bps : {1, 2, 4, 8}) {
+        int max_bps = 0;
+        CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&max_bps, k_grid_sync, 128, 0));
+        if (!coop || bps > max_bps) continue;
+        std::vector<double> per;
+        for (int r = 0; r < reps; ++r) {
+            CHECK(cudaMemset(d + 1, 0, 2 * sizeof(unsigned)));
+            int grid = bps * sms, it = iters;
+            unsigned* arr = d + 1;
+            unsigned* err = d + 2;
+            void* args[] = {&it, &arr, &err};
+            CHECK(cudaEventRecord(e0, s));
+            CHECK(cudaLaunchCooperativeKernel((void*)k_grid_sync, dim3(grid), dim3(128), args, 0, s));
+            CHECK(cudaEventRecord(e1, s));
+            per.push_back(elapsed_us() / iters);
+            unsigned errors = 0;
+            CHECK(cudaMemcpy(&errors, err, sizeof errors, cudaMemcpyDeviceToHost));
+            if (errors) {
+                std::fprintf(stderr, "launch_bench: grid.sync let %u blocks through early\n", errors);
+                return 3;
+            }
+        }
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "%s{\"blocks_per_sm\": %d, \"us\": ", sync_json.size() > 1 ? ", " : "", bps);
+        sync_json += buf + list(per) + "}";
+    }
+    sync_json += "]";
+
+    int driver = 0, runtime = 0;
+    CHECK(cudaDriverGetVersion(&driver));
+    CHECK(cudaRuntimeGetVersion(&runtime));
+    std::printf("{\"device\": \"%s\", \"sms\": %d, \"driver_version\": %d, \"runtime_version\": %d,\n", prop.name, sms,
+                driver, runtime);
+    std::printf(" \"host_launch_us\": %s,\n", list(host).c_str());
+    std::printf(" \"stream_gap_us\": %s,\n", list(gap).c_str());
+    std::printf(" \"stream_gap_1block_us\": %s,\n", list(gap1).c_str());
+    std::printf(" \"graph_node_us\": %s,\n", list(graph_node).c_str());
+    std::printf(" \"graph_pdl_node_us\": %s,\n", list(graph_pdl_node).c_str());
+    std::printf(" \"stream_pdl_gap_us\": %s,\n", list(stream_pdl).c_str());
+    std::printf(" \"single_launch_us\": %s,\n", list(single).c_str());
+    std::printf(" \"grid_sync\": %s,\n", sync_json.c_str());
+    std::printf(" \"kernels_counted\": %u}\n", counter);
+    std::fprintf(stderr, "launch_bench: median host %.2f us, gap %.2f us, graph node %.2f us, pdl node %.2f us\n",
+                 median(host), median(gap), median(graph_node), median(graph_pdl_node));
+    return 0;
+}
