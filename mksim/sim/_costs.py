@@ -94,12 +94,16 @@ def fair_share(caps: dict[float, int], total_Bpus: float) -> float:
     return float("inf")
 
 
+def flop_rate(unit: str, dtype: str, r: Rates) -> float:
+    """FLOP/µs of one SM on tensor cores (``unit="tensor"``, by ``dtype``) or CUDA cores."""
+    return r.tensor_per_sm.get(dtype, r.tensor_per_sm["bf16"]) if unit == "tensor" else r.vector_per_sm
+
+
 def compute_us(flops: float, unit: str, dtype: str, r: Rates, efficiency: float = 1.0) -> float:
     """Time for one SM to do ``flops`` on tensor cores (``unit="tensor"``) or CUDA cores."""
     if flops <= 0:
         return 0.0
-    rate = r.tensor_per_sm.get(dtype, r.tensor_per_sm["bf16"]) if unit == "tensor" else r.vector_per_sm
-    return flops / (rate * efficiency)
+    return flops / (flop_rate(unit, dtype, r) * efficiency)
 
 
 def l2_us(nbytes: float, r: Rates) -> float:

@@ -3,37 +3,30 @@
 Processes only wait (timeouts, transfers, events); durations come from :mod:`._costs`.
 Chain modes run kernels of blocks dispatched to SM slots; persistent modes run per-SM
 queues with a loader (weight prefetch into shared-memory pages) and an executor.
+
+The hot loops read plain Python lists rather than numpy arrays (a numpy scalar costs more
+than the float it holds), pay a DRAM latency inside the transfer rather than as a separate
+wait, and create an event only when a process really has to wait: a task whose pages are
+free, whose data is loaded or whose executor has started goes on without one.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from typing import TYPE_CHECKING
 
 import numpy as np
-import simpy
-
-from typing import TYPE_CHECKING
 
 from mksim.errors import DeadlockError
 
 if TYPE_CHECKING:
     from mksim.schedule import Schedule
 
-from ._costs import compute_us, host_issue_us, l2_us, rates
-from ._hbm import HBM
+from ._costs import flop_rate, host_issue_us, rates
 from ._result import CATEGORIES, SimResult, build_result
 
-
-class _Lanes:
-    """Per-lane (SM or SM slot) record of what each stretch of time was spent on."""
-
-    def __init__(self) -> None:
-        self.segs: list[tuple[int, float, float, int, str]] = []  # lane, start, end, task, category
-
-    def add(self, lane: int, start: float, end: float, task: int, cat: str) -> None:
-        if end > start:
-            self.segs.append((lane, start, end, task, cat))
+CHAIN_MODES = ("stream", "graph", "graph_pdl")
 
 
 def simulate(schedule: Schedule) -> SimResult:
@@ -52,8 +45,30 @@ def simulate(schedule: Schedule) -> SimResult:
     return eng.result()
 
 
+class _SM:
+    """What a persistent SM's loader and executor tell each other (and wait on)."""
+
+    __slots__ = ("free_B", "want_B", "pages", "n_started", "start_for", "started", "n_loaded", "loaded",
+                 "heads")
+
+    def __init__(self, free_B: int):
+        self.free_B = free_B     # free shared-memory page bytes
+        self.want_B = 0          # bytes the loader waits to be freed (0: not waiting)
+        self.pages = None        # event the loader waits on for pages
+        self.n_started = 0       # queue positions the executor has started
+        self.start_for = -1      # queue position whose start the loader waits for
+        self.started = None     # event the loader waits on for that start
+        self.n_loaded = 0        # queue positions whose data is in
+        self.loaded = None       # event the executor waits on for its data
+        self.heads: list[int] = []  # page bytes each loaded task holds
+
+
 class _Engine:
     def __init__(self, s: Schedule):
+        import simpy
+
+        from ._hbm import HBM
+
         self.s = s
         self.g = s.graph
         self.r = rates(s.gpu)
@@ -61,76 +76,62 @@ class _Engine:
         self.hbm = HBM(self.env, self.r.hbm_Bpus, record=s.options.record)
         g, r = self.g, self.r
         n = len(g)
-        self.pre_B = g.weight_bytes + g.kv_read_bytes           # DRAM, independent of activations
+        pre = g.weight_bytes + g.kv_read_bytes                   # DRAM, independent of activations
         l2_B = g.in_bytes + g.out_bytes + g.kv_write_bytes       # activations, through L2
         comp = np.empty(n)
         for i, op in enumerate(g.ops):
             a, b = int(g.op_first[i]), int(g.op_first[i + 1])
-            comp[a:b] = [compute_us(f, op.unit, op.dtype, r) for f in g.flops[a:b]]
-        self.tail_us = np.maximum(comp, l2_B / r.l2_per_sm_Bpus)  # executor work once data is in
-        self.start = np.full(n, np.nan)
-        self.end = np.full(n, np.nan)
-        self.lane_of = np.full(n, -1, dtype=np.int64)
-        self.lanes = _Lanes()
-        self.op_done_n = np.zeros(len(g.ops), dtype=np.int64)
-        self.op_end = np.zeros(len(g.ops))
-        self.op_events: dict[int, simpy.Event] = {}
-        self.task_events: dict[int, simpy.Event] = {}
-        self.kernel_spans: list[tuple[float, float]] = []
+            f = g.flops[a:b]
+            comp[a:b] = np.where(f > 0, f / flop_rate(op.unit, op.dtype, r), 0.0)  # compute_us, per op
+        tail = np.maximum(comp, l2_B / r.l2_per_sm_Bpus)         # executor work once data is in
+        # a task with nothing streamed from DRAM also pays the L2 read latency
+        work = np.where(pre <= 0, tail + r.l2_latency_us, tail)
+        self.pre_B: list[float] = pre.tolist()
+        self.work_us: list[float] = work.tolist()
+        self.op_of: list[int] = g.op_of.tolist()
+        self.n_tiles: list[int] = g.n_tiles.tolist()
+        self.op_first: list[int] = g.op_first.tolist()
+        self.start = [math.nan] * n
+        self.end = [math.nan] * n
+        self.lane_of = [-1] * n
+        self.segs: list[tuple[int, float, float, int, str]] = []  # lane, start, end, task, category
+        self.op_done_n = [0] * len(g.ops)
+        self.op_end = [0.0] * len(g.ops)
+        self.op_events: dict = {}
+        self.task_events: dict = {}
         self.n_lanes = 0
         self.t0 = 0.0  # when the (first) kernel starts
+        self._chain_times: tuple[list[float], list[float]] | None = None
 
     # -- shared helpers -------------------------------------------------------------------
-    def _flow(self, nbytes: float, cap: float, lane: int, task: int, idle: bool):
-        """Load ``nbytes`` from DRAM; pay the first-byte latency if the pipe had drained."""
-        env = self.env
-        if nbytes <= 0:
-            return
-        if idle:
-            t = env.now
-            yield env.timeout(self.r.dram_latency_us)
-            self.lanes.add(lane, t, env.now, task, "bubble")
-        t = env.now
-        yield self.hbm.transfer(nbytes, cap)
-        self.lanes.add(lane, t, env.now, task, "memory")
-
     def _finish(self, t: int, lane: int) -> None:
         now = self.env.now
         self.end[t] = now
         self.lane_of[t] = lane
-        p = int(self.g.op_of[t])
+        p = self.op_of[t]
         self.op_done_n[p] += 1
-        self.op_end[p] = max(self.op_end[p], now)
-        ev = self.task_events.pop(t, None)
-        if ev is not None:
-            ev.succeed()
-        if self.op_done_n[p] == self.g.n_tiles[p]:
+        if now > self.op_end[p]:
+            self.op_end[p] = now
+        if self.task_events:
+            ev = self.task_events.pop(t, None)
+            if ev is not None:
+                ev.succeed()
+        if self.op_done_n[p] == self.n_tiles[p]:
             ev = self.op_events.pop(p, None)
             if ev is not None:
                 ev.succeed()
 
-    def _op_event(self, p: int) -> simpy.Event:
+    def _op_event(self, p: int):
         ev = self.op_events.get(p)
         if ev is None:
             ev = self.op_events[p] = self.env.event()
         return ev
 
-    def _task_event(self, t: int) -> simpy.Event:
+    def _task_event(self, t: int):
         ev = self.task_events.get(t)
         if ev is None:
             ev = self.task_events[t] = self.env.event()
         return ev
-
-    def _compute(self, t: int, lane: int, since: float):
-        """The executor's own work (math, L2 traffic) not yet overlapped with loading."""
-        env = self.env
-        rest = self.tail_us[t] - (env.now - since)
-        if self.pre_B[t] <= 0:  # nothing streamed: the L2 read latency is exposed
-            rest = self.tail_us[t] + self.r.l2_latency_us - (env.now - since)
-        if rest > 0:
-            t1 = env.now
-            yield env.timeout(rest)
-            self.lanes.add(lane, t1, env.now, t, "compute")
 
     # -- chain modes ------------------------------------------------------------------
     def _run_chain(self):
@@ -139,15 +140,20 @@ class _Engine:
         n_k = len(g.ops)
         self.n_lanes = r.n_sms * slots
         cap = r.sm_cap_Bpus / slots
-        queues = [deque(range(int(g.op_first[k]), int(g.op_first[k + 1]))) for k in range(n_k)]
+        lat = r.dram_latency_us
+        first = self.op_first
+        queues = [deque(range(first[k], first[k + 1])) for k in range(n_k)]
         dispatch = [env.event() for _ in range(n_k)]   # blocks of kernel k may be placed
         release = [env.event() for _ in range(n_k)]    # PDL: dependent part may run
         done = [env.event() for _ in range(n_k)]
-        left = [int(g.n_tiles[k]) for k in range(n_k)]
+        left = list(self.n_tiles)
         start_t = [math.nan] * n_k
         end_t = [math.nan] * n_k
         pdl = s.mode == "graph_pdl"
         head_B = s.options.prefetch_bytes if pdl else 0.0
+        pre_B, work_us, start, end, lane_of, segs = (self.pre_B, self.work_us, self.start, self.end,
+                                                     self.lane_of, self.segs)
+        transfer, timeout = self.hbm.transfer, env.timeout
 
         def launcher():
             for k in range(n_k):
@@ -183,31 +189,39 @@ class _Engine:
             for k in range(n_k):
                 if not dispatch[k].triggered:
                     yield dispatch[k]
-                while queues[k]:
-                    t = queues[k].popleft()
+                queue, rel = queues[k], release[k]
+                while queue:
+                    t = queue.popleft()
                     t_in = env.now
-                    pre = self.pre_B[t]
-                    head = min(pre, head_B)
-                    if head > 0 and not release[k].triggered:
-                        yield from self._flow(head, cap, lane, t, idle=True)
-                        pre -= head
-                        if not release[k].triggered:
+                    pre = pre_B[t]
+                    if not rel.triggered:
+                        head = min(pre, head_B)
+                        if head > 0:  # PDL prologue: stream the first pages while the previous kernel runs
+                            yield transfer(head, cap, lat)
+                            _flow_segs(segs, lane, t_in, lat, env.now, t)
+                            pre -= head
+                        if not rel.triggered:
                             w = env.now
-                            yield release[k]
-                            self.lanes.add(lane, w, env.now, t, "dependency wait")
-                    elif not release[k].triggered:
-                        w = env.now
-                        yield release[k]
-                        self.lanes.add(lane, w, env.now, t, "dependency wait")
+                            yield rel
+                            segs.append((lane, w, env.now, t, "dependency wait"))
                     since = env.now
-                    self.start[t] = since  # the dependent part starts here (PDL prologue before)
-                    yield from self._flow(pre, cap, lane, t, idle=True)
-                    yield from self._compute(t, lane, since)
-                    self.lanes.add(lane, t_in, env.now, t, "task")
-                    self._finish(t, lane)
+                    start[t] = since  # the dependent part starts here (PDL prologue before)
+                    if pre > 0:
+                        yield transfer(pre, cap, lat)
+                        _flow_segs(segs, lane, since, lat, env.now, t)
+                    rest = work_us[t] - (env.now - since)
+                    if rest > 0:
+                        t1 = env.now
+                        yield timeout(rest)
+                        segs.append((lane, t1, env.now, t, "compute"))
+                    now = env.now
+                    if now > t_in:
+                        segs.append((lane, t_in, now, t, "task"))
+                    end[t] = now
+                    lane_of[t] = lane
                     left[k] -= 1
                     if left[k] == 0:
-                        end_t[k] = env.now
+                        end_t[k] = now
                         done[k].succeed()
 
         env.process(launcher())
@@ -224,125 +238,168 @@ class _Engine:
         buf_B = int(s.options.prefetch_bytes)
         page_B = int(s.options.page_KiB * 1024)
         cap = r.sm_cap_Bpus
+        lat = r.dram_latency_us
         barrier = s.mode == "persistent_barrier"
-        data_ready: dict[int, simpy.Event] = {}
-        exec_started: dict[int, simpy.Event] = {}
+        flag_sync = s.options.sync == "flag"
         self.t0 = r.launch_latency_us
         n_ops = len(g.ops)
         barrier_done = [env.event() for _ in range(n_ops)]
+        pre_B, work_us, start, end, segs = self.pre_B, self.work_us, self.start, self.end, self.segs
+        op_of, n_tiles, op_first, op_done_n, op_end = (self.op_of, self.n_tiles, self.op_first, self.op_done_n,
+                                                       self.op_end)
+        deps_of = g.deps
+        transfer, timeout, event = self.hbm.transfer, env.timeout, env.event
+        op_event, task_event, finish = self._op_event, self._task_event, self._finish
 
         def barriers():
             barrier_done[0].succeed()
             for j in range(1, n_ops):
-                if self.op_done_n[j - 1] < g.n_tiles[j - 1]:
-                    yield self._op_event(j - 1)
+                if op_done_n[j - 1] < n_tiles[j - 1]:
+                    yield op_event(j - 1)
                 yield env.timeout(r.grid_barrier_us)
                 barrier_done[j].succeed()
 
-        def loader(sm, q):
+        def loader(sm, q, st):
             yield env.timeout(self.t0)
-            buf = simpy.Container(env, capacity=buf_B, init=buf_B) if buf_B > 0 else None
+            lane = -1 - sm
             last_end = -1.0
-            for t in q:
-                pre = self.pre_B[t]
+            for i, t in enumerate(q):
+                pre = pre_B[t]
                 # shared memory is counted in whole bytes: float sums would overfill the pages
                 head = min(math.ceil(pre), buf_B)
                 got = 0
                 while got < head:  # fill pages as they free up, as many at a time as are free
                     need = head - got
-                    take = min(need, buf.level) if buf.level >= min(need, page_B) else min(need, page_B)
-                    yield buf.get(take)
-                    yield from self._flow(take, cap, -1 - sm, t, idle=env.now > last_end)
+                    least = min(need, page_B)
+                    take = min(need, st.free_B) if st.free_B >= least else least
+                    if st.free_B >= take:
+                        st.free_B -= take
+                    else:  # the executor hands the pages over when it frees them
+                        st.want_B, st.pages = take, event()
+                        yield st.pages
+                    a = env.now
+                    d = lat if a > last_end else 0.0
+                    yield transfer(take, cap, d)
                     last_end = env.now
+                    _flow_segs(segs, lane, a, d, last_end, t)
                     got += take
+                st.heads.append(head)
                 body = pre - head
-                if body > 0.5:
-                    ev = exec_started[t]
-                    if not ev.triggered:
-                        yield ev
-                    yield from self._flow(body, cap, -1 - sm, t, idle=env.now > last_end)
+                if body > 0.5:  # the rest streams once the executor has started the task
+                    if st.n_started <= i:
+                        st.start_for, st.started = i, event()
+                        yield st.started
+                    a = env.now
+                    d = lat if a > last_end else 0.0
+                    yield transfer(body, cap, d)
                     last_end = env.now
-                data_ready[t].succeed((buf, head))
+                    _flow_segs(segs, lane, a, d, last_end, t)
+                st.n_loaded = i + 1
+                if st.loaded is not None:
+                    ev, st.loaded = st.loaded, None
+                    ev.succeed()
 
-        def deps_ready(t):
-            """Yield until ``t``'s producers are done and visible; return nothing."""
-            ready = -1.0
-            n_flags = 0
-            for p, t0, t1 in g.deps(t):
-                if t1 - t0 == g.n_tiles[p]:
-                    if self.op_done_n[p] < t1 - t0:
-                        yield self._op_event(p)
-                    ready = max(ready, self.op_end[p])
-                else:
-                    base = int(g.op_first[p])
-                    for k in range(base + t0, base + t1):
-                        if np.isnan(self.end[k]):
-                            yield self._task_event(k)
-                    ready = max(ready, float(self.end[base + t0:base + t1].max()))
-                n_flags += t1 - t0
-            if ready < 0:
-                return
-            ready += r.flag_latency_us
-            if s.options.sync == "flag":  # poll one flag per producer tile, 32 per warp round trip
-                ready += math.ceil(n_flags / 32) * r.l2_latency_us
-            if ready > env.now:
-                yield env.timeout(ready - env.now)
-
-        def executor(sm, q):
+        def executor(sm, q, st):
             yield env.timeout(self.t0)
-            for t in q:
+            for i, t in enumerate(q):
                 w = env.now
                 if barrier:
-                    j = int(g.op_of[t])
+                    j = op_of[t]
                     if not barrier_done[j].triggered:
                         yield barrier_done[j]
-                    self.lanes.add(sm, w, env.now, t, "barrier wait")
-                else:
-                    yield from deps_ready(t)
-                    self.lanes.add(sm, w, env.now, t, "dependency wait")
+                    if env.now > w:
+                        segs.append((sm, w, env.now, t, "barrier wait"))
+                else:  # producers done and visible
+                    ready = -1.0
+                    n_flags = 0
+                    for p, a, b in deps_of(t):
+                        if b - a == n_tiles[p]:
+                            if op_done_n[p] < b - a:
+                                yield op_event(p)
+                            e = op_end[p]
+                        else:
+                            base = op_first[p]
+                            for k in range(base + a, base + b):
+                                if end[k] != end[k]:  # NaN: not done
+                                    yield task_event(k)
+                            e = max(end[base + a:base + b])
+                        if e > ready:
+                            ready = e
+                        n_flags += b - a
+                    if ready >= 0:
+                        ready += r.flag_latency_us
+                        if flag_sync:  # poll one flag per producer tile, 32 per warp round trip
+                            ready += math.ceil(n_flags / 32) * r.l2_latency_us
+                        if ready > env.now:
+                            yield timeout(ready - env.now)
+                    if env.now > w:
+                        segs.append((sm, w, env.now, t, "dependency wait"))
                 t_in = env.now
-                self.start[t] = t_in
-                exec_started[t].succeed()
-                ev = data_ready[t]
-                if not ev.triggered:
-                    yield ev
-                    self.lanes.add(sm, t_in, env.now, t, "data wait")
-                since = env.now if self.pre_B[t] <= buf_B else t_in
-                yield from self._compute(t, sm, since)
-                buf, head = ev.value
+                start[t] = t_in
+                st.n_started = i + 1
+                if st.start_for == i:
+                    ev, st.started, st.start_for = st.started, None, -1
+                    ev.succeed()
+                if st.n_loaded <= i:
+                    st.loaded = event()
+                    yield st.loaded
+                    if env.now > t_in:
+                        segs.append((sm, t_in, env.now, t, "data wait"))
+                since = env.now if pre_B[t] <= buf_B else t_in
+                rest = work_us[t] - (env.now - since)
+                if rest > 0:
+                    t1 = env.now
+                    yield timeout(rest)
+                    segs.append((sm, t1, env.now, t, "compute"))
+                head = st.heads[i]
                 if head > 0:
-                    yield buf.put(head)
-                self.lanes.add(sm, t_in, env.now, t, "task")
-                self._finish(t, sm)
+                    st.free_B += head
+                    if st.want_B and st.free_B >= st.want_B:
+                        st.free_B -= st.want_B
+                        st.want_B = 0
+                        ev, st.pages = st.pages, None
+                        ev.succeed()
+                if env.now > t_in:
+                    segs.append((sm, t_in, env.now, t, "task"))
+                finish(t, sm)
 
-        for t in range(len(g)):
-            data_ready[t] = env.event()
-            exec_started[t] = env.event()
         if barrier:
             env.process(barriers())
         for sm, q in enumerate(s.queues or []):
-            env.process(loader(sm, q))
-            env.process(executor(sm, q))
+            st = _SM(buf_B)
+            env.process(loader(sm, q, st))
+            env.process(executor(sm, q, st))
 
     # -- run and collect -----------------------------------------------------------------
     def run(self) -> None:
-        if self.s.mode in ("stream", "graph", "graph_pdl"):
+        if self.s.mode in CHAIN_MODES:
             self._run_chain()
         else:
             self._run_persistent()
         self.env.run()
-        if np.isnan(self.end).any():
-            stuck = [self.g.name(int(t)) for t in np.flatnonzero(np.isnan(self.end))[:3]]
+        end = np.asarray(self.end)
+        if np.isnan(end).any():
+            stuck = [self.g.name(int(t)) for t in np.flatnonzero(np.isnan(end))[:3]]
             raise DeadlockError(f"simulation stopped with tasks never run (e.g. {', '.join(stuck)}); "
                                 "the schedule deadlocks")
 
     def result(self) -> SimResult:
         spans = None
-        if self.s.mode in ("stream", "graph", "graph_pdl"):
+        if self._chain_times is not None:
             start_t, end_t = self._chain_times
             spans = list(zip(start_t, end_t))
-        return build_result(self.s, self.r, self.start, self.end, self.lane_of, self.lanes.segs, self.n_lanes,
-                            self.t0, spans, self.hbm)
+        return build_result(self.s, self.r, np.asarray(self.start), np.asarray(self.end),
+                            np.asarray(self.lane_of, dtype=np.int64), self.segs, self.n_lanes, self.t0, spans,
+                            self.hbm)
+
+
+def _flow_segs(segs: list, lane: int, a: float, lat: float, b: float, t: int) -> None:
+    """Record a transfer started at ``a`` that paid ``lat`` of first-byte latency and ended at ``b``."""
+    if lat > 0:
+        segs.append((lane, a, a + lat, t, "bubble"))
+        a = a + lat
+    if b > a:
+        segs.append((lane, a, b, t, "memory"))
 
 
 __all__ = ["simulate", "CATEGORIES"]

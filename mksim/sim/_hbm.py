@@ -4,18 +4,25 @@ Concurrent transfers share the chip's bandwidth max-min fairly, each capped by w
 SM's bytes in flight allow (:func:`~mksim.sim._costs.fair_share`). Flows with the same cap
 form a class that advances one virtual clock (bytes served per flow), so a start or a
 finish costs O(classes + log flows), not O(flows).
+
+Rates are settled once per instant: starts and finishes only mark the HBM dirty, and one
+late-priority event at the end of the instant recomputes the shares and schedules the next
+finish. A hundred SMs starting loads at once cost one recomputation, not a hundred.
 """
 
 from __future__ import annotations
 
 import heapq
+from functools import partial
 from itertools import count
 
 import simpy
+from simpy.events import Event, Timeout
 
 from ._costs import fair_share
 
 _EPS = 1e-9
+_LATE = 2  # SimPy priority after NORMAL (1): runs once everything else at this instant has
 
 
 class _Class:
@@ -25,12 +32,25 @@ class _Class:
         self.cap = cap
         self.v = 0.0       # bytes served to each member since the class was created
         self.rate = 0.0    # bytes per µs per member now
-        self.heap: list[tuple[float, int, simpy.Event]] = []
+        self.heap: list[tuple[float, int, Event]] = []
+
+
+class _Settle(Event):
+    """Triggered at creation, processed after every ordinary event of the same instant."""
+
+    def __init__(self, env: simpy.Environment, callback) -> None:
+        self.env = env
+        self.callbacks = [callback]
+        self._ok = True
+        self._value = None
+        env.schedule(self, _LATE, 0)
 
 
 class HBM:
-    """Shared DRAM bandwidth. ``transfer(nbytes, cap)`` returns an event that fires when done.
+    """Shared DRAM bandwidth.
 
+    ``transfer(nbytes, cap, delay_us)`` returns an event that fires when the bytes have
+    arrived; the flow joins the share ``delay_us`` from now (a first-byte latency).
     With ``record=True`` the total rate is logged as ``(time, bytes_per_us)`` steps, for
     the conformance tests (never above ``total_Bpus``).
     """
@@ -42,22 +62,19 @@ class HBM:
         self.t_last = 0.0
         self._gen = 0
         self._seq = count()
+        self._settling = False
         self.bytes_done = 0.0
         self.log: list[tuple[float, float]] | None = [] if record else None
 
     # -- public -------------------------------------------------------------------------
-    def transfer(self, nbytes: float, cap_Bpus: float) -> simpy.Event:
-        ev = self.env.event()
+    def transfer(self, nbytes: float, cap_Bpus: float, delay_us: float = 0.0) -> Event:
+        ev = Event(self.env)
         if nbytes <= 0:
             ev.succeed()
-            return ev
-        self._advance()
-        cls = self.classes.get(cap_Bpus)
-        if cls is None:
-            cls = self.classes[cap_Bpus] = _Class(cap_Bpus)
-        heapq.heappush(cls.heap, (cls.v + nbytes, next(self._seq), ev))
-        self.bytes_done += nbytes
-        self._reschedule()
+        elif delay_us > 0:
+            Timeout(self.env, delay_us).callbacks.append(partial(self._join, nbytes, cap_Bpus, ev))
+        else:
+            self._join(nbytes, cap_Bpus, ev)
         return ev
 
     @property
@@ -65,6 +82,18 @@ class HBM:
         return sum(len(c.heap) for c in self.classes.values())
 
     # -- internals ------------------------------------------------------------------------
+    def _join(self, nbytes: float, cap: float, ev: Event, _trigger: object = None) -> None:
+        if self.env.now != self.t_last:
+            self._advance()
+        cls = self.classes.get(cap)
+        if cls is None:
+            cls = self.classes[cap] = _Class(cap)
+        heapq.heappush(cls.heap, (cls.v + nbytes, next(self._seq), ev))
+        self.bytes_done += nbytes
+        if not self._settling:
+            self._settling = True
+            _Settle(self.env, self._settle)
+
     def _advance(self) -> None:
         dt = self.env.now - self.t_last
         if dt > 0:
@@ -72,31 +101,47 @@ class HBM:
                 c.v += c.rate * dt
         self.t_last = self.env.now
 
-    def _reschedule(self) -> None:
-        # finish every flow that is done (within rounding), then recompute rates
+    def _finish_done(self) -> None:
+        """Fire every flow that is done (within rounding); drop classes left empty."""
         for key in list(self.classes):
             c = self.classes[key]
-            while c.heap and c.heap[0][0] <= c.v + _EPS * max(1.0, c.v):
-                _, _, ev = heapq.heappop(c.heap)
-                ev.succeed()
-            if not c.heap:
+            heap, lim = c.heap, c.v + _EPS * max(1.0, c.v)
+            while heap and heap[0][0] <= lim:
+                heapq.heappop(heap)[2].succeed()
+            if not heap:
                 del self.classes[key]
-        level = fair_share({k: len(c.heap) for k, c in self.classes.items()}, self.total)
-        nxt = float("inf")
-        total = 0.0
-        for c in self.classes.values():
-            c.rate = min(c.cap, level)
-            total += c.rate * len(c.heap)
-            nxt = min(nxt, (c.heap[0][0] - c.v) / c.rate)
+
+    def _settle(self, _ev: Event) -> None:
+        # the shares of the flows left once this instant is over, and when the next one ends
+        self._settling = False
+        self._finish_done()
+        classes = self.classes
+        if len(classes) == 1:
+            (c,) = classes.values()
+            n = len(c.heap)
+            level = self.total / n
+            c.rate = c.cap if c.cap < level else level
+            nxt = (c.heap[0][0] - c.v) / c.rate
+            total = c.rate * n
+        else:
+            level = fair_share({k: len(c.heap) for k, c in classes.items()}, self.total)
+            nxt = float("inf")
+            total = 0.0
+            for c in classes.values():
+                c.rate = min(c.cap, level)
+                total += c.rate * len(c.heap)
+                nxt = min(nxt, (c.heap[0][0] - c.v) / c.rate)
         if self.log is not None:
             self.log.append((self.env.now, total))
         self._gen += 1
         if nxt < float("inf"):
-            gen = self._gen
-            self.env.timeout(max(nxt, 0.0)).callbacks.append(lambda _e, g=gen: self._wake(g))
+            Timeout(self.env, max(nxt, 0.0), self._gen).callbacks.append(self._wake)
 
-    def _wake(self, gen: int) -> None:
-        if gen != self._gen:  # superseded by a later start or finish
+    def _wake(self, ev: Event) -> None:
+        if ev._value != self._gen:  # superseded by a later start or finish
             return
         self._advance()
-        self._reschedule()
+        self._finish_done()
+        if not self._settling:
+            self._settling = True
+            _Settle(self.env, self._settle)
