@@ -390,6 +390,8 @@ def calibrate_cmd(
     from_raw: Optional[list[str]] = typer.Option(None, "--from-raw",
                                                  help="Fit saved .raw.json results instead of measuring (repeat the "
                                                       "option to merge runs); needs no GPU."),
+    results: Optional[str] = typer.Option(None, "--results",
+                                          help="Folder for the fits summary and plots (default: beside --out)."),
     as_json: bool = typer.Option(False, "--json", help="Print the fitted parameters as JSON."),
 ) -> None:
     """Measure this GPU with microbenchmarks and write a calibrated hardware model."""
@@ -401,7 +403,8 @@ def calibrate_cmd(
     if from_raw:
         if not out_file:
             raise MksimError("--from-raw needs --out FILE.toml for the overlay it writes")
-        ps, spread = cal.finish([Path(p) for p in from_raw], Path(out_file), base=base, say=say)
+        ps, spread = cal.finish([Path(p) for p in from_raw], Path(out_file), base=base,
+                                results_dir=Path(results) if results else None, say=say)
     else:
         ps, spread = cal.calibrate(Path(out_file) if out_file else None, quick=quick, base=base, say=say)
     if as_json:

@@ -94,11 +94,11 @@ def _driver_string(v: int) -> str:
     return text
 
 
-def finish(raw_paths: list[Path], out: Path, *, base: str | None = None, plots_dir: Path | None = None,
+def finish(raw_paths: list[Path], out: Path, *, base: str | None = None, results_dir: Path | None = None,
            say: Callable[[str], None] = print) -> tuple[list[Param], dict[str, float]]:
-    """Fit saved raw results (one or several runs of one GPU) and write the overlay at ``out``,
-    a ``<out stem>.fits.json`` summary and, with matplotlib, plots. Returns the combined
-    parameters and the run-to-run spread of each."""
+    """Fit saved raw results (one or several runs of one GPU) and write the overlay at ``out``;
+    a ``<out stem>.fits.json`` summary and, with matplotlib, plots go to ``results_dir``
+    (default: beside ``out``). Returns the combined parameters and the run-to-run spread of each."""
     import hwmodels
 
     raws = []
@@ -131,9 +131,11 @@ def finish(raw_paths: list[Path], out: Path, *, base: str | None = None, plots_d
                "params": {p.key: {"value": p.value, "spread": p.spread} for p in combined},
                "run_to_run": spread, "fits": [f[1] for f in fitted],
                "datasheet": {p.key: _base_value(spec, p.key) for p in combined}}
-    out.with_name(out.stem + ".fits.json").write_text(json.dumps(summary, indent=1) + "\n")
+    results = Path(results_dir) if results_dir else out.parent
+    results.mkdir(parents=True, exist_ok=True)
+    (results / f"{out.stem}.fits.json").write_text(json.dumps(summary, indent=1) + "\n")
     from .plots import write_plots
-    made = write_plots(raws, [f[1] for f in fitted], plots_dir or out.parent, out.stem)
+    made = write_plots(raws, [f[1] for f in fitted], results, out.stem)
     say(f"wrote {out}" + (f" and {len(made)} plots" if made else " (no plots: matplotlib is not installed)"))
     return combined, spread
 
