@@ -255,3 +255,30 @@ def test_quick_calibration_on_a_real_gpu(tmp_path):
     ps, _ = calibrate(tmp_path / "gpu-calibrated.toml", quick=True, say=lambda _m: None)
     g = hwmodels.load(tmp_path / "gpu-calibrated.toml")
     assert 0.3 < g.dram.reachable_fraction <= 1.0 and len(ps) > 15
+
+
+def test_calibration_page_table_matches_the_shipped_results():
+    from pathlib import Path
+
+    from validation.calibrate.report import markdown_table
+
+    root = Path(__file__).resolve().parents[2]
+    page = (root / "docs" / "calibration.md").read_text()
+    table = page.split("<!-- h200-table:", 1)[1].split("-->", 1)[1].split("<!-- /h200-table -->")[0]
+    fits = root / "validation" / "results" / "h200-2026-11-29" / "h200-calibrated.fits.json"
+    assert table.strip() == markdown_table(fits).strip(), \
+        "regenerate the table with: python -m validation.calibrate.report " + str(fits.relative_to(root))
+
+
+def test_shipped_overlay_is_what_the_raw_runs_give(tmp_path):
+    """The committed h200-calibrated.toml is reproduced exactly from the committed raw runs."""
+    from pathlib import Path
+
+    from validation.calibrate import finish
+
+    root = Path(__file__).resolve().parents[2]
+    res = root / "validation" / "results" / "h200-2026-11-29"
+    out = tmp_path / "h200-calibrated.toml"
+    finish([res / "run1.raw.json", res / "run2.raw.json"], out, say=lambda _m: None)
+    shipped = (root / "hwmodels" / "calibrated" / "h200-calibrated.toml").read_text()
+    assert out.read_text() == shipped
