@@ -118,6 +118,10 @@ class KernelSpec:
     rmsnorm_bw_fraction: float = meta(0.01, 1.0, optional=True,
                                       doc="steady bandwidth of the RMS-norm device function over DRAM read bandwidth")
     rmsnorm_fixed_us: float = meta(0.0, 100, optional=True, doc="fixed cost of a standalone RMS-norm kernel")
+    attention_bw_fraction: float = meta(0.01, 1.0, optional=True,
+                                        doc="steady KV-cache bandwidth of the decode-attention device function over "
+                                            "DRAM read bandwidth")
+    attention_fixed_us: float = meta(0.0, 100, optional=True, doc="fixed cost of a standalone decode-attention kernel")
 
 
 @dataclass(frozen=True)

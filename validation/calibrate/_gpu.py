@@ -61,6 +61,12 @@ class Gpu:
         """``n`` random, non-zero 32-bit words on the device."""
         return self.rng.randint(1, (1 << 31) - 1, size=n, dtype=self.cp.int32).view(self.cp.uint32)
 
+    def bf16_normal(self, n: int, scale: float = 1.0):
+        """``n`` bf16 values (raw 16-bit words) drawn from a normal distribution, as weights look."""
+        cp = self.cp
+        f = self.rng.standard_normal(n, dtype=cp.float32) * np.float32(scale)
+        return (f.view(cp.uint32) >> 16).astype(cp.uint16)
+
     def fn(self, name: str, ilp: int = 4, pad: bool = False):
         f = self.mod[ilp].get_function(name)
         if pad and self.pad_B:
@@ -336,7 +342,7 @@ class Gpu:
             for N in N_list:
                 if N * K * 2 > (1 << 30):
                     continue
-                W = self.random_u32(N * K // 2).view(cp.uint16) & cp.uint16(0xBFFF)  # finite bf16
+                W = self.bf16_normal(N * K, K ** -0.5)
                 x = self.rng.standard_normal(K, dtype=cp.float32)
                 y = cp.empty(N, dtype=cp.float32)
                 rows_per_block = max(1, -(-N // (self.sms * 4)))
@@ -356,7 +362,7 @@ class Gpu:
         for n in (2048, 8192):
             for r in (1, 16, 256, 4096):
                 x = self.rng.standard_normal(r * n, dtype=cp.float32)
-                w = (self.random_u32(n // 2).view(cp.uint16) & cp.uint16(0x3FFF)) | cp.uint16(0x3C00)
+                w = self.bf16_normal(n, 0.1)
                 o = cp.empty_like(x)
                 grid = min(r, self.sms * 4)
                 t = self.time_us(lambda: rn((grid,), (256,), (x, w, o, np.int32(r), np.int32(n), np.float32(1e-5)),
@@ -368,7 +374,46 @@ class Gpu:
                 self.check(err < 1e-5, f"rmsnorm {r}x{n} relative error {err:.2e}")
                 rows.append({"fn": "rmsnorm", "rows": r, "n": n, "bytes": 2 * r * n * 4 + n * 2, "us": t,
                              "rel_err": err, "grid": grid})
+        rows += self._bench_attention()
         return {"device_functions": rows}
+
+    def _bench_attention(self) -> list[dict]:
+        """Decode attention partials (one block per KV head x split), merged and checked in float64."""
+        cp = self.cp
+        rows = []
+        R, BG = 4, 8  # 4 query heads per KV head, batch 1 x 8 KV heads (Llama-3 shapes)
+        lengths = [1024, 4096, 16384] + ([] if self.quick else [65536])
+        for D in (64, 128):
+            k = self.fn(f"attn_partial_d{D}_r{R}")
+            threads = 256
+            smem = (R * D + (threads // 32) * R * (D + 2)) * 4
+            k.max_dynamic_shared_size_bytes = smem
+            for L in lengths:
+                splits = max(1, -(-2 * self.sms // BG))
+                chunk = -(-L // splits)
+                q = self.rng.standard_normal(BG * R * D, dtype=cp.float32) * np.float32(D ** -0.5)
+                K = self.bf16_normal(BG * L * D)
+                V = self.bf16_normal(BG * L * D)
+                o = cp.empty(BG * splits * R * D, dtype=cp.float32)
+                m = cp.empty(BG * splits * R, dtype=cp.float32)
+                lsum = cp.empty_like(m)
+                t = self.time_us(lambda: k((BG, splits), (threads,), (q, K, V, o, m, lsum, np.int32(L), np.int32(chunk)),
+                                           stream=self.stream, shared_mem=smem))
+                f64 = lambda a: (a.astype(cp.uint32) << 16).view(cp.float32).astype(cp.float64)  # noqa: E731
+                Kf, Vf = f64(K).reshape(BG, L, D), f64(V).reshape(BG, L, D)
+                s = cp.einsum("grd,gld->grl", q.reshape(BG, R, D).astype(cp.float64), Kf)
+                p = cp.exp(s - s.max(axis=2, keepdims=True))
+                ref = cp.einsum("grl,gld->grd", p / p.sum(axis=2, keepdims=True), Vf)
+                mm, ll = m.reshape(BG, splits, R), lsum.reshape(BG, splits, R)
+                M = mm.max(axis=1, keepdims=True)
+                c = cp.exp((mm - M).astype(cp.float64))
+                out = (o.reshape(BG, splits, R, D) * c[..., None]).sum(axis=1) / (ll * c).sum(axis=1)[..., None]
+                err = float(cp.linalg.norm(out - ref) / cp.linalg.norm(ref))
+                self.check(err < 1e-4, f"attention D={D} L={L} relative error {err:.2e}")
+                rows.append({"fn": "attention", "D": D, "L": L, "BG": BG, "R": R, "splits": splits,
+                             "bytes": 2 * BG * L * D * 2 + BG * splits * R * (D + 2) * 4, "us": t,
+                             "rel_err": err, "grid": BG * splits})
+        return rows
 
 
 def launch_harness(quick: bool) -> dict:

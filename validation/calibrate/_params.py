@@ -123,6 +123,12 @@ def params(raw: dict, spec_GBps: float) -> tuple[list[Param], dict]:
                       f"from a stream: {_med(launch['stream_pdl_gap_us']):.2f} us"))
         out.append(_p("runtime.launch.launch_latency_us", _med(launch["single_launch_us"]),
                       launch["single_launch_us"], "one empty kernel: launch to cudaStreamSynchronize return, idle"))
+        chains: dict[str, list] = {}
+        for r in launch.get("memory_chain", []):
+            chains.setdefault(r["mode"], []).append(r)
+        for mode, rows in chains.items():
+            if len(rows) >= 2:
+                fits[f"chain_{mode}"] = asdict(fit_boundary([r["bytes"] for r in rows], [_med(r["us"]) for r in rows]))
         sync = {r["blocks_per_sm"]: r["us"] for r in launch.get("grid_sync", [])}
         fits["grid_sync_us"] = {str(k): _med(v) for k, v in sync.items()}
         if 1 in sync:
@@ -154,7 +160,7 @@ def params(raw: dict, spec_GBps: float) -> tuple[list[Param], dict]:
     dev = raw.get("device_functions")
     if dev and fits.get("read_GBps"):
         sms = raw.get("meta", {}).get("sms", 1)
-        for fn in ("matvec", "rmsnorm"):
+        for fn in ("matvec", "rmsnorm", "attention"):
             # steady state: sizes whose grid fills the chip; smaller ones show the fixed cost alone
             rows = [r for r in dev["device_functions"] if r["fn"] == fn and r.get("grid", sms) >= sms]
             if len(rows) < 2:

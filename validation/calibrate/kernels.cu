@@ -188,3 +188,23 @@ extern "C" __global__ void rmsnorm(const float* __restrict__ x, const mk_bf16* _
     for (int r = blockIdx.x; r < rows; r += gridDim.x)
         mk_rmsnorm_row(x + (size_t)r * n, w, out + (size_t)r * n, n, eps, scratch);
 }
+
+// Decode attention, one block per (batch x KV head, split): q is [BG, R, D] (pre-scaled), the
+// caches [BG, L, D]; partial outputs [BG, splits, R, D] with m and l [BG, splits, R].
+#define MK_ATTN_KERNEL(D_, R_)                                                                        \
+    extern "C" __global__ void attn_partial_d##D_##_r##R_(const float* __restrict__ q,                \
+            const mk_bf16* __restrict__ K, const mk_bf16* __restrict__ V, float* __restrict__ o,         \
+            float* __restrict__ m, float* __restrict__ l, int L, int chunk) {                            \
+        extern __shared__ float sm[];                                                                     \
+        const int bg = blockIdx.x, sp = blockIdx.y, splits = gridDim.y;                                   \
+        float* qs = sm;                                                                                   \
+        float* scratch = sm + R_ * D_;                                                                    \
+        for (int i = threadIdx.x; i < R_ * D_; i += blockDim.x) qs[i] = q[(size_t)bg * R_ * D_ + i];     \
+        __syncthreads();                                                                                  \
+        const int p0 = sp * chunk, p1 = min(L, p0 + chunk);                                               \
+        const size_t part = (size_t)bg * splits + sp;                                                     \
+        mk_attn_partial<D_, R_>(qs, K + (size_t)bg * L * D_, V + (size_t)bg * L * D_, p0, p1,             \
+                                o + part * R_ * D_, m + part * R_, l + part * R_, scratch);               \
+    }
+MK_ATTN_KERNEL(64, 4)
+MK_ATTN_KERNEL(128, 4)

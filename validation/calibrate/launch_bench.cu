@@ -50,6 +50,36 @@ __global__ void k_grid_sync(int iters, unsigned* arrivals, unsigned* errors) {
     }
 }
 
+// A memory-bound chain member: sums its own region (one 16-byte load per thread per step, 4 in
+// flight). mode 0: plain; 1: PDL, waits for the previous kernel before reading; 2: PDL, reads
+// its region (weights need no predecessor) and waits only before writing its result.
+__global__ void k_read(const uint4* __restrict__ a, unsigned long long chunk_vec, unsigned* out, int mode) {
+    if (mode) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (mode == 1) asm volatile("griddepcontrol.wait;" ::: "memory");
+    const uint4* p = a + (unsigned long long)blockIdx.x * chunk_vec;
+    unsigned acc = 0;
+    for (unsigned long long i = threadIdx.x; i < chunk_vec; i += 4ull * blockDim.x) {
+        uint4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            unsigned long long j = i + (unsigned long long)u * blockDim.x;
+            v[u] = j < chunk_vec ? __ldcs(p + j) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u) acc += v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    if (mode == 2) asm volatile("griddepcontrol.wait;" ::: "memory");
+    atomicXor(out, acc);
+}
+
+__global__ void k_fill(uint4* a, unsigned long long n_vec, unsigned seed) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n_vec;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        unsigned x = (unsigned)(i * 2654435761ull) ^ seed;
+        a[i] = make_uint4(x | 1u, (x * 747796405u) | 1u, (x ^ 0x9e3779b9u) | 1u, (x + 12345u) | 1u);
+    }
+}
+
 static double now_us() {
     using namespace std::chrono;
     return duration<double, std::micro>(steady_clock::now().time_since_epoch()).count();
@@ -225,6 +255,79 @@ int main(int argc, char** argv) {
     }
     sync_json += "]";
 
+    // 6. A chain of memory-bound kernels in a CUDA graph: plain, PDL waiting first, PDL reading first.
+    const int chain = 16;
+    const unsigned long long max_bytes = 16ull << 20, flush_bytes = 512ull << 20;
+    uint4 *buf, *flush_buf;
+    CHECK(cudaMalloc(&buf, chain * max_bytes));
+    CHECK(cudaMalloc(&flush_buf, flush_bytes));
+    unsigned* slots;  // one XOR of everything read per chain member, checked against the host
+    CHECK(cudaMalloc(&slots, (chain + 1) * sizeof(unsigned)));
+    k_fill<<<sms * 8, 256, 0, s>>>(buf, chain * max_bytes / 16, 1u);
+    k_fill<<<sms * 8, 256, 0, s>>>(flush_buf, flush_bytes / 16, 2u);
+    std::vector<unsigned> host_buf(chain * max_bytes / 4);
+    CHECK(cudaMemcpy(host_buf.data(), buf, chain * max_bytes, cudaMemcpyDeviceToHost));
+    std::string chain_json = "[";
+    for (unsigned long long bytes : {256ull << 10, 1ull << 20, 4ull << 20, 16ull << 20}) {
+        for (int mode = 0; mode < 3; ++mode) {
+            const unsigned long long chunk = bytes / 16 / sms;
+            CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+            for (int i = 0; i < chain; ++i) {
+                const uint4* region = buf + (unsigned long long)i * (max_bytes / 16);
+                if (mode == 0) {
+                    k_read<<<sms, 512, 0, s>>>(region, chunk, slots + i, 0);
+                } else {
+                    cudaLaunchConfig_t cfg = {};
+                    cfg.gridDim = dim3(sms);
+                    cfg.blockDim = dim3(512);
+                    cfg.stream = s;
+                    cudaLaunchAttribute attr[1];
+                    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+                    attr[0].val.programmaticStreamSerializationAllowed = 1;
+                    cfg.attrs = attr;
+                    cfg.numAttrs = 1;
+                    CHECK(cudaLaunchKernelEx(&cfg, k_read, region, chunk, slots + i, mode));
+                }
+            }
+            cudaGraph_t g;
+            cudaGraphExec_t ge;
+            CHECK(cudaStreamEndCapture(s, &g));
+            CHECK(cudaGraphInstantiate(&ge, g, 0));
+            CHECK(cudaGraphDestroy(g));
+            std::vector<double> per;
+            for (int r = 0; r < 1 + reps; ++r) {
+                k_read<<<sms * 4, 512, 0, s>>>(flush_buf, flush_bytes / 16 / (sms * 4), slots + chain, 0);  // evict L2
+                CHECK(cudaMemsetAsync(slots, 0, chain * sizeof(unsigned), s));
+                CHECK(cudaEventRecord(e0, s));
+                CHECK(cudaGraphLaunch(ge, s));
+                CHECK(cudaEventRecord(e1, s));
+                double t = elapsed_us() / chain;
+                if (r) per.push_back(t);
+            }
+            CHECK(cudaGraphExecDestroy(ge));
+            std::vector<unsigned> got(chain);
+            CHECK(cudaMemcpy(got.data(), slots, chain * sizeof(unsigned), cudaMemcpyDeviceToHost));
+            for (int i = 0; i < chain; ++i) {
+                unsigned want = 0;
+                const unsigned* w = host_buf.data() + (size_t)i * (max_bytes / 4);
+                for (unsigned long long j = 0; j < chunk * sms * 4; ++j) want ^= w[j];
+                if (got[i] != want) {
+                    std::fprintf(stderr, "launch_bench: memory chain kernel %d read wrong data (%08x, want %08x)\n", i,
+                                 got[i], want);
+                    return 3;
+                }
+            }
+            char buf2[128];
+            std::snprintf(buf2, sizeof buf2, "%s{\"bytes\": %llu, \"mode\": \"%s\", \"us\": ", chain_json.size() > 1 ? ", " : "",
+                          chunk * 16 * sms, mode == 0 ? "graph" : mode == 1 ? "pdl_wait_first" : "pdl_read_first");
+            chain_json += buf2 + list(per) + "}";
+        }
+    }
+    chain_json += "]";
+    CHECK(cudaFree(slots));
+    CHECK(cudaFree(buf));
+    CHECK(cudaFree(flush_buf));
+
     int driver = 0, runtime = 0;
     CHECK(cudaDriverGetVersion(&driver));
     CHECK(cudaRuntimeGetVersion(&runtime));
@@ -238,6 +341,7 @@ int main(int argc, char** argv) {
     std::printf(" \"stream_pdl_gap_us\": %s,\n", list(stream_pdl).c_str());
     std::printf(" \"single_launch_us\": %s,\n", list(single).c_str());
     std::printf(" \"grid_sync\": %s,\n", sync_json.c_str());
+    std::printf(" \"memory_chain\": %s,\n", chain_json.c_str());
     std::printf(" \"kernels_counted\": %u}\n", counter);
     std::fprintf(stderr, "launch_bench: median host %.2f us, gap %.2f us, graph node %.2f us, pdl node %.2f us\n",
                  median(host), median(gap), median(graph_node), median(graph_pdl_node));

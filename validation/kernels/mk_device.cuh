@@ -5,6 +5,7 @@
 #pragma once
 
 typedef unsigned short mk_bf16;  // raw bfloat16 bits
+#define MK_NEG_INF __int_as_float(0xff800000)
 
 __device__ __forceinline__ float mk_bf16_to_f32(mk_bf16 h) { return __uint_as_float(((unsigned)h) << 16); }
 
@@ -85,5 +86,83 @@ __device__ __forceinline__ void mk_rmsnorm_row(const float* __restrict__ x, cons
     __syncthreads();
     const float inv = scratch[0];
     for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = __ldcg(x + i) * inv * mk_bf16_to_f32(w[i]);
+    __syncthreads();
+}
+
+// Flash-decoding partial attention for one KV head over cache positions [p0, p1).
+// qs: the R query heads that share this KV head (R x D fp32, in shared memory, pre-scaled);
+// K, V: this head's cache, row per position (bf16, D values each). Writes the unnormalised
+// output o (R x D), the running max m and the sum of exponentials l of each query head, for a
+// later merge of splits. Warps take positions in turn (lane i holds elements [i*E, i*E+E));
+// the block merges its warps through `scratch` (nwarps * R * (D + 2) floats of shared memory).
+template <int D, int R>
+__device__ __forceinline__ void mk_attn_partial(const float* qs, const mk_bf16* __restrict__ K,
+                                                const mk_bf16* __restrict__ V, int p0, int p1,
+                                                float* __restrict__ o, float* __restrict__ m_out,
+                                                float* __restrict__ l_out, float* scratch) {
+    constexpr int E = D / 32;
+    static_assert(E == 2 || E == 4, "head dimension 64 or 128");
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    float q[R][E], acc[R][E], m[R], l[R];
+#pragma unroll
+    for (int h = 0; h < R; ++h) {
+        m[h] = MK_NEG_INF;
+        l[h] = 0.f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            q[h][e] = qs[h * D + lane * E + e];
+            acc[h][e] = 0.f;
+        }
+    }
+    for (int p = p0 + warp; p < p1; p += nwarps) {
+        float k[E], v[E];
+        const mk_bf16* kr = K + (size_t)p * D + lane * E;
+        const mk_bf16* vr = V + (size_t)p * D + lane * E;
+        if (E == 4) {
+            uint2 kk = __ldg(reinterpret_cast<const uint2*>(kr)), vv = __ldg(reinterpret_cast<const uint2*>(vr));
+            k[0] = __uint_as_float(kk.x << 16); k[1] = __uint_as_float(kk.x & 0xffff0000u);
+            k[E - 2] = __uint_as_float(kk.y << 16); k[E - 1] = __uint_as_float(kk.y & 0xffff0000u);
+            v[0] = __uint_as_float(vv.x << 16); v[1] = __uint_as_float(vv.x & 0xffff0000u);
+            v[E - 2] = __uint_as_float(vv.y << 16); v[E - 1] = __uint_as_float(vv.y & 0xffff0000u);
+        } else {
+            unsigned kk = __ldg(reinterpret_cast<const unsigned*>(kr)), vv = __ldg(reinterpret_cast<const unsigned*>(vr));
+            k[0] = __uint_as_float(kk << 16); k[E - 1] = __uint_as_float(kk & 0xffff0000u);
+            v[0] = __uint_as_float(vv << 16); v[E - 1] = __uint_as_float(vv & 0xffff0000u);
+        }
+#pragma unroll
+        for (int h = 0; h < R; ++h) {
+            float s = 0.f;
+#pragma unroll
+            for (int e = 0; e < E; ++e) s = fmaf(q[h][e], k[e], s);
+            s = mk_warp_sum(s);
+            const float mn = fmaxf(m[h], s), c = __expf(m[h] - mn), w = __expf(s - mn);
+            l[h] = fmaf(l[h], c, w);
+#pragma unroll
+            for (int e = 0; e < E; ++e) acc[h][e] = fmaf(acc[h][e], c, w * v[e]);
+            m[h] = mn;
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < R; ++h) {
+        float* row = scratch + (warp * R + h) * (D + 2);
+#pragma unroll
+        for (int e = 0; e < E; ++e) row[lane * E + e] = acc[h][e];
+        if (lane == 0) { row[D] = m[h]; row[D + 1] = l[h]; }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < R * D; i += blockDim.x) {
+        const int h = i / D, d = i % D;
+        float M = MK_NEG_INF;
+        for (int w = 0; w < nwarps; ++w) M = fmaxf(M, scratch[(w * R + h) * (D + 2) + D]);
+        float L = 0.f, O = 0.f;
+        for (int w = 0; w < nwarps; ++w) {
+            const float* row = scratch + (w * R + h) * (D + 2);
+            const float c = row[D] == MK_NEG_INF ? 0.f : __expf(row[D] - M);
+            O = fmaf(row[d], c, O);
+            L = fmaf(row[D + 1], c, L);
+        }
+        o[h * D + d] = O;
+        if (d == 0) { m_out[h] = M; l_out[h] = L; }
+    }
     __syncthreads();
 }
