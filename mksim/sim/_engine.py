@@ -17,6 +17,8 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 import numpy as np
+from simpy.core import NORMAL
+from simpy.events import Event
 
 from mksim.errors import DeadlockError
 
@@ -45,22 +47,119 @@ def simulate(schedule: Schedule) -> SimResult:
     return eng.result()
 
 
-class _SM:
-    """What a persistent SM's loader and executor tell each other (and wait on)."""
+_NEW, _HEAD, _BODY, _IN = range(4)  # where a loader is with its current task
 
-    __slots__ = ("free_B", "want_B", "pages", "n_started", "start_for", "started", "n_loaded", "loaded",
-                 "heads")
 
-    def __init__(self, free_B: int):
-        self.free_B = free_B     # free shared-memory page bytes
-        self.want_B = 0          # bytes the loader waits to be freed (0: not waiting)
-        self.pages = None        # event the loader waits on for pages
+class _Signal(Event):
+    """An event its trigger can schedule for later: a producer's finish, visible after the
+    flag latency, wakes every consumer at that instant without a timeout each."""
+
+    def succeed_after(self, delay_us: float) -> None:
+        self._ok = True
+        self._value = None
+        self.env.schedule(self, NORMAL, delay_us)
+
+
+class _Loader:
+    """One SM's loader: walks the SM's queue, fills free shared-memory pages with each task's
+    first bytes, and streams the rest of a bigger task once the executor has started it.
+
+    It waits on only three things — a DRAM flow, pages freed by the executor, the executor
+    starting the task — and each of them calls it back (:meth:`run`, :meth:`free`,
+    :meth:`started`), so it is a small state machine rather than a SimPy process: a process
+    would pay an event and a resume for each of its three or four steps per task.
+    """
+
+    __slots__ = ("env", "hbm", "q", "lane", "pre_B", "segs", "buf_B", "page_B", "cap", "lat", "i", "phase",
+                 "head", "got", "body", "free_B", "want_B", "n_started", "waits_start", "n_loaded", "loaded",
+                 "heads", "last_end", "flow_a", "flow_d", "flow_n")
+
+    def __init__(self, eng: _Engine, sm: int, q: list[int], buf_B: int, page_B: int):
+        self.env, self.hbm, self.q = eng.env, eng.hbm, q
+        self.lane = -1 - sm
+        self.pre_B, self.segs = eng.pre_B, eng.segs
+        self.buf_B, self.page_B = buf_B, page_B
+        self.cap, self.lat = eng.r.sm_cap_Bpus, eng.r.dram_latency_us
+        self.i = 0               # queue position being loaded
+        self.phase = _NEW
+        self.head = self.got = 0  # page bytes of the current task: wanted, streamed
+        self.body = 0.0          # bytes streamed after the pages
+        self.free_B = buf_B      # free page bytes
+        self.want_B = 0          # page bytes waited for (0: not waiting)
         self.n_started = 0       # queue positions the executor has started
-        self.start_for = -1      # queue position whose start the loader waits for
-        self.started = None     # event the loader waits on for that start
+        self.waits_start = False
         self.n_loaded = 0        # queue positions whose data is in
-        self.loaded = None       # event the executor waits on for its data
-        self.heads: list[int] = []  # page bytes each loaded task holds
+        self.loaded: Event | None = None  # what the executor waits on for its data
+        self.heads: list[int] = []        # page bytes each loaded task holds
+        self.last_end = -1.0     # when the last flow ended: later starts pay the DRAM latency
+        self.flow_a = self.flow_d = 0.0
+        self.flow_n = 0
+
+    def run(self, _ev: object = None) -> None:
+        """Load as far as possible; return when waiting for a flow, pages or the executor."""
+        q = self.q
+        while self.i < len(q):
+            if self.phase == _NEW:
+                # shared memory is counted in whole bytes: float sums would overfill the pages
+                self.head = min(math.ceil(self.pre_B[q[self.i]]), self.buf_B)
+                self.got = 0
+                self.phase = _HEAD
+            if self.phase == _HEAD:
+                if self.got < self.head:  # fill pages as they free up, as many at a time as are free
+                    need = self.head - self.got
+                    least = min(need, self.page_B)
+                    take = min(need, self.free_B) if self.free_B >= least else least
+                    if self.free_B < take:
+                        self.want_B = take  # free() hands them over
+                        return
+                    self.free_B -= take
+                    self._flow(take)
+                    return
+                self.heads.append(self.head)
+                self.body = self.pre_B[q[self.i]] - self.head
+                self.phase = _BODY
+            if self.phase == _BODY:
+                if self.body > 0.5:  # the rest streams once the executor has started the task
+                    if self.n_started <= self.i:
+                        self.waits_start = True
+                        return
+                    self.phase = _IN
+                    self._flow(self.body)
+                    return
+                self.phase = _IN
+            self.i += 1
+            self.n_loaded = self.i
+            self.phase = _NEW
+            if self.loaded is not None:
+                ev, self.loaded = self.loaded, None
+                ev.succeed()
+
+    def free(self, nbytes: int) -> None:
+        """The executor freed ``nbytes`` of pages."""
+        self.free_B += nbytes
+        if self.want_B and self.free_B >= self.want_B:
+            take, self.want_B = self.want_B, 0
+            self.free_B -= take
+            self._flow(take)
+
+    def started(self, i: int) -> None:
+        """The executor started the task at queue position ``i``."""
+        self.n_started = i + 1
+        if self.waits_start and self.i == i:
+            self.waits_start = False
+            self.run()
+
+    def _flow(self, nbytes: float) -> None:
+        a = self.env.now
+        self.flow_a, self.flow_d, self.flow_n = a, (self.lat if a > self.last_end else 0.0), nbytes
+        self.hbm.start(nbytes, self.cap, self.flow_d, self._flowed)
+
+    def _flowed(self) -> None:
+        self.last_end = now = self.env.now
+        _flow_segs(self.segs, self.lane, self.flow_a, self.flow_d, now, self.q[self.i])
+        if self.phase == _HEAD:
+            self.got += self.flow_n
+        self.run()
 
 
 class _Engine:
@@ -97,8 +196,9 @@ class _Engine:
         self.segs: list[tuple[int, float, float, int, str]] = []  # lane, start, end, task, category
         self.op_done_n = [0] * len(g.ops)
         self.op_end = [0.0] * len(g.ops)
-        self.op_events: dict = {}
-        self.task_events: dict = {}
+        self.op_events: dict[int, _Signal] = {}
+        self.task_events: dict[int, _Signal] = {}
+        self.visible_us = 0.0  # from a producer's end to its consumers seeing it
         self.n_lanes = 0
         self.t0 = 0.0  # when the (first) kernel starts
         self._chain_times: tuple[list[float], list[float]] | None = None
@@ -115,22 +215,24 @@ class _Engine:
         if self.task_events:
             ev = self.task_events.pop(t, None)
             if ev is not None:
-                ev.succeed()
+                ev.succeed_after(self.visible_us)
         if self.op_done_n[p] == self.n_tiles[p]:
             ev = self.op_events.pop(p, None)
             if ev is not None:
-                ev.succeed()
+                ev.succeed_after(self.visible_us)
 
-    def _op_event(self, p: int):
+    def _op_signal(self, p: int) -> _Signal:
+        """Fires when every task of op ``p`` is done and visible."""
         ev = self.op_events.get(p)
         if ev is None:
-            ev = self.op_events[p] = self.env.event()
+            ev = self.op_events[p] = _Signal(self.env)
         return ev
 
-    def _task_event(self, t: int):
+    def _task_signal(self, t: int) -> _Signal:
+        """Fires when task ``t`` is done and visible."""
         ev = self.task_events.get(t)
         if ev is None:
-            ev = self.task_events[t] = self.env.event()
+            ev = self.task_events[t] = _Signal(self.env)
         return ev
 
     # -- chain modes ------------------------------------------------------------------
@@ -233,73 +335,32 @@ class _Engine:
     # -- persistent modes -------------------------------------------------------------
     def _run_persistent(self):
         s, g, r, env = self.s, self.g, self.r, self.env
-        n_sms = r.n_sms
-        self.n_lanes = n_sms
+        self.n_lanes = r.n_sms
         buf_B = int(s.options.prefetch_bytes)
         page_B = int(s.options.page_KiB * 1024)
-        cap = r.sm_cap_Bpus
-        lat = r.dram_latency_us
         barrier = s.mode == "persistent_barrier"
         flag_sync = s.options.sync == "flag"
         self.t0 = r.launch_latency_us
+        # consumers wake when a producer becomes visible; a grid barrier has its own cost
+        self.visible_us = 0.0 if barrier else r.flag_latency_us
         n_ops = len(g.ops)
         barrier_done = [env.event() for _ in range(n_ops)]
         pre_B, work_us, start, end, segs = self.pre_B, self.work_us, self.start, self.end, self.segs
         op_of, n_tiles, op_first, op_done_n, op_end = (self.op_of, self.n_tiles, self.op_first, self.op_done_n,
                                                        self.op_end)
         deps_of = g.deps
-        transfer, timeout, event = self.hbm.transfer, env.timeout, env.event
-        op_event, task_event, finish = self._op_event, self._task_event, self._finish
+        timeout, event = env.timeout, env.event
+        op_signal, task_signal, finish = self._op_signal, self._task_signal, self._finish
 
         def barriers():
             barrier_done[0].succeed()
             for j in range(1, n_ops):
                 if op_done_n[j - 1] < n_tiles[j - 1]:
-                    yield op_event(j - 1)
+                    yield op_signal(j - 1)
                 yield env.timeout(r.grid_barrier_us)
                 barrier_done[j].succeed()
 
-        def loader(sm, q, st):
-            yield env.timeout(self.t0)
-            lane = -1 - sm
-            last_end = -1.0
-            for i, t in enumerate(q):
-                pre = pre_B[t]
-                # shared memory is counted in whole bytes: float sums would overfill the pages
-                head = min(math.ceil(pre), buf_B)
-                got = 0
-                while got < head:  # fill pages as they free up, as many at a time as are free
-                    need = head - got
-                    least = min(need, page_B)
-                    take = min(need, st.free_B) if st.free_B >= least else least
-                    if st.free_B >= take:
-                        st.free_B -= take
-                    else:  # the executor hands the pages over when it frees them
-                        st.want_B, st.pages = take, event()
-                        yield st.pages
-                    a = env.now
-                    d = lat if a > last_end else 0.0
-                    yield transfer(take, cap, d)
-                    last_end = env.now
-                    _flow_segs(segs, lane, a, d, last_end, t)
-                    got += take
-                st.heads.append(head)
-                body = pre - head
-                if body > 0.5:  # the rest streams once the executor has started the task
-                    if st.n_started <= i:
-                        st.start_for, st.started = i, event()
-                        yield st.started
-                    a = env.now
-                    d = lat if a > last_end else 0.0
-                    yield transfer(body, cap, d)
-                    last_end = env.now
-                    _flow_segs(segs, lane, a, d, last_end, t)
-                st.n_loaded = i + 1
-                if st.loaded is not None:
-                    ev, st.loaded = st.loaded, None
-                    ev.succeed()
-
-        def executor(sm, q, st):
+        def executor(sm, q, ld):
             yield env.timeout(self.t0)
             for i, t in enumerate(q):
                 w = env.now
@@ -315,13 +376,13 @@ class _Engine:
                     for p, a, b in deps_of(t):
                         if b - a == n_tiles[p]:
                             if op_done_n[p] < b - a:
-                                yield op_event(p)
+                                yield op_signal(p)
                             e = op_end[p]
                         else:
                             base = op_first[p]
                             for k in range(base + a, base + b):
                                 if end[k] != end[k]:  # NaN: not done
-                                    yield task_event(k)
+                                    yield task_signal(k)
                             e = max(end[base + a:base + b])
                         if e > ready:
                             ready = e
@@ -336,13 +397,10 @@ class _Engine:
                         segs.append((sm, w, env.now, t, "dependency wait"))
                 t_in = env.now
                 start[t] = t_in
-                st.n_started = i + 1
-                if st.start_for == i:
-                    ev, st.started, st.start_for = st.started, None, -1
-                    ev.succeed()
-                if st.n_loaded <= i:
-                    st.loaded = event()
-                    yield st.loaded
+                ld.started(i)
+                if ld.n_loaded <= i:
+                    ld.loaded = ev = event()
+                    yield ev
                     if env.now > t_in:
                         segs.append((sm, t_in, env.now, t, "data wait"))
                 since = env.now if pre_B[t] <= buf_B else t_in
@@ -351,14 +409,9 @@ class _Engine:
                     t1 = env.now
                     yield timeout(rest)
                     segs.append((sm, t1, env.now, t, "compute"))
-                head = st.heads[i]
+                head = ld.heads[i]
                 if head > 0:
-                    st.free_B += head
-                    if st.want_B and st.free_B >= st.want_B:
-                        st.free_B -= st.want_B
-                        st.want_B = 0
-                        ev, st.pages = st.pages, None
-                        ev.succeed()
+                    ld.free(head)
                 if env.now > t_in:
                     segs.append((sm, t_in, env.now, t, "task"))
                 finish(t, sm)
@@ -366,9 +419,9 @@ class _Engine:
         if barrier:
             env.process(barriers())
         for sm, q in enumerate(s.queues or []):
-            st = _SM(buf_B)
-            env.process(loader(sm, q, st))
-            env.process(executor(sm, q, st))
+            ld = _Loader(self, sm, q, buf_B, page_B)
+            env.timeout(self.t0).callbacks.append(ld.run)
+            env.process(executor(sm, q, ld))
 
     # -- run and collect -----------------------------------------------------------------
     def run(self) -> None:

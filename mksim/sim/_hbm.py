@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 from functools import partial
 from itertools import count
+from typing import Callable
 
 import simpy
 from simpy.events import Event, Timeout
@@ -32,7 +33,7 @@ class _Class:
         self.cap = cap
         self.v = 0.0       # bytes served to each member since the class was created
         self.rate = 0.0    # bytes per µs per member now
-        self.heap: list[tuple[float, int, Event]] = []
+        self.heap: list[tuple[float, int, Callable[[], object]]] = []  # (v at end, seq, done)
 
 
 class _Settle(Event):
@@ -49,8 +50,9 @@ class _Settle(Event):
 class HBM:
     """Shared DRAM bandwidth.
 
-    ``transfer(nbytes, cap, delay_us)`` returns an event that fires when the bytes have
-    arrived; the flow joins the share ``delay_us`` from now (a first-byte latency).
+    ``start(nbytes, cap, delay_us, done)`` streams ``nbytes`` and calls ``done()`` when they
+    have arrived; the flow joins the share ``delay_us`` from now (a first-byte latency).
+    ``transfer`` is the same as an event, for processes.
     With ``record=True`` the total rate is logged as ``(time, bytes_per_us)`` steps, for
     the conformance tests (never above ``total_Bpus``).
     """
@@ -67,14 +69,21 @@ class HBM:
         self.log: list[tuple[float, float]] | None = [] if record else None
 
     # -- public -------------------------------------------------------------------------
+    def start(self, nbytes: float, cap_Bpus: float, delay_us: float, done: Callable[[], object]) -> None:
+        """Stream ``nbytes`` (> 0), joining the share ``delay_us`` from now; call ``done()``
+        at the instant the last byte arrives."""
+        if delay_us > 0:
+            Timeout(self.env, delay_us).callbacks.append(partial(self._join, nbytes, cap_Bpus, done))
+        else:
+            self._join(nbytes, cap_Bpus, done)
+
     def transfer(self, nbytes: float, cap_Bpus: float, delay_us: float = 0.0) -> Event:
+        """Like :meth:`start`, as an event for a process to wait on."""
         ev = Event(self.env)
         if nbytes <= 0:
             ev.succeed()
-        elif delay_us > 0:
-            Timeout(self.env, delay_us).callbacks.append(partial(self._join, nbytes, cap_Bpus, ev))
         else:
-            self._join(nbytes, cap_Bpus, ev)
+            self.start(nbytes, cap_Bpus, delay_us, ev.succeed)
         return ev
 
     @property
@@ -82,13 +91,13 @@ class HBM:
         return sum(len(c.heap) for c in self.classes.values())
 
     # -- internals ------------------------------------------------------------------------
-    def _join(self, nbytes: float, cap: float, ev: Event, _trigger: object = None) -> None:
+    def _join(self, nbytes: float, cap: float, done: Callable[[], object], _trigger: object = None) -> None:
         if self.env.now != self.t_last:
             self._advance()
         cls = self.classes.get(cap)
         if cls is None:
             cls = self.classes[cap] = _Class(cap)
-        heapq.heappush(cls.heap, (cls.v + nbytes, next(self._seq), ev))
+        heapq.heappush(cls.heap, (cls.v + nbytes, next(self._seq), done))
         self.bytes_done += nbytes
         if not self._settling:
             self._settling = True
@@ -102,19 +111,22 @@ class HBM:
         self.t_last = self.env.now
 
     def _finish_done(self) -> None:
-        """Fire every flow that is done (within rounding); drop classes left empty."""
+        """Finish every flow that is done (within rounding); drop classes left empty."""
+        done = []
         for key in list(self.classes):
             c = self.classes[key]
             heap, lim = c.heap, c.v + _EPS * max(1.0, c.v)
             while heap and heap[0][0] <= lim:
-                heapq.heappop(heap)[2].succeed()
+                done.append(heapq.heappop(heap)[2])
             if not heap:
                 del self.classes[key]
+        for fn in done:  # after the bookkeeping: a callback may start the next flow
+            fn()
 
     def _settle(self, _ev: Event) -> None:
         # the shares of the flows left once this instant is over, and when the next one ends
-        self._settling = False
         self._finish_done()
+        self._settling = False
         classes = self.classes
         if len(classes) == 1:
             (c,) = classes.values()
@@ -138,7 +150,7 @@ class HBM:
             Timeout(self.env, max(nxt, 0.0), self._gen).callbacks.append(self._wake)
 
     def _wake(self, ev: Event) -> None:
-        if ev._value != self._gen:  # superseded by a later start or finish
+        if ev.value != self._gen:  # superseded by a later start or finish
             return
         self._advance()
         self._finish_done()
