@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     unsigned* d;  // [0] counter, [1] arrivals, [2] errors
     CHECK(cudaMalloc(&d, 4 * sizeof(unsigned)));
-    CHECK(cudaMemset(d, 0, 4 * sizeof(unsigned)));
+    CHECK(cudaMemsetAsync(d, 0, 4 * sizeof(unsigned), s));
     unsigned long long expected = 0;
     cudaEvent_t e0, e1;
     CHECK(cudaEventCreate(&e0));
@@ -233,7 +233,7 @@ int main(int argc, char** argv) {
         if (!coop || bps > max_bps) continue;
         std::vector<double> per;
         for (int r = 0; r < reps; ++r) {
-            CHECK(cudaMemset(d + 1, 0, 2 * sizeof(unsigned)));
+            CHECK(cudaMemsetAsync(d + 1, 0, 2 * sizeof(unsigned), s));
             int grid = bps * sms, it = iters;
             unsigned* arr = d + 1;
             unsigned* err = d + 2;
