@@ -18,20 +18,20 @@ from typing import Any
 import numpy as np
 
 from mksim.errors import ScheduleError, UnknownNameError
-from mksim.sim._costs import Rates, task_estimate_us
+from mksim.sim._costs import Rates, flop_rate
 from mksim.workload import TaskGraph
 
 
 def task_costs(graph: TaskGraph, r: Rates, active_sms: int | None = None) -> np.ndarray:
-    """Estimated time (µs) of every task, all SMs streaming at once."""
+    """Estimated time (µs) of every task, all SMs streaming at once: the element-wise form of
+    :func:`~mksim.sim._costs.task_estimate_us` (the same numbers, without a call per task)."""
+    n = active_sms or r.n_sms
+    bw = min(r.sm_cap_Bpus, r.hbm_Bpus / n)
     dram = graph.weight_bytes + graph.kv_read_bytes
     l2 = graph.in_bytes + graph.out_bytes + graph.kv_write_bytes
-    out = np.empty(len(graph))
-    for i, op in enumerate(graph.ops):
-        s, e = int(graph.op_first[i]), int(graph.op_first[i + 1])
-        for t in range(s, e):
-            out[t] = task_estimate_us(dram[t], l2[t], graph.flops[t], op.unit, op.dtype, r, active_sms)
-    return out
+    rate = np.repeat([flop_rate(op.unit, op.dtype, r) for op in graph.ops], graph.n_tiles)
+    comp = np.where(graph.flops > 0, graph.flops / rate, 0.0)
+    return np.maximum(np.maximum(dram / bw, np.where(l2 > 0, l2 / r.l2_per_sm_Bpus, 0.0)), comp)
 
 
 class BasePolicy(ABC):
@@ -161,28 +161,38 @@ class Pools(BasePolicy):
 def _list_schedule(graph: TaskGraph, cost: np.ndarray, sms: list[int] | None, order, sync_us: float,
                    n_sms: int, pool_of=None) -> list[list[int]]:
     """Each task on the SM of its pool that frees first (ties: lowest SM id)."""
-    finish = np.zeros(len(graph))
-    op_max = np.zeros(len(graph.ops))  # running max of finish per op, for whole-op deps
+    # plain lists: this loop runs once per task, and numpy scalars cost more than floats
+    cost_l: list[float] = cost.tolist()
+    op_of: list[int] = graph.op_of.tolist()
+    n_tiles: list[int] = graph.n_tiles.tolist()
+    op_first: list[int] = graph.op_first.tolist()
+    finish = [0.0] * len(graph)
+    op_max = [0.0] * len(graph.ops)  # running max of finish per op, for whole-op deps
     heaps: dict[int, list[tuple[float, int]]] = {}
     q: list[list[int]] = [[] for _ in range(n_sms)]
+    heap = None if pool_of else [(0.0, s) for s in sms]
+    if heap is not None:
+        heapq.heapify(heap)
     for t in order:
         ready = 0.0
         for p, t0, t1 in graph.deps(t):
-            if t1 - t0 == graph.n_tiles[p]:
-                ready = max(ready, op_max[p])
-            else:
-                base = int(graph.op_first[p])
-                ready = max(ready, float(finish[base + t0:base + t1].max()))
+            e = op_max[p] if t1 - t0 == n_tiles[p] else max(finish[op_first[p] + t0:op_first[p] + t1])
+            if e > ready:
+                ready = e
         ready += sync_us
-        pool = pool_of(t) if pool_of else sms
-        heap = heaps.get(id(pool))
-        if heap is None:
-            heap = heaps[id(pool)] = [(0.0, s) for s in pool]
-            heapq.heapify(heap)
-        free, best = heapq.heappop(heap)
-        finish[t] = max(free, ready) + cost[t]
-        heapq.heappush(heap, (finish[t], best))
-        op_max[graph.op_of[t]] = max(op_max[graph.op_of[t]], finish[t])
+        if pool_of:
+            pool = pool_of(t)
+            heap = heaps.get(id(pool))
+            if heap is None:
+                heap = heaps[id(pool)] = [(0.0, s) for s in pool]
+                heapq.heapify(heap)
+        free, best = heap[0]
+        f = (free if free >= ready else ready) + cost_l[t]
+        heapq.heapreplace(heap, (f, best))
+        finish[t] = f
+        p = op_of[t]
+        if f > op_max[p]:
+            op_max[p] = f
         q[best].append(t)
     return q
 

@@ -66,7 +66,7 @@ __global__ void k_read(const uint4* __restrict__ a, unsigned long long chunk_vec
             v[u] = j < chunk_vec ? __ldcs(p + j) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
-        for (int u = 0; u < 4; ++u) acc += v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+        for (int u = 0; u < 4; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
     }
     if (mode == 2) asm volatile("griddepcontrol.wait;" ::: "memory");
     atomicXor(out, acc);
@@ -266,6 +266,7 @@ int main(int argc, char** argv) {
     k_fill<<<sms * 8, 256, 0, s>>>(buf, chain * max_bytes / 16, 1u);
     k_fill<<<sms * 8, 256, 0, s>>>(flush_buf, flush_bytes / 16, 2u);
     std::vector<unsigned> host_buf(chain * max_bytes / 4);
+    CHECK(cudaStreamSynchronize(s));  // s does not synchronise with the legacy stream of cudaMemcpy
     CHECK(cudaMemcpy(host_buf.data(), buf, chain * max_bytes, cudaMemcpyDeviceToHost));
     std::string chain_json = "[";
     for (unsigned long long bytes : {256ull << 10, 1ull << 20, 4ull << 20, 16ull << 20}) {
@@ -312,8 +313,9 @@ int main(int argc, char** argv) {
                 const unsigned* w = host_buf.data() + (size_t)i * (max_bytes / 4);
                 for (unsigned long long j = 0; j < chunk * sms * 4; ++j) want ^= w[j];
                 if (got[i] != want) {
-                    std::fprintf(stderr, "launch_bench: memory chain kernel %d read wrong data (%08x, want %08x)\n", i,
-                                 got[i], want);
+                    std::fprintf(stderr, "launch_bench: memory chain kernel %d read wrong data (%08x, want %08x; "
+                                 "first words %08x %08x %08x %08x, mode %d, chunk %llu)\n", i, got[i], want, w[0], w[1], w[2],
+                                 w[3], mode, chunk);
                     return 3;
                 }
             }
