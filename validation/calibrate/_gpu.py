@@ -61,11 +61,14 @@ class Gpu:
         """``n`` random, non-zero 32-bit words on the device."""
         return self.rng.randint(1, (1 << 31) - 1, size=n, dtype=self.cp.int32).view(self.cp.uint32)
 
-    def bf16_normal(self, n: int, scale: float = 1.0):
-        """``n`` bf16 values (raw 16-bit words) drawn from a normal distribution, as weights look."""
+    def bf16_random(self, n: int):
+        """``n`` finite, non-zero bf16 values (raw 16-bit words): random sign and mantissa, magnitude
+        in [2^-7, 1), no denormals — the range of trained weights and of normalised activations."""
         cp = self.cp
-        f = self.rng.standard_normal(n, dtype=cp.float32) * np.float32(scale)
-        return (f.view(cp.uint32) >> 16).astype(cp.uint16)
+        r = self.random_u32(n)
+        exponent = cp.uint32(120) + (r >> 8) % cp.uint32(7)
+        bits = ((r >> 15) & cp.uint32(1)) << 15 | exponent << 7 | (r & cp.uint32(0x7F))
+        return bits.astype(cp.uint16)
 
     def fn(self, name: str, ilp: int = 4, pad: bool = False):
         f = self.mod[ilp].get_function(name)
@@ -342,7 +345,7 @@ class Gpu:
             for N in N_list:
                 if N * K * 2 > (1 << 30):
                     continue
-                W = self.bf16_normal(N * K, K ** -0.5)
+                W = self.bf16_random(N * K)
                 x = self.rng.standard_normal(K, dtype=cp.float32)
                 y = cp.empty(N, dtype=cp.float32)
                 rows_per_block = max(1, -(-N // (self.sms * 4)))
@@ -362,7 +365,7 @@ class Gpu:
         for n in (2048, 8192):
             for r in (1, 16, 256, 4096):
                 x = self.rng.standard_normal(r * n, dtype=cp.float32)
-                w = self.bf16_normal(n, 0.1)
+                w = self.bf16_random(n)
                 o = cp.empty_like(x)
                 grid = min(r, self.sms * 4)
                 t = self.time_us(lambda: rn((grid,), (256,), (x, w, o, np.int32(r), np.int32(n), np.float32(1e-5)),
@@ -392,8 +395,8 @@ class Gpu:
                 splits = max(1, -(-2 * self.sms // BG))
                 chunk = -(-L // splits)
                 q = self.rng.standard_normal(BG * R * D, dtype=cp.float32) * np.float32(D ** -0.5)
-                K = self.bf16_normal(BG * L * D)
-                V = self.bf16_normal(BG * L * D)
+                K = self.bf16_random(BG * L * D)
+                V = self.bf16_random(BG * L * D)
                 o = cp.empty(BG * splits * R * D, dtype=cp.float32)
                 m = cp.empty(BG * splits * R, dtype=cp.float32)
                 lsum = cp.empty_like(m)
