@@ -50,7 +50,10 @@ class Gpu:
         opts = ("-std=c++17", f"-I{KERNELS}")
         self.mod = {ilp: cp.RawModule(code=src, options=opts + (f"-DILP={ilp}",)) for ilp in (1, 2, 4, 8)}
         self.k = self.mod[4]
+        # Everything (data generation, checks, timed kernels) goes on this one stream, in order: a
+        # benchmark must never overlap the generation of its own inputs.
         self.stream = cp.cuda.Stream(non_blocking=True)
+        self.stream.use()
         self.rng = cp.random.RandomState(20261129)
         self.flush_buf = self.random_u32(max(4 * self.l2_B, 64 << 20) // 4)
         self.sink = cp.zeros(1 << 16, dtype=cp.uint32)
