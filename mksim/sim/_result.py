@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,31 +77,53 @@ class SimResult:
         return p
 
 
+_CODE = {c: i for i, c in enumerate(CATEGORIES + ("task", "data wait"))}
+_BUBBLE, _MEMORY, _TASK, _DATA_WAIT = _CODE["bubble"], _CODE["memory"], _CODE["task"], _CODE["data wait"]
+
+
+def lane_time_us(segs: list[tuple[int, float, float, int, str]], n_tasks: int) -> np.ndarray:
+    """SM time per category (indexed like :data:`CATEGORIES`), summed over the SMs' lanes.
+
+    Loader lanes (negative) count only through an executor's data wait: where the loader was
+    in a DRAM-latency bubble for that task, the wait is bubble; the rest is memory.
+    """
+    out = np.zeros(len(CATEGORIES))
+    if not segs:
+        return out
+    lane_t, a_t, b_t, task_t, cat_t = zip(*segs)
+    lane, a, b, task = np.array(lane_t), np.array(a_t), np.array(b_t), np.array(task_t)
+    code = np.fromiter(map(_CODE.__getitem__, cat_t), dtype=np.int64, count=len(segs))
+    own = (lane >= 0) & (code < len(CATEGORIES))
+    out += np.bincount(code[own], weights=(b - a)[own], minlength=len(CATEGORIES))
+    wait = np.flatnonzero((lane >= 0) & (code == _DATA_WAIT))
+    if wait.size:
+        bub = np.flatnonzero((lane < 0) & (code == _BUBBLE))
+        key = (-1 - lane[bub]) * n_tasks + task[bub]  # (SM, task) of each loader bubble
+        order = np.argsort(key, kind="stable")
+        key, bub = key[order], bub[order]
+        wkey = lane[wait] * n_tasks + task[wait]
+        lo, hi = np.searchsorted(key, wkey, "left"), np.searchsorted(key, wkey, "right")
+        in_bubble = np.zeros(wait.size)
+        for j in range(int((hi - lo).max(initial=0))):  # a task's loader has a few bubbles at most
+            has = lo + j < hi
+            k = bub[np.minimum(lo + j, len(bub) - 1)]
+            ov = np.minimum(b[wait], b[k]) - np.maximum(a[wait], a[k])
+            in_bubble += np.where(has, np.maximum(ov, 0.0), 0.0)
+        out[_BUBBLE] += in_bubble.sum()
+        out[_MEMORY] += (b[wait] - a[wait]).sum() - in_bubble.sum()
+    return out
+
+
 def build_result(s, r, start, end, lane_of, segs, n_lanes, t0, spans, hbm) -> SimResult:
     g = s.graph
     latency = float(np.nanmax(end))
-    cover = defaultdict(float)
-    loader_bubbles: dict[tuple[int, int], list[tuple[float, float]]] = defaultdict(list)
-    for lane, a, b, t, cat in segs:
-        if lane < 0 and cat == "bubble":
-            loader_bubbles[(-1 - lane, t)].append((a, b))
-    for lane, a, b, t, cat in segs:
-        if lane < 0 or cat == "task":
-            continue
-        if cat == "data wait":  # the executor waited on its loader: bubble where the loader was
-            bub = sum(max(0.0, min(b, y) - max(a, x)) for x, y in loader_bubbles.get((lane, t), ()))
-            cover["bubble"] += bub
-            cover["memory"] += (b - a) - bub
-        else:
-            cover[cat] += b - a
-    covered = sum(cover.values())
+    cover = lane_time_us(segs, len(g))
     total = latency * n_lanes
     if spans is None:
         launch = t0 * n_lanes
     else:  # time outside every kernel is launch time for all lanes
-        ivs = sorted((a, b) for a, b in spans)
         busy, cur_a, cur_b = 0.0, None, None
-        for a, b in ivs:
+        for a, b in sorted(spans):
             if cur_b is None or a > cur_b:
                 if cur_b is not None:
                     busy += cur_b - cur_a
@@ -112,22 +133,20 @@ def build_result(s, r, start, end, lane_of, segs, n_lanes, t0, spans, hbm) -> Si
         if cur_b is not None:
             busy += cur_b - cur_a
         launch = (latency - busy) * n_lanes
-    cover["launch"] += launch
-    cover["tail idle"] += max(0.0, total - covered - launch)
-    breakdown = {c: float(cover.get(c, 0.0) / n_lanes) for c in
-                 ("memory", "compute", "launch", "barrier wait", "dependency wait", "bubble", "tail idle")}
-    per_op = []
-    for i, op in enumerate(g.ops):
-        a, b = int(g.op_first[i]), int(g.op_first[i + 1])
-        st, en = float(np.min(start[a:b])), float(np.max(end[a:b]))
-        per_op.append({"op": op.name, "kind": op.kind, "tasks": b - a, "start_us": st, "end_us": en,
-                       "time_us": en - st})
+    covered = float(cover.sum())
+    cover[CATEGORIES.index("launch")] += launch
+    cover[CATEGORIES.index("tail idle")] += max(0.0, total - covered - launch)
+    breakdown = {c: float(v / n_lanes) for c, v in zip(CATEGORIES, cover)}
+    first = g.op_first[:-1]
+    op_start, op_end = np.minimum.reduceat(start, first), np.maximum.reduceat(end, first)
+    per_op = [{"op": op.name, "kind": op.kind, "tasks": int(k), "start_us": float(a), "end_us": float(b),
+               "time_us": float(b - a)} for op, k, a, b in zip(g.ops, g.n_tiles, op_start, op_end)]
+    names = [f"{op.name}[{i}]" for op, k in zip(g.ops, g.n_tiles.tolist()) for i in range(k)]
     wl = s.workload
     dram = float(hbm.bytes_done)
     return SimResult(mode=s.mode, gpu=s.gpu.name, workload=wl.name, policy=s.policy, latency_us=latency,
                      tokens=wl.tokens, dram_bytes=dram, hbm_spec_Bps=s.gpu.dram.bandwidth_spec_GBps * 1e9,
                      bandwidth_floor_us=wl.bandwidth_floor_us(s.gpu.dram.bandwidth_spec_GBps * 1e9),
                      breakdown_us=breakdown, per_op=per_op, n_tasks=len(g), n_lanes=n_lanes,
-                     lanes_per_sm=n_lanes // s.gpu.sm.count, timeline=segs,
-                     task_names=[g.name(t) for t in range(len(g))], hbm_log=hbm.log, task_start_us=start,
-                     task_end_us=end, task_lane=lane_of)
+                     lanes_per_sm=n_lanes // s.gpu.sm.count, timeline=segs, task_names=names, hbm_log=hbm.log,
+                     task_start_us=start, task_end_us=end, task_lane=lane_of)

@@ -350,7 +350,7 @@ class Gpu:
                     continue
                 W = self.bf16_random(N * K)
                 x = self.rng.standard_normal(K, dtype=cp.float32)
-                y = cp.empty(N, dtype=cp.float32)
+                y = cp.full(N, cp.nan, dtype=cp.float32)  # poisoned: every row must be written
                 rows_per_block = max(1, -(-N // (self.sms * 4)))
                 rows_per_block = -(-rows_per_block // 8) * 8
                 grid = -(-N // rows_per_block)
@@ -361,7 +361,9 @@ class Gpu:
                 Wf = (W.astype(cp.uint32) << 16).view(cp.float32).reshape(N, K)
                 ref = Wf.astype(cp.float64) @ x.astype(cp.float64)
                 err = float(cp.linalg.norm(y - ref) / cp.linalg.norm(ref))
-                self.check(err < 1e-4, f"matvec {N}x{K} relative error {err:.2e}")
+                bad = cp.where(~cp.isfinite(y))[0]
+                self.check(err < 1e-4, f"matvec {N}x{K} relative error {err:.2e}; {bad.size} rows not finite "
+                                       f"(first {bad[:4].tolist()}), grid {grid} x {rows_per_block} rows")
                 rows.append({"fn": "matvec", "N": N, "K": K, "bytes": N * K * 2 + K * 4 + N * 4, "us": t,
                              "rel_err": err, "grid": grid})
         rn = self.fn("rmsnorm")
