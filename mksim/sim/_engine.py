@@ -50,6 +50,45 @@ def simulate(schedule: Schedule) -> SimResult:
 _NEW, _HEAD, _BODY, _IN = range(4)  # where a loader is with its current task
 
 
+class _Lanes:
+    """Per-lane record of what each stretch of time was spent on (the timeline), and each
+    category's total over the SM lanes (the breakdown), kept as the stretches are recorded."""
+
+    def __init__(self) -> None:
+        self.segs: list[tuple[int, float, float, int, str]] = []  # lane, start, end, task, category
+        self.us = dict.fromkeys(CATEGORIES, 0.0)
+
+    def add(self, lane: int, a: float, b: float, t: int, cat: str) -> None:
+        if b > a:
+            self.segs.append((lane, a, b, t, cat))
+            self.us[cat] += b - a
+
+    def task(self, lane: int, a: float, b: float, t: int) -> None:
+        if b > a:
+            self.segs.append((lane, a, b, t, "task"))
+
+    def flow(self, lane: int, a: float, lat: float, b: float, t: int, count: bool = True) -> None:
+        """A transfer started at ``a`` that paid ``lat`` of first-byte latency and ended at ``b``;
+        ``count=False`` for a loader, whose time counts only through its executor's waits."""
+        if lat > 0:
+            self.segs.append((lane, a, a + lat, t, "bubble"))
+            if count:
+                self.us["bubble"] += lat
+            a = a + lat
+        if b > a:
+            self.segs.append((lane, a, b, t, "memory"))
+            if count:
+                self.us["memory"] += b - a
+
+    def data_wait(self, lane: int, a: float, b: float, t: int, bubbles: list[tuple[float, float]]) -> None:
+        """The executor waited on its loader: bubble where the loader was, memory otherwise."""
+        if b > a:
+            self.segs.append((lane, a, b, t, "data wait"))
+            bub = sum(max(0.0, min(b, y) - max(a, x)) for x, y in bubbles)
+            self.us["bubble"] += bub
+            self.us["memory"] += (b - a) - bub
+
+
 class _Signal(Event):
     """An event its trigger can schedule for later: a producer's finish, visible after the
     flag latency, wakes every consumer at that instant without a timeout each."""
@@ -70,14 +109,14 @@ class _Loader:
     would pay an event and a resume for each of its three or four steps per task.
     """
 
-    __slots__ = ("env", "hbm", "q", "lane", "pre_B", "segs", "buf_B", "page_B", "cap", "lat", "i", "phase",
+    __slots__ = ("env", "hbm", "q", "lane", "pre_B", "lanes", "buf_B", "page_B", "cap", "lat", "i", "phase",
                  "head", "got", "body", "free_B", "want_B", "n_started", "waits_start", "n_loaded", "loaded",
-                 "heads", "last_end", "flow_a", "flow_d", "flow_n")
+                 "heads", "bubbles", "last_end", "flow_a", "flow_d", "flow_n")
 
     def __init__(self, eng: _Engine, sm: int, q: list[int], buf_B: int, page_B: int):
         self.env, self.hbm, self.q = eng.env, eng.hbm, q
         self.lane = -1 - sm
-        self.pre_B, self.segs = eng.pre_B, eng.segs
+        self.pre_B, self.lanes = eng.pre_B, eng.lanes
         self.buf_B, self.page_B = buf_B, page_B
         self.cap, self.lat = eng.r.sm_cap_Bpus, eng.r.dram_latency_us
         self.i = 0               # queue position being loaded
@@ -91,6 +130,7 @@ class _Loader:
         self.n_loaded = 0        # queue positions whose data is in
         self.loaded: Event | None = None  # what the executor waits on for its data
         self.heads: list[int] = []        # page bytes each loaded task holds
+        self.bubbles: list[tuple[float, float]] = []  # DRAM-latency bubbles of the current task
         self.last_end = -1.0     # when the last flow ended: later starts pay the DRAM latency
         self.flow_a = self.flow_d = 0.0
         self.flow_n = 0
@@ -103,6 +143,7 @@ class _Loader:
                 # shared memory is counted in whole bytes: float sums would overfill the pages
                 self.head = min(math.ceil(self.pre_B[q[self.i]]), self.buf_B)
                 self.got = 0
+                self.bubbles = []
                 self.phase = _HEAD
             if self.phase == _HEAD:
                 if self.got < self.head:  # fill pages as they free up, as many at a time as are free
@@ -132,7 +173,7 @@ class _Loader:
             self.phase = _NEW
             if self.loaded is not None:
                 ev, self.loaded = self.loaded, None
-                ev.succeed()
+                ev.succeed(self.bubbles)
 
     def free(self, nbytes: int) -> None:
         """The executor freed ``nbytes`` of pages."""
@@ -156,7 +197,10 @@ class _Loader:
 
     def _flowed(self) -> None:
         self.last_end = now = self.env.now
-        _flow_segs(self.segs, self.lane, self.flow_a, self.flow_d, now, self.q[self.i])
+        a, d = self.flow_a, self.flow_d
+        self.lanes.flow(self.lane, a, d, now, self.q[self.i], count=False)
+        if d > 0:
+            self.bubbles.append((a, a + d))
         if self.phase == _HEAD:
             self.got += self.flow_n
         self.run()
@@ -193,7 +237,7 @@ class _Engine:
         self.start = [math.nan] * n
         self.end = [math.nan] * n
         self.lane_of = [-1] * n
-        self.segs: list[tuple[int, float, float, int, str]] = []  # lane, start, end, task, category
+        self.lanes = _Lanes()
         self.op_done_n = [0] * len(g.ops)
         self.op_end = [0.0] * len(g.ops)
         self.op_events: dict[int, _Signal] = {}
@@ -253,8 +297,8 @@ class _Engine:
         end_t = [math.nan] * n_k
         pdl = s.mode == "graph_pdl"
         head_B = s.options.prefetch_bytes if pdl else 0.0
-        pre_B, work_us, start, end, lane_of, segs = (self.pre_B, self.work_us, self.start, self.end,
-                                                     self.lane_of, self.segs)
+        pre_B, work_us, start, end, lane_of, lanes = (self.pre_B, self.work_us, self.start, self.end,
+                                                      self.lane_of, self.lanes)
         transfer, timeout = self.hbm.transfer, env.timeout
 
         def launcher():
@@ -300,25 +344,24 @@ class _Engine:
                         head = min(pre, head_B)
                         if head > 0:  # PDL prologue: stream the first pages while the previous kernel runs
                             yield transfer(head, cap, lat)
-                            _flow_segs(segs, lane, t_in, lat, env.now, t)
+                            lanes.flow(lane, t_in, lat, env.now, t)
                             pre -= head
                         if not rel.triggered:
                             w = env.now
                             yield rel
-                            segs.append((lane, w, env.now, t, "dependency wait"))
+                            lanes.add(lane, w, env.now, t, "dependency wait")
                     since = env.now
                     start[t] = since  # the dependent part starts here (PDL prologue before)
                     if pre > 0:
                         yield transfer(pre, cap, lat)
-                        _flow_segs(segs, lane, since, lat, env.now, t)
+                        lanes.flow(lane, since, lat, env.now, t)
                     rest = work_us[t] - (env.now - since)
                     if rest > 0:
                         t1 = env.now
                         yield timeout(rest)
-                        segs.append((lane, t1, env.now, t, "compute"))
+                        lanes.add(lane, t1, env.now, t, "compute")
                     now = env.now
-                    if now > t_in:
-                        segs.append((lane, t_in, now, t, "task"))
+                    lanes.task(lane, t_in, now, t)
                     end[t] = now
                     lane_of[t] = lane
                     left[k] -= 1
@@ -345,7 +388,7 @@ class _Engine:
         self.visible_us = 0.0 if barrier else r.flag_latency_us
         n_ops = len(g.ops)
         barrier_done = [env.event() for _ in range(n_ops)]
-        pre_B, work_us, start, end, segs = self.pre_B, self.work_us, self.start, self.end, self.segs
+        pre_B, work_us, start, end, lanes = self.pre_B, self.work_us, self.start, self.end, self.lanes
         op_of, n_tiles, op_first, op_done_n, op_end = (self.op_of, self.n_tiles, self.op_first, self.op_done_n,
                                                        self.op_end)
         deps_of = g.deps
@@ -368,8 +411,7 @@ class _Engine:
                     j = op_of[t]
                     if not barrier_done[j].triggered:
                         yield barrier_done[j]
-                    if env.now > w:
-                        segs.append((sm, w, env.now, t, "barrier wait"))
+                    lanes.add(sm, w, env.now, t, "barrier wait")
                 else:  # producers done and visible
                     ready = -1.0
                     n_flags = 0
@@ -393,27 +435,24 @@ class _Engine:
                             ready += math.ceil(n_flags / 32) * r.l2_latency_us
                         if ready > env.now:
                             yield timeout(ready - env.now)
-                    if env.now > w:
-                        segs.append((sm, w, env.now, t, "dependency wait"))
+                    lanes.add(sm, w, env.now, t, "dependency wait")
                 t_in = env.now
                 start[t] = t_in
                 ld.started(i)
                 if ld.n_loaded <= i:
                     ld.loaded = ev = event()
-                    yield ev
-                    if env.now > t_in:
-                        segs.append((sm, t_in, env.now, t, "data wait"))
+                    bubbles = yield ev
+                    lanes.data_wait(sm, t_in, env.now, t, bubbles)
                 since = env.now if pre_B[t] <= buf_B else t_in
                 rest = work_us[t] - (env.now - since)
                 if rest > 0:
                     t1 = env.now
                     yield timeout(rest)
-                    segs.append((sm, t1, env.now, t, "compute"))
+                    lanes.add(sm, t1, env.now, t, "compute")
                 head = ld.heads[i]
                 if head > 0:
                     ld.free(head)
-                if env.now > t_in:
-                    segs.append((sm, t_in, env.now, t, "task"))
+                lanes.task(sm, t_in, env.now, t)
                 finish(t, sm)
 
         if barrier:
@@ -442,17 +481,8 @@ class _Engine:
             start_t, end_t = self._chain_times
             spans = list(zip(start_t, end_t))
         return build_result(self.s, self.r, np.asarray(self.start), np.asarray(self.end),
-                            np.asarray(self.lane_of, dtype=np.int64), self.segs, self.n_lanes, self.t0, spans,
-                            self.hbm)
-
-
-def _flow_segs(segs: list, lane: int, a: float, lat: float, b: float, t: int) -> None:
-    """Record a transfer started at ``a`` that paid ``lat`` of first-byte latency and ended at ``b``."""
-    if lat > 0:
-        segs.append((lane, a, a + lat, t, "bubble"))
-        a = a + lat
-    if b > a:
-        segs.append((lane, a, b, t, "memory"))
+                            np.asarray(self.lane_of, dtype=np.int64), self.lanes.segs, self.lanes.us, self.n_lanes,
+                            self.t0, spans, self.hbm)
 
 
 __all__ = ["simulate", "CATEGORIES"]

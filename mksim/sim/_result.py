@@ -77,47 +77,12 @@ class SimResult:
         return p
 
 
-_CODE = {c: i for i, c in enumerate(CATEGORIES + ("task", "data wait"))}
-_BUBBLE, _MEMORY, _TASK, _DATA_WAIT = _CODE["bubble"], _CODE["memory"], _CODE["task"], _CODE["data wait"]
-
-
-def lane_time_us(segs: list[tuple[int, float, float, int, str]], n_tasks: int) -> np.ndarray:
-    """SM time per category (indexed like :data:`CATEGORIES`), summed over the SMs' lanes.
-
-    Loader lanes (negative) count only through an executor's data wait: where the loader was
-    in a DRAM-latency bubble for that task, the wait is bubble; the rest is memory.
-    """
-    out = np.zeros(len(CATEGORIES))
-    if not segs:
-        return out
-    lane_t, a_t, b_t, task_t, cat_t = zip(*segs)
-    lane, a, b, task = np.array(lane_t), np.array(a_t), np.array(b_t), np.array(task_t)
-    code = np.fromiter(map(_CODE.__getitem__, cat_t), dtype=np.int64, count=len(segs))
-    own = (lane >= 0) & (code < len(CATEGORIES))
-    out += np.bincount(code[own], weights=(b - a)[own], minlength=len(CATEGORIES))
-    wait = np.flatnonzero((lane >= 0) & (code == _DATA_WAIT))
-    if wait.size:
-        bub = np.flatnonzero((lane < 0) & (code == _BUBBLE))
-        key = (-1 - lane[bub]) * n_tasks + task[bub]  # (SM, task) of each loader bubble
-        order = np.argsort(key, kind="stable")
-        key, bub = key[order], bub[order]
-        wkey = lane[wait] * n_tasks + task[wait]
-        lo, hi = np.searchsorted(key, wkey, "left"), np.searchsorted(key, wkey, "right")
-        in_bubble = np.zeros(wait.size)
-        for j in range(int((hi - lo).max(initial=0))):  # a task's loader has a few bubbles at most
-            has = lo + j < hi
-            k = bub[np.minimum(lo + j, len(bub) - 1)]
-            ov = np.minimum(b[wait], b[k]) - np.maximum(a[wait], a[k])
-            in_bubble += np.where(has, np.maximum(ov, 0.0), 0.0)
-        out[_BUBBLE] += in_bubble.sum()
-        out[_MEMORY] += (b[wait] - a[wait]).sum() - in_bubble.sum()
-    return out
-
-
-def build_result(s, r, start, end, lane_of, segs, n_lanes, t0, spans, hbm) -> SimResult:
+def build_result(s, r, start, end, lane_of, segs, lane_us, n_lanes, t0, spans, hbm) -> SimResult:
+    """Collect a run: ``segs`` is the timeline, ``lane_us`` the time of each category summed over
+    the SM lanes (the engine adds it up as it records ``segs``)."""
     g = s.graph
     latency = float(np.nanmax(end))
-    cover = lane_time_us(segs, len(g))
+    cover = dict(lane_us)
     total = latency * n_lanes
     if spans is None:
         launch = t0 * n_lanes
@@ -133,10 +98,10 @@ def build_result(s, r, start, end, lane_of, segs, n_lanes, t0, spans, hbm) -> Si
         if cur_b is not None:
             busy += cur_b - cur_a
         launch = (latency - busy) * n_lanes
-    covered = float(cover.sum())
-    cover[CATEGORIES.index("launch")] += launch
-    cover[CATEGORIES.index("tail idle")] += max(0.0, total - covered - launch)
-    breakdown = {c: float(v / n_lanes) for c, v in zip(CATEGORIES, cover)}
+    covered = sum(cover.values())
+    cover["launch"] += launch
+    cover["tail idle"] += max(0.0, total - covered - launch)
+    breakdown = {c: float(cover[c] / n_lanes) for c in CATEGORIES}
     first = g.op_first[:-1]
     op_start, op_end = np.minimum.reduceat(start, first), np.maximum.reduceat(end, first)
     per_op = [{"op": op.name, "kind": op.kind, "tasks": int(k), "start_us": float(a), "end_us": float(b),

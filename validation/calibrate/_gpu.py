@@ -73,6 +73,11 @@ class Gpu:
         bits = ((r >> 15) & cp.uint32(1)) << 15 | exponent << 7 | (r & cp.uint32(0x7F))
         return bits.astype(cp.uint16)
 
+    def f32_random(self, n: int, scale: float = 1.0):
+        """``n`` finite, non-zero fp32 values, magnitude in [2^-7, 1) times ``scale``, random sign."""
+        cp = self.cp
+        return (self.bf16_random(n).astype(cp.uint32) << 16).view(cp.float32) * cp.float32(scale)
+
     def fn(self, name: str, ilp: int = 4, pad: bool = False):
         f = self.mod[ilp].get_function(name)
         if pad and self.pad_B:
@@ -349,7 +354,7 @@ class Gpu:
                 if N * K * 2 > (1 << 30):
                     continue
                 W = self.bf16_random(N * K)
-                x = self.rng.standard_normal(K, dtype=cp.float32)
+                x = self.f32_random(K)
                 y = cp.full(N, cp.nan, dtype=cp.float32)  # poisoned: every row must be written
                 rows_per_block = max(1, -(-N // (self.sms * 4)))
                 rows_per_block = -(-rows_per_block // 8) * 8
@@ -363,13 +368,14 @@ class Gpu:
                 err = float(cp.linalg.norm(y - ref) / cp.linalg.norm(ref))
                 bad = cp.where(~cp.isfinite(y))[0]
                 self.check(err < 1e-4, f"matvec {N}x{K} relative error {err:.2e}; {bad.size} rows not finite "
-                                       f"(first {bad[:4].tolist()}), grid {grid} x {rows_per_block} rows")
+                                       f"(first {bad[:4].tolist()}), grid {grid} x {rows_per_block} rows, inputs finite: "
+                                       f"{bool(cp.isfinite(Wf).all())}, {bool(cp.isfinite(x).all())}")
                 rows.append({"fn": "matvec", "N": N, "K": K, "bytes": N * K * 2 + K * 4 + N * 4, "us": t,
                              "rel_err": err, "grid": grid})
         rn = self.fn("rmsnorm")
         for n in (2048, 8192):
             for r in (1, 16, 256, 4096):
-                x = self.rng.standard_normal(r * n, dtype=cp.float32)
+                x = self.f32_random(r * n)
                 w = self.bf16_random(n)
                 o = cp.empty_like(x)
                 grid = min(r, self.sms * 4)
@@ -399,7 +405,7 @@ class Gpu:
             for L in lengths:
                 splits = max(1, -(-2 * self.sms // BG))
                 chunk = -(-L // splits)
-                q = self.rng.standard_normal(BG * R * D, dtype=cp.float32) * np.float32(D ** -0.5)
+                q = self.f32_random(BG * R * D, 2.0 / D ** 0.5)
                 K = self.bf16_random(BG * L * D)
                 V = self.bf16_random(BG * L * D)
                 o = cp.empty(BG * splits * R * D, dtype=cp.float32)
