@@ -22,6 +22,7 @@ from mksim.errors import MksimError
 
 HERE = Path(__file__).resolve().parent
 KERNELS = HERE.parent / "kernels"
+WARMUP_US = 20_000.0  # timed warm-up before the samples of each benchmark (a quarter with --quick)
 WATCHDOG_S = 60.0  # no single timed region here should take more than a fraction of a second
 
 
@@ -100,10 +101,18 @@ class Gpu:
             time.sleep(1e-4)
 
     def time_us(self, launch, reps: int | None = None, flush: bool = True, warmup: int = 1) -> list[float]:
-        """Median-ready samples: µs of ``launch()`` between two events, after ``warmup`` runs."""
+        """Median-ready samples: µs of ``launch()`` between two events.
+
+        Warm-up is at least ``warmup`` runs and at least WARMUP_US of measured time: on our H200 the
+        first runs over freshly allocated buffers of a few hundred MiB took up to 3x longer for a
+        few milliseconds (seen in the attention benchmark, 2026-11-29), so a fixed count is not
+        enough.
+        """
         cp = self.cp
-        out = []
-        for i in range(warmup + (reps or self.reps)):
+        out: list[float] = []
+        warm_runs, warm_us = 0, 0.0
+        budget = WARMUP_US / (4 if self.quick else 1)
+        while len(out) < (reps or self.reps):
             if flush:
                 self.flush()
             e0, e1 = cp.cuda.Event(), cp.cuda.Event()
@@ -111,8 +120,12 @@ class Gpu:
             launch()
             e1.record(self.stream)
             self.wait(e1)
-            if i >= warmup:
-                out.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3)
+            t = cp.cuda.get_elapsed_time(e0, e1) * 1e3
+            if warm_runs < warmup or (warm_us < budget and warm_runs < 500):
+                warm_runs += 1
+                warm_us += t
+                continue
+            out.append(t)
         return out
 
     def check(self, ok: bool, what: str) -> None:
