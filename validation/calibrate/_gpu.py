@@ -257,6 +257,9 @@ class Gpu:
                 graph = self.stream.end_capture()
             graph.launch(self.stream)
             chain = [t / k_chain for t in self.time_us(lambda: graph.launch(self.stream))]
+            last = (k_chain - 1) * stride * 4  # the chain's last kernel wrote `out`: check its sums
+            want = int(a[last: last + grid * chunk * 4].sum(dtype=cp.uint64)) & 0xFFFFFFFF
+            self.check(int(out[:grid].sum(dtype=cp.uint64)) & 0xFFFFFFFF == want, f"boundary chain at {size} bytes")
             rows.append({"bytes": grid * chunk * 16, "alone_us": alone, "graph_per_kernel_us": chain,
                          "chain": k_chain})
         self.stream.synchronize()
