@@ -13,7 +13,6 @@ finish. A hundred SMs starting loads at once cost one recomputation, not a hundr
 from __future__ import annotations
 
 import heapq
-from functools import partial
 from itertools import count
 from typing import Callable
 
@@ -65,6 +64,8 @@ class HBM:
         self._gen = 0
         self._seq = count()
         self._settling = False
+        self._wake_at = float("inf")  # when the HBM next looks at its flows
+        self.arrivals: list[tuple[float, int, float, float, Callable[[], object]]] = []  # flows in latency
         self.bytes_done = 0.0
         self.log: list[tuple[float, float]] | None = [] if record else None
 
@@ -73,7 +74,11 @@ class HBM:
         """Stream ``nbytes`` (> 0), joining the share ``delay_us`` from now; call ``done()``
         at the instant the last byte arrives."""
         if delay_us > 0:
-            Timeout(self.env, delay_us).callbacks.append(partial(self._join, nbytes, cap_Bpus, done))
+            at = self.env.now + delay_us
+            heapq.heappush(self.arrivals, (at, next(self._seq), nbytes, cap_Bpus, done))
+            if at < self._wake_at and not self._settling:  # the next wake must come sooner
+                self._settling = True
+                _Settle(self.env, self._settle)
         else:
             self._join(nbytes, cap_Bpus, done)
 
@@ -91,17 +96,20 @@ class HBM:
         return sum(len(c.heap) for c in self.classes.values())
 
     # -- internals ------------------------------------------------------------------------
-    def _join(self, nbytes: float, cap: float, done: Callable[[], object], _trigger: object = None) -> None:
+    def _join(self, nbytes: float, cap: float, done: Callable[[], object]) -> None:
         if self.env.now != self.t_last:
             self._advance()
+        self._add(nbytes, cap, done)
+        if not self._settling:
+            self._settling = True
+            _Settle(self.env, self._settle)
+
+    def _add(self, nbytes: float, cap: float, done: Callable[[], object]) -> None:
         cls = self.classes.get(cap)
         if cls is None:
             cls = self.classes[cap] = _Class(cap)
         heapq.heappush(cls.heap, (cls.v + nbytes, next(self._seq), done))
         self.bytes_done += nbytes
-        if not self._settling:
-            self._settling = True
-            _Settle(self.env, self._settle)
 
     def _advance(self) -> None:
         dt = self.env.now - self.t_last
@@ -145,14 +153,26 @@ class HBM:
                 nxt = min(nxt, (c.heap[0][0] - c.v) / c.rate)
         if self.log is not None:
             self.log.append((self.env.now, total))
+        nxt = max(nxt, 0.0)
+        if self.arrivals:
+            # (at - now) + now == at exactly once now >= at / 2: arrivals are not rounded
+            nxt = min(nxt, self.arrivals[0][0] - self.env.now)
         self._gen += 1
         if nxt < float("inf"):
-            Timeout(self.env, max(nxt, 0.0), self._gen).callbacks.append(self._wake)
+            self._wake_at = self.env.now + nxt
+            Timeout(self.env, nxt, self._gen).callbacks.append(self._wake)
+        else:
+            self._wake_at = float("inf")
 
     def _wake(self, ev: Event) -> None:
         if ev.value != self._gen:  # superseded by a later start or finish
             return
+        self._wake_at = float("inf")
         self._advance()
+        arrivals, now = self.arrivals, self.env.now
+        while arrivals and arrivals[0][0] <= now:
+            _, _, nbytes, cap, done = heapq.heappop(arrivals)
+            self._add(nbytes, cap, done)
         self._finish_done()
         if not self._settling:
             self._settling = True
