@@ -379,6 +379,57 @@ def sweep_cmd(
     out.print(t)
 
 
+# -- search --------------------------------------------------------------------------------
+@app.command("search")
+def search_cmd(
+    model: str = typer.Option("llama-3.2-1b", "--model", "-m"),
+    gpu: str = typer.Option("h200", "--gpu", "-g"),
+    batch: int = typer.Option(1, "--batch", "-b"),
+    kv_len: int = typer.Option(1024, "--kv-len"),
+    trials: int = typer.Option(100, "--trials", help="Finished trials the study should hold (baselines included)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="Stop this run after so many seconds."),
+    seed: int = typer.Option(0, "--seed"),
+    storage: Optional[str] = typer.Option(None, "--storage",
+                                          help="Optuna RDB URL (default: sqlite:///<study>.db here); a "
+                                               "postgresql:// URL lets several machines fill one study."),
+    study: Optional[str] = typer.Option(None, "--study", help="Study name (default: from model, GPU, shape)."),
+    objective: str = typer.Option("latency", "--objective", help="'latency' or 'latency,smem' (Pareto front)."),
+    workers: int = typer.Option(1, "--workers", "-j", help="Worker processes on this machine."),
+    out_file: Optional[str] = typer.Option(None, "--out", "-o", help="Write the best schedule (JSON) here."),
+    report: Optional[str] = typer.Option(None, "--report", help="Write an HTML report with Optuna's figures."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Search megakernel schedules with Optuna; report the best against every baseline."""
+    from mksim.search import search
+
+    res = search(model, gpu, batch=batch, kv_len=kv_len, trials=trials, timeout=timeout, seed=seed,
+                 storage=storage, study_name=study, objectives=objective, workers=workers, out=out_file,
+                 report=report, progress=not as_json and sys.stderr.isatty())
+    if as_json:
+        return _emit_json(res.to_dict())
+    from mksim.search._report import report_rows
+
+    t = Table(title=f"{model} on {gpu}, batch {batch}, KV {kv_len}: search ({res.n_complete} complete, "
+                    f"{res.n_pruned} pruned trials in study {res.study_name!r})")
+    for col in ("schedule", "latency µs", "smem KiB/SM", "best's speed-up"):
+        t.add_column(col, justify="left" if col == "schedule" else "right")
+    for r in report_rows(res):
+        t.add_row(r["schedule"], f"{r['latency_us']:.1f}", f"{r['smem_KiB']:g}", f"{r['speedup']:.3f}×")
+    out.print(t)
+    c = res.best["candidate"]
+    out.print(f"best: mode {c['mode']}" + (f", policy {c['policy']} {c['policy_options'] or ''}" if c["policy"] else "")
+              + f", options {c['options']}" + (f", grain {c['grain']}" if c["grain"] else "")
+              + (f", small ops {c['small_grain']}x" if c["small_grain"] != 1.0 else "")
+              + (f", KV splits {c['kv_split_mult']}x" if c["kv_split_mult"] != 1.0 else ""))
+    if res.pareto:
+        out.print("Pareto front (latency µs, smem KiB): " + ", ".join(f"({p['latency_us']:.1f}, {p['smem_KiB']:g})"
+                                                                        for p in res.pareto))
+    if out_file:
+        out.print(f"best schedule written to {out_file} (mksim simulate --schedule {out_file})")
+    if report:
+        out.print(f"report written to {report}")
+
+
 # -- calibration -------------------------------------------------------------------------
 @app.command("calibrate")
 def calibrate_cmd(

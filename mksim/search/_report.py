@@ -1,0 +1,63 @@
+"""The search report: Optuna's plotly figures and the baselines table in one HTML file.
+
+Data first: :func:`report_rows` is the table the page shows (tested without plotly); the
+figures are Optuna's own (history, parameter importance, parallel coordinates, Pareto front). The page
+embeds plotly.js once, so it opens offline.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+
+def report_rows(result) -> list[dict[str, Any]]:
+    """Best schedule first, then every baseline with the best's speed-up over it."""
+    best = result.best["latency_us"]
+    rows = [{"schedule": f"best (trial {result.best['trial']})", "latency_us": best, "smem_KiB": result.best["smem_KiB"],
+             "speedup": 1.0}]
+    for name, b in sorted(result.baselines.items(), key=lambda kv: kv[1]["latency_us"]):
+        rows.append({"schedule": name, "latency_us": b["latency_us"], "smem_KiB": b["smem_KiB"],
+                     "speedup": b["latency_us"] / best})
+    return rows
+
+
+def write_report(study, result, path: str | Path) -> Path:
+    import warnings
+
+    import optuna.visualization as vis
+
+    warnings.filterwarnings("ignore", message="Some regimes for parameter")  # few trials: importance is rough
+    figs = []
+    target = (lambda t: t.values[0]) if len(result.objectives) > 1 else None
+    name = "latency (µs)"
+    figs.append(("History", vis.plot_optimization_history(study, target=target, target_name=name)))
+    try:
+        figs.append(("Parameter importance", vis.plot_param_importances(study, target=target, target_name=name)))
+    except (RuntimeError, ValueError):  # too few completed trials for an importance estimate
+        figs.append(("Parameter importance (not enough trials to estimate)", None))
+    figs.append(("Parallel coordinates", vis.plot_parallel_coordinate(
+        study, params=["mode", "policy", "page_KiB", "prefetch_depth", "sync", "kv_split_mult"],
+        target=target, target_name=name)))
+    if len(result.objectives) > 1:
+        figs.append(("Pareto front: latency vs shared memory", vis.plot_pareto_front(
+            study, target_names=["latency (µs)", "shared memory per SM (KiB)"])))
+    rows = report_rows(result)
+    table = "".join(f"<tr><td>{html.escape(r['schedule'])}</td><td>{r['latency_us']:.1f}</td>"
+                    f"<td>{r['smem_KiB']:g}</td><td>{r['speedup']:.3f}×</td></tr>" for r in rows)
+    parts = [f"<h1>mksim search: {html.escape(result.study_name)}</h1>",
+             f"<p>{result.n_complete} complete, {result.n_pruned} pruned, {result.n_failed} failed trials; "
+             f"storage {html.escape(result.storage)}</p>",
+             "<table border=1 cellpadding=4><tr><th>schedule</th><th>latency µs</th><th>smem KiB/SM</th>"
+             f"<th>best's speed-up</th></tr>{table}</table>",
+             f"<pre>{html.escape(str(result.best['candidate']))}</pre>"]
+    first = True
+    for title, fig in figs:
+        parts.append(f"<h2>{html.escape(title)}</h2>")
+        if fig is not None:
+            parts.append(fig.to_html(full_html=False, include_plotlyjs=first))
+            first = False
+    p = Path(path)
+    p.write_text("<!doctype html><html><head><meta charset='utf-8'></head><body>" + "".join(parts) + "</body></html>")
+    return p

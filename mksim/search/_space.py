@@ -1,0 +1,157 @@
+"""The search space: what a trial chooses, and how a choice becomes a :class:`Schedule`.
+
+A :class:`Candidate` is plain data (JSON-able), so a trial's parameters, a baseline and the
+best schedule all go through the same :func:`build` — a baseline is simply a candidate whose
+choices are the defaults.
+
+Megakernel choices (conditional on ``mode = megakernel``):
+
+- ``policy``: rr, zigzag, wave, dag, pool; ``dag_sync_scale`` (the dependency latency the dag
+  policy plans with, in units of the GPU's flag latency) and ``pool_compute_fraction``;
+- ``grain_<role>``: tasks per SM for each projection (qkv_proj, o_proj, gate_up_proj,
+  down_proj, lm_head) and ``grain_small`` for the norms, RoPE, SiLU, reduction and embedding;
+- ``kv_split_mult``: the flash-decoding split of the KV cache against its default;
+- ``page_KiB`` and ``prefetch_depth``: the loader's shared-memory pages; a choice over the SM's
+  shared memory is pruned with its reason;
+- ``sync``: one counter per op range, or one flag per tile.
+
+Chain choices (``mode`` = graph or graph_pdl, for comparison): ``chain_tasks_per_sm`` and
+``chain_blocks_per_sm``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from hwmodels import GPUSpec
+from mksim import models
+from mksim.workload import Tiling
+from mksim.workload._llm import default_kv_splits
+
+SEARCH_MODES = ("megakernel", "graph_pdl", "graph")
+POLICY_CHOICES = ("rr", "zigzag", "wave", "dag", "pool")
+ROLES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
+GRAIN = (0.5, 1.0, 2.0, 3.0, 4.0)
+SMALL_GRAIN = (0.25, 0.5, 1.0)
+KV_SPLIT_MULT = (0.5, 1.0, 2.0)
+PAGES_KiB = (16, 32, 64)
+MAX_PREFETCH = 12
+SYNCS = ("counter", "flag")
+CHAIN_TASKS = (1.0, 2.0, 4.0)
+CHAIN_BLOCKS = (1, 2, 4)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What is being scheduled: a model step on a GPU."""
+    model: str
+    gpu: GPUSpec
+    batch: int = 1
+    kv_len: int = 1024
+    phase: str = "decode"
+
+    def workload(self, kv_split_mult: float = 1.0):
+        n = self.gpu.sm.count
+        base = models.workload(self.model, batch=self.batch, kv_len=self.kv_len, phase=self.phase, n_sms=n)
+        if kv_split_mult == 1.0:
+            return base
+        cfg = base.model
+        kv_total = self.kv_len + 1
+        default = default_kv_splits(cfg.num_kv_heads, self.batch, kv_total, n)
+        splits = max(1, min(kv_total, round(default * kv_split_mult)))
+        return models.workload(self.model, batch=self.batch, kv_len=self.kv_len, phase=self.phase, n_sms=n,
+                               kv_splits=splits)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One point of the search space (defaults: ``build_schedule``'s defaults for the mode)."""
+    mode: str = "megakernel"
+    policy: str | None = "dag"
+    policy_options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    grain: dict[str, float] = field(default_factory=dict)
+    small_grain: float = 1.0
+    kv_split_mult: float = 1.0
+
+    def smem_KiB(self) -> float:
+        """Shared memory per SM the schedule reserves (loader pages and the fixed reserve)."""
+        o = {"prefetch_depth": 4 if self.mode == "megakernel" else (2 if self.mode == "graph_pdl" else 0),
+             "page_KiB": 32.0, "smem_reserve_KiB": 32.0, **self.options}
+        return o["prefetch_depth"] * o["page_KiB"] + o["smem_reserve_KiB"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def suggest(trial, gpu: GPUSpec) -> Candidate:
+    """Ask ``trial`` (an Optuna trial) for one candidate; raises ``optuna.TrialPruned`` with the
+    reason when the choice cannot run (shared memory over the SM's budget)."""
+    import optuna
+
+    mode = trial.suggest_categorical("mode", SEARCH_MODES)
+    if mode != "megakernel":
+        return Candidate(mode=mode, policy=None, options={
+            "tasks_per_sm": trial.suggest_categorical("chain_tasks_per_sm", CHAIN_TASKS),
+            "blocks_per_sm": trial.suggest_categorical("chain_blocks_per_sm", CHAIN_BLOCKS)})
+    policy = trial.suggest_categorical("policy", POLICY_CHOICES)
+    popts: dict[str, Any] = {}
+    if policy == "dag":
+        scale = trial.suggest_float("dag_sync_scale", 0.0, 3.0)
+        popts = {"sync_us": round(scale * gpu.sync.flag_latency_ns / 1e3, 6)} if scale != 1.0 else {}
+    elif policy == "pool":
+        popts = {"compute_fraction": trial.suggest_float("pool_compute_fraction", 0.05, 0.5)}
+    grain = {role: trial.suggest_categorical(f"grain_{role}", GRAIN) for role in ROLES}
+    small = trial.suggest_categorical("grain_small", SMALL_GRAIN)
+    kv = trial.suggest_categorical("kv_split_mult", KV_SPLIT_MULT)
+    page = trial.suggest_categorical("page_KiB", PAGES_KiB)
+    depth = trial.suggest_int("prefetch_depth", 1, MAX_PREFETCH)
+    sync = trial.suggest_categorical("sync", SYNCS)
+    reserve = 32.0
+    budget = gpu.sm.shared_memory_per_block_KiB
+    if depth * page + reserve > budget:
+        reason = (f"{depth} pages of {page} KiB + {reserve:g} KiB reserved exceed the {budget:g} KiB of shared "
+                  f"memory a block may use on {gpu.name}")
+        trial.set_user_attr("pruned_reason", reason)
+        raise optuna.TrialPruned(reason)
+    return Candidate(mode=mode, policy=policy, policy_options=popts,
+                     options={"prefetch_depth": depth, "page_KiB": float(page), "sync": sync},
+                     grain={r: g for r, g in grain.items() if g != 1.0}, small_grain=small, kv_split_mult=kv)
+
+
+def baseline_params(gpu: GPUSpec) -> dict[str, dict[str, Any]]:
+    """Optuna parameters of the baselines: every policy with its defaults, graph and graph_pdl."""
+    mk = {f"grain_{r}": 1.0 for r in ROLES} | {"grain_small": 1.0, "kv_split_mult": 1.0, "page_KiB": 32,
+                                                "prefetch_depth": 4, "sync": "counter"}
+    out = {}
+    for p in POLICY_CHOICES:
+        extra = {"dag_sync_scale": 1.0} if p == "dag" else ({"pool_compute_fraction": 0.25} if p == "pool" else {})
+        out[f"megakernel:{p}"] = {"mode": "megakernel", "policy": p, **extra, **mk}
+    for m in ("graph", "graph_pdl"):
+        out[m] = {"mode": m, "chain_tasks_per_sm": 2.0, "chain_blocks_per_sm": 2}
+    return out
+
+
+def candidate_from_params(params: dict[str, Any], gpu: GPUSpec) -> Candidate:
+    """The candidate a finished trial chose, from its stored parameters (no sampling)."""
+    import optuna
+
+    trial = optuna.trial.FixedTrial(params)
+    return suggest(trial, gpu)
+
+
+def build(c: Candidate, problem: Problem):
+    """The :class:`Schedule` of a candidate (validated; raises ScheduleError/DeadlockError)."""
+    from mksim.schedule import build_schedule
+
+    wl = problem.workload(c.kv_split_mult)
+    n = problem.gpu.sm.count
+    tiling = None
+    if c.mode == "megakernel" and (c.grain or c.small_grain != 1.0):
+        per_op = {op.name: max(1, round(n * c.grain[role])) for op in wl.ops if op.kind == "matmul"
+                  and (role := op.name.rsplit(".", 1)[-1]) in c.grain}
+        tiling = Tiling(default=max(1, round(n * c.small_grain)),
+                        per_kind={"attn_partial": 0, "attn_reduce": 0, "matmul": n}, per_op=per_op)
+    return build_schedule(wl, problem.gpu, c.mode, policy=c.policy, policy_options=c.policy_options or None,
+                          tiling=tiling, **c.options)

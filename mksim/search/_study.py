@@ -1,0 +1,250 @@
+"""Running a search: an Optuna study over :mod:`._space`, persisted in an RDB storage.
+
+The study lives in a database (SQLite by default, PostgreSQL to spread it over machines): a run
+that is killed resumes with every finished trial kept, and several processes or machines can
+fill one study. ``trials`` counts finished trials (complete or pruned) of the whole study, so the
+same command run again, or on several workers, stops when the study holds that many.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mksim.errors import DeadlockError, MksimError, ScheduleError, UnknownNameError
+
+from ._space import Candidate, Problem, baseline_params, build, candidate_from_params, suggest
+
+OBJECTIVES = {"latency": ("latency_us", "minimize"), "smem": ("smem_KiB", "minimize")}
+HEARTBEAT_S = 2
+GRACE_S = 10
+
+
+@dataclass
+class SearchResult:
+    """The outcome of :func:`search`: the best schedule, the baselines and the Pareto front."""
+    study_name: str
+    storage: str
+    objectives: tuple[str, ...]
+    best: dict[str, Any]                       # {"latency_us", "smem_KiB", "params", "candidate", "trial"}
+    baselines: dict[str, dict[str, Any]]       # name -> {"latency_us", "smem_KiB"}
+    pareto: list[dict[str, Any]] = field(default_factory=list)
+    n_complete: int = 0
+    n_pruned: int = 0
+    n_failed: int = 0
+
+    def improvement(self) -> dict[str, float]:
+        """Best latency's speed-up over each baseline (baseline / best)."""
+        b = self.best["latency_us"]
+        return {k: v["latency_us"] / b for k, v in self.baselines.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"study": self.study_name, "storage": self.storage, "objectives": list(self.objectives),
+                "best": self.best, "baselines": self.baselines, "speedup_vs_baseline": self.improvement(),
+                "pareto": self.pareto, "trials": {"complete": self.n_complete, "pruned": self.n_pruned,
+                                                  "failed": self.n_failed}}
+
+
+def default_study_name(problem: Problem, objectives: tuple[str, ...]) -> str:
+    return (f"{problem.model}-{problem.gpu.name}-b{problem.batch}-kv{problem.kv_len}-"
+            f"{'+'.join(objectives)}")
+
+
+def storage_for(url: str | None, study_name: str):
+    """An RDB storage with heartbeats (so a killed worker's running trial is failed, not kept
+    running); SQLite waits for the write lock instead of failing when workers share the file."""
+    import warnings
+
+    import optuna
+
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    url = url or f"sqlite:///{study_name}.db"
+    kw: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        kw["engine_kwargs"] = {"connect_args": {"timeout": 60}}
+    try:
+        return url, optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S, **kw)
+    except Exception as exc:  # sqlalchemy's own errors: bad URL, server down, missing driver
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MksimError(f"cannot open study storage {url!r}: {first}") from None
+
+
+def _parse_objectives(text: str | tuple[str, ...]) -> tuple[str, ...]:
+    objs = tuple(o.strip() for o in text.split(",")) if isinstance(text, str) else tuple(text)
+    for o in objs:
+        if o not in OBJECTIVES:
+            raise UnknownNameError("objective", o, list(OBJECTIVES))
+    if not objs or objs[0] != "latency" or len(set(objs)) != len(objs):
+        raise MksimError("objectives: give 'latency' or 'latency,smem'")
+    return objs
+
+
+class _Objective:
+    def __init__(self, problem: Problem, objectives: tuple[str, ...]):
+        self.problem, self.objectives = problem, objectives
+
+    def __call__(self, trial) -> float | tuple[float, ...]:
+        import optuna
+
+        from mksim.sim import simulate
+
+        cand = suggest(trial, self.problem.gpu)
+        try:
+            sched = build(cand, self.problem)
+            res = simulate(sched)
+        except (ScheduleError, DeadlockError) as exc:
+            trial.set_user_attr("pruned_reason", str(exc))
+            raise optuna.TrialPruned(str(exc)) from None
+        vals = {"latency_us": res.latency_us, "smem_KiB": cand.smem_KiB()}
+        trial.set_user_attr("latency_us", res.latency_us)
+        trial.set_user_attr("smem_KiB", vals["smem_KiB"])
+        trial.set_user_attr("hbm_util", res.hbm_util)
+        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+        out = tuple(vals[OBJECTIVES[o][0]] for o in self.objectives)
+        return out[0] if len(out) == 1 else out
+
+
+def _counted(study) -> int:
+    import optuna
+
+    return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,
+                                                         optuna.trial.TrialState.PRUNED)))
+
+
+def _open_study(problem: Problem, objectives: tuple[str, ...], storage, study_name: str, seed: int):
+    import optuna
+
+    import warnings
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    directions = [OBJECTIVES[o][1] for o in objectives]
+    sampler = (optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True)
+               if len(objectives) == 1 else optuna.samplers.NSGAIISampler(seed=seed))
+    study = optuna.create_study(study_name=study_name, storage=storage, directions=directions, sampler=sampler,
+                                load_if_exists=True)
+    want = {"model": problem.model, "gpu": problem.gpu.name, "batch": problem.batch, "kv_len": problem.kv_len,
+            "phase": problem.phase, "objectives": list(objectives)}
+    have = study.user_attrs.get("problem")
+    if have is None:
+        study.set_user_attr("problem", want)
+    elif have != want:
+        raise MksimError(f"study {study_name!r} in this storage searches {have}, not {want}; "
+                         "pick another --study name")
+    return study
+
+
+def _enqueue_baselines(study, problem: Problem) -> None:
+    """Seed a new study with the baselines, once, so the best can never be worse than them."""
+    if study.user_attrs.get("baselines_enqueued"):
+        return
+    study.set_user_attr("baselines_enqueued", True)
+    for name, params in baseline_params(problem.gpu).items():
+        study.enqueue_trial(params, user_attrs={"baseline": name}, skip_if_exists=True)
+
+
+def _work(problem: Problem, objectives, url: str, study_name: str, seed: int, trials: int,
+          timeout: float | None, progress: bool) -> None:
+    """One worker: run trials until the study holds ``trials`` finished ones (or time runs out)."""
+    import optuna
+
+    _, storage = storage_for(url, study_name)
+    study = _open_study(problem, objectives, storage, study_name, seed)
+    optuna.storages.fail_stale_trials(study)
+    left = trials - _counted(study)
+    if left <= 0:
+        return
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    study.optimize(_Objective(problem, objectives), n_trials=left, timeout=timeout,
+                   callbacks=[optuna.study.MaxTrialsCallback(trials, states=states)],
+                   show_progress_bar=progress, gc_after_trial=False)
+
+
+def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: int = 100,
+           timeout: float | None = None, seed: int = 0, storage: str | None = None, study_name: str | None = None,
+           objectives: str | tuple[str, ...] = "latency", workers: int = 1, out: str | Path | None = None,
+           report: str | Path | None = None, progress: bool = False) -> SearchResult:
+    """Search megakernel (and, for comparison, chain) schedules of ``model`` on ``gpu``.
+
+    Seeds the study with the baselines, runs until the study holds ``trials`` finished trials
+    (``workers`` processes on this machine share it), writes the best schedule to ``out`` and an
+    HTML report to ``report``, and returns a :class:`SearchResult`.
+    """
+    import hwmodels
+
+    objs = _parse_objectives(objectives)
+    if trials < len(baseline_params(hwmodels.load(gpu))):
+        raise MksimError(f"--trials must be at least {len(baseline_params(hwmodels.load(gpu)))} "
+                         "(the baselines run first)")
+    if workers < 1:
+        raise MksimError("--workers must be at least 1")
+    problem = Problem(model=model, gpu=hwmodels.load(gpu), batch=batch, kv_len=kv_len)
+    problem.workload()  # unknown model or impossible shape: one line, before any study is made
+    name = study_name or default_study_name(problem, objs)
+    url, st = storage_for(storage, name)
+    study = _open_study(problem, objs, st, name, seed)
+    _enqueue_baselines(study, problem)
+    if workers == 1:
+        _work(problem, objs, url, name, seed, trials, timeout, progress)
+    else:
+        ctx = mp.get_context("fork" if os.name == "posix" else "spawn")
+        procs = [ctx.Process(target=_work, args=(problem, objs, url, name, seed + i, trials, timeout,
+                                                  progress and i == 0)) for i in range(workers)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        if any(p.exitcode for p in procs):
+            raise MksimError(f"{sum(1 for p in procs if p.exitcode)} search worker(s) failed; the study keeps "
+                             "every finished trial: run the same command again to resume")
+    result = summarize(study, problem, objs, url)
+    if out:
+        save_best(result, problem, out)
+    if report:
+        from ._report import write_report
+
+        write_report(study, result, report)
+    return result
+
+
+def summarize(study, problem: Problem, objectives: tuple[str, ...], url: str) -> SearchResult:
+    import optuna
+
+    TS = optuna.trial.TrialState
+    trials = study.get_trials(deepcopy=False)
+    done = [t for t in trials if t.state == TS.COMPLETE]
+    if not done:
+        raise MksimError(f"study {study.study_name!r} has no completed trial yet; run more trials")
+
+    def row(t) -> dict[str, Any]:
+        return {"trial": t.number, "latency_us": t.user_attrs["latency_us"], "smem_KiB": t.user_attrs["smem_KiB"],
+                "params": dict(t.params)}
+
+    best_t = min(done, key=lambda t: (t.user_attrs["latency_us"], t.number))
+    baselines: dict[str, dict[str, Any]] = {}
+    for t in done:
+        b = t.user_attrs.get("baseline")
+        if b and b not in baselines:
+            baselines[b] = {"latency_us": t.user_attrs["latency_us"], "smem_KiB": t.user_attrs["smem_KiB"]}
+    pareto = []
+    if len(objectives) > 1:
+        pareto = sorted((row(t) for t in study.best_trials), key=lambda r: r["latency_us"])
+    best = row(best_t)
+    best["candidate"] = candidate_from_params(best_t.params, problem.gpu).to_dict()
+    return SearchResult(study_name=study.study_name, storage=url, objectives=objectives, best=best,
+                        baselines=baselines, pareto=pareto, n_complete=len(done),
+                        n_pruned=sum(t.state == TS.PRUNED for t in trials),
+                        n_failed=sum(t.state == TS.FAIL for t in trials))
+
+
+def save_best(result: SearchResult, problem: Problem, path: str | Path) -> Path:
+    """Write the best schedule as a schedule file (``mksim simulate --schedule`` reproduces it)."""
+    c = Candidate(**result.best["candidate"])
+    sched = build(c, problem)
+    p = Path(path)
+    sched.to_json(p)
+    return p
