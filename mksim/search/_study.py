@@ -3,7 +3,9 @@
 The study lives in a database (SQLite by default, PostgreSQL to spread it over machines): a run
 that is killed resumes with every finished trial kept, and several processes or machines can
 fill one study. ``trials`` counts finished trials (complete or pruned) of the whole study, so the
-same command run again, or on several workers, stops when the study holds that many.
+same command run again stops when the study holds that many; with several workers each stops
+once the study holds that many, so it can end with up to (workers - 1) more, finished by workers
+that were mid-trial.
 """
 
 from __future__ import annotations
