@@ -10,6 +10,7 @@ from hwmodels import GPUSpec
 from mksim import models
 from mksim.errors import ScheduleError, UnknownNameError, WorkloadError
 from mksim.sim._costs import rates
+from mksim.sim._engine import mark_validated
 from mksim.workload import TaskGraph, Tiling, Workload
 
 from ._policies import POLICIES, get_policy
@@ -78,7 +79,7 @@ def build_schedule(workload: Workload | str, gpu: GPUSpec | str, mode: str, *, p
     if mode in CHAIN_MODES:
         if policy:
             raise ScheduleError(f"mode {mode} runs one kernel per op; policies apply to megakernel only")
-        return sched.validate()
+        return mark_validated(sched.validate())
     if queues is None:
         if mode == "persistent_barrier":
             pol = get_policy(policy or "rr", **(policy_options or {}))
@@ -87,7 +88,7 @@ def build_schedule(workload: Workload | str, gpu: GPUSpec | str, mode: str, *, p
         queues = pol.place(graph, rates(g), g.sm.count)
         sched.policy, sched.policy_options = pol.name, dict(pol.options)
     sched.queues = queues
-    return sched.validate()
+    return mark_validated(sched.validate())  # simulate() need not check it again
 
 
 def _spec(wl: Workload, gpu: GPUSpec) -> dict[str, Any]:

@@ -41,10 +41,39 @@ def simulate(schedule: Schedule) -> SimResult:
         >>> res.latency_us > res.bandwidth_floor_us
         True
     """
-    schedule.validate()
+    if schedule.__dict__.get(_VALID_AS) != _as_validated(schedule):
+        schedule.validate()
     eng = _Engine(schedule)
     eng.run()
     return eng.result()
+
+
+_VALID_AS = "_mksim_valid_as"
+
+
+def mark_validated(schedule: Schedule) -> Schedule:
+    """Note that ``schedule`` passed :meth:`Schedule.validate` as it is now, so that
+    :func:`simulate` need not walk its queues for deadlocks again; any change to what
+    ``validate`` reads (mode, options, GPU, graph, queues) makes ``simulate`` check anew."""
+    schedule.__dict__[_VALID_AS] = _as_validated(schedule)
+    return schedule
+
+
+def _as_validated(s: Schedule) -> tuple:
+    queues = None if s.queues is None else tuple(map(tuple, s.queues))
+    return (s.mode, s.options, _Same(s.gpu), _Same(s.graph), queues)
+
+
+class _Same:
+    """Compares equal to a wrapper of the very same object (GPUs and graphs are big)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: object):
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
 
 
 _NEW, _HEAD, _BODY, _IN = range(4)  # where a loader is with its current task
@@ -206,6 +235,148 @@ class _Loader:
         self.run()
 
 
+class _Chain:
+    """What the block slots of a chain mode share: the kernels' queues and events, and the
+    slots that wait for blocks.
+
+    Kernels' queues drain in order, so every slot takes from the first queue that still has
+    blocks, once that kernel is dispatched; a slot that finds none waits in a FIFO, and a
+    dispatch wakes only as many slots as the kernel has blocks.
+    """
+
+    def __init__(self, eng: _Engine, queues: list[deque[int]], dispatch: list[Event], release: list[Event],
+                 done: list[Event], end_t: list[float], cap: float, head_B: float):
+        self.env, self.hbm, self.lanes = eng.env, eng.hbm, eng.lanes
+        self.pre_B, self.work_us, self.start, self.end, self.lane_of = (eng.pre_B, eng.work_us, eng.start, eng.end,
+                                                                        eng.lane_of)
+        self.queues, self.dispatch, self.release, self.done = queues, dispatch, release, done
+        self.left = list(eng.n_tiles)   # blocks of each kernel not yet finished
+        self.end_t = end_t
+        self.cap, self.lat, self.head_B = cap, eng.r.dram_latency_us, head_B
+        self.k = 0                      # the first kernel with blocks not yet taken
+        self.idle: deque[_Slot] = deque()
+        for ev in dispatch:
+            ev.callbacks.append(self._dispatched)
+
+    def take(self) -> tuple[int, int] | None:
+        """The next block ``(kernel, task)``, or None if none is dispatched."""
+        while self.k < len(self.queues):
+            if not self.dispatch[self.k].triggered:
+                return None
+            q = self.queues[self.k]
+            if q:
+                return self.k, q.popleft()
+            self.k += 1
+        return None
+
+    def _dispatched(self, _ev: Event) -> None:
+        while self.idle:
+            kt = self.take()
+            if kt is None:
+                return
+            self.idle.popleft().begin(*kt)
+
+
+_TAKE, _PROLOGUE, _RELEASE, _RELEASED, _LOAD, _COMPUTE, _COMPUTED, _END = range(8)
+
+
+class _Slot:
+    """One block slot of an SM in a chain mode: takes the next block (or waits for a kernel's
+    dispatch), streams its weights — under PDL the first pages before the previous kernel has
+    ended — computes, and takes the next.
+
+    Like :class:`_Loader` it is a state machine called back by the HBM and by events, not a
+    process: :meth:`run` advances through the steps of a block until one has to wait.
+    """
+
+    __slots__ = ("ch", "lane", "k", "phase", "t", "t_in", "since", "pre", "w")
+
+    def __init__(self, ch: _Chain, lane: int):
+        self.ch, self.lane = ch, lane
+        self.k = 0               # kernel whose blocks it takes
+        self.phase = _TAKE
+        self.t = -1              # the block (task) it runs
+        self.t_in = self.since = self.w = 0.0  # taken, dependent part started, began waiting
+        self.pre = 0.0           # DRAM bytes still to stream
+
+    def begin(self, k: int, t: int) -> None:
+        """Run block ``t`` of kernel ``k``."""
+        self.k, self.t = k, t
+        self.t_in = self.ch.env.now
+        self.pre = self.ch.pre_B[t]
+        self.phase = _PROLOGUE
+        self.run()
+
+    def run(self, _ev: object = None) -> None:
+        ch, env = self.ch, self.ch.env
+        while True:
+            ph = self.phase
+            if ph == _TAKE:
+                kt = ch.take()
+                if kt is None:
+                    ch.idle.append(self)
+                    return
+                self.k, self.t = kt
+                self.t_in = env.now
+                self.pre = ch.pre_B[self.t]
+                self.phase = _PROLOGUE
+            elif ph == _PROLOGUE:
+                self.phase = _RELEASE
+                if not ch.release[self.k].triggered:
+                    head = min(self.pre, ch.head_B)
+                    if head > 0:  # PDL prologue: stream the first pages while the previous kernel runs
+                        self.pre -= head
+                        ch.hbm.start(head, ch.cap, ch.lat, self._prologue_in)
+                        return
+            elif ph == _RELEASE:
+                rel = ch.release[self.k]
+                if not rel.triggered:
+                    self.w = env.now
+                    self.phase = _RELEASED
+                    rel.callbacks.append(self.run)
+                    return
+                self.phase = _LOAD
+            elif ph == _RELEASED:
+                ch.lanes.add(self.lane, self.w, env.now, self.t, "dependency wait")
+                self.phase = _LOAD
+            elif ph == _LOAD:
+                self.since = env.now
+                ch.start[self.t] = self.since  # the dependent part starts here (PDL prologue before)
+                self.phase = _COMPUTE
+                if self.pre > 0:
+                    ch.hbm.start(self.pre, ch.cap, ch.lat, self._loaded)
+                    return
+            elif ph == _COMPUTE:
+                rest = ch.work_us[self.t] - (env.now - self.since)
+                if rest > 0:
+                    self.w = env.now
+                    self.phase = _COMPUTED
+                    env.timeout(rest).callbacks.append(self.run)
+                    return
+                self.phase = _END
+            elif ph == _COMPUTED:
+                ch.lanes.add(self.lane, self.w, env.now, self.t, "compute")
+                self.phase = _END
+            else:  # _END
+                now, t, k = env.now, self.t, self.k
+                ch.lanes.task(self.lane, self.t_in, now, t)
+                ch.end[t] = now
+                ch.lane_of[t] = self.lane
+                ch.left[k] -= 1
+                if ch.left[k] == 0:
+                    ch.end_t[k] = now
+                    ch.done[k].succeed()
+                self.phase = _TAKE
+
+    def _prologue_in(self) -> None:
+        self.ch.lanes.flow(self.lane, self.t_in, self.ch.lat, self.ch.env.now, self.t)
+        self.run()
+
+    def _loaded(self) -> None:
+        self.ch.lanes.flow(self.lane, self.since, self.ch.lat, self.ch.env.now, self.t)
+        self.run()
+
+
 class _Engine:
     def __init__(self, s: Schedule):
         import simpy
@@ -286,20 +457,15 @@ class _Engine:
         n_k = len(g.ops)
         self.n_lanes = r.n_sms * slots
         cap = r.sm_cap_Bpus / slots
-        lat = r.dram_latency_us
         first = self.op_first
         queues = [deque(range(first[k], first[k + 1])) for k in range(n_k)]
         dispatch = [env.event() for _ in range(n_k)]   # blocks of kernel k may be placed
         release = [env.event() for _ in range(n_k)]    # PDL: dependent part may run
         done = [env.event() for _ in range(n_k)]
-        left = list(self.n_tiles)
         start_t = [math.nan] * n_k
         end_t = [math.nan] * n_k
         pdl = s.mode == "graph_pdl"
         head_B = s.options.prefetch_bytes if pdl else 0.0
-        pre_B, work_us, start, end, lane_of, lanes = (self.pre_B, self.work_us, self.start, self.end,
-                                                      self.lane_of, self.lanes)
-        transfer, timeout = self.hbm.transfer, env.timeout
 
         def launcher():
             for k in range(n_k):
@@ -331,47 +497,9 @@ class _Engine:
                     yield env.timeout(at - env.now)
             release[k].succeed()
 
-        def lane_worker(lane):
-            for k in range(n_k):
-                if not dispatch[k].triggered:
-                    yield dispatch[k]
-                queue, rel = queues[k], release[k]
-                while queue:
-                    t = queue.popleft()
-                    t_in = env.now
-                    pre = pre_B[t]
-                    if not rel.triggered:
-                        head = min(pre, head_B)
-                        if head > 0:  # PDL prologue: stream the first pages while the previous kernel runs
-                            yield transfer(head, cap, lat)
-                            lanes.flow(lane, t_in, lat, env.now, t)
-                            pre -= head
-                        if not rel.triggered:
-                            w = env.now
-                            yield rel
-                            lanes.add(lane, w, env.now, t, "dependency wait")
-                    since = env.now
-                    start[t] = since  # the dependent part starts here (PDL prologue before)
-                    if pre > 0:
-                        yield transfer(pre, cap, lat)
-                        lanes.flow(lane, since, lat, env.now, t)
-                    rest = work_us[t] - (env.now - since)
-                    if rest > 0:
-                        t1 = env.now
-                        yield timeout(rest)
-                        lanes.add(lane, t1, env.now, t, "compute")
-                    now = env.now
-                    lanes.task(lane, t_in, now, t)
-                    end[t] = now
-                    lane_of[t] = lane
-                    left[k] -= 1
-                    if left[k] == 0:
-                        end_t[k] = now
-                        done[k].succeed()
-
         env.process(launcher())
-        for lane in range(self.n_lanes):
-            env.process(lane_worker(lane))
+        chain = _Chain(self, queues, dispatch, release, done, end_t, cap, head_B)
+        chain.idle.extend(_Slot(chain, lane) for lane in range(self.n_lanes))
         self.t0 = r.launch_latency_us
         self._chain_times = (start_t, end_t)
 
@@ -485,4 +613,4 @@ class _Engine:
                             self.t0, spans, self.hbm)
 
 
-__all__ = ["simulate", "CATEGORIES"]
+__all__ = ["CATEGORIES", "mark_validated", "simulate"]
