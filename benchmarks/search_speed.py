@@ -1,0 +1,52 @@
+"""Search speed: trials per second and the wall time of a 200-trial study (llama-3.2-1b, h200).
+
+Run: python benchmarks/search_speed.py [--trials 200] [--workers 1]   (figures go in docs/search.md)
+Also prints where a trial's time goes (schedule building vs simulation vs Optuna), from a profile
+of the same trials.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import tempfile
+import time
+
+from mksim.search import search
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trials", type=int, default=200)
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--model", default="llama-3.2-1b")
+    ap.add_argument("--gpu", default="h200")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite:///{os.path.join(tmp, 'speed.db')}"
+        prof = cProfile.Profile()
+        t0 = time.perf_counter()
+        if a.workers == 1:
+            prof.enable()
+        res = search(a.model, a.gpu, trials=a.trials, seed=0, storage=url, workers=a.workers)
+        prof.disable()
+        wall = time.perf_counter() - t0
+    n = res.n_complete + res.n_pruned
+    print(f"{a.model} on {a.gpu}: {n} trials ({res.n_pruned} pruned) with {a.workers} worker(s) in {wall:.1f} s "
+          f"= {n / wall:.2f} trials/s; best {res.best['latency_us']:.1f} us "
+          f"(best baseline {min(b['latency_us'] for b in res.baselines.values()):.1f} us)")
+    if a.workers == 1:
+        st = pstats.Stats(prof)
+        total = sum(v[3] for k, v in st.stats.items() if k[2] == "search")  # cumulative time of search()
+        def cum(fn_name: str, file_part: str) -> float:
+            return sum(v[3] for k, v in st.stats.items() if k[2] == fn_name and file_part in k[0])
+        sim, bld = cum("simulate", "mksim/sim/_engine.py"), cum("build", "mksim/search/_space.py")
+        print(f"time in simulate {sim:.1f} s ({sim / total:.0%}), in schedule building {bld:.1f} s "
+              f"({bld / total:.0%}), rest (Optuna sampling and storage) {total - sim - bld:.1f} s "
+              f"({(total - sim - bld) / total:.0%})")
+
+
+if __name__ == "__main__":
+    main()
