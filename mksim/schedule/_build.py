@@ -71,7 +71,7 @@ def build_schedule(workload: Workload | str, gpu: GPUSpec | str, mode: str, *, p
     if opts.tasks_per_sm <= 0:
         raise ScheduleError(f"tasks_per_sm must be positive, got {opts.tasks_per_sm}")
     try:
-        graph = TaskGraph(workload, tiling or Tiling.for_sms(g.sm.count, opts.tasks_per_sm))
+        graph = _task_graph(workload, tiling or Tiling.for_sms(g.sm.count, opts.tasks_per_sm))
     except WorkloadError as exc:
         raise ScheduleError(str(exc)) from None
     spec = _spec(workload, g) if workload.model is not None else {}
@@ -89,6 +89,20 @@ def build_schedule(workload: Workload | str, gpu: GPUSpec | str, mode: str, *, p
         sched.policy, sched.policy_options = pol.name, dict(pol.options)
     sched.queues = queues
     return mark_validated(sched.validate())  # simulate() need not check it again
+
+
+_RECENT_GRAPHS: list[tuple[Workload, Tiling, TaskGraph]] = []
+
+
+def _task_graph(workload: Workload, tiling: Tiling) -> TaskGraph:
+    """``TaskGraph(workload, tiling)``, reusing one of the last two built: comparing modes
+    builds the same graph for several of them, and a graph is never changed once built."""
+    for wl, tl, graph in _RECENT_GRAPHS:
+        if tl == tiling and (wl is workload or wl == workload):
+            return graph
+    graph = TaskGraph(workload, tiling)
+    _RECENT_GRAPHS[:] = [(workload, tiling, graph), *_RECENT_GRAPHS[:1]]
+    return graph
 
 
 def _spec(wl: Workload, gpu: GPUSpec) -> dict[str, Any]:
