@@ -92,9 +92,10 @@ class TaskGraph:
         self.kv_read_bytes = np.empty(n)
         self.kv_write_bytes = np.empty(n)
         self.out_bytes = np.empty(n)
-        self.in_bytes = np.zeros(n)
+        in_bytes: list[float] = []
         self._deps: list[tuple[Dep, ...]] = []
         bounds_list = [b.tolist() for b in self.bounds]
+        n_tiles = self.n_tiles.tolist()
         for i, op in enumerate(ops):
             s, e = int(self.op_first[i]), int(self.op_first[i + 1])
             b = self.bounds[i]
@@ -106,18 +107,26 @@ class TaskGraph:
             self.kv_write_bytes[s:e] = op.kv_write_bytes * f
             self.out_bytes[s:e] = op.out_bytes * f
             bl = bounds_list[i]
+            # inputs every tile needs whole (a matvec's vector): the same bytes and deps for each tile
+            full = [(index[inp.op], ops[index[inp.op]]) for inp in op.inputs if inp.full]
+            full_bytes = float(sum(prod.out_size * prod.elem_bytes for _, prod in full))
+            full_deps = [(p, 0, n_tiles[p]) for p, _ in full]
+            partial = [inp for inp in op.inputs if not inp.full]
             for t in range(e - s):
-                deps: list[Dep] = []
+                deps: list[Dep] = list(full_deps)
+                nbytes = full_bytes
                 lo, hi = bl[t], bl[t + 1]
-                for inp in op.inputs:
+                for inp in partial:
                     p = index[inp.op]
                     prod, pb = ops[p], bounds_list[p]
                     for a, z in inp.ranges(lo, hi, prod.out_size):
-                        self.in_bytes[s + t] += (z - a) * prod.elem_bytes
+                        nbytes += (z - a) * prod.elem_bytes
                         t0 = bisect_right(pb, a) - 1
                         t1 = bisect_left(pb, z)
                         deps.append((p, t0, t1))
-                self._deps.append(_merge_deps(deps))
+                in_bytes.append(nbytes)
+                self._deps.append(_merge_deps(deps) if len(deps) > 1 else tuple(deps))
+        self.in_bytes = np.array(in_bytes, dtype=float) if in_bytes else np.zeros(n)
         self.frac = frac
 
     @property
