@@ -208,7 +208,11 @@ class _Loader:
         """The executor freed ``nbytes`` of pages."""
         self.free_B += nbytes
         if self.want_B and self.free_B >= self.want_B:
-            take, self.want_B = self.want_B, 0
+            # one page is what the loader waited for; if the rest of the head is free too, it
+            # would stream it the instant that page is in: one flow does both
+            need = self.head - self.got
+            take = need if self.free_B >= need else self.want_B
+            self.want_B = 0
             self.free_B -= take
             self._flow(take)
 
