@@ -10,7 +10,7 @@ from hwmodels import GPUSpec
 from mksim import models
 from mksim.errors import ScheduleError, UnknownNameError, WorkloadError
 from mksim.sim._costs import rates
-from mksim.sim._engine import mark_validated
+from mksim.sim._engine import gc_paused, mark_validated
 from mksim.workload import TaskGraph, Tiling, Workload
 
 from ._policies import POLICIES, get_policy
@@ -58,6 +58,13 @@ def build_schedule(workload: Workload | str, gpu: GPUSpec | str, mode: str, *, p
         >>> len(s.queues), s.options.prefetch_depth
         (132, 4)
     """
+    with gc_paused():  # a graph and its queues are tens of thousands of small objects
+        return _build(workload, gpu, mode, policy, policy_options, tiling, queues, options)
+
+
+def _build(workload: Workload | str, gpu: GPUSpec | str, mode: str, policy: str | None,
+           policy_options: dict[str, Any] | None, tiling: Tiling | None, queues: list[list[int]] | None,
+           options: dict[str, Any]) -> Schedule:
     if mode not in MODES:
         raise UnknownNameError("mode", mode, MODES)
     g = hwmodels.load(gpu) if isinstance(gpu, str) else gpu
