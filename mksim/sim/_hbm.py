@@ -7,7 +7,9 @@ finish costs O(classes + log flows), not O(flows).
 
 Rates are settled once per instant: starts and finishes only mark the HBM dirty, and one
 late-priority event at the end of the instant recomputes the shares and schedules the next
-finish. A hundred SMs starting loads at once cost one recomputation, not a hundred.
+wake. A hundred SMs starting loads at once cost one recomputation, not a hundred. A flow
+that first waits out a DRAM latency sits in an arrival heap meanwhile, and the HBM's own
+wakes let it join: no event per flow.
 """
 
 from __future__ import annotations
@@ -51,7 +53,6 @@ class HBM:
 
     ``start(nbytes, cap, delay_us, done)`` streams ``nbytes`` and calls ``done()`` when they
     have arrived; the flow joins the share ``delay_us`` from now (a first-byte latency).
-    ``transfer`` is the same as an event, for processes.
     With ``record=True`` the total rate is logged as ``(time, bytes_per_us)`` steps, for
     the conformance tests (never above ``total_Bpus``).
     """
@@ -81,15 +82,6 @@ class HBM:
                 _Settle(self.env, self._settle)
         else:
             self._join(nbytes, cap_Bpus, done)
-
-    def transfer(self, nbytes: float, cap_Bpus: float, delay_us: float = 0.0) -> Event:
-        """Like :meth:`start`, as an event for a process to wait on."""
-        ev = Event(self.env)
-        if nbytes <= 0:
-            ev.succeed()
-        else:
-            self.start(nbytes, cap_Bpus, delay_us, ev.succeed)
-        return ev
 
     @property
     def active(self) -> int:

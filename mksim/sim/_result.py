@@ -77,12 +77,56 @@ class SimResult:
         return p
 
 
-def build_result(s, r, start, end, lane_of, segs, lane_us, n_lanes, t0, spans, hbm) -> SimResult:
-    """Collect a run: ``segs`` is the timeline, ``lane_us`` the time of each category summed over
-    the SM lanes (the engine adds it up as it records ``segs``)."""
+class Timeline:
+    """What each stretch of each lane's time was spent on, as ``(lane, start, end, task,
+    category)`` segments, and each category's total over the SM lanes (the breakdown), added up
+    as the segments are recorded. Lanes are SMs (SM slots in chain modes); a persistent SM's
+    loader is lane ``-1 - sm``, and its time counts only through its executor's data waits."""
+
+    def __init__(self) -> None:
+        self.segs: list[tuple[int, float, float, int, str]] = []
+        self.us = dict.fromkeys(CATEGORIES, 0.0)
+
+    def add(self, lane: int, a: float, b: float, t: int, cat: str) -> None:
+        if b > a:
+            self.segs.append((lane, a, b, t, cat))
+            self.us[cat] += b - a
+
+    def task(self, lane: int, a: float, b: float, t: int) -> None:
+        """Task ``t`` ran on ``lane`` from ``a`` to ``b`` (spanning the categories within)."""
+        if b > a:
+            self.segs.append((lane, a, b, t, "task"))
+
+    def flow(self, lane: int, a: float, lat_us: float, b: float, t: int, count: bool = True) -> None:
+        """A transfer started at ``a``, paid ``lat_us`` of first-byte latency (a bubble) and
+        ended at ``b``; ``count=False`` for a loader."""
+        if lat_us > 0:
+            e = a + lat_us
+            self.segs.append((lane, a, e, t, "bubble"))
+            if count:
+                self.us["bubble"] += e - a
+            a = e
+        if b > a:
+            self.segs.append((lane, a, b, t, "memory"))
+            if count:
+                self.us["memory"] += b - a
+
+    def data_wait(self, lane: int, a: float, b: float, t: int, bubbles: list[tuple[float, float]]) -> None:
+        """The executor waited on its loader: bubble where the loader was in one of
+        ``bubbles``, memory otherwise."""
+        if b > a:
+            self.segs.append((lane, a, b, t, "data wait"))
+            bub = sum(max(0.0, min(b, y) - max(a, x)) for x, y in bubbles)
+            self.us["bubble"] += bub
+            self.us["memory"] += (b - a) - bub
+
+
+def build_result(s, r, start, end, lane_of, timeline: Timeline, n_lanes, t0, spans, hbm) -> SimResult:
+    """Collect a run; the categories not on the timeline are launch (before the first kernel,
+    between kernels) and tail idle (the rest)."""
     g = s.graph
     latency = float(np.nanmax(end))
-    cover = dict(lane_us)
+    cover = dict(timeline.us)
     total = latency * n_lanes
     if spans is None:
         launch = t0 * n_lanes
@@ -113,5 +157,5 @@ def build_result(s, r, start, end, lane_of, segs, lane_us, n_lanes, t0, spans, h
                      tokens=wl.tokens, dram_bytes=dram, hbm_spec_Bps=s.gpu.dram.bandwidth_spec_GBps * 1e9,
                      bandwidth_floor_us=wl.bandwidth_floor_us(s.gpu.dram.bandwidth_spec_GBps * 1e9),
                      breakdown_us=breakdown, per_op=per_op, n_tasks=len(g), n_lanes=n_lanes,
-                     lanes_per_sm=n_lanes // s.gpu.sm.count, timeline=segs, task_names=names, hbm_log=hbm.log,
-                     task_start_us=start, task_end_us=end, task_lane=lane_of)
+                     lanes_per_sm=n_lanes // s.gpu.sm.count, timeline=timeline.segs, task_names=names,
+                     hbm_log=hbm.log, task_start_us=start, task_end_us=end, task_lane=lane_of)
