@@ -40,7 +40,7 @@ class _Class:
 class _Settle(Event):
     """Triggered at creation, processed after every ordinary event of the same instant."""
 
-    def __init__(self, env: simpy.Environment, callback) -> None:
+    def __init__(self, env: simpy.Environment, callback: Callable[[Event], object]) -> None:
         self.env = env
         self.callbacks = [callback]
         self._ok = True
