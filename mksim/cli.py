@@ -220,8 +220,10 @@ def compare_modes(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phas
 
     g = hwmodels.load(gpu)
     wl = _workload(model, batch, kv_len, phase, prefill_tokens, dtype, g.sm.count)
-    jobs = [(wl, g, mode, {"policy": policy} if mode == "megakernel" and policy else {}) for mode in MODES]
-    results = dict(zip(MODES, _map(_simulate_summary, jobs)))
+    order = sorted(MODES, key=lambda m: m != "megakernel")  # the longest job first: the pool ends sooner
+    jobs = [(wl, g, mode, {"policy": policy} if mode == "megakernel" and policy else {}) for mode in order]
+    done = dict(zip(order, _map(_simulate_summary, jobs)))
+    results = {m: done[m] for m in MODES}
     return {"model": model, "gpu": g.name, "workload": wl.name, "batch": batch, "kv_len": kv_len,
             "phase": phase, "bandwidth_floor_us": wl.bandwidth_floor_us(g.dram.bandwidth_spec_GBps * 1e9),
             "modes": _compare_rows(results)}
