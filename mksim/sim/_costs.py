@@ -27,6 +27,7 @@ class Rates:
     vector_per_sm: float        # FLOP/µs per SM on CUDA cores (fp32)
     stream_launch_us: float
     graph_node_us: float
+    stream_gap_us: float        # GPU-side gap between stream launches (graph_node_us when unmeasured)
     pdl_node_us: float
     launch_latency_us: float
     grid_barrier_us: float
@@ -55,6 +56,7 @@ def rates(gpu: GPUSpec) -> Rates:
         vector_per_sm=c.vector_fp32_TFLOPs * TFLOPs_TO_FLOPpus / n,
         stream_launch_us=gpu.launch.stream_launch_us,
         graph_node_us=gpu.launch.graph_node_us,
+        stream_gap_us=gpu.launch.stream_gap_us if gpu.launch.stream_gap_us is not None else gpu.launch.graph_node_us,
         pdl_node_us=gpu.launch.pdl_node_us if gpu.launch.pdl_node_us is not None else gpu.launch.graph_node_us,
         launch_latency_us=gpu.launch.launch_latency_us,
         grid_barrier_us=gpu.sync.grid_barrier_us,

@@ -187,7 +187,7 @@ class _Engine:
                 else:
                     if not done[k - 1].triggered:
                         yield done[k - 1]
-                    at = end_t[k - 1] + r.graph_node_us
+                    at = end_t[k - 1] + (r.stream_gap_us if s.mode == "stream" else r.graph_node_us)
                 if s.mode == "stream":
                     at = max(at, host_issue_us(k, "stream", r) + r.launch_latency_us)
                 if at > env.now:
