@@ -282,3 +282,18 @@ def test_shipped_overlay_is_what_the_raw_runs_give(tmp_path):
     finish([res / "run1.raw.json", res / "run2.raw.json"], out, say=lambda _m: None)
     shipped = (root / "hwmodels" / "calibrated" / "h200-calibrated.toml").read_text()
     assert out.read_text() == shipped
+
+
+def test_microchain_check_is_reproduced_by_its_script():
+    """The committed predicted-vs-measured chain numbers come from validation/microchain.py as it is."""
+    from pathlib import Path
+
+    from validation import microchain
+
+    root = Path(__file__).resolve().parents[2]
+    committed = json.loads((root / "validation" / "results" / "h200-2026-11-29" / "microchain.json").read_text())
+    rows = microchain.compare([json.loads(p.read_text()) for p in microchain.DEFAULT_RAW], committed["gpu"])
+    assert [(r["benchmark"], r["bytes"]) for r in rows] == [(r["benchmark"], r["bytes"]) for r in committed["rows"]]
+    for got, want in zip(rows, committed["rows"]):
+        assert got["predicted_us"] == pytest.approx(want["predicted_us"], rel=1e-9)
+        assert got["measured_us"] == want["measured_us"]
