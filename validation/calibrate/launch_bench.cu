@@ -101,17 +101,20 @@ static std::string list(const std::vector<double>& v) {
     return s + "]";
 }
 
-static void launch_pdl(cudaStream_t s, int grid, unsigned* counter) {
+// Launch `kernel` with programmatic stream serialisation: it may start while the previous kernel of
+// the stream still runs, and resolves the dependency itself (griddepcontrol.wait).
+template <typename... Params, typename... Args>
+static void launch_pdl(cudaStream_t s, int grid, int block, void (*kernel)(Params...), Args... args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(128);
+    cfg.blockDim = dim3(block);
     cfg.stream = s;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    CHECK(cudaLaunchKernelEx(&cfg, k_count_pdl, counter));
+    CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
 int main(int argc, char** argv) {
@@ -174,7 +177,7 @@ int main(int argc, char** argv) {
         cudaGraphExec_t ge;
         CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
         for (int i = 0; i < n_graph; ++i) {
-            if (pdl) launch_pdl(s, sms, d); else k_count<<<sms, 128, 0, s>>>(d);
+            if (pdl) launch_pdl(s, sms, 128, k_count_pdl, d); else k_count<<<sms, 128, 0, s>>>(d);
         }
         CHECK(cudaStreamEndCapture(s, &g));
         CHECK(cudaGraphInstantiate(&ge, g, 0));
@@ -199,7 +202,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < reps; ++r) {
         k_spin<<<1, 1, 0, s>>>(20 * 1000 * 1000 / (quick ? 2 : 1));
         CHECK(cudaEventRecord(e0, s));
-        for (int i = 0; i < n_gap; ++i) launch_pdl(s, sms, d);
+        for (int i = 0; i < n_gap; ++i) launch_pdl(s, sms, 128, k_count_pdl, d);
         CHECK(cudaEventRecord(e1, s));
         expected += n_gap;
         stream_pdl.push_back(elapsed_us() / n_gap);
@@ -278,16 +281,7 @@ int main(int argc, char** argv) {
                 if (mode == 0) {
                     k_read<<<sms, 512, 0, s>>>(region, chunk, slots + i, 0);
                 } else {
-                    cudaLaunchConfig_t cfg = {};
-                    cfg.gridDim = dim3(sms);
-                    cfg.blockDim = dim3(512);
-                    cfg.stream = s;
-                    cudaLaunchAttribute attr[1];
-                    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-                    attr[0].val.programmaticStreamSerializationAllowed = 1;
-                    cfg.attrs = attr;
-                    cfg.numAttrs = 1;
-                    CHECK(cudaLaunchKernelEx(&cfg, k_read, region, chunk, slots + i, mode));
+                    launch_pdl(s, sms, 512, k_read, region, chunk, slots + i, mode);
                 }
             }
             cudaGraph_t g;
