@@ -193,6 +193,13 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
     if workers == 1:
         _work(problem, objs, url, name, seed, trials, timeout, progress)
     else:
+        # Enqueued trials (the baselines) run here first: SQLite cannot hand a waiting trial to
+        # exactly one of several processes, so two could evaluate the same one.
+        import optuna
+
+        waiting = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+        if waiting:
+            _work(problem, objs, url, name, seed, min(trials, _counted(study) + waiting), timeout, progress)
         ctx = mp.get_context("fork" if os.name == "posix" else "spawn")
         procs = [ctx.Process(target=_work, args=(problem, objs, url, name, seed + i, trials, timeout,
                                                   progress and i == 0)) for i in range(workers)]
