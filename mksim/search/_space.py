@@ -16,7 +16,8 @@ Megakernel choices (conditional on ``mode = megakernel``):
 - ``sync``: one counter per op range, or one flag per tile.
 
 Chain choices (``mode`` = graph or graph_pdl, for comparison): ``chain_tasks_per_sm`` and
-``chain_blocks_per_sm``.
+``chain_blocks_per_sm``. They are few (18), so every study enqueues them all at its start rather
+than letting the sampler choose a mode: sampled trials are all megakernels.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from mksim.workload import Tiling
 from mksim.workload._llm import default_kv_splits
 
 SEARCH_MODES = ("megakernel", "graph_pdl", "graph")
+CHAIN_MODES = ("graph_pdl", "graph")
 POLICY_CHOICES = ("rr", "zigzag", "wave", "dag", "pool")
 ROLES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
 GRAIN = (0.5, 1.0, 2.0, 3.0, 4.0)
@@ -85,13 +87,16 @@ class Candidate:
         return asdict(self)
 
 
-def suggest(trial, gpu: GPUSpec) -> Candidate:
-    """Ask ``trial`` (an Optuna trial) for one candidate; raises ``optuna.TrialPruned`` with the
-    reason when the choice cannot run (shared memory over the SM's budget)."""
+def suggest(trial, gpu: GPUSpec, mode: str = "megakernel") -> Candidate:
+    """Ask ``trial`` (an Optuna trial) for one candidate of ``mode``; raises ``optuna.TrialPruned``
+    with the reason when the choice cannot run (shared memory over the SM's budget).
+
+    The sampler searches megakernels; chain candidates are few (18) and are all enqueued, so
+    they never draw the sampler away from the large megakernel space."""
     import optuna
 
-    mode = trial.suggest_categorical("mode", SEARCH_MODES)
     if mode != "megakernel":
+        mode = trial.suggest_categorical("mode", CHAIN_MODES)
         return Candidate(mode=mode, policy=None, options={
             "tasks_per_sm": trial.suggest_categorical("chain_tasks_per_sm", CHAIN_TASKS),
             "blocks_per_sm": trial.suggest_categorical("chain_blocks_per_sm", CHAIN_BLOCKS)})
@@ -115,22 +120,31 @@ def suggest(trial, gpu: GPUSpec) -> Candidate:
                   f"memory a block may use on {gpu.name}")
         trial.set_user_attr("pruned_reason", reason)
         raise optuna.TrialPruned(reason)
-    return Candidate(mode=mode, policy=policy, policy_options=popts,
+    return Candidate(mode="megakernel", policy=policy, policy_options=popts,
                      options={"prefetch_depth": depth, "page_KiB": float(page), "sync": sync},
                      grain={r: g for r, g in grain.items() if g != 1.0}, small_grain=small, kv_split_mult=kv)
 
 
 def baseline_params(gpu: GPUSpec) -> dict[str, dict[str, Any]]:
-    """Optuna parameters of the baselines: every policy with its defaults, graph and graph_pdl."""
+    """Optuna parameters of the trials every study starts with: each policy with its defaults,
+    and every chain candidate (``graph`` and ``graph_pdl`` at the defaults are the baselines)."""
     mk = {f"grain_{r}": 1.0 for r in ROLES} | {"grain_small": 1.0, "kv_split_mult": 1.0, "page_KiB": 32,
                                                 "prefetch_depth": 4, "sync": "counter"}
     out = {}
     for p in POLICY_CHOICES:
         extra = {"dag_sync_scale": 1.0} if p == "dag" else ({"pool_compute_fraction": 0.25} if p == "pool" else {})
-        out[f"megakernel:{p}"] = {"mode": "megakernel", "policy": p, **extra, **mk}
-    for m in ("graph", "graph_pdl"):
-        out[m] = {"mode": m, "chain_tasks_per_sm": 2.0, "chain_blocks_per_sm": 2}
+        out[f"megakernel:{p}"] = {"policy": p, **extra, **mk}
+    for m in CHAIN_MODES:
+        for t in CHAIN_TASKS:
+            for b in CHAIN_BLOCKS:
+                name = m if (t, b) == (2.0, 2) else f"{m}:{t:g}x{b}"
+                out[name] = {"mode": m, "chain_tasks_per_sm": t, "chain_blocks_per_sm": b}
     return out
+
+
+def is_baseline(name: str) -> bool:
+    """Baselines are the built-in defaults; the other enqueued chain candidates are search trials."""
+    return name.startswith("megakernel:") or name in CHAIN_MODES
 
 
 def candidate_from_params(params: dict[str, Any], gpu: GPUSpec) -> Candidate:
@@ -138,7 +152,7 @@ def candidate_from_params(params: dict[str, Any], gpu: GPUSpec) -> Candidate:
     import optuna
 
     trial = optuna.trial.FixedTrial(params)
-    return suggest(trial, gpu)
+    return suggest(trial, gpu, params.get("mode", "megakernel"))
 
 
 def build(c: Candidate, problem: Problem):

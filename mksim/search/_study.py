@@ -19,7 +19,7 @@ from typing import Any
 
 from mksim.errors import DeadlockError, MksimError, ScheduleError, UnknownNameError
 
-from ._space import Candidate, Problem, baseline_params, build, candidate_from_params, suggest
+from ._space import Candidate, Problem, baseline_params, build, candidate_from_params, is_baseline, suggest
 
 OBJECTIVES = {"latency": ("latency_us", "minimize"), "smem": ("smem_KiB", "minimize")}
 HEARTBEAT_S = 2
@@ -94,7 +94,7 @@ class _Objective:
 
         from mksim.sim import simulate
 
-        cand = suggest(trial, self.problem.gpu)
+        cand = suggest(trial, self.problem.gpu, trial.user_attrs.get("mode", "megakernel"))
         try:
             sched = build(cand, self.problem)
             res = simulate(sched)
@@ -146,7 +146,8 @@ def _enqueue_baselines(study, problem: Problem) -> None:
         return
     study.set_user_attr("baselines_enqueued", True)
     for name, params in baseline_params(problem.gpu).items():
-        study.enqueue_trial(params, user_attrs={"baseline": name}, skip_if_exists=True)
+        study.enqueue_trial(params, user_attrs={"baseline": name, "mode": params.get("mode", "megakernel")},
+                            skip_if_exists=True)
 
 
 def _work(problem: Problem, objectives, url: str, study_name: str, seed: int, trials: int,
@@ -237,7 +238,7 @@ def summarize(study, problem: Problem, objectives: tuple[str, ...], url: str) ->
     baselines: dict[str, dict[str, Any]] = {}
     for t in done:
         b = t.user_attrs.get("baseline")
-        if b and b not in baselines:
+        if b and is_baseline(b) and b not in baselines:
             baselines[b] = {"latency_us": t.user_attrs["latency_us"], "smem_KiB": t.user_attrs["smem_KiB"]}
     pareto = []
     if len(objectives) > 1:

@@ -44,7 +44,7 @@ def test_baselines_are_the_built_in_schedules_and_best_is_never_worse(tmp_path):
     assert res.best["latency_us"] <= min(b["latency_us"] for b in res.baselines.values())
     assert all(s >= 1.0 for s in res.improvement().values())
     rows = report_rows(res)
-    assert rows[0]["schedule"].startswith("best") and len(rows) == 1 + N_BASE
+    assert rows[0]["schedule"].startswith("best") and len(rows) == 1 + 7
 
 
 def test_seeded_search_is_deterministic(tmp_path):
@@ -162,7 +162,7 @@ def test_two_workers_fill_one_postgresql_study():
 
 def test_cli_errors_are_one_line(tmp_path):
     for args, text in ((["--objective", "speed"], "objective"),
-                       (["--trials", "3"], "--trials must be at least"),
+                       (["--trials", "5"], "--trials must be at least"),
                        (["--model", "llama-9"], "llama-9"),
                        (["--storage", "nosuchdb://x"], "cannot open study storage")):
         r = cli("search", "--storage", f"sqlite:///{tmp_path}/e.db", *args) if "--storage" not in args else \
