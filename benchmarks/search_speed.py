@@ -1,8 +1,9 @@
 """Search speed: trials per second and the wall time of a 200-trial study (llama-3.2-1b, h200).
 
-Run: python benchmarks/search_speed.py [--trials 200] [--workers 1]   (figures go in docs/search.md)
-Also prints where a trial's time goes (schedule building vs simulation vs Optuna), from a profile
-of the same trials.
+Run: python benchmarks/search_speed.py [--trials 200] [--workers 1] [--profile]   (figures in docs/search.md)
+With --profile (one worker) it also prints where a trial's time goes (schedule building vs
+simulation vs Optuna); the profiler slows the event-heavy simulation about threefold, so time the
+study without it.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--model", default="llama-3.2-1b")
     ap.add_argument("--gpu", default="h200")
+    ap.add_argument("--profile", action="store_true")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{os.path.join(tmp, 'speed.db')}"
         prof = cProfile.Profile()
         t0 = time.perf_counter()
-        if a.workers == 1:
+        profiling = a.profile and a.workers == 1
+        if profiling:
             prof.enable()
         res = search(a.model, a.gpu, trials=a.trials, seed=0, storage=url, workers=a.workers)
         prof.disable()
@@ -37,7 +40,7 @@ def main() -> None:
     print(f"{a.model} on {a.gpu}: {n} trials ({res.n_pruned} pruned) with {a.workers} worker(s) in {wall:.1f} s "
           f"= {n / wall:.2f} trials/s; best {res.best['latency_us']:.1f} us "
           f"(best baseline {min(b['latency_us'] for b in res.baselines.values()):.1f} us)")
-    if a.workers == 1:
+    if profiling:
         st = pstats.Stats(prof)
         total = sum(v[3] for k, v in st.stats.items() if k[2] == "search")  # cumulative time of search()
         def cum(fn_name: str, file_part: str) -> float:
