@@ -13,11 +13,13 @@ Megakernel choices (conditional on ``mode = megakernel``):
 - ``kv_split_mult``: the flash-decoding split of the KV cache against its default;
 - ``page_KiB`` and ``prefetch_depth``: the loader's shared-memory pages; a choice over the SM's
   shared memory is pruned with its reason;
-- ``sync``: one counter per op range, or one flag per tile.
+- ``sync``: one counter per op range, or one flag per tile;
+- ``fuse_norm``: each RMS norm computed inside the matvec that follows it (no norm ops).
 
 Chain choices (``mode`` = graph or graph_pdl, for comparison): ``chain_tasks_per_sm`` and
-``chain_blocks_per_sm``. They are few (18), so every study enqueues them all at its start rather
-than letting the sampler choose a mode: sampled trials are all megakernels.
+``chain_blocks_per_sm``, and ``fuse_norm`` at the default sizes. They are few (20), so every
+study enqueues them all at its start rather than letting the sampler choose a mode: sampled
+trials are all megakernels.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ KV_SPLIT_MULT = (0.5, 1.0, 2.0)
 PAGES_KiB = (16, 32, 64)
 MAX_PREFETCH = 12
 SYNCS = ("counter", "flag")
+FUSE = (False, True)
 CHAIN_TASKS = (1.0, 2.0, 4.0)
 CHAIN_BLOCKS = (1, 2, 4)
 
@@ -53,17 +56,14 @@ class Problem:
     kv_len: int = 1024
     phase: str = "decode"
 
-    def workload(self, kv_split_mult: float = 1.0):
+    def workload(self, kv_split_mult: float = 1.0, fuse_norm: bool = False):
         n = self.gpu.sm.count
-        base = models.workload(self.model, batch=self.batch, kv_len=self.kv_len, phase=self.phase, n_sms=n)
-        if kv_split_mult == 1.0:
-            return base
-        cfg = base.model
-        kv_total = self.kv_len + 1
-        default = default_kv_splits(cfg.num_kv_heads, self.batch, kv_total, n)
-        splits = max(1, min(kv_total, round(default * kv_split_mult)))
-        return models.workload(self.model, batch=self.batch, kv_len=self.kv_len, phase=self.phase, n_sms=n,
-                               kv_splits=splits)
+        kw = {"batch": self.batch, "kv_len": self.kv_len, "phase": self.phase, "n_sms": n, "fuse_norm": fuse_norm}
+        if kv_split_mult != 1.0:
+            cfg = models.get(self.model)
+            default = default_kv_splits(cfg.num_kv_heads, self.batch, self.kv_len + 1, n)
+            kw["kv_splits"] = max(1, min(self.kv_len + 1, round(default * kv_split_mult)))
+        return models.workload(self.model, **kw)
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,7 @@ class Candidate:
     grain: dict[str, float] = field(default_factory=dict)
     small_grain: float = 1.0
     kv_split_mult: float = 1.0
+    fuse_norm: bool = False
 
     def smem_KiB(self) -> float:
         """Shared memory per SM the schedule reserves (loader pages and the fixed reserve)."""
@@ -91,7 +92,7 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel") -> Candidate:
     """Ask ``trial`` (an Optuna trial) for one candidate of ``mode``; raises ``optuna.TrialPruned``
     with the reason when the choice cannot run (shared memory over the SM's budget).
 
-    The sampler searches megakernels; chain candidates are few (18) and are all enqueued, so
+    The sampler searches megakernels; chain candidates are few (20) and are all enqueued, so
     they never draw the sampler away from the large megakernel space."""
     import optuna
 
@@ -99,7 +100,8 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel") -> Candidate:
         mode = trial.suggest_categorical("mode", CHAIN_MODES)
         return Candidate(mode=mode, policy=None, options={
             "tasks_per_sm": trial.suggest_categorical("chain_tasks_per_sm", CHAIN_TASKS),
-            "blocks_per_sm": trial.suggest_categorical("chain_blocks_per_sm", CHAIN_BLOCKS)})
+            "blocks_per_sm": trial.suggest_categorical("chain_blocks_per_sm", CHAIN_BLOCKS)},
+            fuse_norm=trial.suggest_categorical("fuse_norm", FUSE))
     policy = trial.suggest_categorical("policy", POLICY_CHOICES)
     popts: dict[str, Any] = {}
     if policy == "dag":
@@ -110,6 +112,7 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel") -> Candidate:
     grain = {role: trial.suggest_categorical(f"grain_{role}", GRAIN) for role in ROLES}
     small = trial.suggest_categorical("grain_small", SMALL_GRAIN)
     kv = trial.suggest_categorical("kv_split_mult", KV_SPLIT_MULT)
+    fuse = trial.suggest_categorical("fuse_norm", FUSE)
     page = trial.suggest_categorical("page_KiB", PAGES_KiB)
     depth = trial.suggest_int("prefetch_depth", 1, MAX_PREFETCH)
     sync = trial.suggest_categorical("sync", SYNCS)
@@ -122,14 +125,15 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel") -> Candidate:
         raise optuna.TrialPruned(reason)
     return Candidate(mode="megakernel", policy=policy, policy_options=popts,
                      options={"prefetch_depth": depth, "page_KiB": float(page), "sync": sync},
-                     grain={r: g for r, g in grain.items() if g != 1.0}, small_grain=small, kv_split_mult=kv)
+                     grain={r: g for r, g in grain.items() if g != 1.0}, small_grain=small, kv_split_mult=kv,
+                     fuse_norm=fuse)
 
 
 def baseline_params(gpu: GPUSpec) -> dict[str, dict[str, Any]]:
     """Optuna parameters of the trials every study starts with: each policy with its defaults,
     and every chain candidate (``graph`` and ``graph_pdl`` at the defaults are the baselines)."""
     mk = {f"grain_{r}": 1.0 for r in ROLES} | {"grain_small": 1.0, "kv_split_mult": 1.0, "page_KiB": 32,
-                                                "prefetch_depth": 4, "sync": "counter"}
+                                                "prefetch_depth": 4, "sync": "counter", "fuse_norm": False}
     out = {}
     for p in POLICY_CHOICES:
         extra = {"dag_sync_scale": 1.0} if p == "dag" else ({"pool_compute_fraction": 0.25} if p == "pool" else {})
@@ -138,7 +142,8 @@ def baseline_params(gpu: GPUSpec) -> dict[str, dict[str, Any]]:
         for t in CHAIN_TASKS:
             for b in CHAIN_BLOCKS:
                 name = m if (t, b) == (2.0, 2) else f"{m}:{t:g}x{b}"
-                out[name] = {"mode": m, "chain_tasks_per_sm": t, "chain_blocks_per_sm": b}
+                out[name] = {"mode": m, "chain_tasks_per_sm": t, "chain_blocks_per_sm": b, "fuse_norm": False}
+        out[f"{m}:fused-norm"] = {"mode": m, "chain_tasks_per_sm": 2.0, "chain_blocks_per_sm": 2, "fuse_norm": True}
     return out
 
 
@@ -159,7 +164,7 @@ def build(c: Candidate, problem: Problem):
     """The :class:`Schedule` of a candidate (validated; raises ScheduleError/DeadlockError)."""
     from mksim.schedule import build_schedule
 
-    wl = problem.workload(c.kv_split_mult)
+    wl = problem.workload(c.kv_split_mult, c.fuse_norm)
     n = problem.gpu.sm.count
     tiling = None
     if c.mode == "megakernel" and (c.grain or c.small_grain != 1.0):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import socket
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,11 +69,18 @@ def storage_for(url: str | None, study_name: str):
     kw: dict[str, Any] = {}
     if url.startswith("sqlite"):
         kw["engine_kwargs"] = {"connect_args": {"timeout": 60}}
-    try:
-        return url, optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S, **kw)
-    except Exception as exc:  # sqlalchemy's own errors: bad URL, server down, missing driver
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise MksimError(f"cannot open study storage {url!r}: {first}") from None
+    for attempt in range(6):
+        try:
+            return url, optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S, **kw)
+        except Exception as exc:  # sqlalchemy's own errors: bad URL, server down, missing driver
+            # workers that start together on a new database race to create its tables: the
+            # loser's CREATE fails once the winner's exists, and a retry finds them made
+            if "already exists" in str(exc) or "UniqueViolation" in str(exc) or "duplicate key" in str(exc):
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise MksimError(f"cannot open study storage {url!r}: {first}") from None
+    raise MksimError(f"cannot open study storage {url!r}: its tables could not be created; try again")
 
 
 def _parse_objectives(text: str | tuple[str, ...]) -> tuple[str, ...]:

@@ -30,12 +30,17 @@ def default_kv_splits(kv_heads: int, batch: int, kv_total: int, n_sms: int = 132
 
 def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = "decode",
                        prefill_tokens: int = 0, weight_dtype: str = "bf16",
-                       kv_splits: int | None = None, n_sms: int = 132) -> Workload:
+                       kv_splits: int | None = None, n_sms: int = 132, fuse_norm: bool = False) -> Workload:
     """The op graph of one step of ``cfg`` (a :class:`~mksim.models.ModelConfig`).
 
     ``batch`` sequences each hold ``kv_len`` tokens in the KV cache. ``decode`` makes one
     token per sequence; ``prefill`` processes ``prefill_tokens`` new tokens per sequence.
+    ``fuse_norm`` folds each RMS norm into the matvec that follows it: no norm op (and no
+    op boundary); the matvec reads the residual stream and the norm's weight and does its
+    arithmetic.
     """
+    if not isinstance(fuse_norm, bool):
+        raise WorkloadError(f"fuse_norm must be true or false, got {fuse_norm!r}")
     _check(batch=batch, kv_len=kv_len, phase=phase, prefill_tokens=prefill_tokens,
            weight_dtype=weight_dtype, kv_splits=kv_splits)
     new = 1 if phase == "decode" else prefill_tokens
@@ -61,26 +66,30 @@ def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = 
         return kw["name"]
 
     def norm(name: str, src: str, layer: int | None) -> str:
+        if fuse_norm:
+            return src  # the next matmul (normed=True) does the norm
         return add(name=name, kind="rmsnorm", out_size=H, elem_bytes=T * ACT_BYTES,
                    flops=4.0 * T * H, weight_bytes=H * ACT_BYTES, inputs=(Input(src, full=True),),
                    layer=layer, align=VEC_ALIGN)
 
     def matmul(name: str, src: str, k: int, n: int, layer: int | None, residual: str | None = None,
-               rows: int = T, bias: bool = False) -> str:
+               rows: int = T, bias: bool = False, normed: bool = False) -> str:
         inputs = [Input(src, full=True)]
         if residual:
             inputs.append(Input(residual))
+        fused = fuse_norm and normed  # the norm's arithmetic and weight, once per op
         return add(name=name, kind="matmul", out_size=n, elem_bytes=rows * ACT_BYTES,
-                   flops=2.0 * rows * k * n + (rows * n if residual else 0),
-                   weight_bytes=k * n * wb + (n * ACT_BYTES if bias else 0), inputs=tuple(inputs),
-                   layer=layer, align=MATMUL_ALIGN, dtype=weight_dtype, attrs={"k": k, "rows": rows})
+                   flops=2.0 * rows * k * n + (rows * n if residual else 0) + (4.0 * T * k if fused else 0),
+                   weight_bytes=k * n * wb + (n * ACT_BYTES if bias else 0) + (k * ACT_BYTES if fused else 0),
+                   inputs=tuple(inputs), layer=layer, align=MATMUL_ALIGN, dtype=weight_dtype,
+                   attrs={"k": k, "rows": rows, "fused_norm": fused})
 
     resid = add(name="embed", kind="embed", out_size=H, elem_bytes=T * ACT_BYTES, flops=0.0,
                 weight_bytes=T * H * ACT_BYTES, layer=None, align=VEC_ALIGN)
     for l in range(cfg.num_layers):
         p = f"L{l}."
         x = norm(p + "attn_norm", resid, l)
-        qkv = matmul(p + "qkv_proj", x, H, Q + 2 * KV, l, bias=cfg.attention_bias)
+        qkv = matmul(p + "qkv_proj", x, H, Q + 2 * KV, l, bias=cfg.attention_bias, normed=True)
         rope = add(name=p + "rope_kv", kind="rope_kv", out_size=Q + 2 * KV, elem_bytes=T * ACT_BYTES,
                    flops=T * (Q + KV) * (6.0 + (4.0 if cfg.qk_norm else 0.0)),
                    weight_bytes=(2 * hd * ACT_BYTES if cfg.qk_norm else 0.0),
@@ -99,18 +108,19 @@ def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = 
                   attrs={"kv_splits": C})
         o = matmul(p + "o_proj", red, Q, H, l, residual=resid)
         x = norm(p + "mlp_norm", o, l)
-        gu = matmul(p + "gate_up_proj", x, H, 2 * I, l)
+        gu = matmul(p + "gate_up_proj", x, H, 2 * I, l, normed=True)
         act = add(name=p + "silu_mul", kind="silu_mul", out_size=I, elem_bytes=T * ACT_BYTES,
                   flops=5.0 * T * I, inputs=(Input(gu, segments=((0, 1, 1), (I, 1, 1))),),
                   layer=l, align=VEC_ALIGN)
         resid = matmul(p + "down_proj", act, I, H, l, residual=o)
     x = norm("final_norm", resid, None)
     # prefill needs logits of each sequence's last token only
-    matmul("lm_head", x, H, V, None, rows=batch)
-    name = f"{cfg.name} {phase} b{batch} kv{kv_len}" + (f" n{prefill_tokens}" if phase == "prefill" else "")
+    matmul("lm_head", x, H, V, None, rows=batch, normed=True)
+    name = (f"{cfg.name} {phase} b{batch} kv{kv_len}" + (f" n{prefill_tokens}" if phase == "prefill" else "")
+            + (" fused-norm" if fuse_norm else ""))
     return Workload(name=name, ops=tuple(ops), tokens=batch if phase == "decode" else T, batch=batch,
                     kv_len=kv_len, phase=phase, prefill_tokens=prefill_tokens if phase == "prefill" else 0,
-                    weight_dtype=weight_dtype, model=cfg)
+                    weight_dtype=weight_dtype, fuse_norm=fuse_norm, model=cfg)
 
 
 def _check(*, batch, kv_len, phase, prefill_tokens, weight_dtype, kv_splits) -> None:

@@ -114,6 +114,7 @@ class Workload:
     phase: str = "decode"
     prefill_tokens: int = 0
     weight_dtype: str = "bf16"
+    fuse_norm: bool = False          # RMS norms computed inside the next matvec (no norm ops)
     model: Any = field(default=None, compare=False, hash=False)
 
     def __post_init__(self) -> None:

@@ -56,6 +56,7 @@ def test_seeded_search_is_deterministic(tmp_path):
 def test_shared_memory_overflow_is_pruned_with_its_reason():
     gpu = hwmodels.load("h200")
     params = {"mode": "megakernel", "policy": "rr", "page_KiB": 64, "prefetch_depth": 12, "sync": "counter",
+              "fuse_norm": False,
               "kv_split_mult": 1.0, "grain_small": 1.0, **{f"grain_{r}": 1.0 for r in
                                                             ("qkv_proj", "o_proj", "gate_up_proj", "down_proj",
                                                              "lm_head")}}
@@ -71,7 +72,7 @@ def test_shared_memory_overflow_is_pruned_with_its_reason():
 def test_grain_choices_change_the_tiling():
     gpu = hwmodels.load("h200")
     p = {"mode": "megakernel", "policy": "dag", "dag_sync_scale": 1.0, "page_KiB": 32, "prefetch_depth": 4,
-         "sync": "flag", "kv_split_mult": 2.0, "grain_small": 0.5, "grain_qkv_proj": 3.0, "grain_o_proj": 1.0,
+         "sync": "flag", "fuse_norm": False, "kv_split_mult": 2.0, "grain_small": 0.5, "grain_qkv_proj": 3.0, "grain_o_proj": 1.0,
          "grain_gate_up_proj": 1.0, "grain_down_proj": 0.5, "grain_lm_head": 4.0}
     s = build(suggest(optuna.trial.FixedTrial(p), gpu), Problem("llama-3.2-1b", gpu))
     tiles = {op.name: int(n) for op, n in zip(s.graph.ops, s.graph.n_tiles)}
@@ -83,6 +84,19 @@ def test_grain_choices_change_the_tiling():
     base = build(suggest(optuna.trial.FixedTrial({**p, "kv_split_mult": 1.0}), gpu), Problem("llama-3.2-1b", gpu))
     assert tiles["L0.attn_partial"] == 2 * int(dict(zip([o.name for o in base.graph.ops],
                                                         base.graph.n_tiles))["L0.attn_partial"])
+
+
+def test_fused_norm_candidates_drop_the_norm_ops():
+    gpu = hwmodels.load("h200")
+    params = baseline_params(gpu)
+    fused = build(suggest(optuna.trial.FixedTrial(params["graph_pdl:fused-norm"]), gpu, "graph_pdl"),
+                  Problem("llama-3.2-1b", gpu))
+    plain = build(suggest(optuna.trial.FixedTrial(params["graph_pdl"]), gpu, "graph_pdl"), Problem("llama-3.2-1b", gpu))
+    n_layers = 16
+    assert len(plain.graph.ops) - len(fused.graph.ops) == 2 * n_layers + 1
+    assert not any(op.kind == "rmsnorm" for op in fused.graph.ops)
+    assert fused.workload_spec["fuse_norm"] is True
+    assert fused.workload.weight_bytes == pytest.approx(plain.workload.weight_bytes)
 
 
 def test_best_schedule_file_reproduces_the_reported_latency(tmp_path):
@@ -147,13 +161,13 @@ PG = os.environ.get("MKSIM_TEST_POSTGRES_URL")
 def test_two_workers_fill_one_postgresql_study():
     assert PG, "CI must provide a PostgreSQL server: .ci/run sets MKSIM_TEST_POSTGRES_URL"
     study = f"two-workers-{os.getpid()}-{int(time.time())}"
-    args = [sys.executable, "-m", "mksim", "search", "--trials", "24", "--storage", PG, "--study", study, "--json"]
+    args = [sys.executable, "-m", "mksim", "search", "--trials", "40", "--storage", PG, "--study", study, "--json"]
     procs = [subprocess.Popen(args + ["--seed", str(i)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(2)]
     outs = [p.communicate(timeout=600) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
     done = counted(PG, study)
-    assert 24 <= len(done) <= 25  # each worker stops once the study holds 24; one may be mid-trial then
+    assert 40 <= len(done) <= 41  # each worker stops once the study holds 40; one may be mid-trial then
     workers = {t.user_attrs.get("worker") for t in done if t.user_attrs.get("worker")}
     assert len(workers) == 2, workers
     res = [json.loads(o[0]) for o in outs]
