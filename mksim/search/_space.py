@@ -32,6 +32,7 @@ from mksim import models
 from mksim.workload import Tiling
 from mksim.workload._llm import default_kv_splits
 
+SPACE_VERSION = 2  # bump when a parameter is added or changes meaning: old studies cannot be resumed
 SEARCH_MODES = ("megakernel", "graph_pdl", "graph")
 CHAIN_MODES = ("graph_pdl", "graph")
 POLICY_CHOICES = ("rr", "zigzag", "wave", "dag", "pool")

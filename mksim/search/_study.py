@@ -20,7 +20,7 @@ from typing import Any
 
 from mksim.errors import DeadlockError, MksimError, ScheduleError, UnknownNameError
 
-from ._space import Candidate, Problem, baseline_params, build, candidate_from_params, is_baseline, suggest
+from ._space import SPACE_VERSION, Candidate, Problem, baseline_params, build, candidate_from_params, is_baseline, suggest
 
 OBJECTIVES = {"latency": ("latency_us", "minimize"), "smem": ("smem_KiB", "minimize")}
 HEARTBEAT_S = 2
@@ -138,10 +138,14 @@ def _open_study(problem: Problem, objectives: tuple[str, ...], storage, study_na
     study = optuna.create_study(study_name=study_name, storage=storage, directions=directions, sampler=sampler,
                                 load_if_exists=True)
     want = {"model": problem.model, "gpu": problem.gpu.name, "batch": problem.batch, "kv_len": problem.kv_len,
-            "phase": problem.phase, "objectives": list(objectives)}
+            "phase": problem.phase, "objectives": list(objectives), "space": SPACE_VERSION}
     have = study.user_attrs.get("problem")
     if have is None:
         study.set_user_attr("problem", want)
+    elif have.get("space") != SPACE_VERSION:
+        raise MksimError(f"study {study_name!r} in this storage was made with another version of the search space "
+                         f"({have.get('space', 1)}, this mksim has {SPACE_VERSION}); pick another --study name or "
+                         "--storage")
     elif have != want:
         raise MksimError(f"study {study_name!r} in this storage searches {have}, not {want}; "
                          "pick another --study name")

@@ -174,6 +174,16 @@ def test_two_workers_fill_one_postgresql_study():
     assert res[0]["best"]["latency_us"] >= min(r["best"]["latency_us"] for r in res)
 
 
+def test_a_study_from_another_search_space_is_refused_in_one_line(tmp_path):
+    url = f"sqlite:///{tmp_path}/old.db"
+    st = optuna.create_study(study_name="old", storage=url)
+    st.set_user_attr("problem", {"model": "llama-3.2-1b", "gpu": "h200", "batch": 1, "kv_len": 1024,
+                                 "phase": "decode", "objectives": ["latency"]})
+    r = cli("search", "--storage", url, "--study", "old", "--trials", "30")
+    assert r.returncode == 2 and "another version of the search space" in r.stderr
+    assert r.stderr.strip().count("\n") == 0
+
+
 def test_cli_errors_are_one_line(tmp_path):
     for args, text in ((["--objective", "speed"], "objective"),
                        (["--trials", "5"], "--trials must be at least"),
