@@ -26,7 +26,8 @@ MODE_DEFAULTS: dict[str, dict[str, Any]] = {
     "megakernel": {"tasks_per_sm": 1.0, "blocks_per_sm": 1, "prefetch_depth": 4},
 }
 DEFAULT_POLICY = "dag"
-WORKLOAD_KEYS = ("batch", "kv_len", "phase", "prefill_tokens", "weight_dtype", "kv_splits", "fuse_norm")
+WORKLOAD_KEYS = ("batch", "kv_len", "phase", "prefill_tokens", "weight_dtype", "kv_splits", "fuse_norm", "split_qkv",
+                 "split_gate_up")
 
 
 def workload_from_spec(spec: dict[str, Any]) -> Workload:
@@ -119,7 +120,8 @@ def _spec(wl: Workload, gpu: GPUSpec) -> dict[str, Any]:
     attn = next((op for op in wl.ops if op.kind == "attn_partial"), None)
     return {"model": model, "batch": wl.batch, "kv_len": wl.kv_len, "phase": wl.phase,
             "prefill_tokens": wl.prefill_tokens or None, "weight_dtype": wl.weight_dtype,
-            "kv_splits": attn.attrs["kv_splits"] if attn else None, "fuse_norm": wl.fuse_norm}
+            "kv_splits": attn.attrs["kv_splits"] if attn else None, "fuse_norm": wl.fuse_norm,
+            "split_qkv": wl.split_qkv, "split_gate_up": wl.split_gate_up}
 
 
 def _hf_dict(cfg: Any) -> dict[str, Any]:

@@ -30,17 +30,20 @@ def default_kv_splits(kv_heads: int, batch: int, kv_total: int, n_sms: int = 132
 
 def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = "decode",
                        prefill_tokens: int = 0, weight_dtype: str = "bf16",
-                       kv_splits: int | None = None, n_sms: int = 132, fuse_norm: bool = False) -> Workload:
+                       kv_splits: int | None = None, n_sms: int = 132, fuse_norm: bool = False,
+                       split_qkv: bool = False, split_gate_up: bool = False) -> Workload:
     """The op graph of one step of ``cfg`` (a :class:`~mksim.models.ModelConfig`).
 
     ``batch`` sequences each hold ``kv_len`` tokens in the KV cache. ``decode`` makes one
     token per sequence; ``prefill`` processes ``prefill_tokens`` new tokens per sequence.
     ``fuse_norm`` folds each RMS norm into the matvec that follows it: no norm op (and no
     op boundary); the matvec reads the residual stream and the norm's weight and does its
-    arithmetic.
+    arithmetic. ``split_qkv`` and ``split_gate_up`` make separate q/k/v (gate/up) matvecs of the
+    fused projections: independent ops a megakernel can interleave.
     """
-    if not isinstance(fuse_norm, bool):
-        raise WorkloadError(f"fuse_norm must be true or false, got {fuse_norm!r}")
+    for key, val in (("fuse_norm", fuse_norm), ("split_qkv", split_qkv), ("split_gate_up", split_gate_up)):
+        if not isinstance(val, bool):
+            raise WorkloadError(f"{key} must be true or false, got {val!r}")
     _check(batch=batch, kv_len=kv_len, phase=phase, prefill_tokens=prefill_tokens,
            weight_dtype=weight_dtype, kv_splits=kv_splits)
     new = 1 if phase == "decode" else prefill_tokens
@@ -89,11 +92,17 @@ def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = 
     for l in range(cfg.num_layers):
         p = f"L{l}."
         x = norm(p + "attn_norm", resid, l)
-        qkv = matmul(p + "qkv_proj", x, H, Q + 2 * KV, l, bias=cfg.attention_bias, normed=True)
+        if split_qkv:  # rope's element i of [q; k; v] comes from whichever projection holds it
+            q = matmul(p + "q_proj", x, H, Q, l, bias=cfg.attention_bias, normed=True)
+            k = matmul(p + "k_proj", x, H, KV, l, bias=cfg.attention_bias, normed=True)
+            v = matmul(p + "v_proj", x, H, KV, l, bias=cfg.attention_bias, normed=True)
+            rope_in = (Input(q), Input(k, segments=((-Q, 1, 1),)), Input(v, segments=((-Q - KV, 1, 1),)))
+        else:
+            rope_in = (Input(matmul(p + "qkv_proj", x, H, Q + 2 * KV, l, bias=cfg.attention_bias, normed=True)),)
         rope = add(name=p + "rope_kv", kind="rope_kv", out_size=Q + 2 * KV, elem_bytes=T * ACT_BYTES,
                    flops=T * (Q + KV) * (6.0 + (4.0 if cfg.qk_norm else 0.0)),
                    weight_bytes=(2 * hd * ACT_BYTES if cfg.qk_norm else 0.0),
-                   kv_write_bytes=T * 2 * KV * ACT_BYTES, inputs=(Input(qkv),), layer=l, align=hd,
+                   kv_write_bytes=T * 2 * KV * ACT_BYTES, inputs=rope_in, layer=l, align=hd,
                    attrs={"qk_norm": cfg.qk_norm})
         # partials over (kv head g, sequence b, split c), g-major so a head's partials are adjacent
         part = add(name=p + "attn_partial", kind="attn_partial", out_size=nkv * batch * C,
@@ -108,19 +117,25 @@ def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = 
                   attrs={"kv_splits": C})
         o = matmul(p + "o_proj", red, Q, H, l, residual=resid)
         x = norm(p + "mlp_norm", o, l)
-        gu = matmul(p + "gate_up_proj", x, H, 2 * I, l, normed=True)
+        if split_gate_up:
+            act_in = (Input(matmul(p + "gate_proj", x, H, I, l, normed=True)),
+                      Input(matmul(p + "up_proj", x, H, I, l, normed=True)))
+        else:
+            gu = matmul(p + "gate_up_proj", x, H, 2 * I, l, normed=True)
+            act_in = (Input(gu, segments=((0, 1, 1), (I, 1, 1))),)
         act = add(name=p + "silu_mul", kind="silu_mul", out_size=I, elem_bytes=T * ACT_BYTES,
-                  flops=5.0 * T * I, inputs=(Input(gu, segments=((0, 1, 1), (I, 1, 1))),),
-                  layer=l, align=VEC_ALIGN)
+                  flops=5.0 * T * I, inputs=act_in, layer=l, align=VEC_ALIGN)
         resid = matmul(p + "down_proj", act, I, H, l, residual=o)
     x = norm("final_norm", resid, None)
     # prefill needs logits of each sequence's last token only
     matmul("lm_head", x, H, V, None, rows=batch, normed=True)
     name = (f"{cfg.name} {phase} b{batch} kv{kv_len}" + (f" n{prefill_tokens}" if phase == "prefill" else "")
-            + (" fused-norm" if fuse_norm else ""))
+            + (" fused-norm" if fuse_norm else "") + (" split-qkv" if split_qkv else "")
+            + (" split-gate-up" if split_gate_up else ""))
     return Workload(name=name, ops=tuple(ops), tokens=batch if phase == "decode" else T, batch=batch,
                     kv_len=kv_len, phase=phase, prefill_tokens=prefill_tokens if phase == "prefill" else 0,
-                    weight_dtype=weight_dtype, fuse_norm=fuse_norm, model=cfg)
+                    weight_dtype=weight_dtype, fuse_norm=fuse_norm, split_qkv=split_qkv,
+                    split_gate_up=split_gate_up, model=cfg)
 
 
 def _check(*, batch, kv_len, phase, prefill_tokens, weight_dtype, kv_splits) -> None:

@@ -115,6 +115,8 @@ class Workload:
     prefill_tokens: int = 0
     weight_dtype: str = "bf16"
     fuse_norm: bool = False          # RMS norms computed inside the next matvec (no norm ops)
+    split_qkv: bool = False          # separate q, k, v projections
+    split_gate_up: bool = False      # separate gate and up projections
     model: Any = field(default=None, compare=False, hash=False)
 
     def __post_init__(self) -> None:

@@ -81,13 +81,29 @@ def _brute_force_deps(g: TaskGraph, task: int) -> set[int]:
 
 @settings(max_examples=25, deadline=None)
 @given(default=st.integers(1, 12), attn=st.integers(0, 6), batch=st.integers(1, 3),
-       splits=st.integers(1, 4))
-def test_deps_match_brute_force(default, attn, batch, splits):
-    wl = tiny(batch=batch, kv_len=700, kv_splits=splits)
+       splits=st.integers(1, 4), fuse=st.booleans(), split_qkv=st.booleans(), split_gu=st.booleans())
+def test_deps_match_brute_force(default, attn, batch, splits, fuse, split_qkv, split_gu):
+    wl = tiny(batch=batch, kv_len=700, kv_splits=splits, fuse_norm=fuse, split_qkv=split_qkv,
+              split_gate_up=split_gu)
     g = TaskGraph(wl, Tiling(default=default, per_kind={"attn_partial": attn, "attn_reduce": attn}))
-    first_layer = range(int(g.op_first[wl.index["L0.attn_norm"]]), int(g.op_first[wl.index["L1.attn_norm"]]))
+    layer0 = [i for i, op in enumerate(wl.ops) if op.layer == 0]
+    first_layer = range(int(g.op_first[layer0[0]]), int(g.op_first[layer0[-1] + 1]))
     for task in first_layer:
         assert set(g.dep_tasks(task)) == _brute_force_deps(g, task), g.name(task)
+
+
+def test_fusion_options_keep_the_step_s_bytes():
+    base = models.workload("llama-3.2-1b")
+    for kw in ({"fuse_norm": True}, {"split_qkv": True}, {"split_gate_up": True},
+               {"fuse_norm": True, "split_qkv": True, "split_gate_up": True}):
+        wl = models.workload("llama-3.2-1b", **kw)
+        # the same weights; with fused norms each split projection reads the norm's weight again
+        assert base.weight_bytes <= wl.weight_bytes <= base.weight_bytes * (1 + 1e-4)
+        assert wl.kv_bytes == base.kv_bytes
+        names = {op.name.rsplit(".", 1)[-1] for op in wl.ops}
+        assert ("attn_norm" in names) != kw.get("fuse_norm", False)
+        assert ({"q_proj", "k_proj", "v_proj"} <= names) == kw.get("split_qkv", False)
+        assert ({"gate_proj", "up_proj"} <= names) == kw.get("split_gate_up", False)
 
 
 def test_costs_are_conserved_by_tiling():
