@@ -393,7 +393,8 @@ def search_cmd(
     seed: int = typer.Option(0, "--seed"),
     storage: Optional[str] = typer.Option(None, "--storage",
                                           help="Optuna RDB URL (default: sqlite:///<study>.db here); a "
-                                               "postgresql:// URL lets several machines fill one study."),
+                                               "postgresql:// URL lets several machines fill one study; 'memory' "
+                                               "keeps nothing."),
     study: Optional[str] = typer.Option(None, "--study", help="Study name (default: from model, GPU, shape)."),
     objective: str = typer.Option("latency", "--objective", help="'latency' or 'latency,smem' (Pareto front)."),
     workers: int = typer.Option(1, "--workers", "-j", help="Worker processes on this machine."),

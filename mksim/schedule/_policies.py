@@ -34,6 +34,27 @@ def task_costs(graph: TaskGraph, r: Rates, active_sms: int | None = None) -> np.
     return np.maximum(np.maximum(dram / bw, np.where(l2 > 0, l2 / r.l2_per_sm_Bpus, 0.0)), comp)
 
 
+ORDERS = ("op", "level")
+
+
+def task_order(graph: TaskGraph, order: str = "op") -> list[int]:
+    """The order tasks are placed in: ``op`` is op by op (task ids); ``level`` groups ops by
+    their depth in the op graph and interleaves the tiles of ops at one depth (separate q, k and
+    v projections, say) by their position in the op, so independent ops progress together.
+    Both are topological: a task comes after every task it depends on."""
+    if order not in ORDERS:
+        raise ScheduleError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
+    if order == "op":
+        return list(range(len(graph)))
+    level = [0] * len(graph.ops)
+    index = graph.workload.index
+    for i, op in enumerate(graph.ops):
+        level[i] = 1 + max((level[index[inp.op]] for inp in op.inputs), default=-1)
+    n_tiles = graph.n_tiles.tolist()
+    op_of, tile_of = graph.op_of.tolist(), graph.tile_of.tolist()
+    return sorted(range(len(graph)), key=lambda t: (level[op_of[t]], tile_of[t] / n_tiles[op_of[t]], op_of[t]))
+
+
 class BasePolicy(ABC):
     """Places tasks on SMs. Subclasses set ``name`` and implement :meth:`place`."""
 
@@ -57,14 +78,18 @@ class BasePolicy(ABC):
 
 
 class RoundRobin(BasePolicy):
-    """Task ``i`` of the topological order goes to SM ``i mod n``."""
+    """Task ``i`` of the topological order (``order``: see :func:`task_order`) goes to SM ``i mod n``."""
 
     name = "rr"
 
+    @classmethod
+    def params(cls):
+        return {"order": "op"}
+
     def place(self, graph, r, n_sms):
         q: list[list[int]] = [[] for _ in range(n_sms)]
-        for t in range(len(graph)):
-            q[t % n_sms].append(t)
+        for i, t in enumerate(task_order(graph, self.options["order"])):
+            q[i % n_sms].append(t)
         return q
 
 
@@ -121,12 +146,14 @@ class DagList(BasePolicy):
 
     @classmethod
     def params(cls):
-        return {"sync_us": None}  # dependency latency assumed; default: the GPU's flag latency
+        # sync_us: dependency latency assumed (default: the GPU's flag latency); order: task_order
+        return {"sync_us": None, "order": "op"}
 
     def place(self, graph, r, n_sms):
         cost = task_costs(graph, r)
         sync = self.options["sync_us"] if self.options["sync_us"] is not None else r.flag_latency_us
-        return _list_schedule(graph, cost, list(range(n_sms)), range(len(graph)), sync, n_sms)
+        return _list_schedule(graph, cost, list(range(n_sms)), task_order(graph, self.options["order"]), sync,
+                              n_sms)
 
 
 class Pools(BasePolicy):

@@ -6,7 +6,8 @@ choices are the defaults.
 
 Megakernel choices (conditional on ``mode = megakernel``):
 
-- ``policy``: rr, zigzag, wave, dag, pool; ``dag_sync_scale`` (the dependency latency the dag
+- ``policy``: rr, zigzag, wave, dag, pool; ``order`` (rr and dag: op by op, or by depth in the op
+  graph with independent ops interleaved); ``dag_sync_scale`` (the dependency latency the dag
   policy plans with, in units of the GPU's flag latency) and ``pool_compute_fraction``;
 - ``grain_<role>``: tasks per SM for each projection (qkv_proj, o_proj, gate_up_proj,
   down_proj, lm_head) and ``grain_small`` for the norms, RoPE, SiLU, reduction and embedding;
@@ -14,7 +15,8 @@ Megakernel choices (conditional on ``mode = megakernel``):
 - ``page_KiB`` and ``prefetch_depth``: the loader's shared-memory pages; a choice over the SM's
   shared memory is pruned with its reason;
 - ``sync``: one counter per op range, or one flag per tile;
-- ``fuse_norm``: each RMS norm computed inside the matvec that follows it (no norm ops).
+- ``fuse_norm``: each RMS norm computed inside the matvec that follows it (no norm ops);
+  ``split_qkv`` / ``split_gate_up``: separate projections instead of the fused ones.
 
 Chain choices (``mode`` = graph or graph_pdl, for comparison): ``chain_tasks_per_sm`` and
 ``chain_blocks_per_sm``, and ``fuse_norm`` at the default sizes. They are few (20), so every
@@ -30,13 +32,16 @@ from typing import Any
 from hwmodels import GPUSpec
 from mksim import models
 from mksim.workload import Tiling
+from mksim.schedule._policies import ORDERS
 from mksim.workload._llm import default_kv_splits
 
-SPACE_VERSION = 2  # bump when a parameter is added or changes meaning: old studies cannot be resumed
+SPACE_VERSION = 3  # bump when a parameter is added or changes meaning: old studies cannot be resumed
 SEARCH_MODES = ("megakernel", "graph_pdl", "graph")
 CHAIN_MODES = ("graph_pdl", "graph")
 POLICY_CHOICES = ("rr", "zigzag", "wave", "dag", "pool")
 ROLES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
+ROLE_OF = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "gate_proj": "gate_up_proj",
+           "up_proj": "gate_up_proj"}  # split projections take their fused projection's granularity
 GRAIN = (0.5, 1.0, 2.0, 3.0, 4.0)
 SMALL_GRAIN = (0.25, 0.5, 1.0)
 KV_SPLIT_MULT = (0.5, 1.0, 2.0)
@@ -57,9 +62,11 @@ class Problem:
     kv_len: int = 1024
     phase: str = "decode"
 
-    def workload(self, kv_split_mult: float = 1.0, fuse_norm: bool = False):
+    def workload(self, kv_split_mult: float = 1.0, fuse_norm: bool = False, split_qkv: bool = False,
+                 split_gate_up: bool = False):
         n = self.gpu.sm.count
-        kw = {"batch": self.batch, "kv_len": self.kv_len, "phase": self.phase, "n_sms": n, "fuse_norm": fuse_norm}
+        kw = {"batch": self.batch, "kv_len": self.kv_len, "phase": self.phase, "n_sms": n, "fuse_norm": fuse_norm,
+              "split_qkv": split_qkv, "split_gate_up": split_gate_up}
         if kv_split_mult != 1.0:
             cfg = models.get(self.model)
             default = default_kv_splits(cfg.num_kv_heads, self.batch, self.kv_len + 1, n)
@@ -78,6 +85,8 @@ class Candidate:
     small_grain: float = 1.0
     kv_split_mult: float = 1.0
     fuse_norm: bool = False
+    split_qkv: bool = False
+    split_gate_up: bool = False
 
     def smem_KiB(self) -> float:
         """Shared memory per SM the schedule reserves (loader pages and the fixed reserve)."""
@@ -105,15 +114,22 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel") -> Candidate:
             fuse_norm=trial.suggest_categorical("fuse_norm", FUSE))
     policy = trial.suggest_categorical("policy", POLICY_CHOICES)
     popts: dict[str, Any] = {}
+    if policy in ("rr", "dag"):
+        order = trial.suggest_categorical("order", ORDERS)
+        if order != "op":
+            popts["order"] = order
     if policy == "dag":
         scale = trial.suggest_float("dag_sync_scale", 0.0, 3.0)
-        popts = {"sync_us": round(scale * gpu.sync.flag_latency_ns / 1e3, 6)} if scale != 1.0 else {}
+        if scale != 1.0:
+            popts["sync_us"] = round(scale * gpu.sync.flag_latency_ns / 1e3, 6)
     elif policy == "pool":
         popts = {"compute_fraction": trial.suggest_float("pool_compute_fraction", 0.05, 0.5)}
     grain = {role: trial.suggest_categorical(f"grain_{role}", GRAIN) for role in ROLES}
     small = trial.suggest_categorical("grain_small", SMALL_GRAIN)
     kv = trial.suggest_categorical("kv_split_mult", KV_SPLIT_MULT)
     fuse = trial.suggest_categorical("fuse_norm", FUSE)
+    split_qkv = trial.suggest_categorical("split_qkv", FUSE)
+    split_gu = trial.suggest_categorical("split_gate_up", FUSE)
     page = trial.suggest_categorical("page_KiB", PAGES_KiB)
     depth = trial.suggest_int("prefetch_depth", 1, MAX_PREFETCH)
     sync = trial.suggest_categorical("sync", SYNCS)
@@ -127,17 +143,19 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel") -> Candidate:
     return Candidate(mode="megakernel", policy=policy, policy_options=popts,
                      options={"prefetch_depth": depth, "page_KiB": float(page), "sync": sync},
                      grain={r: g for r, g in grain.items() if g != 1.0}, small_grain=small, kv_split_mult=kv,
-                     fuse_norm=fuse)
+                     fuse_norm=fuse, split_qkv=split_qkv, split_gate_up=split_gu)
 
 
 def baseline_params(gpu: GPUSpec) -> dict[str, dict[str, Any]]:
     """Optuna parameters of the trials every study starts with: each policy with its defaults,
     and every chain candidate (``graph`` and ``graph_pdl`` at the defaults are the baselines)."""
     mk = {f"grain_{r}": 1.0 for r in ROLES} | {"grain_small": 1.0, "kv_split_mult": 1.0, "page_KiB": 32,
-                                                "prefetch_depth": 4, "sync": "counter", "fuse_norm": False}
+                                                "prefetch_depth": 4, "sync": "counter", "fuse_norm": False,
+                                                "split_qkv": False, "split_gate_up": False}
     out = {}
     for p in POLICY_CHOICES:
-        extra = {"dag_sync_scale": 1.0} if p == "dag" else ({"pool_compute_fraction": 0.25} if p == "pool" else {})
+        extra = ({"order": "op"} if p in ("rr", "dag") else {}) | (
+            {"dag_sync_scale": 1.0} if p == "dag" else ({"pool_compute_fraction": 0.25} if p == "pool" else {}))
         out[f"megakernel:{p}"] = {"policy": p, **extra, **mk}
     for m in CHAIN_MODES:
         for t in CHAIN_TASKS:
@@ -165,12 +183,12 @@ def build(c: Candidate, problem: Problem):
     """The :class:`Schedule` of a candidate (validated; raises ScheduleError/DeadlockError)."""
     from mksim.schedule import build_schedule
 
-    wl = problem.workload(c.kv_split_mult, c.fuse_norm)
+    wl = problem.workload(c.kv_split_mult, c.fuse_norm, c.split_qkv, c.split_gate_up)
     n = problem.gpu.sm.count
     tiling = None
     if c.mode == "megakernel" and (c.grain or c.small_grain != 1.0):
         per_op = {op.name: max(1, round(n * c.grain[role])) for op in wl.ops if op.kind == "matmul"
-                  and (role := op.name.rsplit(".", 1)[-1]) in c.grain}
+                  and (role := ROLE_OF.get(op.name.rsplit(".", 1)[-1], op.name.rsplit(".", 1)[-1])) in c.grain}
         tiling = Tiling(default=max(1, round(n * c.small_grain)),
                         per_kind={"attn_partial": 0, "attn_reduce": 0, "matmul": n}, per_op=per_op)
     return build_schedule(wl, problem.gpu, c.mode, policy=c.policy, policy_options=c.policy_options or None,

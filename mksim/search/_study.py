@@ -24,6 +24,7 @@ from ._space import SPACE_VERSION, Candidate, Problem, baseline_params, build, c
 
 OBJECTIVES = {"latency": ("latency_us", "minimize"), "smem": ("smem_KiB", "minimize")}
 HEARTBEAT_S = 2
+MEMORY = "memory"  # --storage memory: a one-off study in this process (nothing kept, one worker)
 GRACE_S = 10
 
 
@@ -66,6 +67,8 @@ def storage_for(url: str | None, study_name: str):
 
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     url = url or f"sqlite:///{study_name}.db"
+    if url == MEMORY:
+        return url, optuna.storages.InMemoryStorage()
     kw: dict[str, Any] = {}
     if url.startswith("sqlite"):
         kw["engine_kwargs"] = {"connect_args": {"timeout": 60}}
@@ -163,13 +166,16 @@ def _enqueue_baselines(study, problem: Problem) -> None:
 
 
 def _work(problem: Problem, objectives, url: str, study_name: str, seed: int, trials: int,
-          timeout: float | None, progress: bool) -> None:
-    """One worker: run trials until the study holds ``trials`` finished ones (or time runs out)."""
+          timeout: float | None, progress: bool, storage=None) -> None:
+    """One worker: run trials until the study holds ``trials`` finished ones (or time runs out).
+    ``storage`` is given for the in-memory storage, which a URL cannot reopen."""
     import optuna
 
-    _, storage = storage_for(url, study_name)
+    if storage is None:
+        _, storage = storage_for(url, study_name)
     study = _open_study(problem, objectives, storage, study_name, seed)
-    optuna.storages.fail_stale_trials(study)
+    if url != MEMORY:
+        optuna.storages.fail_stale_trials(study)
     left = trials - _counted(study)
     if left <= 0:
         return
@@ -200,11 +206,13 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
     problem = Problem(model=model, gpu=hwmodels.load(gpu), batch=batch, kv_len=kv_len)
     problem.workload()  # unknown model or impossible shape: one line, before any study is made
     name = study_name or default_study_name(problem, objs)
+    if storage == MEMORY and workers > 1:
+        raise MksimError("--storage memory runs in one process; give a sqlite:/// or postgresql:// URL for --workers")
     url, st = storage_for(storage, name)
     study = _open_study(problem, objs, st, name, seed)
     _enqueue_baselines(study, problem)
     if workers == 1:
-        _work(problem, objs, url, name, seed, trials, timeout, progress)
+        _work(problem, objs, url, name, seed, trials, timeout, progress, storage=st if url == MEMORY else None)
     else:
         # Enqueued trials (the baselines) run here first: SQLite cannot hand a waiting trial to
         # exactly one of several processes, so two could evaluate the same one.

@@ -55,8 +55,8 @@ def test_seeded_search_is_deterministic(tmp_path):
 
 def test_shared_memory_overflow_is_pruned_with_its_reason():
     gpu = hwmodels.load("h200")
-    params = {"mode": "megakernel", "policy": "rr", "page_KiB": 64, "prefetch_depth": 12, "sync": "counter",
-              "fuse_norm": False,
+    params = {"mode": "megakernel", "policy": "rr", "order": "op", "page_KiB": 64, "prefetch_depth": 12,
+              "sync": "counter", "fuse_norm": False, "split_qkv": False, "split_gate_up": False,
               "kv_split_mult": 1.0, "grain_small": 1.0, **{f"grain_{r}": 1.0 for r in
                                                             ("qkv_proj", "o_proj", "gate_up_proj", "down_proj",
                                                              "lm_head")}}
@@ -71,8 +71,8 @@ def test_shared_memory_overflow_is_pruned_with_its_reason():
 
 def test_grain_choices_change_the_tiling():
     gpu = hwmodels.load("h200")
-    p = {"mode": "megakernel", "policy": "dag", "dag_sync_scale": 1.0, "page_KiB": 32, "prefetch_depth": 4,
-         "sync": "flag", "fuse_norm": False, "kv_split_mult": 2.0, "grain_small": 0.5, "grain_qkv_proj": 3.0, "grain_o_proj": 1.0,
+    p = {"mode": "megakernel", "policy": "dag", "order": "op", "dag_sync_scale": 1.0, "page_KiB": 32,
+         "prefetch_depth": 4, "sync": "flag", "fuse_norm": False, "split_qkv": False, "split_gate_up": False, "kv_split_mult": 2.0, "grain_small": 0.5, "grain_qkv_proj": 3.0, "grain_o_proj": 1.0,
          "grain_gate_up_proj": 1.0, "grain_down_proj": 0.5, "grain_lm_head": 4.0}
     s = build(suggest(optuna.trial.FixedTrial(p), gpu), Problem("llama-3.2-1b", gpu))
     tiles = {op.name: int(n) for op, n in zip(s.graph.ops, s.graph.n_tiles)}
@@ -97,6 +97,24 @@ def test_fused_norm_candidates_drop_the_norm_ops():
     assert not any(op.kind == "rmsnorm" for op in fused.graph.ops)
     assert fused.workload_spec["fuse_norm"] is True
     assert fused.workload.weight_bytes == pytest.approx(plain.workload.weight_bytes)
+
+
+def test_split_projections_interleave_under_level_order():
+    gpu = hwmodels.load("h200")
+    p = {**baseline_params(gpu)["megakernel:rr"], "order": "level", "split_qkv": True, "split_gate_up": True}
+    s = build(suggest(optuna.trial.FixedTrial(p), gpu), Problem("llama-3.2-1b", gpu))
+    assert s.policy_options == {"order": "level"}
+    names = [s.graph.ops[s.graph.op_of[t]].name for t in s.queues[0][:12]]
+    assert {"L0.q_proj", "L0.k_proj", "L0.v_proj"} & set(names)
+    first = [s.graph.ops[s.graph.op_of[t]].name.split(".")[-1] for q in s.queues for t in q[:3]]
+    assert {"q_proj", "k_proj", "v_proj"} <= set(first)  # q, k and v tiles start together across the SMs
+
+
+def test_memory_storage_keeps_nothing_and_needs_one_worker():
+    res = search("llama-3.2-1b", "h200", trials=N_BASE, storage="memory")
+    assert res.n_complete + res.n_pruned >= N_BASE and res.storage == "memory"
+    with pytest.raises(Exception, match="one process"):
+        search("llama-3.2-1b", "h200", trials=N_BASE, storage="memory", workers=2)
 
 
 def test_best_schedule_file_reproduces_the_reported_latency(tmp_path):
