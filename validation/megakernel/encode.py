@@ -1,0 +1,98 @@
+"""Instruction tables for the megakernel interpreter (pure numpy; no GPU).
+
+The generated kernel runs one block per SM. Block ``s`` reads its queue, ``queue_start[s]`` to
+``queue_start[s + 1]`` in ``tasks``; each task is one row of ``TASK_FIELDS`` int32 words:
+
+- ``opcode``: what device function runs (:data:`OPCODES`), ``op``: the op index (its buffers and
+  sizes live in the op table the code generator writes), ``tile``: the tile of that op;
+- ``lo``, ``hi``: the output elements the tile writes (the op's tile bounds);
+- ``dep_start``, ``dep_count``: the task's rows in ``deps``;
+- ``weight_bytes``: what the task streams from DRAM (weights and KV cache), in 256-byte units,
+  so the loader can size its shared-memory pages without the op table.
+
+A dependency row is ``(kind, op, t0, t1)``: ``DEP_OP`` waits until the op's completion counter
+reaches its tile count (every tile done); ``DEP_TILES`` waits for the flags of tiles
+``[t0, t1)`` of that op. Whole-op dependencies use the counter with ``sync = "counter"`` and the
+flags with ``sync = "flag"``; partial ranges always use flags (a counter cannot say which tiles
+are done). :func:`decode` inverts :func:`encode`, and tests hold the two together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mksim.errors import ScheduleError
+
+OPCODES: dict[str, int] = {"embed": 1, "rmsnorm": 2, "matmul": 3, "rope_kv": 4, "attn_partial": 5,
+                           "attn_reduce": 6, "silu_mul": 7}
+TASK_FIELDS = ("opcode", "op", "tile", "lo", "hi", "dep_start", "dep_count", "weight_units")
+DEP_OP, DEP_TILES = 0, 1
+WEIGHT_UNIT_B = 256
+
+
+@dataclass(frozen=True)
+class Program:
+    """The tables one schedule becomes: int32 arrays, ready to copy to the GPU."""
+    tasks: np.ndarray        # (n_tasks, len(TASK_FIELDS)), in queue order, SM after SM
+    queue_start: np.ndarray  # (n_sms + 1,): SM s runs tasks[queue_start[s]:queue_start[s + 1]]
+    deps: np.ndarray         # (n_deps, 4): kind, op, t0, t1
+    op_tiles: np.ndarray     # (n_ops,): tiles per op, the completion counters' targets
+    task_id: np.ndarray      # (n_tasks,): the schedule's task id of each row (for checks and traces)
+    sync: str
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.tasks, self.queue_start, self.deps, self.op_tiles))
+
+
+def encode(schedule) -> Program:
+    """The instruction tables of a megakernel (or persistent_barrier) schedule."""
+    if schedule.queues is None:
+        raise ScheduleError(f"mode {schedule.mode} has no per-SM queues to encode; use a persistent mode")
+    g = schedule.graph
+    sync = schedule.options.sync
+    unknown = sorted({op.kind for op in g.ops} - set(OPCODES))
+    if unknown:
+        raise ScheduleError(f"no device function for op kind {unknown[0]!r}; the megakernel runs "
+                            f"{', '.join(OPCODES)}")
+    n_tiles = g.n_tiles.tolist()
+    op_of, tile_of = g.op_of.tolist(), g.tile_of.tolist()
+    bounds = [b.tolist() for b in g.bounds]
+    stream_B = (g.weight_bytes + g.kv_read_bytes).tolist()
+    rows, deps, ids, starts = [], [], [], [0]
+    for q in schedule.queues:
+        for t in q:
+            op = op_of[t]
+            tile = tile_of[t]
+            d0 = len(deps)
+            for p, t0, t1 in g.deps(t):
+                whole = t1 - t0 == n_tiles[p]
+                deps.append((DEP_OP if whole else DEP_TILES, p, t0, t1))
+            rows.append((OPCODES[g.ops[op].kind], op, tile, bounds[op][tile], bounds[op][tile + 1], d0,
+                         len(deps) - d0, -(-int(stream_B[t]) // WEIGHT_UNIT_B)))
+            ids.append(t)
+        starts.append(len(rows))
+    return Program(tasks=np.array(rows, dtype=np.int32).reshape(-1, len(TASK_FIELDS)),
+                   queue_start=np.array(starts, dtype=np.int32),
+                   deps=np.array(deps, dtype=np.int32).reshape(-1, 4),
+                   op_tiles=np.array(n_tiles, dtype=np.int32), task_id=np.array(ids, dtype=np.int32), sync=sync)
+
+
+def decode(program: Program) -> tuple[list[list[int]], dict[int, tuple[tuple[int, int, int], ...]]]:
+    """The per-SM queues (task ids) and each task's dependency ranges, read back from the tables."""
+    queues = []
+    deps: dict[int, tuple[tuple[int, int, int], ...]] = {}
+    qs = program.queue_start.tolist()
+    for s in range(len(qs) - 1):
+        queues.append(program.task_id[qs[s]:qs[s + 1]].tolist())
+    for row, t in zip(program.tasks.tolist(), program.task_id.tolist()):
+        d0, n = row[5], row[6]
+        deps[t] = tuple((p, t0, t1) for _kind, p, t0, t1 in program.deps[d0:d0 + n].tolist())
+    return queues, deps
+
+
+def waits_on_flags(program: Program) -> bool:
+    """Whether the kernel needs per-tile flags (partial-range deps, or ``sync = "flag"``)."""
+    return program.sync == "flag" or bool((program.deps[:, 0] == DEP_TILES).any())
