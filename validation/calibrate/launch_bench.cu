@@ -1,7 +1,7 @@
 // Launch and grid-synchronisation costs, measured from C++ so that no interpreter sits between
 // the host and the driver. Built by `mksim calibrate` with nvcc; prints one JSON object.
 //
-//   launch_bench [--quick]
+//   launch_bench [--quick] [--boundary]
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -72,6 +72,16 @@ __global__ void k_read(const uint4* __restrict__ a, unsigned long long chunk_vec
     atomicXor(out, acc);
 }
 
+// A compute-only chain member: thread 0 of every block waits `ns` on the global timer; the block's
+// other threads exit at once. Counts the blocks that ran.
+__global__ void k_busy(long long ns, unsigned* blocks) {
+    if (threadIdx.x != 0) return;
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while ((long long)(t - t0) < ns);
+    atomicAdd(blocks, 1u);
+}
+
 __global__ void k_fill(uint4* a, unsigned long long n_vec, unsigned seed) {
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n_vec;
          i += (unsigned long long)gridDim.x * blockDim.x) {
@@ -118,7 +128,11 @@ static void launch_pdl(cudaStream_t s, int grid, int block, void (*kernel)(Param
 }
 
 int main(int argc, char** argv) {
-    const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+    bool quick = false, boundary = false;
+    for (int i = 1; i < argc; ++i) {
+        quick |= std::string(argv[i]) == "--quick";
+        boundary |= std::string(argv[i]) == "--boundary";
+    }
     const int reps = quick ? 5 : 11;
     cudaDeviceProp prop;
     CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -320,6 +334,73 @@ int main(int argc, char** argv) {
         }
     }
     chain_json += "]";
+    // 7. (--boundary) The kernel boundary taken apart: compute-only chains of a fixed busy time, and
+    //    memory-bound chains at several threads per block (bytes in flight per SM) and blocks per SM.
+    std::string parts_json = "[";
+    if (boundary) {
+        auto time_graph = [&](auto&& capture_body, int n_kernels) {
+            cudaGraph_t g;
+            cudaGraphExec_t ge;
+            CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+            capture_body();
+            CHECK(cudaStreamEndCapture(s, &g));
+            CHECK(cudaGraphInstantiate(&ge, g, 0));
+            CHECK(cudaGraphDestroy(g));
+            std::vector<double> per;
+            for (int r = 0; r < 3 + reps; ++r) {
+                k_read<<<sms * 4, 512, 0, s>>>(flush_buf, flush_bytes / 16 / (sms * 4), slots + chain, 0);
+                CHECK(cudaMemsetAsync(slots, 0, chain * sizeof(unsigned), s));
+                CHECK(cudaEventRecord(e0, s));
+                CHECK(cudaGraphLaunch(ge, s));
+                CHECK(cudaEventRecord(e1, s));
+                double t = elapsed_us() / n_kernels;
+                if (r >= 3) per.push_back(t);
+            }
+            CHECK(cudaGraphExecDestroy(ge));
+            return per;
+        };
+        char b2[200];
+        for (long long ns : {0LL, 1000LL, 4000LL}) {
+            CHECK(cudaMemsetAsync(d + 3, 0, sizeof(unsigned), s));
+            auto per = time_graph([&] { for (int i = 0; i < chain; ++i) k_busy<<<sms, 512, 0, s>>>(ns, d + 3); }, chain);
+            unsigned ran = 0;
+            CHECK(cudaMemcpy(&ran, d + 3, sizeof ran, cudaMemcpyDeviceToHost));
+            if (ran != (unsigned)(sms * chain * (3 + reps))) {
+                std::fprintf(stderr, "launch_bench: busy chain ran %u blocks, want %d\n", ran, sms * chain * (3 + reps));
+                return 3;
+            }
+            std::snprintf(b2, sizeof b2, "%s{\"kind\": \"busy\", \"busy_ns\": %lld, \"us\": ", parts_json.size() > 1 ? ", " : "", ns);
+            parts_json += b2 + list(per) + "}";
+        }
+        for (unsigned long long bytes : {1ull << 20, 4ull << 20, 16ull << 20}) {
+            for (int threads : {128, 256, 512, 1024}) {
+                for (int bps : {1, 2}) {
+                    if (threads * bps > 1024) continue;
+                    const int grid = sms * bps;
+                    const unsigned long long chunk = bytes / 16 / grid;
+                    auto per = time_graph([&] {
+                        for (int i = 0; i < chain; ++i)
+                            k_read<<<grid, threads, 0, s>>>(buf + (unsigned long long)i * (max_bytes / 16), chunk, slots + i, 0);
+                    }, chain);
+                    std::vector<unsigned> got(chain);
+                    CHECK(cudaMemcpy(got.data(), slots, chain * sizeof(unsigned), cudaMemcpyDeviceToHost));
+                    for (int i = 0; i < chain; ++i) {
+                        unsigned want = 0;
+                        const unsigned* w = host_buf.data() + (size_t)i * (max_bytes / 4);
+                        for (unsigned long long j = 0; j < chunk * grid * 4; ++j) want ^= w[j];
+                        if (got[i] != want) {
+                            std::fprintf(stderr, "launch_bench: boundary read chain kernel %d read wrong data\n", i);
+                            return 3;
+                        }
+                    }
+                    std::snprintf(b2, sizeof b2, ", {\"kind\": \"read\", \"bytes\": %llu, \"threads\": %d, \"blocks_per_sm\": %d, "
+                                  "\"inflight_per_sm\": %d, \"us\": ", chunk * 16 * grid, threads, bps, threads * bps * 64);
+                    parts_json += b2 + list(per) + "}";
+                }
+            }
+        }
+    }
+    parts_json += "]";
     CHECK(cudaFree(slots));
     CHECK(cudaFree(buf));
     CHECK(cudaFree(flush_buf));
@@ -338,6 +419,7 @@ int main(int argc, char** argv) {
     std::printf(" \"single_launch_us\": %s,\n", list(single).c_str());
     std::printf(" \"grid_sync\": %s,\n", sync_json.c_str());
     std::printf(" \"memory_chain\": %s,\n", chain_json.c_str());
+    std::printf(" \"boundary_parts\": %s,\n", parts_json.c_str());
     std::printf(" \"kernels_counted\": %u}\n", counter);
     std::fprintf(stderr, "launch_bench: median host %.2f us, gap %.2f us, graph node %.2f us, pdl node %.2f us\n",
                  median(host), median(gap), median(graph_node), median(graph_pdl_node));
