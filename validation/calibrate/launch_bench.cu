@@ -69,7 +69,8 @@ __global__ void k_read(const uint4* __restrict__ a, unsigned long long chunk_vec
         for (int u = 0; u < 4; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
     }
     if (mode == 2) asm volatile("griddepcontrol.wait;" ::: "memory");
-    atomicXor(out, acc);
+    for (int o = 16; o > 0; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
+    if ((threadIdx.x & 31) == 0) atomicXor(out, acc);  // one atomic per warp, not per thread
 }
 
 // A compute-only chain member: thread 0 of every block waits `ns` on the global timer; the block's
