@@ -48,7 +48,7 @@ def run_chain(sizes: list[int], gpu: str = "h200", policy: str = "dag", reps: in
     # weights as bf16 bit patterns from fp32 normals scaled by 1/sqrt(K); x0 random
     Ws, ys = [], []
     for k, n in zip(sizes, sizes[1:]):
-        w = (rng.standard_normal((n, k), dtype=np.float32) / np.sqrt(k)).view(np.uint32) >> 16
+        w = (rng.standard_normal((n, k), dtype=np.float32) * np.float32(k ** -0.5)).view(np.uint32) >> 16
         Ws.append(cp.asarray(w.astype(np.uint16)))
         ys.append(cp.full(n, cp.nan, dtype=cp.float32))
     x0 = cp.asarray(rng.standard_normal(sizes[0], dtype=np.float32))
