@@ -10,6 +10,9 @@
 #define MK_DEP_TILES 1
 #define MK_OP_MATMUL 3
 #define MK_SPIN_LIMIT_NS 2000000000ull  // a dependency not met in 2 s is a hang: report it, stop
+#ifndef MK_UNROLL
+#define MK_UNROLL 2                      // 16-byte weight loads in flight per lane
+#endif
 
 struct MkOp {                 // one op's buffers and shape (written by the runner)
     const mk_bf16* W;         // [N, K] bf16, row-major
@@ -66,7 +69,7 @@ extern "C" __global__ void mk_interp(const int* __restrict__ tasks, const int* _
             const MkOp o = ops[op];
             mk_load_vector(xs, o.x, o.K);
             __syncthreads();
-            mk_matvec_rows<2>(o.W, xs, o.y, lo, hi, o.K);
+            mk_matvec_rows<MK_UNROLL>(o.W, xs, o.y, lo, hi, o.K);
         } else if (threadIdx.x == 0) {
             atomicExch(error, 100 + opcode);  // no device function for this opcode in this version
         }

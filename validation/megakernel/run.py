@@ -33,7 +33,8 @@ def matvec_chain(sizes: list[int]) -> Workload:
     return Workload(name=f"matvec chain {sizes}", ops=tuple(ops), tokens=1)
 
 
-def run_chain(sizes: list[int], gpu: str = "h200", policy: str = "dag", reps: int = 20, **options) -> dict:
+def run_chain(sizes: list[int], gpu: str = "h200", policy: str = "dag", reps: int = 20, threads: int = 256,
+              unroll: int = 2, **options) -> dict:
     import cupy as cp
 
     import mksim
@@ -65,7 +66,7 @@ def run_chain(sizes: list[int], gpu: str = "h200", policy: str = "dag", reps: in
     flags = cp.zeros(int(flag_base[-1]), dtype=cp.uint32)
     error = cp.zeros(1, dtype=cp.int32)
     src = (HERE / "interp.cu").read_text()
-    mod = cp.RawModule(code=src, options=("-std=c++17", f"-I{KERNELS}"))
+    mod = cp.RawModule(code=src, options=("-std=c++17", f"-I{KERNELS}", f"-DMK_UNROLL={unroll}"))
     k = mod.get_function("mk_interp")
     smem = max(sizes[:-1]) * 4
     k.max_dynamic_shared_size_bytes = smem
@@ -73,7 +74,7 @@ def run_chain(sizes: list[int], gpu: str = "h200", policy: str = "dag", reps: in
     def launch():
         counters.fill(0)
         flags.fill(0)
-        k((n_sms,), (256,), (d_tasks, d_qs, d_deps, d_tiles, d_desc, counters, flags, error), shared_mem=smem,
+        k((n_sms,), (threads,), (d_tasks, d_qs, d_deps, d_tiles, d_desc, counters, flags, error), shared_mem=smem,
           stream=stream)
 
     def wait(ev, limit_s=30.0):
@@ -108,7 +109,7 @@ def run_chain(sizes: list[int], gpu: str = "h200", policy: str = "dag", reps: in
     pred = mksim.simulate(sched)
     weight_B = float(sum(2 * k * n for k, n in zip(sizes, sizes[1:])))
     med = float(np.median(times))
-    return {"sizes": sizes, "policy": policy, "n_tasks": len(sched.graph), "rel_err": err, "us": times,
+    return {"sizes": sizes, "policy": policy, "threads": threads, "unroll": unroll, "n_tasks": len(sched.graph), "rel_err": err, "us": times,
             "median_us": med, "GBps": weight_B / med / 1e3,
             "predicted_us": pred.latency_us - sched.gpu.launch.launch_latency_us}
 
@@ -117,14 +118,19 @@ def main() -> None:
     import json
     import sys
 
-    cases = [([2048, 8192, 2048, 8192, 2048], "dag"), ([2048, 8192, 2048, 8192, 2048], "rr"),
-             ([2048] + [3072, 2048] * 8, "dag"), ([4096, 14336, 4096], "dag")]
+    big = [2048, 8192, 2048, 8192, 2048]
+    cases = [(big, "dag", 256, 2), (big, "rr", 256, 2), ([2048] + [3072, 2048] * 8, "dag", 256, 2),
+             ([4096, 14336, 4096], "dag", 256, 2)]
+    # bytes in flight per SM = threads x 16 B x unroll: how far more loads in flight take this version
+    cases += [(big, "dag", t, u) for t, u in ((512, 2), (512, 4), (1024, 4), (512, 8))]
+    cases += [([4096, 14336, 4096], "dag", 1024, 4)]
     out = []
-    for sizes, policy in cases:
-        r = run_chain(sizes, policy=policy)
+    for sizes, policy, threads, unroll in cases:
+        r = run_chain(sizes, policy=policy, threads=threads, unroll=unroll)
         out.append(r)
-        print(f"{policy:4s} {len(sizes) - 1:2d} matvecs {sizes[:3]}...: {r['median_us']:8.1f} us measured, "
-              f"{r['predicted_us']:8.1f} us predicted, {r['GBps']:6.0f} GB/s, rel err {r['rel_err']:.1e}", flush=True)
+        print(f"{policy:4s} {len(sizes) - 1:2d} matvecs {sizes[:3]}... {threads:4d} threads x{unroll}: "
+              f"{r['median_us']:8.1f} us measured, {r['predicted_us']:8.1f} us predicted, {r['GBps']:6.0f} GB/s, "
+              f"rel err {r['rel_err']:.1e}", flush=True)
     if len(sys.argv) > 1:
         with open(sys.argv[1], "w") as fh:
             json.dump(out, fh, indent=1)
