@@ -49,6 +49,7 @@ extern "C" __global__ void mk_interp(const int* __restrict__ tasks, const int* _
                                      int* error) {
     extern __shared__ float xs[];
     __shared__ int ok;
+    int x_of = -1;  // the op whose input vector xs holds: consecutive tiles of one op reuse it
     for (int i = queue_start[blockIdx.x]; i < queue_start[blockIdx.x + 1]; ++i) {
         const int* t = tasks + (size_t)i * MK_TASK_FIELDS;
         const int opcode = t[0], op = t[1], tile = t[2], lo = t[3], hi = t[4], d0 = t[5], nd = t[6];
@@ -67,8 +68,11 @@ extern "C" __global__ void mk_interp(const int* __restrict__ tasks, const int* _
         if (!ok) return;
         if (opcode == MK_OP_MATMUL) {
             const MkOp o = ops[op];
-            mk_load_vector(xs, o.x, o.K);
-            __syncthreads();
+            if (x_of != op) {
+                mk_load_vector(xs, o.x, o.K);
+                x_of = op;
+                __syncthreads();
+            }
             mk_matvec_rows<MK_UNROLL>(o.W, xs, o.y, lo, hi, o.K);
         } else if (threadIdx.x == 0) {
             atomicExch(error, 100 + opcode);  // no device function for this opcode in this version

@@ -123,7 +123,7 @@ def main() -> None:
              ([4096, 14336, 4096], "dag", 256, 2)]
     # bytes in flight per SM = threads x 16 B x unroll: how far more loads in flight take this version
     cases += [(big, "dag", t, u) for t, u in ((512, 2), (512, 4), (1024, 4), (512, 8))]
-    cases += [([4096, 14336, 4096], "dag", 1024, 4)]
+    cases += [([4096, 14336, 4096], "dag", 1024, 4), ([2048] + [3072, 2048] * 8, "dag", 1024, 4)]
     out = []
     for sizes, policy, threads, unroll in cases:
         r = run_chain(sizes, policy=policy, threads=threads, unroll=unroll)
