@@ -6,7 +6,7 @@ task graph (tasks numbered in a topological order, op by op) and the GPU's rates
 returns one queue of task ids per SM. Every task must appear exactly once; the order of a
 queue is the order the SM executes it, so a policy must not put a task before one of its
 (transitive) producers on the same SM — :meth:`Schedule.validate` rejects that as a
-deadlock. Policies estimate task times with :func:`~mksim.sim._costs.task_estimate_us`.
+deadlock. Policies estimate task times with :func:`task_costs`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from mksim.workload import TaskGraph
 
 
 def task_costs(graph: TaskGraph, r: Rates, active_sms: int | None = None) -> np.ndarray:
-    """Estimated time (µs) of every task, all SMs streaming at once: the element-wise form of
-    :func:`~mksim.sim._costs.task_estimate_us` (the same numbers, without a call per task)."""
+    """Estimated time (µs) of every task when all SMs share DRAM fairly and latency is hidden: the
+    slowest of its DRAM bytes at its share, its L2 bytes at its SM's L2 share, and its arithmetic.
+    Placement uses it to balance load; the simulator computes the real thing."""
     n = active_sms or r.n_sms
     bw = min(r.sm_cap_Bpus, r.hbm_Bpus / n)
     dram = graph.weight_bytes + graph.kv_read_bytes

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -174,9 +174,6 @@ class Schedule:
                 queues=queues, policy=d.get("policy"), policy_options=d.get("policy_options") or {},
                 workload_spec=d["workload"])
         return s.validate()
-
-    def with_options(self, **kw: Any) -> "Schedule":
-        return replace(self, options=replace(self.options, **kw))
 
 
 def _in_task_order(graph: TaskGraph, queues: list[list[int]]) -> bool:

@@ -90,9 +90,10 @@ class Candidate:
 
     def smem_KiB(self) -> float:
         """Shared memory per SM the schedule reserves (loader pages and the fixed reserve)."""
-        o = {"prefetch_depth": 4 if self.mode == "megakernel" else (2 if self.mode == "graph_pdl" else 0),
-             "page_KiB": 32.0, "smem_reserve_KiB": 32.0, **self.options}
-        return o["prefetch_depth"] * o["page_KiB"] + o["smem_reserve_KiB"]
+        from mksim.schedule import MODE_DEFAULTS, Options
+
+        o = Options(**{**MODE_DEFAULTS[self.mode], **self.options})
+        return o.prefetch_bytes / 1024 + o.smem_reserve_KiB
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -198,12 +198,13 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
     import hwmodels
 
     objs = _parse_objectives(objectives)
-    if trials < len(baseline_params(hwmodels.load(gpu))):
-        raise MksimError(f"--trials must be at least {len(baseline_params(hwmodels.load(gpu)))} "
-                         "(the baselines run first)")
+    spec = hwmodels.load(gpu)
+    n_first = len(baseline_params(spec))
+    if trials < n_first:
+        raise MksimError(f"--trials must be at least {n_first} (the baselines run first)")
     if workers < 1:
         raise MksimError("--workers must be at least 1")
-    problem = Problem(model=model, gpu=hwmodels.load(gpu), batch=batch, kv_len=kv_len)
+    problem = Problem(model=model, gpu=spec, batch=batch, kv_len=kv_len)
     problem.workload()  # unknown model or impossible shape: one line, before any study is made
     name = study_name or default_study_name(problem, objs)
     if storage == MEMORY and workers > 1:

@@ -32,8 +32,6 @@ class Rates:
     launch_latency_us: float
     grid_barrier_us: float
     flag_latency_us: float
-    atomic_us: float
-    smem_per_sm_B: float
 
 
 def rates(gpu: GPUSpec) -> Rates:
@@ -61,8 +59,6 @@ def rates(gpu: GPUSpec) -> Rates:
         launch_latency_us=gpu.launch.launch_latency_us,
         grid_barrier_us=gpu.sync.grid_barrier_us,
         flag_latency_us=gpu.sync.flag_latency_ns / 1e3,
-        atomic_us=gpu.sync.atomic_roundtrip_ns / 1e3,
-        smem_per_sm_B=gpu.sm.shared_memory_per_block_KiB * 1024,
     )
 
 
@@ -111,17 +107,6 @@ def compute_us(flops: float, unit: str, dtype: str, r: Rates, efficiency: float 
 def l2_us(nbytes: float, r: Rates) -> float:
     """Time for one SM to move ``nbytes`` through L2 at its share of L2 bandwidth (no latency)."""
     return nbytes / r.l2_per_sm_Bpus if nbytes > 0 else 0.0
-
-
-def task_estimate_us(dram_B: float, l2_B: float, flops: float, unit: str, dtype: str, r: Rates,
-                     active_sms: int | None = None) -> float:
-    """A task's time when ``active_sms`` SMs share DRAM fairly and latency is hidden.
-
-    Placement policies use it to balance load; the simulator computes the real thing.
-    """
-    n = active_sms or r.n_sms
-    bw = min(r.sm_cap_Bpus, r.hbm_Bpus / n)
-    return max(dram_B / bw, l2_us(l2_B, r), compute_us(flops, unit, dtype, r))
 
 
 def host_issue_us(i: int, mode: str, r: Rates) -> float:

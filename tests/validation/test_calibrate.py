@@ -46,7 +46,7 @@ def synthetic_raw(seed: int = 0, scale: float = 1.0) -> dict:
         "memory": {"read_bytes": 2 << 30, "read_us": noisy(us(2 << 30, T["read_GBps"]), rng),
                    "copy_bytes": 2 << 30, "copy_us": noisy(us(2 << 30, T["copy_GBps"]), rng),
                    "l2_bytes": 800 << 20, "l2_region_bytes": 16 << 20, "l2_us": noisy(us(800 << 20, T["l2_GBps"]), rng),
-                   "buffer_bytes": 2 << 30, "checksum": 1},
+                   "buffer_bytes": 2 << 30},
         "latency": {"chase": [{"size_bytes": s << 20, "steps": 20000,
                                "ns_per_load": noisy(T["l2_ns"] if s < 60 else T["dram_ns"], rng)}
                               for s in (2, 8, 32, 128, 1024, 4096)]},

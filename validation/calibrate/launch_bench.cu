@@ -286,48 +286,60 @@ int main(int argc, char** argv) {
     std::vector<unsigned> host_buf(chain * max_bytes / 4);
     CHECK(cudaStreamSynchronize(s));  // s does not synchronise with the legacy stream of cudaMemcpy
     CHECK(cudaMemcpy(host_buf.data(), buf, chain * max_bytes, cudaMemcpyDeviceToHost));
+    // A graph captured from `capture_body`, replayed after `warmup` untimed runs; µs per kernel of
+    // each timed replay. The L2 is evicted and the chain's checksums cleared before every replay.
+    auto time_graph = [&](auto&& capture_body, int warmup) {
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        capture_body();
+        CHECK(cudaStreamEndCapture(s, &g));
+        CHECK(cudaGraphInstantiate(&ge, g, 0));
+        CHECK(cudaGraphDestroy(g));
+        std::vector<double> per;
+        for (int r = 0; r < warmup + reps; ++r) {
+            k_read<<<sms * 4, 512, 0, s>>>(flush_buf, flush_bytes / 16 / (sms * 4), slots + chain, 0);
+            CHECK(cudaMemsetAsync(slots, 0, chain * sizeof(unsigned), s));
+            CHECK(cudaEventRecord(e0, s));
+            CHECK(cudaGraphLaunch(ge, s));
+            CHECK(cudaEventRecord(e1, s));
+            double t = elapsed_us() / chain;
+            if (r >= warmup) per.push_back(t);
+        }
+        CHECK(cudaGraphExecDestroy(ge));
+        return per;
+    };
+    // Each chain member XORed the `words` 32-bit words of its region into its slot: check them all.
+    auto chain_read_right = [&](unsigned long long words, const char* what) {
+        std::vector<unsigned> got(chain);
+        CHECK(cudaMemcpy(got.data(), slots, chain * sizeof(unsigned), cudaMemcpyDeviceToHost));
+        for (int i = 0; i < chain; ++i) {
+            unsigned want = 0;
+            const unsigned* w = host_buf.data() + (size_t)i * (max_bytes / 4);
+            for (unsigned long long j = 0; j < words; ++j) want ^= w[j];
+            if (got[i] != want) {
+                std::fprintf(stderr, "launch_bench: %s kernel %d read wrong data (%08x, want %08x)\n", what, i, got[i],
+                             want);
+                return false;
+            }
+        }
+        return true;
+    };
     std::string chain_json = "[";
     for (unsigned long long bytes : {256ull << 10, 1ull << 20, 4ull << 20, 16ull << 20}) {
         for (int mode = 0; mode < 3; ++mode) {
             const unsigned long long chunk = bytes / 16 / sms;
-            CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-            for (int i = 0; i < chain; ++i) {
-                const uint4* region = buf + (unsigned long long)i * (max_bytes / 16);
-                if (mode == 0) {
-                    k_read<<<sms, 512, 0, s>>>(region, chunk, slots + i, 0);
-                } else {
-                    launch_pdl(s, sms, 512, k_read, region, chunk, slots + i, mode);
+            auto per = time_graph([&] {
+                for (int i = 0; i < chain; ++i) {
+                    const uint4* region = buf + (unsigned long long)i * (max_bytes / 16);
+                    if (mode == 0) {
+                        k_read<<<sms, 512, 0, s>>>(region, chunk, slots + i, 0);
+                    } else {
+                        launch_pdl(s, sms, 512, k_read, region, chunk, slots + i, mode);
+                    }
                 }
-            }
-            cudaGraph_t g;
-            cudaGraphExec_t ge;
-            CHECK(cudaStreamEndCapture(s, &g));
-            CHECK(cudaGraphInstantiate(&ge, g, 0));
-            CHECK(cudaGraphDestroy(g));
-            std::vector<double> per;
-            for (int r = 0; r < 1 + reps; ++r) {
-                k_read<<<sms * 4, 512, 0, s>>>(flush_buf, flush_bytes / 16 / (sms * 4), slots + chain, 0);  // evict L2
-                CHECK(cudaMemsetAsync(slots, 0, chain * sizeof(unsigned), s));
-                CHECK(cudaEventRecord(e0, s));
-                CHECK(cudaGraphLaunch(ge, s));
-                CHECK(cudaEventRecord(e1, s));
-                double t = elapsed_us() / chain;
-                if (r) per.push_back(t);
-            }
-            CHECK(cudaGraphExecDestroy(ge));
-            std::vector<unsigned> got(chain);
-            CHECK(cudaMemcpy(got.data(), slots, chain * sizeof(unsigned), cudaMemcpyDeviceToHost));
-            for (int i = 0; i < chain; ++i) {
-                unsigned want = 0;
-                const unsigned* w = host_buf.data() + (size_t)i * (max_bytes / 4);
-                for (unsigned long long j = 0; j < chunk * sms * 4; ++j) want ^= w[j];
-                if (got[i] != want) {
-                    std::fprintf(stderr, "launch_bench: memory chain kernel %d read wrong data (%08x, want %08x; "
-                                 "first words %08x %08x %08x %08x, mode %d, chunk %llu)\n", i, got[i], want, w[0], w[1], w[2],
-                                 w[3], mode, chunk);
-                    return 3;
-                }
-            }
+            }, 1);
+            if (!chain_read_right(chunk * sms * 4, "memory chain")) return 3;
             char buf2[128];
             std::snprintf(buf2, sizeof buf2, "%s{\"bytes\": %llu, \"mode\": \"%s\", \"us\": ", chain_json.size() > 1 ? ", " : "",
                           chunk * 16 * sms, mode == 0 ? "graph" : mode == 1 ? "pdl_wait_first" : "pdl_read_first");
@@ -339,31 +351,10 @@ int main(int argc, char** argv) {
     //    memory-bound chains at several threads per block (bytes in flight per SM) and blocks per SM.
     std::string parts_json = "[";
     if (boundary) {
-        auto time_graph = [&](auto&& capture_body, int n_kernels) {
-            cudaGraph_t g;
-            cudaGraphExec_t ge;
-            CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-            capture_body();
-            CHECK(cudaStreamEndCapture(s, &g));
-            CHECK(cudaGraphInstantiate(&ge, g, 0));
-            CHECK(cudaGraphDestroy(g));
-            std::vector<double> per;
-            for (int r = 0; r < 3 + reps; ++r) {
-                k_read<<<sms * 4, 512, 0, s>>>(flush_buf, flush_bytes / 16 / (sms * 4), slots + chain, 0);
-                CHECK(cudaMemsetAsync(slots, 0, chain * sizeof(unsigned), s));
-                CHECK(cudaEventRecord(e0, s));
-                CHECK(cudaGraphLaunch(ge, s));
-                CHECK(cudaEventRecord(e1, s));
-                double t = elapsed_us() / n_kernels;
-                if (r >= 3) per.push_back(t);
-            }
-            CHECK(cudaGraphExecDestroy(ge));
-            return per;
-        };
         char b2[200];
         for (long long ns : {0LL, 1000LL, 4000LL}) {
             CHECK(cudaMemsetAsync(d + 3, 0, sizeof(unsigned), s));
-            auto per = time_graph([&] { for (int i = 0; i < chain; ++i) k_busy<<<sms, 512, 0, s>>>(ns, d + 3); }, chain);
+            auto per = time_graph([&] { for (int i = 0; i < chain; ++i) k_busy<<<sms, 512, 0, s>>>(ns, d + 3); }, 3);
             unsigned ran = 0;
             CHECK(cudaMemcpy(&ran, d + 3, sizeof ran, cudaMemcpyDeviceToHost));
             if (ran != (unsigned)(sms * chain * (3 + reps))) {
@@ -382,18 +373,8 @@ int main(int argc, char** argv) {
                     auto per = time_graph([&] {
                         for (int i = 0; i < chain; ++i)
                             k_read<<<grid, threads, 0, s>>>(buf + (unsigned long long)i * (max_bytes / 16), chunk, slots + i, 0);
-                    }, chain);
-                    std::vector<unsigned> got(chain);
-                    CHECK(cudaMemcpy(got.data(), slots, chain * sizeof(unsigned), cudaMemcpyDeviceToHost));
-                    for (int i = 0; i < chain; ++i) {
-                        unsigned want = 0;
-                        const unsigned* w = host_buf.data() + (size_t)i * (max_bytes / 4);
-                        for (unsigned long long j = 0; j < chunk * grid * 4; ++j) want ^= w[j];
-                        if (got[i] != want) {
-                            std::fprintf(stderr, "launch_bench: boundary read chain kernel %d read wrong data\n", i);
-                            return 3;
-                        }
-                    }
+                    }, 3);
+                    if (!chain_read_right(chunk * grid * 4, "boundary read chain")) return 3;
                     std::snprintf(b2, sizeof b2, ", {\"kind\": \"read\", \"bytes\": %llu, \"threads\": %d, \"blocks_per_sm\": %d, "
                                   "\"inflight_per_sm\": %d, \"us\": ", chunk * 16 * grid, threads, bps, threads * bps * 64);
                     parts_json += b2 + list(per) + "}";
