@@ -186,12 +186,12 @@ def workload_cmd(
 
 
 # -- simulation -----------------------------------------------------------------------
-def _parse_opts(opts: list[str]) -> dict[str, Any]:
+def _parse_opts(opts: list[str], flag: str = "--opt") -> dict[str, Any]:
     """``--opt key=value`` pairs as schedule options (numbers parsed)."""
     out: dict[str, Any] = {}
     for item in opts:
         if "=" not in item:
-            raise MksimError(f"--opt takes key=value, got {item!r}")
+            raise MksimError(f"{flag} takes key=value, got {item!r}")
         k, v = item.split("=", 1)
         for cast in (int, float):
             try:
@@ -400,6 +400,8 @@ def search_cmd(
     workers: int = typer.Option(1, "--workers", "-j", help="Worker processes on this machine."),
     out_file: Optional[str] = typer.Option(None, "--out", "-o", help="Write the best schedule (JSON) here."),
     report: Optional[str] = typer.Option(None, "--report", help="Write an HTML report with Optuna's figures."),
+    fix: list[str] = typer.Option([], "--fix", help="Fix a schedule option for every candidate, key=value "
+                                                    "(repeatable), e.g. smem_reserve_KiB=80; recorded in the study."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Search megakernel schedules with Optuna; report the best against every baseline."""
@@ -407,13 +409,14 @@ def search_cmd(
 
     res = search(model, gpu, batch=batch, kv_len=kv_len, trials=trials, timeout=timeout, seed=seed,
                  storage=storage, study_name=study, objectives=objective, workers=workers, out=out_file,
-                 report=report, progress=not as_json and sys.stderr.isatty())
+                 report=report, progress=not as_json and sys.stderr.isatty(), fixed=_parse_opts(fix, "--fix"))
     if as_json:
         return _emit_json(res.to_dict())
     from mksim.search._report import report_rows
 
-    t = Table(title=f"{model} on {gpu}, batch {batch}, KV {kv_len}: search ({res.n_complete} complete, "
-                    f"{res.n_pruned} pruned trials in study {res.study_name!r})")
+    fixed = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in res.fixed.items())
+    t = Table(title=f"{model} on {gpu}, batch {batch}, KV {kv_len}{', fixed ' + fixed if fixed else ''}: search "
+                    f"({res.n_complete} complete, {res.n_pruned} pruned trials in study {res.study_name!r})")
     for col in ("schedule", "latency µs", "smem KiB/SM", "best's speed-up"):
         t.add_column(col, justify="left" if col == "schedule" else "right")
     for r in report_rows(res):

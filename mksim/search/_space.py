@@ -22,15 +22,21 @@ Chain choices (``mode`` = graph or graph_pdl, for comparison): ``chain_tasks_per
 ``chain_blocks_per_sm``, and ``fuse_norm`` at the default sizes. They are few (20), so every
 study enqueues them all at its start rather than letting the sampler choose a mode: sampled
 trials are all megakernels.
+
+Fixed options: a study can fix :class:`~mksim.schedule.Options` fields (``fixed``, e.g. the
+shared memory a generated kernel reserves, ``{"smem_reserve_KiB": 80}``). A fixed field is
+never sampled, every candidate carries it, the shared-memory check counts it, and the default
+megakernel baselines keep as many of their four 32 KiB pages as still fit.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from hwmodels import GPUSpec
 from mksim import models
+from mksim.errors import MksimError
 from mksim.workload import Tiling
 from mksim.schedule._policies import ORDERS
 from mksim.workload._llm import default_kv_splits
@@ -51,6 +57,42 @@ SYNCS = ("counter", "flag")
 FUSE = (False, True)
 CHAIN_TASKS = (1.0, 2.0, 4.0)
 CHAIN_BLOCKS = (1, 2, 4)
+DEFAULT_RESERVE_KiB = 32.0  # Options.smem_reserve_KiB's default
+BASELINE_PAGE_KiB, BASELINE_DEPTH = 32, 4  # the megakernel baselines' loader (build_schedule's defaults)
+# search parameters that set an Options field: a fixed field is not sampled
+SAMPLED_OPTION = {"page_KiB": "page_KiB", "prefetch_depth": "prefetch_depth", "sync": "sync",
+                  "chain_tasks_per_sm": "tasks_per_sm", "chain_blocks_per_sm": "blocks_per_sm"}
+
+
+def check_fixed(fixed: dict[str, Any] | None) -> dict[str, Any]:
+    """``fixed`` as Options fields of the right types (sorted); one-line MksimError otherwise.
+
+    >>> check_fixed({"smem_reserve_KiB": "80", "blocks_per_sm": 1.0})
+    {'blocks_per_sm': 1, 'smem_reserve_KiB': 80.0}
+    """
+    from mksim.schedule import Options
+
+    types = {f.name: type(f.default) for f in fields(Options) if f.name != "record"}
+    out: dict[str, Any] = {}
+    for k, v in sorted((fixed or {}).items()):
+        if k not in types:
+            raise MksimError(f"cannot fix {k!r}: fixed options are schedule options, one of {', '.join(sorted(types))}")
+        want = types[k]
+        try:
+            if want is str:
+                val: Any = str(v)
+            elif want is int:
+                val = int(float(v))
+                if val != float(v):
+                    raise ValueError
+            else:
+                val = float(v)
+        except (TypeError, ValueError):
+            raise MksimError(f"fixed option {k} needs {'an integer' if want is int else 'a number'}, got {v!r}") from None
+        if k == "sync" and val not in SYNCS:
+            raise MksimError(f"fixed option sync must be one of {', '.join(SYNCS)}, got {val!r}")
+        out[k] = val
+    return out
 
 
 @dataclass(frozen=True)
@@ -61,6 +103,7 @@ class Problem:
     batch: int = 1
     kv_len: int = 1024
     phase: str = "decode"
+    fixed: dict[str, Any] = field(default_factory=dict)  # Options fields every candidate keeps (check_fixed)
 
     def workload(self, kv_split_mult: float = 1.0, fuse_norm: bool = False, split_qkv: bool = False,
                  split_gate_up: bool = False):
@@ -99,20 +142,29 @@ class Candidate:
         return asdict(self)
 
 
-def suggest(trial, gpu: GPUSpec, mode: str = "megakernel") -> Candidate:
+def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any] | None = None) -> Candidate:
     """Ask ``trial`` (an Optuna trial) for one candidate of ``mode``; raises ``optuna.TrialPruned``
     with the reason when the choice cannot run (shared memory over the SM's budget).
 
     The sampler searches megakernels; chain candidates are few (20) and are all enqueued, so
-    they never draw the sampler away from the large megakernel space."""
+    they never draw the sampler away from the large megakernel space. ``fixed`` Options fields
+    (see :func:`check_fixed`) are not sampled and go into every candidate's options."""
     import optuna
+
+    fixed = fixed or {}
+
+    def pick(param: str, choose):
+        """A sampled option, or its fixed value (not sampled)."""
+        return fixed[SAMPLED_OPTION[param]] if SAMPLED_OPTION[param] in fixed else choose()
 
     if mode != "megakernel":
         mode = trial.suggest_categorical("mode", CHAIN_MODES)
         return Candidate(mode=mode, policy=None, options={
-            "tasks_per_sm": trial.suggest_categorical("chain_tasks_per_sm", CHAIN_TASKS),
-            "blocks_per_sm": trial.suggest_categorical("chain_blocks_per_sm", CHAIN_BLOCKS)},
-            fuse_norm=trial.suggest_categorical("fuse_norm", FUSE))
+            "tasks_per_sm": pick("chain_tasks_per_sm", lambda: trial.suggest_categorical("chain_tasks_per_sm",
+                                                                                          CHAIN_TASKS)),
+            "blocks_per_sm": pick("chain_blocks_per_sm", lambda: trial.suggest_categorical("chain_blocks_per_sm",
+                                                                                            CHAIN_BLOCKS)),
+            **fixed}, fuse_norm=trial.suggest_categorical("fuse_norm", FUSE))
     policy = trial.suggest_categorical("policy", POLICY_CHOICES)
     popts: dict[str, Any] = {}
     if policy in ("rr", "dag"):
@@ -131,10 +183,10 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel") -> Candidate:
     fuse = trial.suggest_categorical("fuse_norm", FUSE)
     split_qkv = trial.suggest_categorical("split_qkv", FUSE)
     split_gu = trial.suggest_categorical("split_gate_up", FUSE)
-    page = trial.suggest_categorical("page_KiB", PAGES_KiB)
-    depth = trial.suggest_int("prefetch_depth", 1, MAX_PREFETCH)
-    sync = trial.suggest_categorical("sync", SYNCS)
-    reserve = 32.0
+    page = pick("page_KiB", lambda: trial.suggest_categorical("page_KiB", PAGES_KiB))
+    depth = pick("prefetch_depth", lambda: trial.suggest_int("prefetch_depth", 1, MAX_PREFETCH))
+    sync = pick("sync", lambda: trial.suggest_categorical("sync", SYNCS))
+    reserve = fixed.get("smem_reserve_KiB", DEFAULT_RESERVE_KiB)
     budget = gpu.sm.shared_memory_per_block_KiB
     if depth * page + reserve > budget:
         reason = (f"{depth} pages of {page} KiB + {reserve:g} KiB reserved exceed the {budget:g} KiB of shared "
@@ -142,28 +194,45 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel") -> Candidate:
         trial.set_user_attr("pruned_reason", reason)
         raise optuna.TrialPruned(reason)
     return Candidate(mode="megakernel", policy=policy, policy_options=popts,
-                     options={"prefetch_depth": depth, "page_KiB": float(page), "sync": sync},
+                     options={"prefetch_depth": depth, "page_KiB": float(page), "sync": sync, **fixed},
                      grain={r: g for r, g in grain.items() if g != 1.0}, small_grain=small, kv_split_mult=kv,
                      fuse_norm=fuse, split_qkv=split_qkv, split_gate_up=split_gu)
 
 
-def baseline_params(gpu: GPUSpec) -> dict[str, dict[str, Any]]:
+def baseline_params(gpu: GPUSpec, fixed: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """Optuna parameters of the trials every study starts with: each policy with its defaults,
-    and every chain candidate (``graph`` and ``graph_pdl`` at the defaults are the baselines)."""
-    mk = {f"grain_{r}": 1.0 for r in ROLES} | {"grain_small": 1.0, "kv_split_mult": 1.0, "page_KiB": 32,
-                                                "prefetch_depth": 4, "sync": "counter", "fuse_norm": False,
+    and every chain candidate (``graph`` and ``graph_pdl`` at the defaults are the baselines).
+
+    With ``fixed`` options, their parameters are left out (chain candidates that become the same
+    are listed once), and the megakernel baselines keep as many of their 4 pages as fit."""
+    fixed = fixed or {}
+    page = fixed.get("page_KiB", BASELINE_PAGE_KiB)
+    room = gpu.sm.shared_memory_per_block_KiB - fixed.get("smem_reserve_KiB", DEFAULT_RESERVE_KiB)
+    depth = max(1, min(BASELINE_DEPTH, int(room // page)))
+    mk = {f"grain_{r}": 1.0 for r in ROLES} | {"grain_small": 1.0, "kv_split_mult": 1.0, "page_KiB": BASELINE_PAGE_KiB,
+                                                "prefetch_depth": depth, "sync": "counter", "fuse_norm": False,
                                                 "split_qkv": False, "split_gate_up": False}
+
+    def unfixed(params: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in params.items() if SAMPLED_OPTION.get(k) not in fixed}
+
     out = {}
     for p in POLICY_CHOICES:
         extra = ({"order": "op"} if p in ("rr", "dag") else {}) | (
             {"dag_sync_scale": 1.0} if p == "dag" else ({"pool_compute_fraction": 0.25} if p == "pool" else {}))
-        out[f"megakernel:{p}"] = {"policy": p, **extra, **mk}
+        out[f"megakernel:{p}"] = unfixed({"policy": p, **extra, **mk})
+    tasks = (fixed["tasks_per_sm"],) if "tasks_per_sm" in fixed else CHAIN_TASKS
+    blocks = (fixed["blocks_per_sm"],) if "blocks_per_sm" in fixed else CHAIN_BLOCKS
     for m in CHAIN_MODES:
-        for t in CHAIN_TASKS:
-            for b in CHAIN_BLOCKS:
-                name = m if (t, b) == (2.0, 2) else f"{m}:{t:g}x{b}"
-                out[name] = {"mode": m, "chain_tasks_per_sm": t, "chain_blocks_per_sm": b, "fuse_norm": False}
-        out[f"{m}:fused-norm"] = {"mode": m, "chain_tasks_per_sm": 2.0, "chain_blocks_per_sm": 2, "fuse_norm": True}
+        for t in tasks:
+            for b in blocks:
+                default = (t == 2.0 or "tasks_per_sm" in fixed) and (b == 2 or "blocks_per_sm" in fixed)
+                name = m if default else f"{m}:{t:g}x{b}"
+                out[name] = unfixed({"mode": m, "chain_tasks_per_sm": t, "chain_blocks_per_sm": b, "fuse_norm": False})
+        t = fixed.get("tasks_per_sm", 2.0)
+        b = fixed.get("blocks_per_sm", 2)
+        out[f"{m}:fused-norm"] = unfixed({"mode": m, "chain_tasks_per_sm": t, "chain_blocks_per_sm": b,
+                                          "fuse_norm": True})
     return out
 
 
@@ -172,12 +241,12 @@ def is_baseline(name: str) -> bool:
     return name.startswith("megakernel:") or name in CHAIN_MODES
 
 
-def candidate_from_params(params: dict[str, Any], gpu: GPUSpec) -> Candidate:
+def candidate_from_params(params: dict[str, Any], gpu: GPUSpec, fixed: dict[str, Any] | None = None) -> Candidate:
     """The candidate a finished trial chose, from its stored parameters (no sampling)."""
     import optuna
 
     trial = optuna.trial.FixedTrial(params)
-    return suggest(trial, gpu, params.get("mode", "megakernel"))
+    return suggest(trial, gpu, params.get("mode", "megakernel"), fixed)
 
 
 def build(c: Candidate, problem: Problem):

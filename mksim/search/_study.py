@@ -20,7 +20,8 @@ from typing import Any
 
 from mksim.errors import DeadlockError, MksimError, ScheduleError, UnknownNameError
 
-from ._space import SPACE_VERSION, Candidate, Problem, baseline_params, build, candidate_from_params, is_baseline, suggest
+from ._space import (SPACE_VERSION, Candidate, Problem, baseline_params, build, candidate_from_params, check_fixed,
+                     is_baseline, suggest)
 
 OBJECTIVES = {"latency": ("latency_us", "minimize"), "smem": ("smem_KiB", "minimize")}
 HEARTBEAT_S = 2
@@ -40,6 +41,7 @@ class SearchResult:
     n_complete: int = 0
     n_pruned: int = 0
     n_failed: int = 0
+    fixed: dict[str, Any] = field(default_factory=dict)
 
     def improvement(self) -> dict[str, float]:
         """Best latency's speed-up over each baseline (baseline / best)."""
@@ -50,12 +52,13 @@ class SearchResult:
         return {"study": self.study_name, "storage": self.storage, "objectives": list(self.objectives),
                 "best": self.best, "baselines": self.baselines, "speedup_vs_baseline": self.improvement(),
                 "pareto": self.pareto, "trials": {"complete": self.n_complete, "pruned": self.n_pruned,
-                                                  "failed": self.n_failed}}
+                                                  "failed": self.n_failed}, "fixed": self.fixed}
 
 
 def default_study_name(problem: Problem, objectives: tuple[str, ...]) -> str:
+    fixed = "".join(f"-{k}={v:g}" if isinstance(v, float) else f"-{k}={v}" for k, v in problem.fixed.items())
     return (f"{problem.model}-{problem.gpu.name}-b{problem.batch}-kv{problem.kv_len}-"
-            f"{'+'.join(objectives)}")
+            f"{'+'.join(objectives)}{fixed}")
 
 
 def storage_for(url: str | None, study_name: str):
@@ -105,7 +108,7 @@ class _Objective:
 
         from mksim.sim import simulate
 
-        cand = suggest(trial, self.problem.gpu, trial.user_attrs.get("mode", "megakernel"))
+        cand = suggest(trial, self.problem.gpu, trial.user_attrs.get("mode", "megakernel"), self.problem.fixed)
         try:
             sched = build(cand, self.problem)
             res = simulate(sched)
@@ -142,6 +145,8 @@ def _open_study(problem: Problem, objectives: tuple[str, ...], storage, study_na
                                 load_if_exists=True)
     want = {"model": problem.model, "gpu": problem.gpu.name, "batch": problem.batch, "kv_len": problem.kv_len,
             "phase": problem.phase, "objectives": list(objectives), "space": SPACE_VERSION}
+    if problem.fixed:  # recorded only when given: studies made before fixed options still resume
+        want["fixed"] = dict(problem.fixed)
     have = study.user_attrs.get("problem")
     if have is None:
         study.set_user_attr("problem", want)
@@ -149,6 +154,12 @@ def _open_study(problem: Problem, objectives: tuple[str, ...], storage, study_na
         raise MksimError(f"study {study_name!r} in this storage was made with another version of the search space "
                          f"({have.get('space', 1)}, this mksim has {SPACE_VERSION}); pick another --study name or "
                          "--storage")
+    elif have.get("fixed", {}) != want.get("fixed", {}):
+        def text(f: dict) -> str:
+            return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in f.items()) or "none"
+
+        raise MksimError(f"study {study_name!r} in this storage was made with fixed options {text(have.get('fixed', {}))}"
+                         f", not {text(want.get('fixed', {}))}; pick another --study name or --storage")
     elif have != want:
         raise MksimError(f"study {study_name!r} in this storage searches {have}, not {want}; "
                          "pick another --study name")
@@ -160,7 +171,7 @@ def _enqueue_baselines(study, problem: Problem) -> None:
     if study.user_attrs.get("baselines_enqueued"):
         return
     study.set_user_attr("baselines_enqueued", True)
-    for name, params in baseline_params(problem.gpu).items():
+    for name, params in baseline_params(problem.gpu, problem.fixed).items():
         study.enqueue_trial(params, user_attrs={"baseline": name, "mode": params.get("mode", "megakernel")},
                             skip_if_exists=True)
 
@@ -188,23 +199,27 @@ def _work(problem: Problem, objectives, url: str, study_name: str, seed: int, tr
 def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: int = 100,
            timeout: float | None = None, seed: int = 0, storage: str | None = None, study_name: str | None = None,
            objectives: str | tuple[str, ...] = "latency", workers: int = 1, out: str | Path | None = None,
-           report: str | Path | None = None, progress: bool = False) -> SearchResult:
+           report: str | Path | None = None, progress: bool = False,
+           fixed: dict[str, Any] | None = None) -> SearchResult:
     """Search megakernel (and, for comparison, chain) schedules of ``model`` on ``gpu``.
 
     Seeds the study with the baselines, runs until the study holds ``trials`` finished trials
     (``workers`` processes on this machine share it), writes the best schedule to ``out`` and an
-    HTML report to ``report``, and returns a :class:`SearchResult`.
+    HTML report to ``report``, and returns a :class:`SearchResult`. ``fixed`` Options fields
+    (``{"smem_reserve_KiB": 80}``: what a generated kernel needs) are kept by every candidate and
+    recorded in the study: resuming it with other fixed values is refused.
     """
     import hwmodels
 
     objs = _parse_objectives(objectives)
     spec = hwmodels.load(gpu)
-    n_first = len(baseline_params(spec))
+    fixed = check_fixed(fixed)
+    n_first = len(baseline_params(spec, fixed))
     if trials < n_first:
         raise MksimError(f"--trials must be at least {n_first} (the baselines run first)")
     if workers < 1:
         raise MksimError("--workers must be at least 1")
-    problem = Problem(model=model, gpu=spec, batch=batch, kv_len=kv_len)
+    problem = Problem(model=model, gpu=spec, batch=batch, kv_len=kv_len, fixed=fixed)
     problem.workload()  # unknown model or impossible shape: one line, before any study is made
     name = study_name or default_study_name(problem, objs)
     if storage == MEMORY and workers > 1:
@@ -265,11 +280,11 @@ def summarize(study, problem: Problem, objectives: tuple[str, ...], url: str) ->
     if len(objectives) > 1:
         pareto = sorted((row(t) for t in study.best_trials), key=lambda r: r["latency_us"])
     best = row(best_t)
-    best["candidate"] = candidate_from_params(best_t.params, problem.gpu).to_dict()
+    best["candidate"] = candidate_from_params(best_t.params, problem.gpu, problem.fixed).to_dict()
     return SearchResult(study_name=study.study_name, storage=url, objectives=objectives, best=best,
                         baselines=baselines, pareto=pareto, n_complete=len(done),
                         n_pruned=sum(t.state == TS.PRUNED for t in trials),
-                        n_failed=sum(t.state == TS.FAIL for t in trials))
+                        n_failed=sum(t.state == TS.FAIL for t in trials), fixed=dict(problem.fixed))
 
 
 def save_best(result: SearchResult, problem: Problem, path: str | Path) -> Path:
