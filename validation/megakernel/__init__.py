@@ -1,7 +1,11 @@
-"""A schedule as a real persistent megakernel (issue 6, in progress).
+"""A schedule as real CUDA kernels: mksim's generated megakernel and its kernel chains.
 
-:mod:`.encode` turns a :class:`~mksim.schedule.Schedule` into the instruction tables the
-generated kernel interprets; code generation and the runner build on it.
+- :mod:`.encode`: a schedule's per-SM queues as instruction tables (pure numpy);
+- :mod:`.program`: the buffers, op table, tables and launch shape of a schedule (pure numpy);
+- ``mk_kernel.cu`` (+ ``validation/kernels/mk_ops.cuh``): the persistent interpreter, the same
+  with a grid barrier per op, and one kernel per op for the chain modes;
+- :mod:`.reference`: the same decode step in torch;
+- :mod:`.gpu`: allocate, launch (stream, CUDA graph, graph + PDL, persistent), check, time.
 """
 
 from .encode import OPCODES, Program, decode, encode

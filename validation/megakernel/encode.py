@@ -51,8 +51,11 @@ def encode(schedule) -> Program:
     """The instruction tables of a megakernel (or persistent_barrier) schedule."""
     if schedule.queues is None:
         raise ScheduleError(f"mode {schedule.mode} has no per-SM queues to encode; use a persistent mode")
-    g = schedule.graph
-    sync = schedule.options.sync
+    return encode_queues(schedule.graph, schedule.queues, schedule.options.sync)
+
+
+def encode_queues(g, queues: list[list[int]], sync: str = "counter") -> Program:
+    """The instruction tables of per-SM ``queues`` of task ids of task graph ``g``."""
     unknown = sorted({op.kind for op in g.ops} - set(OPCODES))
     if unknown:
         raise ScheduleError(f"no device function for op kind {unknown[0]!r}; the megakernel runs "
@@ -62,7 +65,7 @@ def encode(schedule) -> Program:
     bounds = [b.tolist() for b in g.bounds]
     stream_B = (g.weight_bytes + g.kv_read_bytes).tolist()
     rows, deps, ids, starts = [], [], [], [0]
-    for q in schedule.queues:
+    for q in queues:
         for t in q:
             op = op_of[t]
             tile = tile_of[t]

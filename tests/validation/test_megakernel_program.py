@@ -1,0 +1,172 @@
+"""What a schedule becomes on the GPU (op table, buffers, launch shape) and the torch reference
+of the decode step, checked without a GPU."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mksim
+from mksim.errors import ScheduleError
+from mksim.models import ModelConfig
+from mksim.workload._llm import build_llm_workload
+from validation.megakernel import program as P
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _struct_fields(path: Path, name: str) -> list[str]:
+    """Member names of ``struct name { ... };`` in a CUDA source, in order."""
+    body = re.search(r"struct %s \{(.*?)\n\};" % name, path.read_text(), re.S).group(1)
+    names = []
+    for line in body.splitlines():
+        decl = line.split("//")[0].strip()
+        if not decl:
+            continue
+        names += [re.findall(r"\w+", part)[-1] for part in decl.rstrip(";").split(",")]
+    return names
+
+
+def test_op_table_matches_the_cuda_struct():
+    assert _struct_fields(ROOT / "validation/kernels/mk_ops.cuh", "MkOp") == list(P.OP_FIELDS.names)
+
+
+def test_params_match_the_cuda_struct():
+    assert _struct_fields(ROOT / "validation/megakernel/mk_kernel.cu", "MkParams") == list(P.PARAM_FIELDS.names)
+
+
+@pytest.mark.parametrize("model,batch", [("llama-3.2-1b", 1), ("llama-3.2-1b", 4), ("llama-3.1-8b", 4)])
+@pytest.mark.parametrize("mode", ["megakernel", "persistent_barrier", "graph_pdl", "graph", "stream"])
+def test_plans_fit_in_shared_memory(model, batch, mode):
+    s = mksim.build_schedule(mksim.models.workload(model, batch=batch), "h200-calibrated", mode,
+                             **P.kernel_options(model, batch, mode=mode))
+    plan = P.plan(s)
+    assert plan.smem_B <= P.SMEM_MAX_B
+    assert plan.ahead == (s.options.prefetch_depth > 0)
+    assert len(plan.ops) == len(s.workload.ops) == len(plan.outputs)
+    if s.queues is None:  # chains: one block per task, task rows in id order
+        assert plan.program.task_id.tolist() == list(range(len(s.graph)))
+    else:
+        assert plan.program.task_id.tolist() == [t for q in s.queues for t in q]
+    # every pointer of the op table names a buffer of the plan
+    for row in plan.ops:
+        assert all(row[f] is None or row[f] in plan.buffers for f in P.OP_PTR_FIELDS)
+    # the weights the model streams: all but the embedding table, of which a step reads T rows
+    weights = sum(b.nbytes for n, b in plan.buffers.items() if n.startswith(("w:", "w2:")) and n != "w:embed")
+    assert weights + batch * s.workload.model.hidden_size * 2 == pytest.approx(s.workload.weight_bytes, rel=1e-9)
+
+
+def test_op_table_packs_addresses():
+    s = mksim.build_schedule("llama-3.2-1b", "h200-calibrated", "megakernel", blocks_per_sm=1)
+    plan = P.plan(s)
+    addr = {name: 4096 * (i + 1) for i, name in enumerate(plan.buffers)}
+    t = P.op_table(plan, addr)
+    assert t.dtype.itemsize == 184 and len(t) == len(plan.ops)
+    qkv = s.workload.index["L0.qkv_proj"]
+    assert t[qkv]["W"] == addr["w:L0.qkv_proj"] and t[qkv]["in0"] == addr["out:L0.attn_norm"]
+    assert t[qkv]["K"] == 2048 and t[qkv]["N"] == 3072 and t[qkv]["in1"] == 0
+
+
+@pytest.mark.parametrize("model,batch,opts,msg", [
+    ("llama-3.2-1b", 3, {}, "handles batch"),
+    ("llama-3.2-1b", 1, {"blocks_per_sm": 2}, "one block per SM"),
+    # within the simulator's budget (17 KiB reserved), not beside the kernel's 8B batch-4 input rows
+    ("llama-3.1-8b", 4, {"prefetch_depth": 6}, "use prefetch_depth <= 3"),
+])
+def test_unsupported_schedules_fail_in_one_line(model, batch, opts, msg):
+    opts = {"blocks_per_sm": 1, "smem_reserve_KiB": 17} | opts
+    s = mksim.build_schedule(mksim.models.workload(model, batch=batch), "h200-calibrated", "megakernel", **opts)
+    with pytest.raises(ScheduleError, match=msg) as exc:
+        P.plan(s)
+    assert "\n" not in str(exc.value)
+
+
+def test_models_without_device_functions_are_refused():
+    s = mksim.build_schedule("qwen3-8b", "h200-calibrated", "graph", blocks_per_sm=1)
+    with pytest.raises(ScheduleError, match="q/k norms"):
+        P.plan(s)
+
+
+def test_bf16_rounding_matches_torch():
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(0).standard_normal(10000).astype(np.float32) * 7
+    ours = P.bf16_bits(x)
+    theirs = torch.from_numpy(x).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    assert (ours == theirs).all()
+
+
+# -- the torch reference, on a tiny model -----------------------------------------------------
+TINY = ModelConfig(name="tiny", hidden_size=256, intermediate_size=512, num_layers=2, num_heads=8, num_kv_heads=2,
+                   head_dim=64, vocab_size=1000, rope_theta=10000.0, max_position_embeddings=4096)
+
+
+def _tiny(mode="megakernel", batch=2, **kw):
+    wl = build_llm_workload(TINY, batch=batch, kv_len=70, n_sms=8, kv_splits=3, **kw)
+    return P.plan(mksim.build_schedule(wl, "h200", mode, blocks_per_sm=1))
+
+
+def _buffers(plan, torch):
+    g = torch.Generator().manual_seed(0)
+    out = {}
+    for name, b in plan.buffers.items():
+        if b.fill == "tokens":
+            out[name] = torch.randint(0, int(b.scale), b.shape, generator=g, dtype=torch.int32)
+        elif b.fill == "rope":
+            out[name] = torch.from_numpy(P.rope_table(b.shape[0], b.scale, plan.schedule.workload.kv_len))
+        elif b.fill == "normal":
+            out[name] = (torch.randn(b.shape, generator=g) * b.scale).to(torch.bfloat16)
+        elif b.fill == "norm":
+            out[name] = (1 + 0.1 * torch.randn(b.shape, generator=g)).to(torch.bfloat16)
+    return out
+
+
+def test_reference_attention_is_softmax_attention():
+    """The partials over three KV splits, merged by the reduction, equal plain softmax attention."""
+    torch = pytest.importorskip("torch")
+    from validation.megakernel import reference
+
+    plan = _tiny()
+    bufs = _buffers(plan, torch)
+    ref = reference.run(plan, bufs)
+    T, hd, nq, nkv, pos = 2, 64, 8, 2, 70
+    rope = ref["out:L0.rope_kv"].float()
+    q = rope[:, :nq * hd].reshape(T, nq, hd)
+    k = torch.cat([bufs["kc:0"][:, :, :pos].float(), rope[:, nq * hd:(nq + nkv) * hd].reshape(T, nkv, 1, hd)], 2)
+    v = torch.cat([bufs["vc:0"][:, :, :pos].float(), rope[:, (nq + nkv) * hd:].reshape(T, nkv, 1, hd)], 2)
+    k, v = k.repeat_interleave(nq // nkv, dim=1), v.repeat_interleave(nq // nkv, dim=1)  # [T, nq, pos + 1, hd]
+    att = torch.softmax(torch.einsum("thd,thpd->thp", q, k) / hd ** 0.5, dim=-1)
+    want = torch.einsum("thp,thpd->thd", att, v).reshape(T, nq * hd)
+    got = ref["out:L0.attn_reduce"].float()
+    assert reference.rel_err(got, want) < 4e-3  # bf16 output rounding
+
+
+def test_reference_rope_rotates_q_and_k_and_keeps_v():
+    torch = pytest.importorskip("torch")
+    from validation.megakernel import reference
+
+    plan = _tiny()
+    ref = reference.run(plan, _buffers(plan, torch))
+    qkv, rope = ref["out:L0.qkv_proj"].float(), ref["out:L0.rope_kv"].float()
+    Q, KV = 8 * 64, 2 * 64
+    heads = lambda x: x.reshape(2, -1, 64).norm(dim=-1)  # noqa: E731
+    assert torch.allclose(heads(rope[:, :Q + KV]), heads(qkv[:, :Q + KV]), rtol=1e-2)  # a rotation
+    assert not torch.allclose(rope[:, :Q], qkv[:, :Q])
+    assert torch.equal(rope[:, Q + KV:], qkv[:, Q + KV:])
+
+
+@pytest.mark.parametrize("kw", [{}, {"fuse_norm": True}, {"split_qkv": True, "split_gate_up": True}])
+def test_reference_local_and_end_to_end_agree_on_their_own_outputs(kw):
+    """Fed the reference's own outputs as "the kernel's", the local check reproduces them exactly:
+    the two modes differ only in where an op's inputs come from."""
+    torch = pytest.importorskip("torch")
+    from validation.megakernel import reference
+
+    plan = _tiny(**kw)
+    bufs = _buffers(plan, torch)
+    e2e = reference.run(plan, bufs)
+    local = reference.run(plan, {**bufs, **e2e}, local=True)
+    assert all(reference.rel_err(local[n], e2e[n]) == 0.0 for n in plan.outputs)
+    assert reference.rel_err(e2e["out:lm_head"] * float("nan"), e2e["out:lm_head"]) == float("inf")

@@ -1,0 +1,65 @@
+"""Check and time one model's decode step in several modes: a quick look on the GPU.
+
+Run: python -m validation.megakernel [--model llama-3.2-1b] [--batch 1] [--modes megakernel,graph]
+[--json OUT] [--reps 20]. The standard suite and its report are ``mksim validate``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from mksim.errors import MksimError
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="llama-3.2-1b")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--kv-len", type=int, default=1024)
+    ap.add_argument("--gpu", default="h200-calibrated")
+    ap.add_argument("--modes", default="megakernel,persistent_barrier,graph_pdl,graph,stream")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--single-ops", action="store_true", help="also time each op alone (chain modes)")
+    ap.add_argument("--opt", action="append", default=[], help="schedule option KEY=VALUE")
+    a = ap.parse_args(argv)
+    import mksim
+
+    from .gpu import kernel_options, measure
+
+    base = kernel_options(a.model, a.batch, a.kv_len, a.gpu)
+    for kv in a.opt:
+        k, v = kv.split("=", 1)
+        base[k] = type(getattr(mksim.schedule.Options(), k))(v)
+    rows = []
+    for mode in a.modes.split(","):
+        try:
+            s = mksim.build_schedule(mksim.models.workload(a.model, batch=a.batch, kv_len=a.kv_len), a.gpu, mode,
+                                     **base)
+            pred = mksim.simulate(s).latency_us - s.gpu.launch.launch_latency_us
+            r = measure(s, reps=a.reps, single_ops=a.single_ops)
+        except MksimError as exc:
+            print(f"{mode}: {exc}", flush=True)
+            rows.append({"mode": mode, "error": str(exc)})
+            continue
+        r.update(mode=mode, model=a.model, batch=a.batch, predicted_us=pred)
+        rows.append(r)
+        print(f"{mode:18s} measured {r['measured_us']:9.1f} us (spread {r['measured_spread_us']:.1f}), predicted "
+              f"{pred:9.1f} us, {r['GBps']:6.0f} GB/s, max rel err {r['max_rel_err']:.1e} ({r['worst_op']}), "
+              f"end to end {r['e2e_rel_err']:.1e}", flush=True)
+        print(f"   trace: span {r['trace']['span_us']:.1f} us; " + "; ".join(
+            f"{k} n={v['tasks']} wait {v['wait_us']:.2f} compute {v['compute_us']:.2f} publish {v['publish_us']:.2f}"
+            f" ({v['GBps_per_sm']:.0f} GB/s/SM)" for k, v in r["trace"]["kinds"].items()), flush=True)
+        for o in r["single_ops"]:
+            print(f"   alone: {o['op']:16s} {o['kind']:12s} N={o['N']:6d} K={o['K'] or 0:5d} tiles={o['tiles']:4d} "
+                  f"{o['us']:8.2f} us {o['GBps']:6.0f} GB/s", flush=True)
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+    sys.exit(0 if all("error" not in r for r in rows) else 1)
+
+
+if __name__ == "__main__":
+    main()

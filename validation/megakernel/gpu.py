@@ -1,0 +1,341 @@
+"""Run a schedule on the GPU as mksim's generated kernels, check it against torch and time it.
+
+:func:`measure` takes a schedule of any mode: ``megakernel`` and ``persistent_barrier`` launch the
+persistent kernel of ``mk_kernel.cu`` once; ``stream``, ``graph`` and ``graph_pdl`` launch its
+per-op kernel once per op, from the host, as a CUDA graph, or as a graph whose kernels are
+captured with programmatic stream serialisation (PDL). All modes run the same device functions.
+
+Correctness first, every call: the outputs (and the KV-cache slot the step appends) are poisoned
+with NaN, the step runs once, every op's output is compared with torch's (``reference.py``).
+Then the step is timed with CUDA events after a warm-up: median and p90 - p10 of ``reps`` runs.
+A kernel that does not finish within ``watchdog_s`` is reported as hung (the device side gives up
+its own waits after 2 s and sets an error code, so this is the last resort).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from mksim.errors import MksimError
+
+from . import program as P
+from . import reference
+
+HERE = Path(__file__).resolve().parent
+KERNELS = HERE.parent / "kernels"
+SOURCES = (HERE / "mk_kernel.cu", KERNELS / "mk_ops.cuh", KERNELS / "mk_device.cuh")
+ERRORS = {1: "an op counter was not reached in 2 s (a dependency never finished)",
+          2: "a tile flag was not set in 2 s (a dependency never finished)",
+          3: "a grid barrier was not reached in 2 s",
+          4: "a shared-memory page was not filled or freed in 2 s (the weight pipeline stalled)",
+          5: "no attention device function for this head shape",
+          6: "an unknown opcode in the task table",
+          7: "no matmul device function for this batch"}
+WARMUP_MS = 20.0
+kernel_options = P.kernel_options
+
+
+def _cupy():
+    try:
+        import cupy as cp
+
+        if cp.cuda.runtime.getDeviceCount() < 1:
+            raise RuntimeError
+        return cp
+    except Exception:
+        from validation.calibrate import NoGPUError
+
+        raise NoGPUError("no CUDA GPU (or no CuPy) here; run validation on a machine with an NVIDIA GPU") from None
+
+
+# -- the driver's cuLaunchKernelEx, for launches with programmatic stream serialisation ----------
+class _Attr(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_int), ("val", ctypes.c_int * 16)]  # val: a 64-byte union
+
+
+class _Config(ctypes.Structure):
+    _fields_ = [("gx", ctypes.c_uint), ("gy", ctypes.c_uint), ("gz", ctypes.c_uint), ("bx", ctypes.c_uint),
+                ("by", ctypes.c_uint), ("bz", ctypes.c_uint), ("smem", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_Attr)), ("n_attrs", ctypes.c_uint)]
+
+
+_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+
+
+class _Launch:
+    """One prepared launch of a kernel: its config and argument block, kept alive together."""
+
+    _lib = None
+
+    def __init__(self, func_ptr: int, grid: int, threads: int, smem: int, stream_ptr: int, args: list, pdl: bool):
+        if _Launch._lib is None:
+            _Launch._lib = ctypes.CDLL("libcuda.so.1")
+            _Launch._lib.cuLaunchKernelEx.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                                      ctypes.c_void_p]
+        self.attr = _Attr()
+        self.attr.id = _PROGRAMMATIC_STREAM_SERIALIZATION
+        self.attr.val[0] = 1  # programmaticStreamSerializationAllowed
+        self.cfg = _Config(grid, 1, 1, threads, 1, 1, smem, stream_ptr, ctypes.pointer(self.attr), 1 if pdl else 0)
+        self.args = args
+        self.argv = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])
+        self.func = func_ptr
+
+    def __call__(self) -> None:
+        rc = _Launch._lib.cuLaunchKernelEx(ctypes.byref(self.cfg), self.func, self.argv, None)
+        if rc != 0:
+            raise MksimError(f"cuLaunchKernelEx failed with CUDA error {rc}")
+
+
+class Runner:
+    """A planned schedule's buffers and kernels on the GPU."""
+
+    def __init__(self, schedule, seed: int = 0, source_dir: Path | None = None):
+        cp = self.cp = _cupy()
+        self.schedule = schedule
+        self.plan = plan = P.plan(schedule, seed)
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self.stream.use()  # every allocation, fill and launch below is ordered on this one stream
+        self.sources = []
+        if source_dir is not None:
+            source_dir = Path(source_dir)
+            source_dir.mkdir(parents=True, exist_ok=True)
+            for src in SOURCES:
+                (source_dir / src.name).write_text(src.read_text())
+                self.sources.append(str(source_dir / src.name))
+        extra = tuple(os.environ.get("MKSIM_KERNEL_DEFINES", "").split())  # experiments: -DNAME=VALUE ...
+        mod = cp.RawModule(code=SOURCES[0].read_text(), options=("-std=c++17", f"-I{KERNELS}",
+                                                                   f"-DMK_CONSUMERS={P.CONSUMERS}") + extra)
+        self.k_persistent = mod.get_function("mk_persistent")
+        self.k_chain = mod.get_function("mk_chain")
+        for k in (self.k_persistent, self.k_chain):
+            k.max_dynamic_shared_size_bytes = plan.smem_B
+        rng = cp.random.default_rng(seed)
+        self.bufs = {name: self._alloc(name, b, rng) for name, b in plan.buffers.items()}
+        g = schedule.graph
+        for i, op in enumerate(schedule.workload.ops):
+            self.bufs[f"bounds:{op.name}"][...] = cp.asarray(g.bounds[i].astype(np.int32))
+        addr = {name: a.data.ptr for name, a in self.bufs.items()}
+        prog = plan.program
+        self.d_tasks = cp.asarray(prog.tasks)
+        self.d_qs = cp.asarray(prog.queue_start)
+        self.d_deps = cp.asarray(prog.deps if len(prog.deps) else np.zeros((1, 4), np.int32))
+        self.d_tiles = cp.asarray(prog.op_tiles)
+        self.d_ops = cp.asarray(P.op_table(plan, addr).view(np.uint8))
+        n_ops = len(schedule.workload.ops)
+        self.counters = cp.zeros(n_ops, dtype=cp.uint32)
+        self.flags = cp.zeros(int(np.sum(prog.op_tiles)), dtype=cp.uint32)
+        self.barrier = cp.zeros(1, dtype=cp.uint32)
+        self.error = cp.zeros(1, dtype=cp.int32)
+        self.trace = cp.zeros((len(prog.tasks), 4), dtype=cp.uint64)
+        params = np.zeros(1, dtype=P.PARAM_FIELDS)
+        for f, a in zip(P.PARAM_PTR_FIELDS, (self.d_tasks, self.d_qs, self.d_deps, self.d_tiles, self.d_ops,
+                                             self.counters, self.flags, self.barrier, self.error, self.trace)):
+            params[0][f] = a.data.ptr
+        for f, v in zip(P.PARAM_INT_FIELDS, (n_ops, plan.page_B, plan.depth, plan.x_B, schedule.workload.batch * plan.acc_rows,
+                                             plan.acc_rows, int(plan.ahead), 0)):
+            params[0][f] = v
+        self.d_params = cp.asarray(params.view(np.uint8))
+        self.graph = None
+        self.launches: list[_Launch] = []
+        if schedule.mode in ("stream", "graph", "graph_pdl"):
+            func = self.k_chain.kernel.ptr
+            pdl = schedule.mode == "graph_pdl"
+            for i in range(n_ops):
+                args = [ctypes.c_uint64(self.d_params.data.ptr), ctypes.c_int(int(g.op_first[i]))]
+                self.launches.append(_Launch(func, int(g.n_tiles[i]), P.THREADS, plan.smem_B, self.stream.ptr, args,
+                                             pdl))
+        self.stream.synchronize()
+
+    def _alloc(self, name: str, b: P.Buffer, rng):
+        cp = self.cp
+        n = int(np.prod(b.shape))
+        if b.fill == "tokens":
+            return rng.integers(0, int(b.scale), size=b.shape, dtype=np.int64).astype(cp.int32)
+        if b.fill == "rope":
+            wl = self.schedule.workload
+            return cp.asarray(P.rope_table(wl.model.head_dim, b.scale, wl.kv_len))
+        if b.fill == "bounds":
+            return cp.zeros(b.shape, dtype=cp.int32)
+        if b.dtype == "f32":
+            return cp.full(b.shape, cp.nan, dtype=cp.float32)
+        out = cp.empty(n, dtype=cp.uint16)
+        if b.fill == "poison":
+            out.fill(0xFFFF)
+        else:
+            chunk = 1 << 26
+            for s in range(0, n, chunk):
+                e = min(n, s + chunk)
+                x = rng.standard_normal(e - s, dtype=cp.float32)
+                x = 1.0 + 0.1 * x if b.fill == "norm" else x * b.scale
+                u = x.astype(cp.float32).view(cp.uint32)
+                out[s:e] = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(cp.uint16)
+        return out.reshape(b.shape)
+
+    # -- running -----------------------------------------------------------------------------
+    def _enqueue(self) -> None:
+        mode = self.schedule.mode
+        if mode in ("megakernel", "persistent_barrier"):
+            self.counters.fill(0)
+            self.flags.fill(0)
+            self.barrier.fill(0)
+            self._record_start()
+            self.k_persistent((len(self.schedule.queues),), (P.THREADS,),
+                              (self.d_params, np.int32(mode == "persistent_barrier")), shared_mem=self.plan.smem_B,
+                              stream=self.stream)
+        elif mode == "stream":
+            self._record_start()
+            for launch in self.launches:
+                launch()
+        else:
+            if self.graph is None:
+                self.stream.begin_capture()
+                for launch in self.launches:
+                    launch()
+                self.graph = self.stream.end_capture()
+            self._record_start()
+            self.graph.launch(self.stream)
+        self.e1.record(self.stream)
+
+    def _record_start(self) -> None:
+        self.e0, self.e1 = self.cp.cuda.Event(), self.cp.cuda.Event()
+        self.e0.record(self.stream)
+
+    def run_once(self, watchdog_s: float = 60.0) -> float:
+        """One step; its GPU time in µs (CUDA events)."""
+        self._enqueue()
+        t0 = time.monotonic()
+        while not self.e1.done:
+            if time.monotonic() - t0 > watchdog_s:
+                raise MksimError(f"the {self.schedule.mode} kernel ran over {watchdog_s:g} s (hung); stopping — "
+                                 "this process's GPU context is lost, start a new one")
+            time.sleep(2e-5)
+        code = int(self.error[0])
+        if code:
+            raise MksimError(f"the {self.schedule.mode} kernel failed: {ERRORS.get(code, f'error code {code}')}")
+        return self.cp.cuda.get_elapsed_time(self.e0, self.e1) * 1e3
+
+    def poison(self) -> None:
+        for name in self.plan.outputs:
+            a = self.bufs[name]
+            a.fill(0xFFFF if a.dtype == self.cp.uint16 else self.cp.nan)
+        pos = self.schedule.workload.kv_len
+        for name, a in self.bufs.items():
+            if name.startswith(("kc:", "vc:")):
+                a[:, :, pos].fill(0xFFFF)
+
+    def torch_buffers(self) -> dict:
+        import torch
+
+        out = {}
+        for name, a in self.bufs.items():
+            if a.dtype == self.cp.uint16:
+                out[name] = torch.from_dlpack(a.view(self.cp.int16)).view(torch.bfloat16)
+            else:
+                out[name] = torch.from_dlpack(a)
+        return out
+
+    def check(self, watchdog_s: float = 60.0) -> tuple[dict[str, float], dict[str, float]]:
+        """Poison, run once, compare every op's output with torch. Two relative errors per op: with
+        the op's inputs taken from the kernel (its own error), and end to end."""
+        self.poison()
+        self.run_once(watchdog_s)
+        self.stream.synchronize()
+        tb = self.torch_buffers()
+        ops = self.schedule.workload.ops
+        local = reference.run(self.plan, tb, local=True)
+        e_local = {op.name: reference.rel_err(tb[n], local[n]) for op, n in zip(ops, self.plan.outputs)}
+        del local
+        e2e = reference.run(self.plan, tb)
+        e_e2e = {op.name: reference.rel_err(tb[n], e2e[n]) for op, n in zip(ops, self.plan.outputs)}
+        return e_local, e_e2e
+
+    def trace_summary(self) -> dict:
+        """Per op kind, from the last run's %globaltimer stamps: tasks, mean µs waiting for inputs,
+        computing and publishing, and the weight bandwidth of a computing SM."""
+        tr = self.cp.asnumpy(self.trace).astype(np.int64)
+        prog, g = self.plan.program, self.schedule.graph
+        ops = self.schedule.workload.ops
+        t0 = tr[:, 0][tr[:, 0] > 0].min()
+        out: dict = {"span_us": float((tr[:, 3].max() - t0) / 1e3), "kinds": {}}
+        streamed = (g.weight_bytes + g.kv_read_bytes)[prog.task_id]
+        for kind in sorted({op.kind for op in ops}):
+            sel = np.array([ops[o].kind == kind for o in prog.tasks[:, 1]])
+            w, c, p = (np.diff(tr[sel], axis=1) / 1e3).T
+            out["kinds"][kind] = {"tasks": int(sel.sum()), "wait_us": float(w.mean()), "compute_us": float(c.mean()),
+                                  "publish_us": float(p.mean()),
+                                  "GBps_per_sm": float(streamed[sel].sum() / max(c.sum(), 1e-9) / 1e3)}
+        return out
+
+    def time(self, reps: int = 20, watchdog_s: float = 60.0) -> list[float]:
+        t_end = time.monotonic() + WARMUP_MS / 1e3
+        n = 0
+        while n < 3 or time.monotonic() < t_end:
+            self.run_once(watchdog_s)
+            n += 1
+        return [self.run_once(watchdog_s) for _ in range(reps)]
+
+    def time_ops(self, reps: int = 10, watchdog_s: float = 60.0) -> list[dict]:
+        """Each distinct op (kind and shape) of a chain mode run alone as one kernel: median µs of
+        ``reps`` launches between CUDA events, and the bytes it streams per µs."""
+        if not self.launches:
+            return []
+        g, ops = self.schedule.graph, self.schedule.workload.ops
+        seen: dict[tuple, dict] = {}
+        for i, op in enumerate(ops):
+            key = (op.kind, op.out_size, op.attrs.get("k", 0), int(g.n_tiles[i]))
+            if key in seen:
+                continue
+            times = []
+            for r in range(reps + 2):
+                e0, e1 = self.cp.cuda.Event(), self.cp.cuda.Event()
+                e0.record(self.stream)
+                self.launches[i]()
+                e1.record(self.stream)
+                t0 = time.monotonic()
+                while not e1.done:
+                    if time.monotonic() - t0 > watchdog_s:
+                        raise MksimError(f"op {op.name} ran over {watchdog_s:g} s alone (hung)")
+                if r >= 2:
+                    times.append(self.cp.cuda.get_elapsed_time(e0, e1) * 1e3)
+            med = statistics.median(times)
+            streamed = op.weight_bytes + op.kv_read_bytes
+            seen[key] = {"op": op.name, "kind": op.kind, "N": op.out_size, "K": op.attrs.get("k"),
+                         "tiles": int(g.n_tiles[i]), "us": med, "streamed_B": streamed, "GBps": streamed / med / 1e3}
+        return list(seen.values())
+
+    def close(self) -> None:
+        self.bufs.clear()
+        self.graph = None
+        self.cp.get_default_memory_pool().free_all_blocks()
+
+
+def measure(schedule, *, reps: int = 20, watchdog_s: float = 60.0, source_dir: Path | None = None,
+            tolerance: float = 1e-2, single_ops: bool = False) -> dict:
+    """Check and time ``schedule`` on the GPU (see the module docstring)."""
+    r = Runner(schedule, source_dir=source_dir)
+    try:
+        errs, e2e = r.check(watchdog_s)
+        worst = max(errs, key=errs.get)
+        times = r.time(reps, watchdog_s)
+        trace = r.trace_summary()
+        single = r.time_ops() if single_ops else []
+    finally:
+        r.close()
+    wl = schedule.workload
+    med = statistics.median(times)
+    q = np.percentile(times, [10, 90])
+    streamed = float(wl.weight_bytes + sum(op.kv_read_bytes for op in wl.ops))
+    return {"measured_us": med, "measured_spread_us": float(q[1] - q[0]), "times_us": times,
+            "max_rel_err": errs[worst], "worst_op": worst, "rel_err": errs, "ok": errs[worst] <= tolerance,
+            "e2e_rel_err": max(e2e.values()), "e2e_rel_err_by_op": e2e, "trace": trace, "single_ops": single,
+            "bytes_moved": streamed, "GBps": streamed / med / 1e3,
+            "kernel": {"threads": P.THREADS, "worker_warps": P.CONSUMERS, "smem_B": r.plan.smem_B,
+                       "page_B": r.plan.page_B, "depth": r.plan.depth, "ahead": r.plan.ahead,
+                       "blocks": len(schedule.queues) if schedule.queues is not None else None},
+            "sources": r.sources}

@@ -1,0 +1,285 @@
+"""What a schedule becomes on the GPU, as plain data (numpy; no GPU needed).
+
+:func:`plan` turns a :class:`~mksim.Schedule` of a model's decode step into a :class:`Plan`:
+
+- the buffers the step needs (weights, activations, KV cache, RoPE table, token ids), each with
+  its shape and how it is filled;
+- one op-table row per op (:data:`OP_FIELDS`, the ``MkOp`` struct of
+  ``validation/kernels/mk_ops.cuh``) naming the buffers its pointers refer to;
+- the instruction tables (``encode.py``) and the kernel's launch shape: shared-memory pages
+  (the schedule's ``page_KiB`` and ``prefetch_depth``), the input/scratch region, the row
+  accumulators, threads.
+
+``gpu.py`` allocates the buffers, writes the pointers and launches the kernels;
+``reference.py`` computes the same step with torch from the same buffers.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mksim.errors import ScheduleError
+
+from .encode import OPCODES, Program, encode, encode_queues
+
+CONSUMERS = int(os.environ.get("MKSIM_WORKER_WARPS", 8))  # worker warps per block (MK_CONSUMERS in mk_kernel.cu)
+THREADS = (CONSUMERS + 2) * 32   # + the producer and the publisher warps
+SMEM_MAX_B = 227 * 1024          # opt-in shared memory per block on sm_90
+RING_WITHOUT_PREFETCH = 4        # pages a task streams through when the schedule prefetches nothing
+MAX_T = 8
+BATCHES = (1, 2, 4, 8)           # rows a matmul task handles at once (template instances)
+ATTN_SHAPES = {(64, 4), (128, 4), (128, 3), (64, 8)}  # (head size, query heads per kv head) built
+
+OPT_FUSED_NORM, OPT_RESIDUAL = 1, 2
+OP_INT_FIELDS = ("kind", "n_tiles", "N", "K", "T", "flag_base", "opt", "ld_out", "ld0", "ld1", "ld2", "off1",
+                 "off2", "hq", "hkv", "hd", "splits", "kv_total", "pos", "s_max")
+OP_FLOAT_FIELDS = ("eps", "scale", "pad0", "pad1")
+OP_PTR_FIELDS = ("bounds", "W", "w2", "in0", "in1", "in2", "out", "kc", "vc", "rope", "tokens")
+OP_FIELDS = np.dtype([(f, "<i4") for f in OP_INT_FIELDS] + [(f, "<f4") for f in OP_FLOAT_FIELDS]
+                     + [(f, "<u8") for f in OP_PTR_FIELDS])
+PARAM_PTR_FIELDS = ("tasks", "queue_start", "deps", "op_tiles", "ops", "counters", "flags", "barrier", "error",
+                    "trace")
+PARAM_INT_FIELDS = ("n_ops", "page_B", "depth", "x_B", "acc_floats", "acc_rows", "ahead", "pad2")
+PARAM_FIELDS = np.dtype([(f, "<u8") for f in PARAM_PTR_FIELDS] + [(f, "<i4") for f in PARAM_INT_FIELDS])
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A device array: ``fill`` is ``normal`` (times ``scale``), ``norm`` (1 + 0.1 normal),
+    ``tokens`` (ids below ``scale``), ``rope`` (cos/sin table), or ``poison`` (NaN; written by
+    the step)."""
+    shape: tuple[int, ...]
+    dtype: str                 # "bf16", "f32" or "i32"
+    fill: str
+    scale: float = 1.0
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape)) * (4 if self.dtype in ("f32", "i32") else 2)
+
+
+@dataclass
+class Plan:
+    schedule: object
+    buffers: dict[str, Buffer]
+    ops: list[dict]              # one dict per op: OP_FIELDS values, pointer fields name buffers
+    program: Program             # task rows as the kernel runs them (queue order, or op order for chains)
+    page_B: int
+    depth: int
+    ahead: bool                  # the producer may stream a task before the workers start it
+    x_B: int
+    acc_rows: int
+    smem_B: int
+    outputs: list[str] = field(default_factory=list)  # buffer of each op's output, in op order
+
+    @property
+    def threads(self) -> int:
+        return THREADS
+
+
+def x_region_bytes(schedule) -> int:
+    """The input/scratch region: a matmul's input rows (bf16), or attention's queries and warp partials."""
+    wl = schedule.workload
+    T = wl.batch
+    need = 0
+    for op in wl.ops:
+        if op.kind == "matmul":
+            need = max(need, T * op.attrs["k"] * 2)
+        elif op.kind == "attn_partial":
+            cfg = wl.model
+            G, D = cfg.num_heads // cfg.num_kv_heads, cfg.head_dim
+            need = max(need, (G * D + CONSUMERS * G * (D + 2)) * 4)
+    return -(-need // 16) * 16
+
+
+ACC_ROWS = 256  # row accumulators per batch row: a matmul task writes its rows out every ACC_ROWS rows
+
+
+def acc_rows(page_B: int, k_min: int) -> int:
+    """Row accumulators per batch row: at least the rows one page spans plus the one it ends in."""
+    return max(ACC_ROWS, page_B // (2 * k_min) + 2)
+
+
+def smem_bytes(page_B: int, depth: int, x_B: int, rows: int, T: int) -> int:
+    """The kernel's dynamic shared memory: pages, input/scratch region, T x rows accumulators,
+    reduction scratch and flags, two mbarriers per page."""
+    return page_B * depth + x_B + T * rows * 4 + 40 * 4 + 2 * depth * 8
+
+
+def kernel_options(model: str, batch: int, kv_len: int = 1024, gpu: str = "h200-calibrated",
+                   mode: str | None = None) -> dict:
+    """Schedule options the generated kernels need for ``model`` at ``batch``: one block per SM,
+    the shared memory they keep besides the weight pages (``smem_reserve_KiB``) and, where the
+    default depth of ``mode`` (or of the megakernel) does not fit beside it, ``prefetch_depth``."""
+    import mksim
+    from mksim.schedule import MODE_DEFAULTS
+
+    probe = mksim.build_schedule(mksim.models.workload(model, batch=batch, kv_len=kv_len), gpu, "graph",
+                                 blocks_per_sm=1)
+    x_B = x_region_bytes(probe)
+    k_min = min(op.attrs["k"] for op in probe.workload.ops if op.kind == "matmul")
+    rows = acc_rows(64 * 1024, k_min)
+    reserve = math.ceil((smem_bytes(0, 0, x_B, rows, batch) + 12 * 16) / 1024)
+    opts: dict = {"blocks_per_sm": 1, "smem_reserve_KiB": reserve}
+    page_KiB = 32
+    cap = int((probe.gpu.sm.shared_memory_per_block_KiB - reserve) // page_KiB)
+    if MODE_DEFAULTS[mode or "megakernel"]["prefetch_depth"] > cap:
+        opts["prefetch_depth"] = cap
+    return opts
+
+
+def _check_supported(schedule) -> None:
+    wl = schedule.workload
+    cfg = wl.model
+    if cfg is None:
+        raise ScheduleError("the generated kernel needs a model config (a workload from mksim.models)")
+    if wl.phase != "decode":
+        raise ScheduleError("the generated kernel runs decode steps; use phase decode")
+    if wl.weight_dtype != "bf16":
+        raise ScheduleError(f"the generated kernel streams bf16 weights, not {wl.weight_dtype}")
+    if wl.batch not in BATCHES:
+        raise ScheduleError(f"the generated kernel handles batch {', '.join(map(str, BATCHES))}, not {wl.batch}")
+    if cfg.qk_norm or cfg.attention_bias:
+        raise ScheduleError(f"{cfg.name}: q/k norms and attention biases have no device function yet")
+    G = cfg.num_heads // cfg.num_kv_heads
+    if (cfg.head_dim, G) not in ATTN_SHAPES:
+        raise ScheduleError(f"{cfg.name}: no attention device function for head size {cfg.head_dim} with "
+                            f"{G} query heads per KV head; built: {sorted(ATTN_SHAPES)}")
+    for op in wl.ops:
+        if op.kind == "matmul" and op.attrs["k"] % 256:
+            raise ScheduleError(f"op {op.name}: input size {op.attrs['k']} is not a multiple of 256")
+    if schedule.options.blocks_per_sm != 1:
+        raise ScheduleError("the generated kernels run one block per SM; build the schedule with blocks_per_sm=1")
+    page_B = int(schedule.options.page_KiB * 1024)
+    if page_B % 512 or page_B != schedule.options.page_KiB * 1024:
+        raise ScheduleError(f"page_KiB must be a multiple of 0.5 KiB, got {schedule.options.page_KiB}")
+
+
+def plan(schedule, seed: int = 0) -> Plan:
+    """The buffers, op table and instruction tables of ``schedule`` (any mode)."""
+    _check_supported(schedule)
+    wl, g = schedule.workload, schedule.graph
+    cfg = wl.model
+    T, kv_len = wl.batch, wl.kv_len
+    H, hd, nq, nkv = cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
+    Q, KV = nq * hd, nkv * hd
+    s_max = kv_len + 1
+    buffers: dict[str, Buffer] = {
+        "tokens": Buffer((T,), "i32", "tokens", cfg.vocab_size),
+        "rope": Buffer((hd,), "f32", "rope", cfg.rope_theta),
+    }
+    index = wl.index
+    flag_base = np.concatenate([[0], np.cumsum(g.n_tiles)]).astype(np.int64)
+    rows: list[dict] = []
+    outputs: list[str] = []
+
+    def out_name(name: str) -> str:
+        return f"out:{name}"
+
+    for i, op in enumerate(wl.ops):
+        r = {f: 0 for f in OP_INT_FIELDS} | {f: 0.0 for f in OP_FLOAT_FIELDS} | {f: None for f in OP_PTR_FIELDS}
+        r.update(kind=OPCODES[op.kind], n_tiles=int(g.n_tiles[i]), N=op.out_size, T=T, flag_base=int(flag_base[i]),
+                 ld_out=op.out_size, bounds=f"bounds:{op.name}", out=out_name(op.name))
+        buffers[f"bounds:{op.name}"] = Buffer((int(g.n_tiles[i]) + 1,), "i32", "bounds")
+        ins = [out_name(inp.op) for inp in op.inputs]
+        ins_op = [wl.ops[index[inp.op]] for inp in op.inputs]
+        if op.kind == "embed":
+            buffers[f"w:{op.name}"] = Buffer((cfg.vocab_size, H), "bf16", "normal", 1.0)
+            r.update(W=f"w:{op.name}", tokens="tokens")
+            out = Buffer((T, H), "bf16", "poison")
+        elif op.kind == "rmsnorm":
+            buffers[f"w:{op.name}"] = Buffer((H,), "bf16", "norm")
+            r.update(K=H, W=f"w:{op.name}", in0=ins[0], ld0=ins_op[0].out_size, eps=cfg.rms_norm_eps)
+            out = Buffer((T, H), "bf16", "poison")
+        elif op.kind == "matmul":
+            K = op.attrs["k"]
+            buffers[f"w:{op.name}"] = Buffer((op.out_size, K), "bf16", "normal", K ** -0.5)
+            r.update(K=K, W=f"w:{op.name}", in0=ins[0], ld0=K)
+            if op.attrs.get("fused_norm"):
+                buffers[f"w2:{op.name}"] = Buffer((K,), "bf16", "norm")
+                r.update(opt=r["opt"] | OPT_FUSED_NORM, w2=f"w2:{op.name}", eps=cfg.rms_norm_eps)
+            if len(op.inputs) > 1:
+                r.update(opt=r["opt"] | OPT_RESIDUAL, in1=ins[1], ld1=ins_op[1].out_size)
+            out = Buffer((T, op.out_size), "bf16", "poison")
+        elif op.kind == "rope_kv":
+            layer = op.layer
+            buffers[f"kc:{layer}"] = Buffer((T, nkv, s_max, hd), "bf16", "normal", 1.0)
+            buffers[f"vc:{layer}"] = Buffer((T, nkv, s_max, hd), "bf16", "normal", 1.0)
+            r.update(hq=nq, hkv=nkv, hd=hd, pos=kv_len, s_max=s_max, kc=f"kc:{layer}", vc=f"vc:{layer}", rope="rope")
+            if len(ins) == 1:  # one fused projection [q; k; v]
+                ld = ins_op[0].out_size
+                r.update(in0=ins[0], in1=ins[0], in2=ins[0], ld0=ld, ld1=ld, ld2=ld, off1=Q, off2=Q + KV)
+            else:
+                r.update(in0=ins[0], in1=ins[1], in2=ins[2], ld0=Q, ld1=KV, ld2=KV)
+            out = Buffer((T, op.out_size), "bf16", "poison")
+        elif op.kind == "attn_partial":
+            layer = op.layer
+            C = op.attrs["kv_splits"]
+            r.update(hq=nq, hkv=nkv, hd=hd, splits=C, kv_total=op.attrs["kv_total"], s_max=s_max, pos=kv_len,
+                     in0=ins[0], ld0=ins_op[0].out_size, kc=f"kc:{layer}", vc=f"vc:{layer}", scale=hd ** -0.5)
+            out = Buffer((op.out_size, (nq // nkv) * (hd + 2)), "f32", "poison")
+        elif op.kind == "attn_reduce":
+            r.update(hq=nq, hkv=nkv, hd=hd, splits=op.attrs["kv_splits"], in0=ins[0], ld_out=Q)
+            out = Buffer((T, Q), "bf16", "poison")
+        elif op.kind == "silu_mul":
+            I = op.out_size
+            if len(ins) == 1:  # one fused gate_up projection
+                r.update(in0=ins[0], in1=ins[0], ld0=2 * I, ld1=2 * I, off1=I)
+            else:
+                r.update(in0=ins[0], in1=ins[1], ld0=I, ld1=I)
+            out = Buffer((T, I), "bf16", "poison")
+        else:  # _check_supported and OPCODES keep this unreachable
+            raise ScheduleError(f"no device function for op kind {op.kind!r}")
+        buffers[out_name(op.name)] = out
+        outputs.append(out_name(op.name))
+        rows.append(r)
+
+    o = schedule.options
+    page_B = int(o.page_KiB * 1024)
+    k_min = min(op.attrs["k"] for op in wl.ops if op.kind == "matmul")
+    x_B = x_region_bytes(schedule)
+    n_rows = -(-acc_rows(page_B, k_min) // 4) * 4
+    depth = o.prefetch_depth
+    if depth == 0:  # the ring still needs pages to stream a task through; as many as fit, up to 4
+        depth = max(2, min(RING_WITHOUT_PREFETCH, (SMEM_MAX_B - smem_bytes(0, 0, x_B, n_rows, T)) // (page_B + 16)))
+    smem = smem_bytes(page_B, depth, x_B, n_rows, T)
+    if smem > SMEM_MAX_B:
+        room = (SMEM_MAX_B - smem_bytes(0, 0, x_B, n_rows, T)) // (page_B + 16)
+        raise ScheduleError(f"the kernel needs {smem / 1024:.1f} KiB of shared memory per block ({depth} pages of "
+                            f"{page_B // 1024} KiB + {(smem - depth * page_B) / 1024:.1f} KiB of inputs and "
+                            f"accumulators) > 227 KiB; use prefetch_depth <= {max(room, 0)} or smaller pages")
+    if schedule.queues is not None:
+        program = encode(schedule)
+    else:  # chains: every task in id order, one block per task
+        program = encode_queues(g, [list(range(len(g)))], o.sync)
+    return Plan(schedule=schedule, buffers=buffers, ops=rows, program=program, page_B=page_B, depth=depth,
+                ahead=o.prefetch_depth > 0, x_B=x_B, acc_rows=n_rows, smem_B=smem, outputs=outputs)
+
+
+def rope_table(head_dim: int, theta: float, pos: int) -> np.ndarray:
+    """cos and sin of the rotary angles at position ``pos`` (the plain RoPE frequencies)."""
+    inv = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    ang = pos * inv
+    return np.concatenate([np.cos(ang), np.sin(ang)]).astype(np.float32)
+
+
+def bf16_bits(x: np.ndarray) -> np.ndarray:
+    """Round float32 values to bfloat16 (nearest even), as raw uint16 bit patterns."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    r = (u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) >> 16
+    return r.astype(np.uint16)
+
+
+def op_table(plan: Plan, address: dict[str, int]) -> np.ndarray:
+    """The op table with buffer names replaced by device addresses."""
+    t = np.zeros(len(plan.ops), dtype=OP_FIELDS)
+    for i, r in enumerate(plan.ops):
+        for f in OP_INT_FIELDS + OP_FLOAT_FIELDS:
+            t[i][f] = r[f]
+        for f in OP_PTR_FIELDS:
+            t[i][f] = address[r[f]] if r[f] is not None else 0
+    return t
