@@ -88,6 +88,12 @@ class LaunchSpec:
                                 doc="GPU-side interval between back-to-back kernels of a stream when the host is ahead "
                                     "(graph_node_us where absent)")
     launch_latency_us: float = meta(0.5, 100, doc="single launch to kernel start, device idle")
+    block_setup_us: float = meta(0.0, 50, optional=True,
+                                 doc="what a kernel's first block on an SM does before its first DRAM load (kernel "
+                                     "parameters, addresses); overlaps a PDL wait (0 where absent)")
+    first_load_us: float = meta(0.05, 50, optional=True,
+                                doc="first-byte latency of a kernel's first DRAM load on an SM, once set up "
+                                    "(memory.dram.latency_ns where absent)")
 
 
 @dataclass(frozen=True)

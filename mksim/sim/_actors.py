@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 from simpy.core import NORMAL
 from simpy.events import Event
 
+from ._costs import first_byte_us
+
 if TYPE_CHECKING:
     from ._engine import _Engine
 
@@ -48,7 +50,7 @@ class Loader:
 
     __slots__ = ("env", "hbm", "timeline", "q", "lane", "pre_B", "buf_B", "page_B", "cap", "lat", "i",
                  "phase", "head", "got", "body", "free_B", "want_B", "n_started", "waits_start", "n_loaded",
-                 "loaded", "heads", "bubbles", "last_end", "flow_a", "flow_d", "flow_n")
+                 "loaded", "heads", "bubbles", "last_end", "flow_a", "flow_d", "flow_n", "first_lat")
 
     def __init__(self, eng: _Engine, sm: int, q: list[int], buf_B: int, page_B: int):
         self.env, self.hbm, self.timeline, self.q = eng.env, eng.hbm, eng.timeline, q
@@ -56,6 +58,7 @@ class Loader:
         self.pre_B = eng.pre_B
         self.buf_B, self.page_B = buf_B, page_B
         self.cap, self.lat = eng.r.sm_cap_Bpus, eng.r.dram_latency_us
+        self.first_lat = eng.r.block_setup_us + eng.r.first_load_us  # the kernel's first load on this SM
         self.i = 0               # queue position being loaded
         self.phase = _NEW
         self.head = self.got = 0  # page bytes of the current task: wanted, streamed
@@ -133,7 +136,8 @@ class Loader:
 
     def _flow(self, nbytes: float) -> None:
         a = self.env.now
-        self.flow_a, self.flow_d, self.flow_n = a, (self.lat if a > self.last_end else 0.0), nbytes
+        d = (self.lat if self.last_end >= 0 else self.first_lat) if a > self.last_end else 0.0
+        self.flow_a, self.flow_d, self.flow_n = a, d, nbytes
         self.hbm.start(nbytes, self.cap, self.flow_d, self._flowed)
 
     def _flowed(self) -> None:
@@ -168,6 +172,10 @@ class Chain:
         self.left = list(eng.n_tiles)  # blocks of each kernel not yet finished
         self.end_t = end_t
         self.cap, self.lat, self.head_B = cap, eng.r.dram_latency_us, head_B
+        self.r = eng.r
+        self.lanes_per_sm = n_lanes // eng.r.n_sms
+        self.sm_kernel = [-1] * eng.r.n_sms     # the last kernel that loaded on each SM
+        self.cold_until = [0.0] * eng.r.n_sms   # when that kernel's first load there arrives
         self.k = 0                     # the first kernel with blocks not yet taken
         self.idle = deque(Slot(self, lane) for lane in range(n_lanes))
         for ev in dispatch:
@@ -183,6 +191,18 @@ class Chain:
                 return self.k, q.popleft()
             self.k += 1
         return None
+
+    def first_byte(self, lane: int, k: int, placed: float) -> float:
+        """The first-byte wait of a flow that a block of kernel ``k``, placed on ``lane`` at
+        ``placed``, starts now."""
+        sm = lane // self.lanes_per_sm
+        now = self.env.now
+        fresh = self.sm_kernel[sm] != k
+        d = first_byte_us(fresh, now, placed, self.cold_until[sm], self.r)
+        if fresh:
+            self.sm_kernel[sm] = k
+            self.cold_until[sm] = now + d
+        return d
 
     def _dispatched(self, _ev: Event) -> None:
         while self.idle:
@@ -202,7 +222,7 @@ class Slot:
     dispatch), streams its weights — under PDL the first pages before the previous kernel has
     ended — computes, and takes the next."""
 
-    __slots__ = ("ch", "lane", "k", "phase", "t", "t_in", "since", "pre", "w")
+    __slots__ = ("ch", "lane", "k", "phase", "t", "t_in", "since", "pre", "w", "d")
 
     def __init__(self, ch: Chain, lane: int):
         self.ch, self.lane = ch, lane
@@ -211,6 +231,7 @@ class Slot:
         self.t = -1              # the block (task) it runs
         self.t_in = self.since = self.w = 0.0  # taken, dependent part started, began waiting
         self.pre = 0.0           # DRAM bytes still to stream
+        self.d = 0.0             # first-byte wait of the flow in progress
 
     def begin(self, k: int, t: int) -> None:
         """Take block ``t`` of kernel ``k``; :meth:`run` runs it."""
@@ -236,7 +257,8 @@ class Slot:
                     head = min(self.pre, ch.head_B)
                     if head > 0:  # PDL prologue: stream the first pages while the previous kernel runs
                         self.pre -= head
-                        ch.hbm.start(head, ch.cap, ch.lat, self._prologue_in)
+                        self.d = ch.first_byte(self.lane, self.k, self.t_in)
+                        ch.hbm.start(head, ch.cap, self.d, self._prologue_in)
                         return
             elif ph == _RELEASE:
                 rel = ch.release[self.k]
@@ -254,7 +276,8 @@ class Slot:
                 ch.start[self.t] = self.since  # the dependent part starts here (PDL prologue before)
                 self.phase = _COMPUTE
                 if self.pre > 0:
-                    ch.hbm.start(self.pre, ch.cap, ch.lat, self._loaded)
+                    self.d = ch.first_byte(self.lane, self.k, self.t_in)
+                    ch.hbm.start(self.pre, ch.cap, self.d, self._loaded)
                     return
             elif ph == _COMPUTE:
                 rest = ch.work_us[self.t] - (env.now - self.since)
@@ -279,9 +302,9 @@ class Slot:
                 self.phase = _TAKE
 
     def _prologue_in(self) -> None:
-        self.ch.timeline.flow(self.lane, self.t_in, self.ch.lat, self.ch.env.now, self.t)
+        self.ch.timeline.flow(self.lane, self.t_in, self.d, self.ch.env.now, self.t)
         self.run()
 
     def _loaded(self) -> None:
-        self.ch.timeline.flow(self.lane, self.since, self.ch.lat, self.ch.env.now, self.t)
+        self.ch.timeline.flow(self.lane, self.since, self.d, self.ch.env.now, self.t)
         self.run()

@@ -30,6 +30,8 @@ class Rates:
     stream_gap_us: float        # GPU-side gap between stream launches (graph_node_us when unmeasured)
     pdl_node_us: float
     launch_latency_us: float
+    block_setup_us: float       # a kernel's first block on an SM: set-up before its first load (0 if unmeasured)
+    first_load_us: float        # ... then the first-byte latency of that load (dram_latency_us if unmeasured)
     grid_barrier_us: float
     flag_latency_us: float
 
@@ -57,9 +59,36 @@ def rates(gpu: GPUSpec) -> Rates:
         stream_gap_us=gpu.launch.stream_gap_us if gpu.launch.stream_gap_us is not None else gpu.launch.graph_node_us,
         pdl_node_us=gpu.launch.pdl_node_us if gpu.launch.pdl_node_us is not None else gpu.launch.graph_node_us,
         launch_latency_us=gpu.launch.launch_latency_us,
+        block_setup_us=gpu.launch.block_setup_us or 0.0,
+        first_load_us=gpu.launch.first_load_us if gpu.launch.first_load_us is not None else lat_us,
         grid_barrier_us=gpu.sync.grid_barrier_us,
         flag_latency_us=gpu.sync.flag_latency_ns / 1e3,
     )
+
+
+def first_byte_us(fresh: bool, now_us: float, placed_us: float, cold_until_us: float, r: Rates) -> float:
+    """How long a block's DRAM flow that starts now, with nothing else in flight, waits for its
+    first bytes.
+
+    The kernel's first block on an SM (``fresh``) first sets up (``block_setup_us``, counted
+    from when it was placed at ``placed_us``: a block that waited for its predecessor under PDL
+    has set up meanwhile), then waits ``first_load_us``. A later block of the same kernel on that
+    SM waits the DRAM latency, or until the first block's bytes arrive (``cold_until_us``) if
+    that is later.
+
+    >>> from dataclasses import replace
+    >>> r = replace(rates(__import__("hwmodels").load("h200")), dram_latency_us=0.25, block_setup_us=0.25,
+    ...             first_load_us=0.5)
+    >>> first_byte_us(True, 10.0, 10.0, 0.0, r), first_byte_us(True, 10.0, 9.0, 0.0, r)
+    (0.75, 0.5)
+    >>> first_byte_us(False, 10.0, 10.0, 10.5, r), first_byte_us(False, 10.0, 10.0, 10.125, r)
+    (0.5, 0.25)
+    """
+    if fresh:
+        setup = r.block_setup_us - (now_us - placed_us)
+        return r.first_load_us + setup if setup > 0 else r.first_load_us
+    wait = cold_until_us - now_us
+    return wait if wait > r.dram_latency_us else r.dram_latency_us
 
 
 def sm_dram_cap_Bpus(inflight_B: float, latency_us: float, max_Bpus: float) -> float:

@@ -44,9 +44,13 @@ title = "round numbers for tests"
 """
 
 
-def toy_gpu(tmp_path: Path, cap_GBps: float = 1000) -> hwmodels.GPUSpec:
-    p = tmp_path / f"toy{cap_GBps:g}.toml"
-    p.write_text(TOY.format(cap=cap_GBps))
+def toy_gpu(tmp_path: Path, cap_GBps: float = 1000, **launch: float) -> hwmodels.GPUSpec:
+    """The toy GPU; ``launch`` adds ``[runtime.launch]`` keys (``block_setup_us=0.5``)."""
+    text = TOY.format(cap=cap_GBps)
+    extra = "".join(f'{k} = {{ value = {v}, source = "t" }}\n' for k, v in launch.items())
+    text = text.replace("[runtime.sync]", extra + "[runtime.sync]")
+    p = tmp_path / ("toy" + "-".join([f"{cap_GBps:g}", *(f"{k}{v:g}" for k, v in launch.items())]) + ".toml")
+    p.write_text(text)
     return hwmodels.load(p)
 
 

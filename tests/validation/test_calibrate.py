@@ -74,6 +74,50 @@ def synthetic_raw(seed: int = 0, scale: float = 1.0) -> dict:
     }
 
 
+def synthetic_parts(node=0.6, pdl_node=0.65, start=3.0, setup=0.3, first=0.6, read_GBps=4800.0, seed=0) -> dict:
+    """A boundary_parts.cu run: empty chains 1..200 long and 64 KiB read chains, from round numbers."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for mode, nd in (("graph", node), ("pdl_wait_first", pdl_node)):
+        for n in (1, 2, 4, 16, 64, 200):
+            rows.append({"part": "empty", "kernel": "k_empty", "chain": n, "mode": mode, "bytes": 0, "threads": 128,
+                         "us": noisy((start + (n - 1) * nd) / n, rng, 11, 0.002)})
+        base = (start + 15 * nd) / 16 + 65536 / (read_GBps * 1e3)
+        extra = setup + first if mode == "graph" else first
+        rows.append({"part": "read", "kernel": "read_nowrite", "chain": 16, "mode": mode, "bytes": 65536,
+                     "threads": 512, "us": noisy(base + extra, rng, 11, 0.002)})
+    return {"meta": {"device": "NVIDIA H200", "sms": 132, "base": "h200", "host": "machine t",
+                     "date": "2026-11-29T22:00:00Z"}, "boundary_parts": {"device": "NVIDIA H200", "rows": rows}}
+
+
+def test_boundary_parts_give_the_set_up_and_the_first_load():
+    f = fit.fit_boundary_parts(synthetic_parts()["boundary_parts"]["rows"], 4800.0)
+    assert f.node_us["graph"] == pytest.approx(0.6, rel=0.02) and f.node_us["pdl_wait_first"] == pytest.approx(0.65, rel=0.02)
+    assert f.graph_start_us["graph"] == pytest.approx(3.0, rel=0.03)
+    assert (f.block_setup_us, f.first_load_us) == (pytest.approx(0.3, abs=0.02), pytest.approx(0.6, abs=0.02))
+    ps, fits = params(synthetic_parts(), 4800.0)
+    p = by_key(ps)
+    assert set(p) == {"runtime.launch.block_setup_us", "runtime.launch.first_load_us"}
+    assert p["runtime.launch.first_load_us"].value == pytest.approx(0.6, abs=0.02)
+    assert "machine t" in p["runtime.launch.block_setup_us"].note and fits["boundary_parts"]["read_bytes"] == 65536
+    with pytest.raises(ValueError, match="16-kernel"):
+        fit.fit_boundary_parts([r for r in synthetic_parts()["boundary_parts"]["rows"] if r["chain"] != 16], 4800.0)
+
+
+def test_a_boundary_parts_run_joins_the_calibration_runs(tmp_path):
+    """Its two parameters join the overlay of the runs it is given with (as for our H200)."""
+    paths = []
+    for i, raw in enumerate((synthetic_raw(5), synthetic_parts())):
+        paths.append(tmp_path / f"r{i}.raw.json")
+        paths[-1].write_text(json.dumps(raw))
+    from validation.calibrate import finish
+
+    ps, _ = finish(paths, tmp_path / "h200-x.toml", say=lambda _m: None)
+    g = hwmodels.load(tmp_path / "h200-x.toml")
+    assert g.launch.block_setup_us == pytest.approx(0.3, abs=0.02)
+    assert g.launch.graph_node_us == pytest.approx(TRUTH["graph_us"], rel=0.02)
+
+
 def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "mksim", *args], capture_output=True, text=True, timeout=300)
 
@@ -271,7 +315,8 @@ def test_calibration_page_table_matches_the_shipped_results():
 
 
 def test_shipped_overlay_is_what_the_raw_runs_give(tmp_path):
-    """The committed h200-calibrated.toml is reproduced exactly from the committed raw runs."""
+    """The committed h200-calibrated.toml is reproduced exactly from the committed raw runs (two
+    calibration runs and the boundary-parts run)."""
     from pathlib import Path
 
     from validation.calibrate import finish
@@ -279,7 +324,7 @@ def test_shipped_overlay_is_what_the_raw_runs_give(tmp_path):
     root = Path(__file__).resolve().parents[2]
     res = root / "validation" / "results" / "h200-2026-11-29"
     out = tmp_path / "h200-calibrated.toml"
-    finish([res / "run1.raw.json", res / "run2.raw.json"], out, say=lambda _m: None)
+    finish([res / "run1.raw.json", res / "run2.raw.json", res / "boundary-parts.raw.json"], out, say=lambda _m: None)
     shipped = (root / "hwmodels" / "calibrated" / "h200-calibrated.toml").read_text()
     assert out.read_text() == shipped
 
@@ -293,7 +338,12 @@ def test_microchain_check_is_reproduced_by_its_script():
     root = Path(__file__).resolve().parents[2]
     committed = json.loads((root / "validation" / "results" / "h200-2026-11-29" / "microchain.json").read_text())
     rows = microchain.compare([json.loads(p.read_text()) for p in microchain.DEFAULT_RAW], committed["gpu"])
-    assert [(r["benchmark"], r["bytes"]) for r in rows] == [(r["benchmark"], r["bytes"]) for r in committed["rows"]]
+    key = ("machine", "kernel", "mode", "bytes", "set")
+    assert [tuple(r[k] for k in key) for r in rows] == [tuple(r[k] for k in key) for r in committed["rows"]]
     for got, want in zip(rows, committed["rows"]):
         assert got["predicted_us"] == pytest.approx(want["predicted_us"], rel=1e-9)
         assert got["measured_us"] == want["measured_us"]
+    summary = microchain.summary(rows)
+    assert set(committed["summary"]) == set(summary)
+    for name, s in summary.items():
+        assert committed["summary"][name] == pytest.approx(s, rel=1e-9), name

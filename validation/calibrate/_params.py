@@ -13,7 +13,7 @@ import numpy as np
 
 from mksim.errors import MksimError
 
-from .fit import fit_boundary, fit_concurrency, stat, tflops
+from .fit import fit_boundary, fit_boundary_parts, fit_concurrency, stat, tflops
 
 # Device-name fragments -> built-in hardware model (first match wins).
 BASES = (("H200", "h200"), ("H100", "h100"), ("A100", "a100"), ("B200", "b200"), ("L40S", "l40s"),
@@ -109,6 +109,22 @@ def params(raw: dict, spec_GBps: float) -> tuple[list[Param], dict]:
         alone = fit_boundary(x, [_med(r["alone_us"]) for r in rows])
         graph = fit_boundary(x, [_med(r["graph_per_kernel_us"]) for r in rows])
         fits["boundary_alone"], fits["boundary_graph"] = asdict(alone), asdict(graph)
+    parts = raw.get("boundary_parts")
+    if parts:
+        # boundary_parts.cu: the empty-kernel chains and a 64 KiB read chain, graph and PDL
+        bp = fit_boundary_parts(parts["rows"], spec_GBps)
+        fits["boundary_parts"] = asdict(bp)
+        where = f"{raw['meta'].get('host', 'another GPU')}, boundary_parts.cu"
+        graph = bp.block_setup_us + bp.first_load_us
+        out.append(_p("runtime.launch.block_setup_us", bp.block_setup_us, bp.block_setup_spread,
+                      f"{where}: 16-kernel chains reading {bp.read_bytes / 1024:.0f} KiB per kernel, each minus 16 "
+                      f"empty kernels: {graph:.2f} us in a plain graph, {bp.first_load_us:.2f} us under PDL with the "
+                      "blocks resident and waiting; the difference is a block's set-up before its first load",
+                      digits=3))
+        out.append(_p("runtime.launch.first_load_us", bp.first_load_us, bp.first_load_spread,
+                      f"{where}: the PDL chain (blocks resident, waiting for their predecessor) minus 16 empty PDL "
+                      "kernels and the bytes at the datasheet bandwidth: a fresh kernel's first DRAM load",
+                      digits=3))
     launch = raw.get("launch")
     if launch:
         out.append(_p("runtime.launch.stream_launch_us", _med(launch["host_launch_us"]), launch["host_launch_us"],

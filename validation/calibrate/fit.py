@@ -140,6 +140,73 @@ def fit_concurrency(sms, inflight_B, bw_GBps) -> ConcurrencyFit:
     return ConcurrencyFit(float(lat), float(cap), float(chip), math.sqrt(best[0]))
 
 
+@dataclass(frozen=True)
+class BoundaryParts:
+    """The kernel boundary taken apart (``boundary_parts.cu``: chains of empty kernels 1 to 200
+    long, and 16-kernel chains of a memory-bound kernel that reads a few bytes per SM).
+
+    - ``node_us[mode]``, ``graph_start_us[mode]``: the fit ``n * t(n) = start + (n - 1) * node``
+      over the empty chains (``mode`` is ``graph`` or ``pdl_wait_first``): ``start`` is the graph's
+      own start and end as the events around its replay see them, ``node`` the interval per kernel;
+    - ``first_load_us``: what a kernel whose blocks are already resident (PDL, waiting for their
+      predecessor) adds to an empty kernel before its first bytes: the first DRAM load of a fresh
+      kernel on an SM (and its few instructions);
+    - ``block_setup_us``: what the same kernel adds beyond that in a plain graph, where its blocks
+      start only once the predecessor has ended: their set-up before the first load.
+    """
+    node_us: dict[str, float]
+    graph_start_us: dict[str, float]
+    block_setup_us: float
+    first_load_us: float
+    block_setup_spread: float  # (p90 - p10) of the samples of the chains behind it, summed, over the value
+    first_load_spread: float
+    read_bytes: int
+
+
+def fit_boundary_parts(rows: list[dict], read_GBps: float, kernel: str = "read_nowrite") -> BoundaryParts:
+    """Fit :class:`BoundaryParts` to the rows of ``boundary_parts.cu``; ``read_GBps`` converts the
+    read chain's few bytes (64 KiB, the smallest size) into time.
+
+    >>> rows = [{"part": "empty", "mode": m, "chain": n, "bytes": 0, "threads": 128,
+    ...          "us": [(2.0 + (n - 1) * (0.6 if m == "graph" else 0.7)) / n]}
+    ...         for m in ("graph", "pdl_wait_first") for n in (1, 16, 200)]
+    >>> rows += [{"part": "read", "kernel": "read_nowrite", "mode": "graph", "chain": 16, "bytes": 64000,
+    ...           "threads": 512, "us": [rows[1]["us"][0] + 0.9 + 0.016]},
+    ...          {"part": "read", "kernel": "read_nowrite", "mode": "pdl_wait_first", "chain": 16, "bytes": 64000,
+    ...           "threads": 512, "us": [rows[4]["us"][0] + 0.6 + 0.016]}]
+    >>> f = fit_boundary_parts(rows, read_GBps=4000.0)
+    >>> round(f.node_us["graph"], 3), round(f.graph_start_us["pdl_wait_first"], 3)
+    (0.6, 2.0)
+    >>> round(f.block_setup_us, 3), round(f.first_load_us, 3)
+    (0.3, 0.6)
+    """
+    node, start = {}, {}
+    empty16: dict[str, Stat] = {}
+    for mode in ("graph", "pdl_wait_first"):
+        pts = [(r["chain"], stat(r["us"])) for r in rows if r["part"] == "empty" and r["mode"] == mode]
+        if len(pts) < 2:
+            raise ValueError(f"boundary parts: need empty chains of two lengths ({mode})")
+        n = np.array([p[0] for p in pts], dtype=float)
+        line = fit_line(n - 1, n * np.array([p[1].median for p in pts]), relative=False)
+        node[mode], start[mode] = line.slope, line.intercept
+        if 16 not in dict(pts):
+            raise ValueError(f"boundary parts: need a 16-kernel empty chain ({mode}), as long as the read chains")
+        empty16[mode] = dict(pts)[16]
+    reads = [r for r in rows if r["part"] == "read" and r["kernel"] == kernel and r["threads"] == 512
+             and r["chain"] == 16 and r["bytes"] > 0]
+    if not reads:
+        raise ValueError(f"boundary parts: no 16-kernel chains of {kernel}")
+    size = min(r["bytes"] for r in reads)
+    extra = {}
+    for mode in ("graph", "pdl_wait_first"):
+        t = stat(next(r for r in reads if r["mode"] == mode and r["bytes"] == size)["us"])
+        extra[mode] = (t.median - empty16[mode].median - size / (read_GBps * 1e3),
+                       t.spread * t.median + empty16[mode].spread * empty16[mode].median)
+    first, setup = extra["pdl_wait_first"][0], extra["graph"][0] - extra["pdl_wait_first"][0]
+    return BoundaryParts(node, start, setup, first, (extra["graph"][1] + extra["pdl_wait_first"][1]) / abs(setup),
+                         extra["pdl_wait_first"][1] / abs(first), size)
+
+
 def tflops(flops: float, t_us: float) -> float:
     """FLOP over µs, in TFLOP/s."""
     return flops / t_us / 1e6
