@@ -195,6 +195,7 @@ __device__ void mk_matmul_pages(const MkOp& o, int lo, int hi, MkRing& r, const 
     const int K = o.K, upr = K >> 8, lane = tid & 31, warp = tid >> 5, rows = hi - lo;
     const long long S = (long long)rows * K * 2;
     const uint4* x4 = reinterpret_cast<const uint4*>(xs);
+    const int kv8 = K >> 3;
     int written = 0;  // rows [0, written) are out
     for (long long off = 0; off < S; off += r.P) {
         const int nu = (int)(min((long long)r.P, S - off) >> 9);
@@ -209,13 +210,55 @@ __device__ void mk_matmul_pages(const MkOp& o, int lo, int hi, MkRing& r, const 
         mk_mbar_wait(r.full + stage, parity, error);
         const int a = warp * nu / MK_CONSUMERS, z = (warp + 1) * nu / MK_CONSUMERS;
         const uint4* pg = reinterpret_cast<const uint4*>(r.pages + (size_t)stage * r.P);
-#ifdef MK_EXPERIMENT_NO_MATH  // experiment: the weight pipeline alone (results are wrong)
-        if (false) {
-#else
-        if (a < z) {
-#endif
+        if ((upr & 3) == 0 && (r.P & 2047) == 0) {
+            // fast path (K a multiple of 1024): the page's units in groups of 4, which never straddle
+            // a row; a warp takes whole groups, four independent FMA chains per group
+            const int ng = nu >> 2, ga = warp * ng / MK_CONSUMERS, gz = (warp + 1) * ng / MK_CONSUMERS;
+            int row = -1;
+            float acc[T];
+            for (int gi = ga; gi < gz; ++gi) {
+                const int u = gi * 4, gu = u0 + u, rr = gu / upr, c8 = (gu - rr * upr) * 32 + lane;
+                if (rr != row) {
+                    if (row >= 0) {
+#pragma unroll
+                        for (int b = 0; b < T; ++b) {
+                            const float v = mk_warp_sum(acc[b]);
+                            if (lane == 0) atomicAdd(acc_s + b * R + row % R, v);
+                        }
+                    }
+                    row = rr;
+#pragma unroll
+                    for (int b = 0; b < T; ++b) acc[b] = 0.f;
+                }
+                uint4 wv[4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) wv[j] = pg[(u + j) * 32 + lane];
+#pragma unroll
+                for (int b = 0; b < T; ++b) {
+                    uint4 xv[4];
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) xv[j] = x4[b * kv8 + c8 + 32 * j];
+                    float part[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        float f[8], xf[8];
+                        mk_unpack8(wv[j], f);
+                        mk_unpack8(xv[j], xf);
+#pragma unroll
+                        for (int e = 0; e < 8; ++e) part[j] = fmaf(f[e], xf[e], part[j]);
+                    }
+                    acc[b] += (part[0] + part[1]) + (part[2] + part[3]);
+                }
+            }
+            if (row >= 0) {
+#pragma unroll
+                for (int b = 0; b < T; ++b) {
+                    const float v = mk_warp_sum(acc[b]);
+                    if (lane == 0) atomicAdd(acc_s + b * R + row % R, v);
+                }
+            }
+        } else if (a < z) {
             int row = (u0 + a) / upr, c8 = (u0 + a - row * upr) * 32 + lane;
-            const int kv8 = K >> 3;
             float acc[T], acc2[T];
 #pragma unroll
             for (int b = 0; b < T; ++b) acc[b] = acc2[b] = 0.f;
