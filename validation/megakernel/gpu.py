@@ -305,8 +305,16 @@ class Runner:
                     times.append(self.cp.cuda.get_elapsed_time(e0, e1) * 1e3)
             med = statistics.median(times)
             streamed = op.weight_bytes + op.kv_read_bytes
+            # the last launch's tasks, from the trace: when each began computing and for how long
+            a, b = int(g.op_first[i]), int(g.op_first[i + 1])
+            tr = self.cp.asnumpy(self.trace[a:b]).astype(np.int64)
+            task_us = (tr[:, 2] - tr[:, 1]) / 1e3
             seen[key] = {"op": op.name, "kind": op.kind, "N": op.out_size, "K": op.attrs.get("k"),
-                         "tiles": int(g.n_tiles[i]), "us": med, "streamed_B": streamed, "GBps": streamed / med / 1e3}
+                         "tiles": int(g.n_tiles[i]), "us": med, "spread_us": float(np.ptp(times)),
+                         "streamed_B": streamed, "GBps": streamed / med / 1e3,
+                         "task_us_mean": float(task_us.mean()), "task_us_max": float(task_us.max()),
+                         "task_B_mean": float((g.weight_bytes[a:b] + g.kv_read_bytes[a:b]).mean()),
+                         "start_spread_us": float((tr[:, 1].max() - tr[:, 1].min()) / 1e3)}
         return list(seen.values())
 
     def close(self) -> None:
@@ -316,8 +324,12 @@ class Runner:
 
 
 def measure(schedule, *, reps: int = 20, watchdog_s: float = 60.0, source_dir: Path | None = None,
-            tolerance: float = 1e-2, single_ops: bool = False) -> dict:
-    """Check and time ``schedule`` on the GPU (see the module docstring)."""
+            tolerance: float = 1e-2, single_ops: bool | None = None) -> dict:
+    """Check and time ``schedule`` on the GPU (see the module docstring). ``single_ops`` (by
+    default for the ``graph`` mode): also time each distinct op alone, one kernel, and record its
+    tasks' compute times from the trace: the single-op measurements the model is calibrated on."""
+    if single_ops is None:
+        single_ops = schedule.mode == "graph"
     r = Runner(schedule, source_dir=source_dir)
     try:
         errs, e2e = r.check(watchdog_s)
