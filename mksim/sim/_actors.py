@@ -192,16 +192,16 @@ class Chain:
             self.k += 1
         return None
 
-    def first_byte(self, lane: int, k: int, placed: float) -> float:
-        """The first-byte wait of a flow that a block of kernel ``k``, placed on ``lane`` at
-        ``placed``, starts now."""
-        sm = lane // self.lanes_per_sm
+    def first_byte(self, sm: int, k: int, placed: float) -> float:
+        """The first-byte wait of a flow that a block of kernel ``k`` on ``sm``, placed at
+        ``placed``, starts now (:func:`first_byte_us`)."""
         now = self.env.now
-        fresh = self.sm_kernel[sm] != k
-        d = first_byte_us(fresh, now, placed, self.cold_until[sm], self.r)
-        if fresh:
-            self.sm_kernel[sm] = k
-            self.cold_until[sm] = now + d
+        if self.sm_kernel[sm] == k:  # a later block of this kernel on the SM
+            wait = self.cold_until[sm] - now
+            return wait if wait > self.lat else self.lat
+        d = first_byte_us(True, now, placed, 0.0, self.r)
+        self.sm_kernel[sm] = k
+        self.cold_until[sm] = now + d
         return d
 
     def _dispatched(self, _ev: Event) -> None:
@@ -222,10 +222,11 @@ class Slot:
     dispatch), streams its weights — under PDL the first pages before the previous kernel has
     ended — computes, and takes the next."""
 
-    __slots__ = ("ch", "lane", "k", "phase", "t", "t_in", "since", "pre", "w", "d")
+    __slots__ = ("ch", "lane", "sm", "k", "phase", "t", "t_in", "since", "pre", "w", "d")
 
     def __init__(self, ch: Chain, lane: int):
         self.ch, self.lane = ch, lane
+        self.sm = lane // ch.lanes_per_sm
         self.k = 0               # kernel of the block it runs
         self.phase = _TAKE
         self.t = -1              # the block (task) it runs
@@ -257,7 +258,7 @@ class Slot:
                     head = min(self.pre, ch.head_B)
                     if head > 0:  # PDL prologue: stream the first pages while the previous kernel runs
                         self.pre -= head
-                        self.d = ch.first_byte(self.lane, self.k, self.t_in)
+                        self.d = ch.first_byte(self.sm, self.k, self.t_in)
                         ch.hbm.start(head, ch.cap, self.d, self._prologue_in)
                         return
             elif ph == _RELEASE:
@@ -276,8 +277,15 @@ class Slot:
                 ch.start[self.t] = self.since  # the dependent part starts here (PDL prologue before)
                 self.phase = _COMPUTE
                 if self.pre > 0:
-                    self.d = ch.first_byte(self.lane, self.k, self.t_in)
-                    ch.hbm.start(self.pre, ch.cap, self.d, self._loaded)
+                    sm = self.sm
+                    if ch.sm_kernel[sm] == self.k:  # Chain.first_byte's common case, inline for speed
+                        d = ch.cold_until[sm] - env.now
+                        if d < ch.lat:
+                            d = ch.lat
+                    else:
+                        d = ch.first_byte(sm, self.k, self.t_in)
+                    self.d = d
+                    ch.hbm.start(self.pre, ch.cap, d, self._loaded)
                     return
             elif ph == _COMPUTE:
                 rest = ch.work_us[self.t] - (env.now - self.since)
