@@ -93,7 +93,12 @@ struct MkRing {
     unsigned long long* full;   // producer -> workers: the page holds its bytes
     unsigned long long* empty;  // workers -> producer: every worker warp is done with the page
     int P, D;
-    unsigned it;                // pages produced (producer) or consumed (workers) so far
+    int stage;                  // the next page to fill (producer) or to read (workers)
+    unsigned phase;             // parity of the ring's current round
+
+    __device__ __forceinline__ void advance() {  // no division on the per-page path
+        if (++stage == D) { stage = 0; phase ^= 1u; }
+    }
 };
 
 __device__ __forceinline__ bool mk_mbar_try(unsigned long long* b, unsigned parity) {
@@ -151,9 +156,9 @@ __device__ void mk_produce(const MkParams& P, int i0, int i1, MkRing& r, const i
             while (*(const volatile int*)started < i)
                 if (mk_failed(P.error)) return;
         for (long long off = 0; off < cur.bytes; off += r.P) {
-            const int stage = r.it % r.D;
-            const unsigned parity = ((r.it / r.D) & 1u) ^ 1u;
-            ++r.it;
+            const int stage = r.stage;
+            const unsigned parity = r.phase ^ 1u;
+            r.advance();
             if (!mk_mbar_wait(r.empty + stage, parity, P.error)) return;
             const unsigned bytes = (unsigned)min((long long)r.P, cur.bytes - off);
             const unsigned bar = mk_smem_addr(r.full + stage);
@@ -170,7 +175,7 @@ __device__ void mk_produce(const MkParams& P, int i0, int i1, MkRing& r, const i
 // xs: the op's input, bf16 [T][K] in shared memory. Each page holds whole 512-byte units of the
 // task's weight rows (K is a multiple of 256, so a unit never straddles rows); each worker warp
 // takes a contiguous run of a page's units, accumulates per row and adds its row sums into acc_s
-// (shared memory, fp32 [T][R], row r in slot r % R). Pages are consumed without any block-wide
+// (shared memory, fp32 [T][R], row r in slot r mod R, R a power of two). Pages are consumed without any block-wide
 // synchronisation: the rows are written out only when the slots would wrap (R rows apart) and at
 // the end of the task.
 template <int T>
@@ -180,7 +185,7 @@ __device__ __forceinline__ void mk_matmul_flush(const MkOp& o, int lo, int r0, i
     mk_bf16* out = (mk_bf16*)o.out;
     for (int i = tid; i < T * n; i += MK_NW) {
         const int b = i / n, rr = r0 + i - b * n;
-        float* slot = acc_s + b * R + rr % R;
+        float* slot = acc_s + b * R + (rr & (R - 1));
         float v = *slot;
         *slot = 0.f;
         if (o.opt & MK_OPT_RESIDUAL) v += mk_ld_bf16(o.in1 + (size_t)b * o.ld1 + lo + rr);
@@ -204,9 +209,9 @@ __device__ void mk_matmul_pages(const MkOp& o, int lo, int hi, MkRing& r, const 
             mk_matmul_flush<T>(o, lo, written, u0 / upr, acc_s, R, tid);
             written = u0 / upr;
         }
-        const int stage = r.it % r.D;
-        const unsigned parity = (r.it / r.D) & 1u;
-        ++r.it;
+        const int stage = r.stage;
+        const unsigned parity = r.phase;
+        r.advance();
         mk_mbar_wait(r.full + stage, parity, error);
         const int a = warp * nu / MK_CONSUMERS, z = (warp + 1) * nu / MK_CONSUMERS;
         const uint4* pg = reinterpret_cast<const uint4*>(r.pages + (size_t)stage * r.P);
@@ -216,20 +221,22 @@ __device__ void mk_matmul_pages(const MkOp& o, int lo, int hi, MkRing& r, const 
             const int ng = nu >> 2, ga = warp * ng / MK_CONSUMERS, gz = (warp + 1) * ng / MK_CONSUMERS;
             int row = -1;
             float acc[T];
-            for (int gi = ga; gi < gz; ++gi) {
-                const int u = gi * 4, gu = u0 + u, rr = gu / upr, c8 = (gu - rr * upr) * 32 + lane;
+            int rr = (u0 + 4 * ga) / upr, c8 = (u0 + 4 * ga - rr * upr) * 32 + lane;  // one division a page
+            for (int gi = ga; gi < gz; ++gi, c8 += 128) {
+                if (c8 >= kv8) { c8 -= kv8; ++rr; }
                 if (rr != row) {
                     if (row >= 0) {
 #pragma unroll
                         for (int b = 0; b < T; ++b) {
                             const float v = mk_warp_sum(acc[b]);
-                            if (lane == 0) atomicAdd(acc_s + b * R + row % R, v);
+                            if (lane == 0) atomicAdd(acc_s + b * R + (row & (R - 1)), v);
                         }
                     }
                     row = rr;
 #pragma unroll
                     for (int b = 0; b < T; ++b) acc[b] = 0.f;
                 }
+                const int u = gi * 4;
                 uint4 wv[4];
 #pragma unroll
                 for (int j = 0; j < 4; ++j) wv[j] = pg[(u + j) * 32 + lane];
@@ -254,7 +261,7 @@ __device__ void mk_matmul_pages(const MkOp& o, int lo, int hi, MkRing& r, const 
 #pragma unroll
                 for (int b = 0; b < T; ++b) {
                     const float v = mk_warp_sum(acc[b]);
-                    if (lane == 0) atomicAdd(acc_s + b * R + row % R, v);
+                    if (lane == 0) atomicAdd(acc_s + b * R + (row & (R - 1)), v);
                 }
             }
         } else if (a < z) {
@@ -294,7 +301,7 @@ __device__ void mk_matmul_pages(const MkOp& o, int lo, int hi, MkRing& r, const 
 #pragma unroll
                     for (int b = 0; b < T; ++b) {
                         const float v = mk_warp_sum(acc[b] + acc2[b]);
-                        if (lane == 0) atomicAdd(acc_s + b * R + row % R, v);
+                        if (lane == 0) atomicAdd(acc_s + b * R + (row & (R - 1)), v);
                         acc[b] = acc2[b] = 0.f;
                     }
                     if (c8 >= kv8) { c8 = lane; ++row; }
@@ -356,7 +363,8 @@ __device__ MkBlock mk_block_init(const MkParams& P) {
     k.ring.pages = smem;
     k.ring.P = P.page_B;
     k.ring.D = P.depth;
-    k.ring.it = 0;
+    k.ring.stage = 0;
+    k.ring.phase = 0;
     k.xs = reinterpret_cast<mk_bf16*>(smem + ring_B);
     k.acc = reinterpret_cast<float*>(smem + ring_B + P.x_B);
     k.red = k.acc + P.acc_floats;

@@ -100,8 +100,9 @@ ACC_ROWS = 256  # row accumulators per batch row: a matmul task writes its rows 
 
 
 def acc_rows(page_B: int, k_min: int) -> int:
-    """Row accumulators per batch row: at least the rows one page spans plus the one it ends in."""
-    return max(ACC_ROWS, page_B // (2 * k_min) + 2)
+    """Row accumulators per batch row: a power of two (the kernel picks a row's slot with a mask),
+    at least the rows one page spans plus the one it ends in."""
+    return max(ACC_ROWS, 1 << (page_B // (2 * k_min) + 1).bit_length())
 
 
 def smem_bytes(page_B: int, depth: int, x_B: int, rows: int, T: int) -> int:
@@ -242,7 +243,7 @@ def plan(schedule, seed: int = 0) -> Plan:
     page_B = int(o.page_KiB * 1024)
     k_min = min(op.attrs["k"] for op in wl.ops if op.kind == "matmul")
     x_B = x_region_bytes(schedule)
-    n_rows = -(-acc_rows(page_B, k_min) // 4) * 4
+    n_rows = acc_rows(page_B, k_min)
     depth = o.prefetch_depth
     if depth == 0:  # the ring still needs pages to stream a task through; as many as fit, up to 4
         depth = max(2, min(RING_WITHOUT_PREFETCH, (SMEM_MAX_B - smem_bytes(0, 0, x_B, n_rows, T)) // (page_B + 16)))
