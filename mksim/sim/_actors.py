@@ -158,7 +158,9 @@ class Chain:
 
     Kernels' queues drain in order, so every slot takes from the first queue that still has
     blocks, once that kernel is dispatched; a slot that finds none waits in a FIFO, and a
-    dispatch wakes only as many slots as the kernel has blocks.
+    dispatch wakes only as many slots as the kernel has blocks. Per SM it remembers the last
+    kernel that loaded there and when that load's first bytes arrive: a kernel's first block
+    on an SM starts cold (:func:`~mksim.sim._costs.first_byte_us`).
     """
 
     def __init__(self, eng: _Engine, n_lanes: int, dispatch: list[Event], release: list[Event],

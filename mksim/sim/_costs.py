@@ -76,9 +76,9 @@ def first_byte_us(fresh: bool, now_us: float, placed_us: float, cold_until_us: f
     SM waits the DRAM latency, or until the first block's bytes arrive (``cold_until_us``) if
     that is later.
 
+    >>> import hwmodels
     >>> from dataclasses import replace
-    >>> r = replace(rates(__import__("hwmodels").load("h200")), dram_latency_us=0.25, block_setup_us=0.25,
-    ...             first_load_us=0.5)
+    >>> r = replace(rates(hwmodels.load("h200")), dram_latency_us=0.25, block_setup_us=0.25, first_load_us=0.5)
     >>> first_byte_us(True, 10.0, 10.0, 0.0, r), first_byte_us(True, 10.0, 9.0, 0.0, r)
     (0.75, 0.5)
     >>> first_byte_us(False, 10.0, 10.0, 10.5, r), first_byte_us(False, 10.0, 10.0, 10.125, r)
