@@ -475,6 +475,204 @@ def calibrate_cmd(
     out.print(t)
 
 
+# -- validation on the GPU --------------------------------------------------------------------
+validate_app = typer.Typer(no_args_is_help=True, help="Run schedules on this machine's GPU and hold them against "
+                                                       "their predictions (one case, the suite, its report).")
+app.add_typer(validate_app, name="validate")
+_PRED_GPU = "h200-calibrated"
+
+
+def _say(msg: str) -> None:
+    out.print(msg, markup=False)
+    sys.stdout.flush()
+
+
+def _check_out(out_dir: str, resume: bool, force: bool) -> None:
+    from pathlib import Path
+
+    from validation.suite import MEASURED
+
+    if (Path(out_dir) / MEASURED).is_file() and not (resume or force):
+        raise MksimError(f"{Path(out_dir) / MEASURED} exists; --resume to go on with it or --force to start over")
+
+
+def _case_line(r: dict[str, Any]) -> str:
+    def f(v: Any, fmt: str, unit: str = "") -> str:
+        return "-" if v is None else f"{format(v, fmt)}{unit}"
+
+    return (f"{r['name']}: predicted {f(r['predicted_us'], '.1f', ' µs')}, measured {f(r['measured_us'], '.1f', ' µs')}"
+            f" (p10-p90 {f(r['measured_spread_us'], '.1f', ' µs')}), error {f(r['error_pct'], '+.1f', ' %')}, "
+            f"max rel err {f(r['max_rel_err'], '.1e')}"
+            + (f", {r['achieved_GBps'] / 1e3:.2f} TB/s ({r['bandwidth_fraction']:.0%} of HBM read)"
+               if r.get("achieved_GBps") else "") + (" [WRONG OUTPUT]" if r.get("correct") is False else ""))
+
+
+def _dry_run(cases: list, gpu: str, as_json: bool) -> None:
+    """Build and predict every case, on the CPU: what a GPU run would run."""
+    import validation.suite as vs
+
+    rows = []
+    for c in cases:
+        row: dict[str, Any] = {"name": c.name, "predicted_us": None, "error": None}
+        try:
+            sched = vs.build(c, gpu)
+            o = sched.options
+            row.update(predicted_us=vs.predicted_us(sched), smem_reserve_KiB=o.smem_reserve_KiB,
+                       prefetch=f"{o.prefetch_depth}x{o.page_KiB:g} KiB", policy=sched.policy)
+        except MksimError as exc:
+            row["error"] = str(exc)
+        rows.append(row)
+    if as_json:
+        return _emit_json(rows)
+    t = Table(title=f"validation cases (dry run: predictions by {gpu}, nothing measured)")
+    for col in ("case", "predicted µs", "reserve KiB", "pages", "policy"):
+        t.add_column(col, justify="left" if col in ("case", "policy") else "right")
+    for r in rows:
+        if r["error"]:
+            t.add_row(r["name"], "-", "-", "-", f"error: {r['error']}")
+        else:
+            t.add_row(r["name"], f"{r['predicted_us']:.1f}", f"{r['smem_reserve_KiB']:g}", r["prefetch"],
+                      r["policy"] or "-")
+    out.print(t)
+
+
+@validate_app.callback(invoke_without_command=True)
+def validate_cmd(
+    ctx: typer.Context,
+    schedule: Optional[str] = typer.Option(None, "--schedule", help="Run this schedule JSON file."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Built-in model (with --mode)."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="stream, graph, graph_pdl, persistent_barrier, megakernel."),
+    batch: int = typer.Option(1, "--batch", "-b"),
+    kv_len: int = typer.Option(1024, "--kv-len"),
+    policy: Optional[str] = typer.Option(None, "--policy", help="Megakernel placement policy."),
+    out_dir: Optional[str] = typer.Option(None, "--out", help="Write measured.json, summary.json, sources here."),
+    reps: int = typer.Option(20, "--reps", help="Timed runs (median and p10-p90 reported)."),
+    watchdog_s: float = typer.Option(60.0, "--watchdog-s", help="A kernel still running after this is an error."),
+    gpu: str = typer.Option(_PRED_GPU, "--gpu", help="Hardware model the prediction comes from."),
+    force: bool = typer.Option(False, "--force", help="Overwrite the measured.json in --out."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Build and predict only (no GPU)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Run one schedule on this machine's GPU: its output checked against torch, its time against
+    the prediction. Subcommands: suite, report, schedules."""
+    try:
+        from typer._click.core import ParameterSource
+    except ImportError:  # pragma: no cover - older typer uses click itself
+        from click.core import ParameterSource
+
+    if ctx.invoked_subcommand is not None:
+        given = [p.opts[0] for p in ctx.command.params
+                 if ctx.get_parameter_source(p.name) == ParameterSource.COMMANDLINE]
+        if given:
+            raise MksimError(f"{given[0]} goes after the subcommand: mksim validate {ctx.invoked_subcommand} "
+                             f"{given[0]} ...")
+        return
+    from pathlib import Path
+
+    import validation.suite as vs
+    from mksim import models
+    from mksim.errors import UnknownNameError
+    from mksim.schedule import MODES, Schedule
+
+    if schedule and (model or mode or policy):
+        raise MksimError("give --schedule FILE, or --model NAME --mode MODE, not both")
+    if schedule:
+        s = Schedule.from_json(schedule)
+        name = s.workload_spec["model"] if isinstance(s.workload_spec["model"], str) else "custom"
+        case = vs.Case(name, s.workload.batch, s.mode, Path(schedule).stem, s.workload.kv_len, schedule_file=schedule)
+    elif model and mode:
+        if mode not in MODES:
+            raise UnknownNameError("mode", mode, MODES)
+        models.get(model)
+        case = vs.Case(model, batch, mode, policy or "default", kv_len, policy=policy)
+    else:
+        raise MksimError("give --schedule FILE, or --model NAME and --mode MODE (or a subcommand: suite, report, "
+                         "schedules)")
+    vs.build(case, gpu)  # a schedule that cannot be built: one line, before any GPU work
+    if dry_run:
+        return _dry_run([case], gpu, as_json)
+    if out_dir:
+        _check_out(out_dir, False, force)
+        vs.run_suite([case], out_dir, reps=reps, watchdog_s=watchdog_s, gpu=gpu)
+        row = vs.write_summary(out_dir, gpu)["summary"]["cases"][0]
+    else:
+        rec = vs.run_case(case, vs._real_measure(), reps=reps, watchdog_s=watchdog_s, gpu=gpu)
+        row = vs.summarize({"cases": [rec]}, gpu)["cases"][0]
+    if row["error"]:
+        raise MksimError(f"{case.name}: {row['error']}")
+    if as_json:
+        return _emit_json(row)
+    _say(_case_line(row))
+
+
+@validate_app.command("suite")
+def validate_suite_cmd(
+    out_dir: Optional[str] = typer.Option(None, "--out", help="Results folder (default validation/results/h200)."),
+    only: list[str] = typer.Option([], "--only", help="Run the cases whose name contains this (repeatable)."),
+    reps: int = typer.Option(20, "--reps", help="Timed runs per case."),
+    watchdog_s: float = typer.Option(60.0, "--watchdog-s", help="A kernel still running after this is an error."),
+    gpu: str = typer.Option(_PRED_GPU, "--gpu", help="Hardware model the predictions come from."),
+    resume: bool = typer.Option(False, "--resume", help="Keep the cases an earlier run in --out measured."),
+    force: bool = typer.Option(False, "--force", help="Start over, replacing measured.json in --out."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the cases with their predictions (no GPU)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Run the standard suite in one process, then write summary.json, plots and a markdown table."""
+    import validation.suite as vs
+
+    cases = vs.select(vs.CASES, only)
+    if dry_run:
+        return _dry_run(cases, gpu, as_json)
+    out_dir = out_dir or str(vs.RESULTS)
+    _check_out(out_dir, resume, force)
+    vs.run_suite(cases, out_dir, reps=reps, watchdog_s=watchdog_s, gpu=gpu, resume=resume,
+                 say=(lambda _m: None) if as_json else _say)
+    _report(out_dir, gpu, None, None, as_json)
+
+
+def _report(measured_dir: str, gpu: str, out_dir: Optional[str], docs: Optional[str], as_json: bool) -> None:
+    import validation.suite as vs
+
+    res = vs.write_summary(measured_dir, gpu, out_dir)
+    changed = vs.splice_docs(docs, vs.markdown_table(res["summary"])) if docs else False
+    if as_json:
+        return _emit_json(res["summary"])
+    sys.stdout.write(vs.markdown_table(res["summary"]))
+    _say("wrote " + ", ".join(str(p) for p in res["files"])
+         + (f"; table put in {docs}" if changed else (f"; {docs} already current" if docs else "")))
+
+
+@validate_app.command("report")
+def validate_report_cmd(
+    measured_dir: str = typer.Argument(..., help="Folder with the measured.json of a run."),
+    gpu: str = typer.Option(_PRED_GPU, "--gpu", help="Hardware model the predictions come from."),
+    out_dir: Optional[str] = typer.Option(None, "--out", help="Where summary.json, plots, table.md go (default: "
+                                                              "the folder)."),
+    docs: Optional[str] = typer.Option(None, "--docs", help="Also put the table in this page, between its markers."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Predict again (CPU only) and rebuild summary.json, plots and the markdown table of a run."""
+    _report(measured_dir, gpu, out_dir, docs, as_json)
+
+
+@validate_app.command("schedules")
+def validate_schedules_cmd(
+    only: list[str] = typer.Option([], "--only", help="Models and batches whose name (llama-3.2-1b/b1) contains "
+                                                      "this (repeatable)."),
+    trials: int = typer.Option(200, "--trials"),
+    seed: int = typer.Option(0, "--seed"),
+    storage: str = typer.Option("memory", "--storage", help="Optuna storage URL; 'memory' keeps nothing."),
+    workers: int = typer.Option(1, "--workers", "-j"),
+    out_dir: Optional[str] = typer.Option(None, "--out", help="Folder (default validation/schedules)."),
+    gpu: str = typer.Option(_PRED_GPU, "--gpu"),
+) -> None:
+    """Search the suite's megakernel schedules with the kernel's options fixed, and store them."""
+    import validation.suite as vs
+
+    vs.search_schedules(only, trials=trials, seed=seed, storage=storage, workers=workers,
+                        out_dir=out_dir or vs.SCHEDULES, gpu=gpu, say=_say)
+
+
 # -- entry point ---------------------------------------------------------------------
 def main(argv: Optional[list[str]] = None) -> None:
     """Run the CLI; input errors become one line on stderr and exit status 2."""

@@ -1,0 +1,558 @@
+"""The validation suite: standard cases run on the GPU and held against their predictions.
+
+- :data:`CASES` — two model shapes × batch 1 and 4 × every execution mode, the megakernel twice
+  (the default policy, and the schedule ``mksim search`` found, stored under
+  ``validation/schedules/``): 24 cases at KV length 1024.
+- :func:`run_suite` builds each case's schedule, has it checked and timed on the GPU (the runner
+  of :mod:`validation.megakernel.gpu`, imported only then) and writes ``measured.json`` after every
+  case: a failing case records its error in one line and the others go on.
+- :func:`summarize` re-predicts every measured schedule on the CPU (:func:`predicted_us`) and
+  returns ``summary.json``: each case's prediction, measurement and error, and the suite's
+  metrics (MAPE, each mode's error, Kendall's τ between predicted and measured rankings).
+- :func:`markdown_table` renders a summary for docs/validation.md; plots are in
+  :mod:`validation.suite_plots`.
+
+Nothing here needs a GPU except the ``measure`` it is given (tests pass a fake one).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import inspect
+import json
+import math
+import os
+import platform
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from mksim.errors import MksimError
+
+HERE = Path(__file__).resolve().parent
+SCHEDULES = HERE / "schedules"
+RESULTS = HERE / "results" / "h200"
+GPU = "h200-calibrated"      # the hardware model the predictions come from
+KV_LEN = 1024
+MODELS = ("llama-3.2-1b", "llama-3.1-8b")
+BATCHES = (1, 4)
+MODES = ("stream", "graph", "graph_pdl", "persistent_barrier", "megakernel")
+MEASURED, SUMMARY, TABLE = "measured.json", "summary.json", "table.md"
+FORMAT = "mksim-validation-measured"
+REL_ERR_MAX = 1e-2           # bf16 outputs against torch: the issue's bound
+DOCS_BEGIN, DOCS_END = "<!-- validation-suite-results:begin -->", "<!-- validation-suite-results:end -->"
+
+Measure = Callable[..., dict]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One case: a model step in one mode; ``schedule`` says which schedule (``default``, the
+    ``searched`` one, a policy name, or a schedule file's name) and ``schedule_file`` where it is."""
+    model: str
+    batch: int
+    mode: str
+    schedule: str = "default"
+    kv_len: int = KV_LEN
+    policy: str | None = None
+    schedule_file: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}/b{self.batch}/{self.mode}" + (f":{self.schedule}" if self.mode == "megakernel" else "")
+
+
+def searched_schedule_path(model: str, batch: int) -> Path:
+    return SCHEDULES / f"{model}-b{batch}.json"
+
+
+def standard_cases() -> list[Case]:
+    """The standard suite (24 cases), largest model last so a first look comes quickly."""
+    cases = []
+    for model in MODELS:
+        for batch in BATCHES:
+            cases += [Case(model, batch, mode) for mode in MODES]
+            cases.append(Case(model, batch, "megakernel", "searched",
+                              schedule_file=str(searched_schedule_path(model, batch).relative_to(HERE.parent))))
+    return cases
+
+
+CASES = standard_cases()
+
+
+def select(cases: list[Case], only: list[str] | None) -> list[Case]:
+    """Cases whose name contains one of ``only`` (all when empty); one-line error when none does."""
+    if not only:
+        return list(cases)
+    chosen = [c for c in cases if any(s in c.name for s in only)]
+    if not chosen:
+        raise MksimError(f"no case matches --only {' '.join(only)}; case names look like {cases[0].name}")
+    return chosen
+
+
+# -- what the kernel needs --------------------------------------------------------------------------
+def _formula_kernel_options(model: str, batch: int, kv_len: int = KV_LEN, gpu: str = GPU) -> dict:
+    """The first draft of the kernel's needs, used when validation.megakernel.gpu is absent: the
+    largest matmul input (``intermediate_size``) of every sequence in bf16 plus 16 KiB of scratch."""
+    from mksim import models
+
+    max_k = models.get(model).intermediate_size
+    return {"smem_reserve_KiB": math.ceil((batch * max_k * 2 + 16384) / 1024)}
+
+
+def kernel_options(model: str, batch: int, kv_len: int = KV_LEN, gpu: str = GPU, mode: str = "megakernel") -> dict:
+    """Schedule options the generated kernels need for this model and batch, with the prefetch
+    depth of ``mode``'s default clamped to the shared memory left beside the reserve.
+
+    From :func:`validation.megakernel.gpu.kernel_options` when present; otherwise a formula
+    (the draft it replaces)."""
+    import hwmodels
+    from mksim.schedule import MODE_DEFAULTS
+
+    try:
+        from validation.megakernel.gpu import kernel_options as real
+    except ImportError:
+        opts = _formula_kernel_options(model, batch, kv_len, gpu)
+    else:
+        kw = {"mode": mode} if "mode" in inspect.signature(real).parameters else {}
+        opts = dict(real(model, batch, kv_len, gpu, **kw))
+    if "prefetch_depth" not in opts:
+        d = MODE_DEFAULTS[mode]
+        room = hwmodels.load(gpu).sm.shared_memory_per_block_KiB - opts.get("smem_reserve_KiB", 32.0)
+        cap = int(room // opts.get("page_KiB", 32.0))
+        if d["prefetch_depth"] > cap:
+            opts["prefetch_depth"] = max(cap, 0)
+    return opts
+
+
+def search_fixed(model: str, batch: int, kv_len: int = KV_LEN, gpu: str = GPU) -> dict:
+    """The options a schedule search must keep: the kernel's needs, less the prefetch depth (a
+    clamp of the default, which the search chooses itself within the shared memory left).
+
+    The reserve is the larger of the kernel's and the draft formula's (which allows for the
+    whole input row of every sequence plus 16 KiB), so that the stored schedules survive small
+    changes to the kernel's scratch space; :func:`check_kernel_fit` says when they no longer do."""
+    opts = {k: v for k, v in kernel_options(model, batch, kv_len, gpu).items() if k != "prefetch_depth"}
+    draft = _formula_kernel_options(model, batch, kv_len, gpu)["smem_reserve_KiB"]
+    opts["smem_reserve_KiB"] = max(opts.get("smem_reserve_KiB", 0), draft)
+    return opts
+
+
+def check_kernel_fit(schedule, model: str, batch: int, kv_len: int, gpu: str = GPU) -> None:
+    """Raise a one-line MksimError when a stored schedule was made without what the kernel now
+    needs (fewer KiB reserved, another block count): the searched schedules must be regenerated."""
+    o = asdict(schedule.options)
+    need = {k: v for k, v in kernel_options(model, batch, kv_len, gpu).items() if k != "prefetch_depth"}
+    for k, v in need.items():
+        ok = o[k] >= v if k == "smem_reserve_KiB" else o[k] == v
+        if not ok:
+            raise MksimError(f"this schedule has {k}={o[k]:g} but the kernel needs {k}"
+                             f"{'>=' if k == 'smem_reserve_KiB' else '='}{v:g}; regenerate the searched schedules "
+                             "with: mksim validate schedules")
+
+
+# -- building and predicting -----------------------------------------------------------------------
+def build(case: Case, gpu: str = GPU):
+    """The case's schedule: the stored file, or built with the kernel's options."""
+    import hwmodels
+    import mksim
+    from mksim.schedule import Schedule
+
+    if case.schedule_file:
+        path = Path(case.schedule_file)
+        if not path.is_absolute() and not path.is_file():
+            path = HERE.parent / path
+        if not path.is_file():
+            raise MksimError(f"{case.schedule_file}: no such schedule file"
+                             + ("; make the searched schedules with: mksim validate schedules"
+                                if case.schedule == "searched" else ""))
+        sched = Schedule.from_json(path)
+        if isinstance(sched.workload_spec.get("model"), str):
+            check_kernel_fit(sched, sched.workload_spec["model"], sched.workload.batch, sched.workload.kv_len, gpu)
+        return sched
+    g = hwmodels.load(gpu)
+    wl = mksim.models.workload(case.model, batch=case.batch, kv_len=case.kv_len, n_sms=g.sm.count)
+    return mksim.build_schedule(wl, g, case.mode, policy=case.policy,
+                                **kernel_options(case.model, case.batch, case.kv_len, gpu, case.mode))
+
+
+def predicted_us(schedule) -> float:
+    """The simulated step time as CUDA events measure it: the simulator's latency less the
+    launch latency before the first kernel starts.
+
+    The simulator's latency runs from the host's first launch call (it includes
+    ``launch.launch_latency_us``, launch to kernel start on an idle GPU, as the host sees it);
+    the measurement brackets the step with CUDA events recorded on the GPU's stream, which see
+    GPU time, not the host's submission latency. Every prediction of the suite goes through
+    here, so that the two are compared on the same footing."""
+    from mksim.sim import simulate
+
+    return simulate(schedule).latency_us - schedule.gpu.launch.launch_latency_us
+
+
+def schedule_for_gpu(schedule_json: dict, gpu: str):
+    """A stored schedule, re-read for the hardware model ``gpu`` (its queues kept)."""
+    from mksim.schedule import Schedule
+
+    return Schedule.from_json(json.dumps({**schedule_json, "gpu": gpu}))
+
+
+# -- running --------------------------------------------------------------------------------------
+def _real_measure() -> Measure:
+    try:
+        from validation.megakernel.gpu import measure
+    except ImportError as exc:
+        from validation.calibrate import NoGPUError
+
+        raise NoGPUError(f"the GPU runner (validation.megakernel.gpu) cannot be imported here ({exc})") from None
+    return measure
+
+
+def device_info() -> dict:
+    """Name and driver of GPU 0, as far as this machine can tell (``None`` without CuPy or a GPU)."""
+    info: dict[str, Any] = {"name": None, "driver": None, "host": platform.node()}
+    try:
+        import cupy
+
+        props = cupy.cuda.runtime.getDeviceProperties(0)
+        name = props["name"]
+        info["name"] = name.decode() if isinstance(name, bytes) else str(name)
+        from validation.calibrate import _driver_string
+
+        info["driver"] = _driver_string(cupy.cuda.runtime.driverGetVersion())
+    except Exception:  # no CuPy, no GPU, no driver: the measurement will say so
+        pass
+    return info
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return text if isinstance(exc, MksimError) else f"{type(exc).__name__}: {text}".rstrip(": ")
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _write(path: Path, doc: dict) -> None:
+    """Write-then-rename: an interrupted run leaves the previous complete file, never half a one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def run_case(case: Case, measure: Measure, *, reps: int = 20, watchdog_s: float = 60.0,
+             source_dir: Path | None = None, gpu: str = GPU) -> dict:
+    """Build and measure one case; returns its record: the schedule (JSON, so that it can be
+    predicted again) and the measurement, or the error in one line. Only
+    :class:`~validation.calibrate.NoGPUError` (and an interrupt) propagate."""
+    from validation.calibrate import NoGPUError
+
+    rec: dict[str, Any] = {"name": case.name, **asdict(case)}
+    try:
+        sched = build(case, gpu)
+        rec["schedule_json"] = sched.to_dict()
+        rec["measurement"] = measure(sched, reps=reps, watchdog_s=watchdog_s, source_dir=source_dir)
+    except NoGPUError:
+        raise
+    except Exception as exc:  # one case's failure (wrong output, hung kernel, bad schedule) is data
+        rec["error"] = one_line(exc)
+    return rec
+
+
+def run_suite(cases: list[Case], out_dir: Path | str, measure: Measure | None = None, *, reps: int = 20,
+              watchdog_s: float = 60.0, gpu: str = GPU, resume: bool = False, device: dict | None = None,
+              say: Callable[[str], None] = lambda _msg: None) -> dict:
+    """Run ``cases`` and write ``out_dir/measured.json`` after each; returns its content.
+
+    ``measure(schedule, reps=, watchdog_s=, source_dir=)`` is the GPU runner (default: the real
+    one, imported now). A case that fails records its error in one line and the suite goes on;
+    no GPU at all (:class:`~validation.calibrate.NoGPUError`) stops it. ``resume`` keeps the
+    cases an earlier ``measured.json`` in ``out_dir`` measured without error."""
+    measure = measure or _real_measure()
+    out = Path(out_dir)
+    path = out / MEASURED
+    kept: dict[str, dict] = {}
+    if resume and path.is_file():
+        old = load_measured(path)
+        kept = {r["name"]: r for r in old["cases"] if "measurement" in r and not r.get("error")}
+    info = device if device is not None else device_info()
+    doc = {"format": FORMAT, "version": 1, "gpu": info.get("name"), "driver": info.get("driver"),
+           "host": info.get("host"), "date": _now(), "predicted_with": gpu, "reps": reps, "cases": []}
+    for i, case in enumerate(cases):
+        if case.name in kept:
+            doc["cases"].append(kept[case.name])
+            say(f"[{i + 1}/{len(cases)}] {case.name}: kept from the earlier run")
+            continue
+        src = out / "sources" / case.name.replace("/", "-").replace(":", "-")
+        rec = run_case(case, measure, reps=reps, watchdog_s=watchdog_s, source_dir=src, gpu=gpu)
+        doc["cases"].append(rec)
+        doc["date"] = _now()
+        _write(path, doc)
+        m = rec.get("measurement")
+        say(f"[{i + 1}/{len(cases)}] {case.name}: " + (f"{m['measured_us']:.1f} µs, max rel err {m['max_rel_err']:.1e}"
+                                                       if m else f"failed: {rec['error']}"))
+    _write(path, doc)
+    return doc
+
+
+def load_measured(path: Path | str) -> dict:
+    p = Path(path)
+    if p.is_dir():
+        p = p / MEASURED
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise MksimError(f"{p}: cannot read measured results ({one_line(exc)})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise MksimError(f"{p}: not a validation measured.json (expected \"format\": \"{FORMAT}\")")
+    return doc
+
+
+# -- comparing -------------------------------------------------------------------------------------
+def kendall_tau_b(x: list[float], y: list[float]) -> float | None:
+    """Kendall's τ-b between two rankings (ties counted as neither concordant nor discordant and
+    corrected for); ``None`` when undefined (fewer than 2 items, or one side all tied).
+
+    >>> kendall_tau_b([1, 2, 3, 4], [1, 3, 2, 4])
+    0.6666666666666666
+    """
+    if len(x) != len(y):
+        raise ValueError("kendall_tau_b needs two sequences of one length")
+    n = len(x)
+    conc = disc = tie_x = tie_y = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            dx, dy = x[i] - x[j], y[i] - y[j]
+            if dx == 0:
+                tie_x += 1
+            if dy == 0:
+                tie_y += 1
+            if dx and dy:
+                conc += (dx > 0) == (dy > 0)
+                disc += (dx > 0) != (dy > 0)
+    pairs = n * (n - 1) // 2
+    denom = math.sqrt((pairs - tie_x) * (pairs - tie_y))
+    return (conc - disc) / denom if denom else None
+
+
+def _row(rec: dict, gpu: str, hbm_GBps: float) -> dict:
+    m = rec.get("measurement") or {}
+    pred = err = None
+    error = rec.get("error")
+    if rec.get("schedule_json"):
+        try:
+            pred = predicted_us(schedule_for_gpu(rec["schedule_json"], gpu))
+        except MksimError as exc:
+            error = error or f"cannot predict: {one_line(exc)}"
+    meas = m.get("measured_us")
+    if pred is not None and meas:
+        err = (pred - meas) / meas * 100
+    moved = m.get("bytes_moved")
+    rel = m.get("max_rel_err")
+    correct = m.get("ok", rel <= REL_ERR_MAX if rel is not None else None) if m else None
+    gbps = moved / meas / 1e3 if moved and meas else None
+    return {"model": rec["model"], "batch": rec["batch"], "mode": rec["mode"], "schedule": rec["schedule"],
+            "predicted_us": pred, "measured_us": meas, "measured_spread_us": m.get("measured_spread_us"),
+            "max_rel_err": m.get("max_rel_err"), "name": rec["name"], "kv_len": rec.get("kv_len"),
+            "error": error, "error_pct": err, "bytes_moved": moved, "achieved_GBps": gbps,
+            "bandwidth_fraction": gbps / hbm_GBps if gbps else None, "correct": correct}
+
+
+def metrics(rows: list[dict], hbm_GBps: float) -> dict:
+    """MAPE, each mode's error, Kendall's τ (all cases, and the modes of each model and batch),
+    and the issue's targets, over the cases with both a prediction and a measurement."""
+    ok = [r for r in rows if r["error_pct"] is not None and not r["error"]]
+    out: dict[str, Any] = {"cases": len(rows), "compared": len(ok), "hbm_read_GBps": hbm_GBps,
+                           "wrong_output": sum(r["correct"] is False for r in rows)}
+    if not ok:
+        return out
+    out["mape_pct"] = statistics.fmean(abs(r["error_pct"]) for r in ok)
+    out["by_mode"] = {}
+    for mode in dict.fromkeys(r["mode"] for r in ok):
+        errs = [r["error_pct"] for r in ok if r["mode"] == mode]
+        out["by_mode"][mode] = {"n": len(errs), "mape_pct": statistics.fmean(abs(e) for e in errs),
+                                "max_abs_error_pct": max(abs(e) for e in errs),
+                                "mean_error_pct": statistics.fmean(errs)}
+    groups: dict[str, list[dict]] = {}
+    for r in ok:
+        groups.setdefault(f"{r['model']}/b{r['batch']}", []).append(r)
+    by_group = {g: kendall_tau_b([r["predicted_us"] for r in rs], [r["measured_us"] for r in rs])
+                for g, rs in groups.items()}
+    defined = [t for t in by_group.values() if t is not None]
+    out["kendall_tau"] = {"overall": kendall_tau_b([r["predicted_us"] for r in ok], [r["measured_us"] for r in ok]),
+                          "by_group": by_group, "mean_of_groups": statistics.fmean(defined) if defined else None}
+    targets: dict[str, Any] = {
+        "mape_le_10pct": out["mape_pct"] <= 10.0,
+        "every_mode_mape_le_15pct": all(v["mape_pct"] <= 15.0 for v in out["by_mode"].values()),
+        "kendall_tau_ge_0_8": (out["kendall_tau"]["mean_of_groups"] or -1) >= 0.8,
+    }
+    one_b1 = [r for r in ok if (r["model"], r["batch"]) == (MODELS[0], 1)]
+    mks = [r for r in one_b1 if r["mode"] == "megakernel"]
+    pdl = [r for r in one_b1 if r["mode"] == "graph_pdl"]
+    if mks:
+        best = min(mks, key=lambda r: r["measured_us"])
+        targets["megakernel_bandwidth_fraction"] = best["bandwidth_fraction"]
+        targets["megakernel_ge_70pct_bandwidth"] = (best["bandwidth_fraction"] or 0) >= 0.7
+        if pdl:
+            targets["megakernel_faster_than_graph_pdl"] = best["measured_us"] < pdl[0]["measured_us"]
+    out["targets"] = targets
+    return out
+
+
+def summarize(measured: dict | Path | str, gpu: str = GPU) -> dict:
+    """``summary.json``: the issue's schema (``gpu``, ``date``, ``cases`` with model, batch, mode,
+    schedule, predicted_us, measured_us, measured_spread_us, max_rel_err) plus each case's error,
+    bandwidth and name, and the suite's :func:`metrics`. Predictions are recomputed here, on the
+    CPU, with the hardware model ``gpu``."""
+    import hwmodels
+
+    doc = measured if isinstance(measured, dict) else load_measured(measured)
+    hbm_GBps = hwmodels.load(gpu).hbm_bandwidth_Bps / 1e9
+    rows = [_row(rec, gpu, hbm_GBps) for rec in doc["cases"]]
+    return {"gpu": doc.get("gpu"), "date": doc.get("date"), "cases": rows, "driver": doc.get("driver"),
+            "predicted_with": gpu, "metrics": metrics(rows, hbm_GBps)}
+
+
+def write_summary(measured_dir: Path | str, gpu: str = GPU, out_dir: Path | str | None = None) -> dict:
+    """Summary, plots and markdown table of ``measured_dir/measured.json`` into ``out_dir``
+    (default: the same folder). Returns ``{"summary": ..., "files": [paths]}``."""
+    from validation.suite_plots import write_plots
+
+    summary = summarize(Path(measured_dir), gpu)
+    out = Path(out_dir) if out_dir else Path(measured_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = [out / SUMMARY, out / TABLE]
+    _write(files[0], summary)
+    files[1].write_text(markdown_table(summary))
+    files += write_plots(summary, out)
+    return {"summary": summary, "files": files}
+
+
+# -- docs ------------------------------------------------------------------------------------------
+def _f(v: float | None, fmt: str) -> str:
+    return "–" if v is None else format(v, fmt)
+
+
+def markdown_table(summary: dict) -> str:
+    """The summary as a markdown table and a line of metrics (what docs/validation.md shows)."""
+    lines = [f"{summary.get('gpu') or 'GPU'}, {summary.get('date') or ''}; predictions by `{summary['predicted_with']}`"
+             f" (µs; error = predicted / measured − 1):", "",
+             "| model | batch | mode | schedule | predicted µs | measured µs | spread µs | error | bandwidth | "
+             "max rel err |",
+             "|---|---:|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in summary["cases"]:
+        bw = (f"{r['achieved_GBps'] / 1e3:.2f} TB/s ({r['bandwidth_fraction']:.0%})"
+              if r["achieved_GBps"] else "–")
+        err = f"{r['error_pct']:+.1f} %" if r["error_pct"] is not None else ("failed" if r["error"] else "–")
+        lines.append(f"| {r['model']} | {r['batch']} | {r['mode']} | {r['schedule']} | {_f(r['predicted_us'], '.1f')} | "
+                     f"{_f(r['measured_us'], '.1f')} | {_f(r['measured_spread_us'], '.1f')} | {err} | {bw} | "
+                     f"{_f(r['max_rel_err'], '.1e')} |")
+    m = summary["metrics"]
+    if "mape_pct" in m:
+        tau = m["kendall_tau"]
+        modes = ", ".join(f"{k} {v['mape_pct']:.1f} %" for k, v in m["by_mode"].items())
+        lines += ["", f"MAPE {m['mape_pct']:.1f} % over {m['compared']} of {m['cases']} cases; by mode: {modes}. "
+                      f"Kendall τ-b {_f(tau['overall'], '.2f')} over all cases, {_f(tau['mean_of_groups'], '.2f')} "
+                      f"on average within each model and batch."]
+    notes = [f"- {r['name']} failed: {r['error']}" for r in summary["cases"] if r["error"]]
+    notes += [f"- {r['name']}: wrong output (max rel err {r['max_rel_err']:.1e})" for r in summary["cases"]
+              if r["correct"] is False]
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines) + "\n"
+
+
+def splice_docs(page: Path | str, table: str) -> bool:
+    """Put ``table`` between the suite-results markers of ``page``; True when the page changed."""
+    p = Path(page)
+    text = p.read_text()
+    if DOCS_BEGIN not in text or DOCS_END not in text:
+        raise MksimError(f"{p}: no {DOCS_BEGIN} ... {DOCS_END} markers to put the table between")
+    head, rest = text.split(DOCS_BEGIN, 1)
+    _, tail = rest.split(DOCS_END, 1)
+    new = f"{head}{DOCS_BEGIN}\n{table}{DOCS_END}{tail}"
+    if new != text:
+        p.write_text(new)
+    return new != text
+
+
+# -- the searched schedules ------------------------------------------------------------------------
+def search_schedules(only: list[str] | None = None, *, trials: int = 200, seed: int = 0, storage: str = "memory",
+                     workers: int = 1, out_dir: Path | str = SCHEDULES, gpu: str = GPU,
+                     say: Callable[[str], None] = lambda _msg: None) -> list[dict]:
+    """Run ``mksim search`` for each model and batch of the suite with the kernel's options fixed
+    (:func:`search_fixed`); write ``<model>-b<batch>.json`` (the best schedule) and
+    ``<model>-b<batch>.search.json`` (the study's outcome) into ``out_dir``."""
+    from mksim.search import search
+
+    pairs = [(m, b) for m in MODELS for b in BATCHES]
+    if only:
+        pairs = [(m, b) for m, b in pairs if any(s in f"{m}/b{b}" for s in only)]
+        if not pairs:
+            raise MksimError(f"no model and batch matches --only {' '.join(only)}; they look like {MODELS[0]}/b1")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    made = []
+    for model, batch in pairs:
+        fixed = search_fixed(model, batch, KV_LEN, gpu)
+        path = out / f"{model}-b{batch}.json"
+        res = search(model, gpu, batch=batch, kv_len=KV_LEN, trials=trials, seed=seed, storage=storage,
+                     workers=workers, out=path, fixed=fixed)
+        from mksim.schedule import Schedule
+
+        info = {"model": model, "batch": batch, "kv_len": KV_LEN, "gpu": gpu, "trials": trials, "seed": seed,
+                "fixed": fixed, "schedule": path.name, "predicted_us": predicted_us(Schedule.from_json(path)),
+                "latency_us": res.best["latency_us"], "candidate": res.best["candidate"],
+                "baselines_latency_us": {k: v["latency_us"] for k, v in sorted(res.baselines.items())},
+                "speedup_vs_baseline": dict(sorted(res.improvement().items())),
+                "study": {"complete": res.n_complete, "pruned": res.n_pruned, "failed": res.n_failed}}
+        path.with_name(path.stem + ".search.json").write_text(json.dumps(info, indent=1) + "\n")
+        made.append(info)
+        base = ", ".join(f"{k} {info['baselines_latency_us'][k]:.1f}" for k in ("graph_pdl", "megakernel:dag")
+                         if k in info["baselines_latency_us"])
+        say(f"{model} batch {batch}: best {res.best['latency_us']:.1f} µs ({base}) -> {path}")
+    return made
+
+
+def schedules_table(folder: Path | str = SCHEDULES, gpu: str = GPU) -> str:
+    """The searched schedules against the default megakernel and graph_pdl (predicted µs, as the
+    suite predicts: launch latency left out), from the ``.search.json`` files in ``folder``."""
+    import hwmodels
+
+    launch = hwmodels.load(gpu).launch.launch_latency_us
+    lines = ["| model | batch | searched µs | default megakernel (dag) µs | graph_pdl µs | vs default | vs graph_pdl "
+             "| searched schedule | kernel options fixed | trials complete/pruned |",
+             "|---|---:|---:|---:|---:|---:|---:|---|---|---:|"]
+    for model in MODELS:
+        for batch in BATCHES:
+            p = Path(folder) / f"{model}-b{batch}.search.json"
+            if not p.is_file():
+                continue
+            d = json.loads(p.read_text())
+            base = {k: v - launch for k, v in d["baselines_latency_us"].items()}
+            best, mk, pdl = d["predicted_us"], base.get("megakernel:dag"), base.get("graph_pdl")
+            lines.append(f"| {model} | {batch} | {best:.1f} | {_f(mk, '.1f')} | {_f(pdl, '.1f')} | "
+                         f"{_f(mk and mk / best, '.3f')}× | {_f(pdl and pdl / best, '.3f')}× | "
+                         f"{describe(d['candidate'])} | "
+                         f"{', '.join(f'{k}={v:g}' for k, v in d['fixed'].items())} | "
+                         f"{d['study']['complete']}/{d['study']['pruned']} |")
+    return "\n".join(lines) + "\n"
+
+
+def describe(c: dict) -> str:
+    """A searched candidate in a few words."""
+    o = c["options"]
+    parts = [f"{c['policy']}" + (" (level order)" if c["policy_options"].get("order") == "level" else ""),
+             f"{o['prefetch_depth']}×{o['page_KiB']:g} KiB pages", o["sync"]]
+    if c["grain"]:
+        parts.append("grain " + ", ".join(f"{k} {v:g}" for k, v in c["grain"].items()))
+    if c["small_grain"] != 1.0:
+        parts.append(f"small ops {c['small_grain']:g}")
+    if c["kv_split_mult"] != 1.0:
+        parts.append(f"KV splits ×{c['kv_split_mult']:g}")
+    parts += [w for w, on in (("norms fused", c["fuse_norm"]), ("q/k/v split", c["split_qkv"]),
+                              ("gate/up split", c["split_gate_up"])) if on]
+    return ", ".join(parts)
