@@ -1,0 +1,530 @@
+// mksim's generated kernels: one persistent megakernel that interprets per-SM task queues, the
+// same with a grid barrier between ops, and one kernel per op for the chain modes. All three run
+// the device functions of validation/kernels/mk_ops.cuh on the same block layout:
+//
+//   warps 0 .. MK_CONSUMERS-1   workers: wait for a task's inputs, compute it, publish it;
+//   warp  MK_CONSUMERS          producer: one lane streams the weight rows of every matmul task of
+//                               the block's queue into a ring of shared-memory pages with
+//                               cp.async.bulk, each page guarded by a `full` and an `empty` mbarrier;
+//   warp  MK_CONSUMERS + 1      publisher (megakernel): one lane makes each finished task visible
+//                               (a gpu-scope fence, then the tile's flag and the op's counter), so
+//                               that the workers go on to their next task without waiting for it.
+//
+// Weights never depend on activations, so the producer runs ahead of the workers across task and
+// op boundaries, as far as the ring allows (its depth is the schedule's prefetch_depth, its page
+// the schedule's page_KiB). Dependencies (megakernel): a whole-op dependency waits for the op's
+// counter to reach its tile count, a partial one for the tiles' flags; both are published with
+// red.release.gpu after every worker fenced its writes, and read with ld.acquire.gpu. Any wait
+// that lasts MK_SPIN_LIMIT_NS sets an error code and makes every warp of the grid stop: a hang
+// becomes an error the host reports.
+#include "mk_ops.cuh"
+
+#ifndef MK_CONSUMERS
+#define MK_CONSUMERS 8
+#endif
+#define MK_NW (MK_CONSUMERS * 32)
+#define MK_THREADS (MK_NW + 64)  // + the producer warp + the publisher warp
+#define MK_TASK_FIELDS 8
+#define MK_DEP_OP 0
+#define MK_SPIN_LIMIT_NS 2000000000ull
+
+// error codes (validation/megakernel/gpu.py turns them into messages)
+#define MK_ERR_COUNTER 1
+#define MK_ERR_FLAG 2
+#define MK_ERR_BARRIER 3
+#define MK_ERR_PIPE 4
+#define MK_ERR_ATTN 5
+#define MK_ERR_OPCODE 6
+#define MK_ERR_BATCH 7
+
+struct MkParams {               // keep in step with PARAM_FIELDS in program.py
+    const int* tasks;           // rows of MK_TASK_FIELDS int32 (see encode.py)
+    const int* queue_start;     // block b runs rows queue_start[b] .. queue_start[b + 1] - 1
+    const int* deps;            // rows of (kind, op, t0, t1)
+    const int* op_tiles;        // tiles per op: the counters' targets
+    const MkOp* ops;
+    unsigned* counters;         // one per op
+    unsigned* flags;            // one per tile (op's flag_base + tile)
+    unsigned* barrier;          // grid-barrier arrivals (persistent_barrier)
+    int* error;
+    unsigned long long* trace;  // optional: 4 %globaltimer stamps per task row (wait, ready, computed, published)
+    int n_ops, page_B, depth, x_B;  // ring page bytes and depth; bytes of the x / scratch region
+    int acc_floats, acc_rows;  // row accumulators: MK_MAX_T x acc_rows floats
+    int ahead, pad2;           // 0: the producer streams a task only once the workers have begun it
+};
+
+__device__ __forceinline__ unsigned mk_smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ unsigned long long mk_now() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__device__ __forceinline__ unsigned mk_ld_acquire(const unsigned* p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void mk_red_release(unsigned* p) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(p) : "memory");
+}
+
+__device__ __forceinline__ bool mk_failed(const int* error) { return *(const volatile int*)error != 0; }
+
+// Spin until *p >= want. False, with the error code set, after MK_SPIN_LIMIT_NS or when another
+// block has failed.
+__device__ bool mk_wait_at_least(const unsigned* p, unsigned want, int* error, int code) {
+    unsigned long long t0 = 0;
+    for (int k = 0; mk_ld_acquire(p) < want; ++k) {
+        if (k == 0) t0 = mk_now();
+        if ((k & 63) == 63) {
+            if (mk_failed(error)) return false;
+            if (mk_now() - t0 > MK_SPIN_LIMIT_NS) { atomicCAS(error, 0, code); return false; }
+        }
+    }
+    return true;
+}
+
+// ---------------------------------------------------------------- the page ring
+struct MkRing {
+    unsigned char* pages;
+    unsigned long long* full;   // producer -> workers: the page holds its bytes
+    unsigned long long* empty;  // workers -> producer: every worker warp is done with the page
+    int P, D;
+    int stage;                  // the next page to fill (producer) or to read (workers)
+    unsigned phase;             // parity of the ring's current round
+
+    __device__ __forceinline__ void advance() {  // no division on the per-page path
+        if (++stage == D) { stage = 0; phase ^= 1u; }
+    }
+};
+
+__device__ __forceinline__ bool mk_mbar_try(unsigned long long* b, unsigned parity) {
+    unsigned ok;
+    asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                 "selp.u32 %0, 1, 0, p;\n\t}" : "=r"(ok) : "r"(mk_smem_addr(b)), "r"(parity) : "memory");
+    return ok != 0;
+}
+
+// Wait for the phase of parity `parity` of barrier b; false when the grid failed meanwhile (the
+// error word is read only while waiting long, never on the fast path).
+__device__ bool mk_mbar_wait(unsigned long long* b, unsigned parity, int* error) {
+    unsigned long long t0 = 0;
+    for (int k = 0; !mk_mbar_try(b, parity); ++k) {
+#ifdef MK_EXPERIMENT_WAIT_SLEEP_NS
+        __nanosleep(MK_EXPERIMENT_WAIT_SLEEP_NS);
+#endif
+        if (k == 0) t0 = mk_now();
+        if ((k & 63) == 63) {
+            if (mk_failed(error)) return false;
+            if (mk_now() - t0 > MK_SPIN_LIMIT_NS) { atomicCAS(error, 0, MK_ERR_PIPE); return false; }
+        }
+    }
+    return true;
+}
+
+// What the producer needs of one task row: where its weight rows start and how many bytes.
+struct MkStream {
+    const unsigned char* src;
+    long long bytes;            // 0: the task streams nothing through the ring
+};
+
+__device__ __forceinline__ MkStream mk_stream_of(const MkParams& P, const int* t) {
+    MkStream m{nullptr, 0};
+    if (__ldg(t) != MK_OP_MATMUL) return m;
+    const int op = __ldg(t + 1), lo = __ldg(t + 3), hi = __ldg(t + 4);
+    const MkOp* o = P.ops + op;
+    const int K = __ldg(&o->K);
+    m.src = reinterpret_cast<const unsigned char*>(__ldg(reinterpret_cast<const unsigned long long*>(&o->W)))
+            + (size_t)lo * K * 2;
+    m.bytes = (long long)(hi - lo) * K * 2;
+    return m;
+}
+
+// The producer lane: stream the weight rows of task rows [i0, i1) through the ring. The next
+// task's descriptor is read while this one's pages are issued, so that no global load sits on
+// the path between two copies. Without `ahead`, a task's first page waits until the workers
+// have begun the task (no prefetch across tasks).
+__device__ void mk_produce(const MkParams& P, int i0, int i1, MkRing& r, const int* started) {
+    if (i0 >= i1) return;
+    MkStream cur = mk_stream_of(P, P.tasks + (size_t)i0 * MK_TASK_FIELDS);
+    for (int i = i0; i < i1; ++i) {
+        const MkStream next = i + 1 < i1 ? mk_stream_of(P, P.tasks + (size_t)(i + 1) * MK_TASK_FIELDS) : MkStream{nullptr, 0};
+        if (cur.bytes > 0 && !P.ahead)
+            while (*(const volatile int*)started < i)
+                if (mk_failed(P.error)) return;
+        for (long long off = 0; off < cur.bytes; off += r.P) {
+            const int stage = r.stage;
+            const unsigned parity = r.phase ^ 1u;
+            r.advance();
+            if (!mk_mbar_wait(r.empty + stage, parity, P.error)) return;
+            const unsigned bytes = (unsigned)min((long long)r.P, cur.bytes - off);
+            const unsigned bar = mk_smem_addr(r.full + stage);
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                         :: "r"(mk_smem_addr(r.pages + (size_t)stage * r.P)), "l"(cur.src + off), "r"(bytes), "r"(bar)
+                         : "memory");
+        }
+        cur = next;
+    }
+}
+
+// ---------------------------------------------------------------- matmul on the workers
+// xs: the op's input, bf16 [T][K] in shared memory. Each page holds whole 512-byte units of the
+// task's weight rows (K is a multiple of 256, so a unit never straddles rows); each worker warp
+// takes a contiguous run of a page's units, accumulates per row and adds its row sums into acc_s
+// (shared memory, fp32 [T][R], row r in slot r mod R, R a power of two). Pages are consumed without any block-wide
+// synchronisation: the rows are written out only when the slots would wrap (R rows apart) and at
+// the end of the task.
+template <int T>
+__device__ __forceinline__ void mk_matmul_flush(const MkOp& o, int lo, int r0, int r1, float* acc_s, int R, int tid) {
+    mk_bar(MK_NW);
+    const int n = r1 - r0;
+    mk_bf16* out = (mk_bf16*)o.out;
+    for (int i = tid; i < T * n; i += MK_NW) {
+        const int b = i / n, rr = r0 + i - b * n;
+        float* slot = acc_s + b * R + (rr & (R - 1));
+        float v = *slot;
+        *slot = 0.f;
+        if (o.opt & MK_OPT_RESIDUAL) v += mk_ld_bf16(o.in1 + (size_t)b * o.ld1 + lo + rr);
+        out[(size_t)b * o.ld_out + lo + rr] = mk_f32_to_bf16(v);
+    }
+    mk_bar(MK_NW);
+}
+
+template <int T>
+__device__ void mk_matmul_pages(const MkOp& o, int lo, int hi, MkRing& r, const mk_bf16* xs, float* acc_s,
+                                int R, int tid, int* error) {
+    const int K = o.K, upr = K >> 8, lane = tid & 31, warp = tid >> 5, rows = hi - lo;
+    const long long S = (long long)rows * K * 2;
+    const uint4* x4 = reinterpret_cast<const uint4*>(xs);
+    const int kv8 = K >> 3;
+    int written = 0;  // rows [0, written) are out
+    for (long long off = 0; off < S; off += r.P) {
+        const int nu = (int)(min((long long)r.P, S - off) >> 9);
+        const int u0 = (int)(off >> 9);
+        if ((u0 + nu - 1) / upr - written >= R) {  // this page's last row would wrap onto an unwritten one
+            mk_matmul_flush<T>(o, lo, written, u0 / upr, acc_s, R, tid);
+            written = u0 / upr;
+        }
+        const int stage = r.stage;
+        const unsigned parity = r.phase;
+        r.advance();
+        mk_mbar_wait(r.full + stage, parity, error);
+        const int a = warp * nu / MK_CONSUMERS, z = (warp + 1) * nu / MK_CONSUMERS;
+        const uint4* pg = reinterpret_cast<const uint4*>(r.pages + (size_t)stage * r.P);
+        if ((upr & 3) == 0 && (r.P & 2047) == 0) {
+            // fast path (K a multiple of 1024): the page's units in groups of 4, which never straddle
+            // a row; a warp takes whole groups, four independent FMA chains per group
+            const int ng = nu >> 2, ga = warp * ng / MK_CONSUMERS, gz = (warp + 1) * ng / MK_CONSUMERS;
+            int row = -1;
+            float acc[T];
+            int rr = (u0 + 4 * ga) / upr, c8 = (u0 + 4 * ga - rr * upr) * 32 + lane;  // one division a page
+            for (int gi = ga; gi < gz; ++gi, c8 += 128) {
+                if (c8 >= kv8) { c8 -= kv8; ++rr; }
+                if (rr != row) {
+                    if (row >= 0) {
+#pragma unroll
+                        for (int b = 0; b < T; ++b) {
+                            const float v = mk_warp_sum(acc[b]);
+                            if (lane == 0) atomicAdd(acc_s + b * R + (row & (R - 1)), v);
+                        }
+                    }
+                    row = rr;
+#pragma unroll
+                    for (int b = 0; b < T; ++b) acc[b] = 0.f;
+                }
+                const int u = gi * 4;
+                uint4 wv[4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) wv[j] = pg[(u + j) * 32 + lane];
+#pragma unroll
+                for (int b = 0; b < T; ++b) {
+                    uint4 xv[4];
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) xv[j] = x4[b * kv8 + c8 + 32 * j];
+                    float part[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        float f[8], xf[8];
+                        mk_unpack8(wv[j], f);
+                        mk_unpack8(xv[j], xf);
+#pragma unroll
+                        for (int e = 0; e < 8; ++e) part[j] = fmaf(f[e], xf[e], part[j]);
+                    }
+                    acc[b] += (part[0] + part[1]) + (part[2] + part[3]);
+                }
+            }
+            if (row >= 0) {
+#pragma unroll
+                for (int b = 0; b < T; ++b) {
+                    const float v = mk_warp_sum(acc[b]);
+                    if (lane == 0) atomicAdd(acc_s + b * R + (row & (R - 1)), v);
+                }
+            }
+        } else if (a < z) {
+            int row = (u0 + a) / upr, c8 = (u0 + a - row * upr) * 32 + lane;
+            float acc[T], acc2[T];
+#pragma unroll
+            for (int b = 0; b < T; ++b) acc[b] = acc2[b] = 0.f;
+            for (int u = a; u < z;) {
+                // two units at a time when both lie in this row: two independent FMA chains, and
+                // all four shared-memory loads in flight together
+                const bool two = u + 1 < z && c8 + 32 < kv8;
+                const uint4 w0 = pg[u * 32 + lane];
+                const uint4 w1 = two ? pg[(u + 1) * 32 + lane] : make_uint4(0, 0, 0, 0);
+                uint4 x0[T], x1[T];
+#pragma unroll
+                for (int b = 0; b < T; ++b) {
+                    x0[b] = x4[b * kv8 + c8];
+                    x1[b] = two ? x4[b * kv8 + c8 + 32] : make_uint4(0, 0, 0, 0);
+                }
+                float f0[8], f1[8];
+                mk_unpack8(w0, f0);
+                mk_unpack8(w1, f1);
+#pragma unroll
+                for (int b = 0; b < T; ++b) {
+                    float xa[8], xb[8];
+                    mk_unpack8(x0[b], xa);
+                    mk_unpack8(x1[b], xb);
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) {
+                        acc[b] = fmaf(f0[e], xa[e], acc[b]);
+                        acc2[b] = fmaf(f1[e], xb[e], acc2[b]);
+                    }
+                }
+                u += two ? 2 : 1;
+                c8 += two ? 64 : 32;
+                if (c8 >= kv8 || u == z) {  // the row ends here, or the warp's run does
+#pragma unroll
+                    for (int b = 0; b < T; ++b) {
+                        const float v = mk_warp_sum(acc[b] + acc2[b]);
+                        if (lane == 0) atomicAdd(acc_s + b * R + (row & (R - 1)), v);
+                        acc[b] = acc2[b] = 0.f;
+                    }
+                    if (c8 >= kv8) { c8 = lane; ++row; }
+                }
+            }
+        }
+        __syncwarp();
+        if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(mk_smem_addr(r.empty + stage)) : "memory");
+    }
+    mk_matmul_flush<T>(o, lo, written, rows, acc_s, R, tid);
+}
+
+// The matmul's input rows into shared memory (RMS-normed first when the norm is fused).
+__device__ void mk_load_x(const MkOp& o, mk_bf16* xs, float* red, int tid) {
+    const int K = o.K, kv = K >> 3;
+    uint4* x4 = reinterpret_cast<uint4*>(xs);
+    for (int b = 0; b < o.T; ++b) {
+        const uint4* src = reinterpret_cast<const uint4*>(o.in0 + (size_t)b * o.ld0);
+        for (int j = tid; j < kv; j += MK_NW) x4[b * kv + j] = __ldcg(src + j);
+    }
+    mk_bar(MK_NW);
+    if (o.opt & MK_OPT_FUSED_NORM) {
+        for (int b = 0; b < o.T; ++b) {
+            mk_bf16* x = xs + (size_t)b * K;
+            float ss = 0.f;
+            for (int k = tid; k < K; k += MK_NW) {
+                const float v = mk_bf16_to_f32(x[k]);
+                ss = fmaf(v, v, ss);
+            }
+            ss = mk_warp_sum(ss);
+            if ((tid & 31) == 0) red[tid >> 5] = ss;
+            mk_bar(MK_NW);
+            float t = 0.f;
+            for (int w = 0; w < MK_CONSUMERS; ++w) t += red[w];
+            const float inv = rsqrtf(t / K + o.eps);
+            for (int k = tid; k < K; k += MK_NW)
+                x[k] = mk_f32_to_bf16(mk_bf16_to_f32(mk_f32_to_bf16(mk_bf16_to_f32(x[k]) * inv)) *
+                                      mk_bf16_to_f32(o.w2[k]));
+            mk_bar(MK_NW);
+        }
+    }
+}
+
+struct MkBlock {                 // one block's shared memory and worker state
+    MkRing ring;
+    mk_bf16* xs;                 // matmul input / attention scratch
+    float* acc;                  // matmul row sums
+    float* red;                  // 32 floats of reduction scratch
+    int* ok;                     // the workers' verdict on the current task
+    int* started;                // the last task the workers have begun (the producer waits for it unless ahead)
+    int* finished;               // the last task the workers have finished (the publisher waits for it)
+    int x_of;                    // the op whose input xs holds (consecutive tiles reuse it)
+};
+
+__device__ MkBlock mk_block_init(const MkParams& P) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    MkBlock k;
+    const size_t ring_B = (size_t)P.page_B * P.depth;
+    k.ring.pages = smem;
+    k.ring.P = P.page_B;
+    k.ring.D = P.depth;
+    k.ring.stage = 0;
+    k.ring.phase = 0;
+    k.xs = reinterpret_cast<mk_bf16*>(smem + ring_B);
+    k.acc = reinterpret_cast<float*>(smem + ring_B + P.x_B);
+    k.red = k.acc + P.acc_floats;
+    k.ok = reinterpret_cast<int*>(k.red + 32);
+    k.started = k.ok + 1;
+    k.finished = k.ok + 2;
+    k.ring.full = reinterpret_cast<unsigned long long*>(k.red + 40);
+    k.ring.empty = k.ring.full + P.depth;
+    k.x_of = -1;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < P.depth; ++s) {
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(mk_smem_addr(k.ring.full + s)));
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(mk_smem_addr(k.ring.empty + s)),
+                         "r"(MK_CONSUMERS));
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        *k.started = -1;
+        *k.finished = -1;
+    }
+    for (int i = threadIdx.x; i < P.acc_floats; i += blockDim.x) k.acc[i] = 0.f;
+    __syncthreads();
+    return k;
+}
+
+// Run one task on the workers (its inputs are ready). False if the op has no device function here.
+__device__ int mk_run_task(const MkParams& P, MkBlock& k, int opcode, int op, int lo, int hi, int tid) {
+    const MkOp o = P.ops[op];  // by value: the fields live in registers, not reloaded after every barrier
+    switch (opcode) {
+    case MK_OP_MATMUL:
+        if (k.x_of != op) {
+            mk_load_x(o, k.xs, k.red, tid);
+            k.x_of = op;
+        }
+        switch (o.T) {
+        case 1: mk_matmul_pages<1>(o, lo, hi, k.ring, k.xs, k.acc, P.acc_rows, tid, P.error); break;
+        case 2: mk_matmul_pages<2>(o, lo, hi, k.ring, k.xs, k.acc, P.acc_rows, tid, P.error); break;
+        case 4: mk_matmul_pages<4>(o, lo, hi, k.ring, k.xs, k.acc, P.acc_rows, tid, P.error); break;
+        case 8: mk_matmul_pages<8>(o, lo, hi, k.ring, k.xs, k.acc, P.acc_rows, tid, P.error); break;
+        default: return MK_ERR_BATCH;
+        }
+        return 0;
+    case MK_OP_EMBED: mk_embed(o, lo, hi, tid, MK_NW); return 0;
+    case MK_OP_RMSNORM: mk_rmsnorm(o, lo, hi, tid, MK_NW, k.red); return 0;
+    case MK_OP_ROPE_KV: mk_rope_kv(o, lo, hi, tid, MK_NW); return 0;
+    case MK_OP_ATTN_PARTIAL:
+        k.x_of = -1;  // the scratch overwrites xs
+        return mk_attn_partial(o, lo, hi, tid, MK_NW, reinterpret_cast<float*>(k.xs)) ? 0 : MK_ERR_ATTN;
+    case MK_OP_ATTN_REDUCE: mk_attn_reduce(o, lo, hi, tid, MK_NW); return 0;
+    case MK_OP_SILU_MUL: mk_silu_mul(o, lo, hi, tid, MK_NW); return 0;
+    default: return MK_ERR_OPCODE;
+    }
+}
+
+// The publisher lane: for each task row of [i0, i1), once the workers have finished it, fence at
+// gpu scope (cumulatively: every worker's writes were ordered before the `finished` store by the
+// workers' barrier) and release the tile's flag and the op's counter.
+__device__ void mk_publish(const MkParams& P, int i0, int i1, const int* finished) {
+    for (int i = i0; i < i1; ++i) {
+        const int* t = P.tasks + (size_t)i * MK_TASK_FIELDS;
+        const int op = __ldg(t + 1), tile = __ldg(t + 2);
+        unsigned* flag = P.flags + __ldg(&P.ops[op].flag_base) + tile;
+        for (int k = 0; *(const volatile int*)finished < i; ++k)
+            if ((k & 255) == 255 && mk_failed(P.error)) return;
+        __threadfence();
+        mk_red_release(flag);
+        mk_red_release(P.counters + op);
+    }
+}
+
+// Thread 0 of the workers: wait for task row t's dependencies.
+__device__ bool mk_wait_deps(const MkParams& P, const int* t) {
+    const int d0 = __ldg(t + 5), nd = __ldg(t + 6);
+    for (int d = d0; d < d0 + nd; ++d) {
+        const int kind = __ldg(P.deps + 4 * d), p = __ldg(P.deps + 4 * d + 1);
+        const int t0 = __ldg(P.deps + 4 * d + 2), t1 = __ldg(P.deps + 4 * d + 3);
+        if (kind == MK_DEP_OP) {
+            if (!mk_wait_at_least(P.counters + p, (unsigned)__ldg(P.op_tiles + p), P.error, MK_ERR_COUNTER)) return false;
+        } else {
+            const int fb = __ldg(&P.ops[p].flag_base);
+            for (int tt = t0; tt < t1; ++tt)
+                if (!mk_wait_at_least(P.flags + fb + tt, 1u, P.error, MK_ERR_FLAG)) return false;
+        }
+    }
+    return true;
+}
+
+// The persistent kernels: one block per SM walks its queue. barrier_mode = 0: dependencies from
+// the tables (megakernel); 1: a grid barrier after every op instead (persistent_barrier; the
+// queues list ops in order).
+extern "C" __global__ void __launch_bounds__(MK_THREADS, 1) mk_persistent(const MkParams* __restrict__ Pp, int barrier_mode) {
+    const MkParams P = *Pp;
+    MkBlock k = mk_block_init(P);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
+    const int q0 = P.queue_start[blockIdx.x], q1 = P.queue_start[blockIdx.x + 1];
+    if (warp == MK_CONSUMERS) {
+        if (lane == 0) mk_produce(P, q0, q1, k.ring, k.started);
+        return;
+    }
+    if (warp == MK_CONSUMERS + 1) {
+        if (lane == 0 && !barrier_mode) mk_publish(P, q0, q1, k.finished);
+        return;
+    }
+    int passed = 0;  // barrier mode: grid barriers this block has passed
+    for (int i = q0; i < q1; ++i) {
+        const int* t = P.tasks + (size_t)i * MK_TASK_FIELDS;
+        const int opcode = __ldg(t), op = __ldg(t + 1), lo = __ldg(t + 3), hi = __ldg(t + 4);
+        if (tid == 0) {
+            if (P.trace) P.trace[4 * i] = mk_now();
+            bool ok = !mk_failed(P.error);
+            if (barrier_mode) {
+                for (; ok && passed < op; ++passed) {
+                    mk_red_release(P.barrier);
+                    ok = mk_wait_at_least(P.barrier, (unsigned)(passed + 1) * gridDim.x, P.error, MK_ERR_BARRIER);
+                }
+            } else if (ok) {
+                ok = mk_wait_deps(P, t);
+            }
+            *k.ok = ok;
+            *(volatile int*)k.started = i;
+            if (P.trace) P.trace[4 * i + 1] = mk_now();
+        }
+        mk_bar(MK_NW);
+        if (!*k.ok) return;
+        const int code = mk_run_task(P, k, opcode, op, lo, hi, tid);
+        if (tid == 0 && P.trace) P.trace[4 * i + 2] = mk_now();
+        mk_bar(MK_NW);  // every worker's writes are ordered before what thread 0 does next
+        if (tid == 0) {
+            if (code) atomicCAS(P.error, 0, code);
+            __threadfence_block();
+            *(volatile int*)k.finished = i;  // the publisher takes it from here
+            if (P.trace) P.trace[4 * i + 3] = mk_now();
+        }
+    }
+    if (barrier_mode && tid == 0)  // arrive at the barriers this block has no tasks behind
+        for (; passed < P.n_ops - 1; ++passed) mk_red_release(P.barrier);
+}
+
+// Chain modes: one launch per op, block b runs task row task0 + b. Weights stream before the
+// griddepcontrol.wait, so with programmatic dependent launch (graph_pdl) a block prefetches its
+// first pages while the previous kernel finishes; without it both instructions are no-ops.
+extern "C" __global__ void __launch_bounds__(MK_THREADS, 1) mk_chain(const MkParams* __restrict__ Pp, int task0) {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    const MkParams P = *Pp;
+    MkBlock k = mk_block_init(P);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
+    const int* t = P.tasks + (size_t)(task0 + blockIdx.x) * MK_TASK_FIELDS;
+    if (warp == MK_CONSUMERS) {
+        if (lane == 0) mk_produce(P, task0 + blockIdx.x, task0 + blockIdx.x + 1, k.ring, k.started);
+        return;
+    }
+    if (warp == MK_CONSUMERS + 1) return;  // kernel boundaries publish
+    const int row = task0 + blockIdx.x;
+    if (tid == 0 && P.trace) P.trace[4 * row] = mk_now();
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (tid == 0) {
+        *(volatile int*)k.started = task0 + blockIdx.x;
+        if (P.trace) P.trace[4 * row + 1] = mk_now();
+    }
+    mk_bar(MK_NW);
+    const int code = mk_run_task(P, k, __ldg(t), __ldg(t + 1), __ldg(t + 3), __ldg(t + 4), tid);
+    if (code && tid == 0) atomicCAS(P.error, 0, code);
+    if (tid == 0 && P.trace) P.trace[4 * row + 2] = P.trace[4 * row + 3] = mk_now();
+}

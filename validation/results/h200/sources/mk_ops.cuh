@@ -1,0 +1,302 @@
+// The ops of a decode step as device functions for mksim's generated kernels.
+//
+// One op description (MkOp) per op of the workload; a task is one tile [lo, hi) of one op's output.
+// Every function here runs on the block's *worker* threads (tid in [0, nw), nw a multiple of 32) and
+// synchronises them with a named barrier, so that the same code serves a chain kernel and a
+// persistent kernel whose block also holds a producer warp. Activations are bf16 [T, size]
+// row-major (T rows: one per sequence in decode); attention partials are fp32. Arithmetic is fp32
+// and every bf16 output is rounded to nearest even, as validation/megakernel/reference.py does.
+#pragma once
+#include "mk_device.cuh"
+
+#define MK_OP_EMBED 1
+#define MK_OP_RMSNORM 2
+#define MK_OP_MATMUL 3
+#define MK_OP_ROPE_KV 4
+#define MK_OP_ATTN_PARTIAL 5
+#define MK_OP_ATTN_REDUCE 6
+#define MK_OP_SILU_MUL 7
+
+#define MK_OPT_FUSED_NORM 1  // matmul: x = rmsnorm(in0) * w2 before the product
+#define MK_OPT_RESIDUAL 2    // matmul: out = W x + in1
+#define MK_MAX_T 8           // rows (sequences) a task handles at once
+
+// Keep in step with OP_FIELDS in validation/megakernel/program.py (a test compares the two).
+struct MkOp {
+    int kind, n_tiles, N, K;         // N: output elements per row; K: matmul input size / norm size
+    int T, flag_base, opt, ld_out;   // T rows; first flag of this op; MK_OPT_*; output row stride
+    int ld0, ld1, ld2, off1;         // input row strides; element offsets of in1 / in2
+    int off2, hq, hkv, hd;           // attention: query heads, kv heads, head size
+    int splits, kv_total, pos, s_max;// KV splits, tokens attended, new token position, cache rows
+    float eps, scale, pad0, pad1;    // RMS-norm epsilon; attention score scale
+    const int* bounds;               // tile boundaries (n_tiles + 1 elements)
+    const mk_bf16* W;                // weights: matmul [N, K]; norm [N]; embedding table [vocab, N]
+    const mk_bf16* w2;               // fused norm weight [K]
+    const mk_bf16* in0;
+    const mk_bf16* in1;
+    const mk_bf16* in2;
+    void* out;                       // bf16 [T, ld_out] (attention partials: fp32)
+    mk_bf16* kc;                     // KV cache of this layer: [T, hkv, s_max, hd]
+    mk_bf16* vc;
+    const float* rope;               // cos[hd/2], sin[hd/2] at position pos
+    const int* tokens;               // [T] token ids (embedding)
+};
+
+__device__ __forceinline__ mk_bf16 mk_f32_to_bf16(float f) {
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (mk_bf16)0x7fc0;  // NaN stays NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (mk_bf16)(u >> 16);
+}
+
+__device__ __forceinline__ float mk_ld_bf16(const mk_bf16* p) {  // through L2: written by other SMs
+    return mk_bf16_to_f32(__ldcg(reinterpret_cast<const unsigned short*>(p)));
+}
+
+__device__ __forceinline__ void mk_bar(int nw) { asm volatile("bar.sync 1, %0;" :: "r"(nw) : "memory"); }
+
+__device__ __forceinline__ float mk_warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum of squares of the n values at x (16-byte aligned, n a multiple of 8) over all workers;
+// red: >= 32 floats of shared memory. 16-byte loads, up to 4 in flight per thread.
+__device__ __forceinline__ float mk_row_sumsq(const mk_bf16* x, int n, int tid, int nw, float* red) {
+    const uint4* x4 = reinterpret_cast<const uint4*>(x);
+    float ss = 0.f;
+    for (int i = tid; i < n / 8; i += 4 * nw) {
+        uint4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = i + u * nw < n / 8 ? __ldcg(x4 + i + u * nw) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            float f[8];
+            mk_unpack8(v[u], f);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) ss = fmaf(f[e], f[e], ss);
+        }
+    }
+    ss = mk_warp_sum(ss);
+    if ((tid & 31) == 0) red[tid >> 5] = ss;
+    mk_bar(nw);
+    float t = 0.f;
+    for (int w = 0; w < (nw >> 5); ++w) t += red[w];
+    mk_bar(nw);
+    return t;
+}
+
+// ---------------------------------------------------------------- embedding, norms, elementwise
+__device__ void mk_embed(const MkOp& o, int lo, int hi, int tid, int nw) {
+    mk_bf16* out = (mk_bf16*)o.out;
+    for (int b = 0; b < o.T; ++b) {
+        const mk_bf16* row = o.W + (size_t)o.tokens[b] * o.N;
+        for (int e = lo + tid; e < hi; e += nw) out[(size_t)b * o.ld_out + e] = row[e];
+    }
+}
+
+__device__ void mk_rmsnorm(const MkOp& o, int lo, int hi, int tid, int nw, float* red) {
+    mk_bf16* out = (mk_bf16*)o.out;
+    for (int b = 0; b < o.T; ++b) {
+        const mk_bf16* x = o.in0 + (size_t)b * o.ld0;
+        const float inv = rsqrtf(mk_row_sumsq(x, o.K, tid, nw, red) / o.K + o.eps);
+        for (int e = lo + tid; e < hi; e += nw)
+            out[(size_t)b * o.ld_out + e] = mk_f32_to_bf16(mk_bf16_to_f32(mk_f32_to_bf16(mk_ld_bf16(x + e) * inv)) *
+                                                           mk_bf16_to_f32(o.W[e]));
+    }
+}
+
+__device__ void mk_silu_mul(const MkOp& o, int lo, int hi, int tid, int nw) {
+    mk_bf16* out = (mk_bf16*)o.out;
+    for (int b = 0; b < o.T; ++b)
+        for (int e = lo + tid; e < hi; e += nw) {
+            const float g = mk_ld_bf16(o.in0 + (size_t)b * o.ld0 + e);
+            const float u = mk_ld_bf16(o.in1 + (size_t)b * o.ld1 + o.off1 + e);
+            out[(size_t)b * o.ld_out + e] = mk_f32_to_bf16(g / (1.f + __expf(-g)) * u);
+        }
+}
+
+// Element e of the [q; k; v] row b (three sources: one fused projection or three split ones).
+__device__ __forceinline__ float mk_qkv_at(const MkOp& o, int b, int e) {
+    const int Q = o.hq * o.hd, KV = o.hkv * o.hd;
+    if (e < Q) return mk_ld_bf16(o.in0 + (size_t)b * o.ld0 + e);
+    if (e < Q + KV) return mk_ld_bf16(o.in1 + (size_t)b * o.ld1 + o.off1 + e - Q);
+    return mk_ld_bf16(o.in2 + (size_t)b * o.ld2 + o.off2 + e - Q - KV);
+}
+
+// RoPE (rotate-half) on the q and k heads of [lo, hi) (whole heads), the new k and v appended to
+// the KV cache at position pos; the rotated row is also written to out (attention reads q there).
+__device__ void mk_rope_kv(const MkOp& o, int lo, int hi, int tid, int nw) {
+    mk_bf16* out = (mk_bf16*)o.out;
+    const int D = o.hd, half = D / 2, Q = o.hq * D, KV = o.hkv * D;
+    for (int b = 0; b < o.T; ++b)
+        for (int e = lo + tid; e < hi; e += nw) {
+            const int d = e % D;
+            float v = mk_qkv_at(o, b, e);
+            if (e < Q + KV) {
+                const int j = d < half ? d : d - half;
+                const float c = o.rope[j], s = o.rope[half + j];
+                const float other = mk_qkv_at(o, b, d < half ? e + half : e - half);
+                v = d < half ? v * c - other * s : v * c + other * s;
+            }
+            const mk_bf16 r = mk_f32_to_bf16(v);
+            out[(size_t)b * o.ld_out + e] = r;
+            if (e >= Q) {
+                const int kv = e < Q + KV ? e - Q : e - Q - KV, h = kv / D;
+                mk_bf16* cache = e < Q + KV ? o.kc : o.vc;
+                cache[(((size_t)b * o.hkv + h) * o.s_max + o.pos) * D + d] = r;
+            }
+        }
+}
+
+// ---------------------------------------------------------------- decode attention
+// Partial i = (kv head g, sequence b, split c), g-major: the G = hq / hkv query heads of group g
+// over cache positions [c * kv_total / splits, (c + 1) * kv_total / splits). Writes the
+// unnormalised output o[G][D], the max m[G] and the sum of exponentials l[G]. A lane owns one
+// position at a time (scores for 32 positions per warp step), then the warp accumulates V with
+// the probabilities broadcast by shuffles; warps are merged through shared memory (smem: G * D
+// floats of pre-scaled queries, then nw/32 * G * (D + 2) floats of warp partials).
+template <int D, int G>
+__device__ void mk_attn_partial_one(const MkOp& o, int i, int tid, int nw, float* smem) {
+    constexpr int E = D / 32;
+    const int lane = tid & 31, warp = tid >> 5, nwarps = nw >> 5;
+    const int C = o.splits, g = i / (o.T * C), b = (i / C) % o.T, c = i % C;
+    const int p0 = (int)((long long)c * o.kv_total / C), p1 = (int)((long long)(c + 1) * o.kv_total / C);
+    float* qs = smem;
+    float* part = smem + G * D;
+    const mk_bf16* qrow = o.in0 + (size_t)b * o.ld0 + g * G * D;
+    for (int k = tid; k < G * D; k += nw) qs[k] = mk_ld_bf16(qrow + k) * o.scale;
+    mk_bar(nw);
+    const mk_bf16* Kc = o.kc + ((size_t)b * o.hkv + g) * o.s_max * D;
+    const mk_bf16* Vc = o.vc + ((size_t)b * o.hkv + g) * o.s_max * D;
+    float m[G], l[G], acc[G][E];
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        m[h] = MK_NEG_INF;
+        l[h] = 0.f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[h][e] = 0.f;
+    }
+    for (int cs = p0 + warp * 32; cs < p1; cs += nwarps * 32) {
+        const int p = cs + lane;
+        const bool valid = p < p1;
+        float s[G];
+#pragma unroll
+        for (int h = 0; h < G; ++h) s[h] = 0.f;
+        if (valid) {
+            const uint4* kr = reinterpret_cast<const uint4*>(Kc + (size_t)p * D);
+#pragma unroll
+            for (int v8 = 0; v8 < D / 8; ++v8) {
+                float f[8];
+                mk_unpack8(__ldcg(kr + v8), f);
+#pragma unroll
+                for (int h = 0; h < G; ++h)
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) s[h] = fmaf(qs[h * D + v8 * 8 + e], f[e], s[h]);
+            }
+        }
+        float pr[G];
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+            const float sv = valid ? s[h] : MK_NEG_INF;
+            const float mn = fmaxf(m[h], mk_warp_max(sv));
+            const float corr = m[h] == MK_NEG_INF ? 0.f : __expf(m[h] - mn);
+            pr[h] = valid ? __expf(sv - mn) : 0.f;
+            l[h] = fmaf(l[h], corr, mk_warp_sum(pr[h]));
+            m[h] = mn;
+#pragma unroll
+            for (int e = 0; e < E; ++e) acc[h][e] *= corr;
+        }
+        // V rows of the 32 positions, 8 at a time with all 8 loads in flight before they are used
+        const int n = min(32, p1 - cs);
+        for (int j0 = 0; j0 < n; j0 += 8) {
+            float v[8][E];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const mk_bf16* vr = Vc + (size_t)(cs + min(j0 + j, n - 1)) * D + lane * E;
+                if (E == 4) {
+                    const uint2 vv = __ldcg(reinterpret_cast<const uint2*>(vr));
+                    v[j][0] = __uint_as_float(vv.x << 16); v[j][1] = __uint_as_float(vv.x & 0xffff0000u);
+                    v[j][E - 2] = __uint_as_float(vv.y << 16); v[j][E - 1] = __uint_as_float(vv.y & 0xffff0000u);
+                } else {
+                    const unsigned vv = __ldcg(reinterpret_cast<const unsigned*>(vr));
+                    v[j][0] = __uint_as_float(vv << 16); v[j][E - 1] = __uint_as_float(vv & 0xffff0000u);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                if (j0 + j < n) {
+#pragma unroll
+                    for (int h = 0; h < G; ++h) {
+                        const float pj = __shfl_sync(0xffffffffu, pr[h], j0 + j);
+#pragma unroll
+                        for (int e = 0; e < E; ++e) acc[h][e] = fmaf(pj, v[j][e], acc[h][e]);
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        float* row = part + (warp * G + h) * (D + 2);
+#pragma unroll
+        for (int e = 0; e < E; ++e) row[lane * E + e] = acc[h][e];
+        if (lane == 0) { row[D] = m[h]; row[D + 1] = l[h]; }
+    }
+    mk_bar(nw);
+    float* dst = (float*)o.out + (size_t)i * G * (D + 2);
+    for (int k = tid; k < G * D; k += nw) {
+        const int h = k / D, d = k % D;
+        float M = MK_NEG_INF;
+        for (int w = 0; w < nwarps; ++w) M = fmaxf(M, part[(w * G + h) * (D + 2) + D]);
+        float L = 0.f, O = 0.f;
+        for (int w = 0; w < nwarps; ++w) {
+            const float* row = part + (w * G + h) * (D + 2);
+            const float cw = row[D] == MK_NEG_INF ? 0.f : __expf(row[D] - M);
+            O = fmaf(row[d], cw, O);
+            L = fmaf(row[D + 1], cw, L);
+        }
+        dst[k] = O;
+        if (d == 0) { dst[G * D + h] = M; dst[G * D + G + h] = L; }
+    }
+    mk_bar(nw);
+}
+
+// False when this build has no attention for the op's (head size, group) shape.
+__device__ bool mk_attn_partial(const MkOp& o, int lo, int hi, int tid, int nw, float* smem) {
+    const int G = o.hq / o.hkv;
+    for (int i = lo; i < hi; ++i) {
+        if (o.hd == 64 && G == 4) mk_attn_partial_one<64, 4>(o, i, tid, nw, smem);
+        else if (o.hd == 128 && G == 4) mk_attn_partial_one<128, 4>(o, i, tid, nw, smem);
+        else if (o.hd == 128 && G == 3) mk_attn_partial_one<128, 3>(o, i, tid, nw, smem);
+        else if (o.hd == 64 && G == 8) mk_attn_partial_one<64, 8>(o, i, tid, nw, smem);
+        else return false;
+    }
+    return true;
+}
+
+// Reduction i = (kv head g, sequence b): merge the splits' partials into the G heads' output.
+__device__ void mk_attn_reduce(const MkOp& o, int lo, int hi, int tid, int nw) {
+    const int D = o.hd, G = o.hq / o.hkv, C = o.splits, stride = G * (D + 2);
+    const float* parts = reinterpret_cast<const float*>(o.in0);
+    mk_bf16* out = (mk_bf16*)o.out;
+    for (int i = lo; i < hi; ++i) {
+        const int g = i / o.T, b = i % o.T;
+        const float* base = parts + (size_t)i * C * stride;
+        for (int k = tid; k < G * D; k += nw) {
+            const int h = k / D;
+            float M = MK_NEG_INF;
+            for (int c = 0; c < C; ++c) M = fmaxf(M, __ldcg(base + c * stride + G * D + h));
+            float L = 0.f, O = 0.f;
+            for (int c = 0; c < C; ++c) {
+                const float* pc = base + c * stride;
+                const float mc = __ldcg(pc + G * D + h);
+                const float w = mc == MK_NEG_INF ? 0.f : __expf(mc - M);
+                O = fmaf(__ldcg(pc + k), w, O);
+                L = fmaf(__ldcg(pc + G * D + G + h), w, L);
+            }
+            out[(size_t)b * o.ld_out + g * G * D + k] = mk_f32_to_bf16(O / L);
+        }
+    }
+}
