@@ -157,10 +157,11 @@ class Chain:
     slots waiting for blocks.
 
     Kernels' queues drain in order, so every slot takes from the first queue that still has
-    blocks, once that kernel is dispatched; a slot that finds none waits in a FIFO, and a
-    dispatch wakes only as many slots as the kernel has blocks. Per SM it remembers the last
-    kernel that loaded there and when that load's first bytes arrive: a kernel's first block
-    on an SM starts cold (:func:`~mksim.sim._costs.first_byte_us`).
+    blocks, once that kernel is dispatched; a slot that finds none waits in a FIFO of its level
+    (every SM's first slots, then every SM's second ...), and a dispatch wakes only as many
+    slots as the kernel has blocks, level by level: blocks spread over the SMs first. Per SM
+    it remembers the last kernel that loaded there and when that load's first bytes arrive: a
+    kernel's first block on an SM starts cold (:func:`~mksim.sim._costs.first_byte_us`).
     """
 
     def __init__(self, eng: _Engine, n_lanes: int, dispatch: list[Event], release: list[Event],
@@ -179,7 +180,11 @@ class Chain:
         self.sm_kernel = [-1] * eng.r.n_sms     # the last kernel that loaded on each SM
         self.cold_until = [0.0] * eng.r.n_sms   # when that kernel's first load there arrives
         self.k = 0                     # the first kernel with blocks not yet taken
-        self.idle = deque(Slot(self, lane) for lane in range(n_lanes))
+        # Idle slots by level: level j holds each SM's j-th slot (lane sm * lanes_per_sm + j). A
+        # dispatch fills level 0 first, as the block scheduler spreads a kernel's blocks over the
+        # SMs before it doubles them up: a kernel of 132 blocks runs on 132 SMs, not on 66.
+        per = self.lanes_per_sm
+        self.idle = [deque(Slot(self, sm * per + j) for sm in range(eng.r.n_sms)) for j in range(per)]
         for ev in dispatch:
             ev.callbacks.append(self._dispatched)
 
@@ -207,13 +212,14 @@ class Chain:
         return d
 
     def _dispatched(self, _ev: Event) -> None:
-        while self.idle:
-            kt = self.take()
-            if kt is None:
-                return
-            slot = self.idle.popleft()
-            slot.begin(*kt)
-            slot.run()
+        for idle in self.idle:
+            while idle:
+                kt = self.take()
+                if kt is None:
+                    return
+                slot = idle.popleft()
+                slot.begin(*kt)
+                slot.run()
 
 
 _TAKE, _PROLOGUE, _RELEASE, _RELEASED, _LOAD, _COMPUTE, _COMPUTED, _END = range(8)
@@ -224,11 +230,11 @@ class Slot:
     dispatch), streams its weights — under PDL the first pages before the previous kernel has
     ended — computes, and takes the next."""
 
-    __slots__ = ("ch", "lane", "sm", "k", "phase", "t", "t_in", "since", "pre", "w", "d")
+    __slots__ = ("ch", "lane", "sm", "level", "k", "phase", "t", "t_in", "since", "pre", "w", "d")
 
     def __init__(self, ch: Chain, lane: int):
         self.ch, self.lane = ch, lane
-        self.sm = lane // ch.lanes_per_sm
+        self.sm, self.level = divmod(lane, ch.lanes_per_sm)
         self.k = 0               # kernel of the block it runs
         self.phase = _TAKE
         self.t = -1              # the block (task) it runs
@@ -251,7 +257,7 @@ class Slot:
             if ph == _TAKE:
                 kt = ch.take()
                 if kt is None:
-                    ch.idle.append(self)
+                    ch.idle[self.level].append(self)
                     return
                 self.begin(*kt)
             elif ph == _PROLOGUE:

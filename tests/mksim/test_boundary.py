@@ -75,9 +75,16 @@ def test_a_second_wave_on_a_warm_sm_pays_the_dram_latency(tmp_path):
 
 
 def test_two_blocks_of_a_fresh_kernel_on_one_sm_wait_together(tmp_path):
-    # both blocks land on SM 0 (two slots): the second waits for the same cold start, not less
-    r = run(tmp_path, chain(2e6), "graph", blocks_per_sm=2)
+    # 4 blocks, two on each SM: an SM's second block waits for the same cold start, not less
+    r = run(tmp_path, chain(2e6), "graph", tiles=4, blocks_per_sm=2)
+    assert sorted(r.task_lane.tolist()) == [0, 1, 2, 3]
     assert r.latency_us == pytest.approx(1 + 2 + 2, abs=TOL)
+
+
+def test_blocks_spread_over_the_sms_before_they_share_one(tmp_path):
+    # two slots per SM, two blocks: one on each SM (lanes 0 and 2), as the block scheduler places them
+    r = run(tmp_path, chain(2e6, 1e6), "graph", tiles=2, blocks_per_sm=2)
+    assert [r.task_lane.tolist()[t] // r.lanes_per_sm for t in range(4)] == [0, 1, 0, 1]
 
 
 def test_pdl_hides_the_set_up_of_a_resident_block(tmp_path):
