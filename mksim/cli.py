@@ -667,10 +667,10 @@ def validate_schedules_cmd(
     gpu: str = typer.Option(_PRED_GPU, "--gpu"),
 ) -> None:
     """Search the suite's megakernel schedules with the kernel's options fixed, and store them."""
-    import validation.suite as vs
+    from validation.suite_schedules import SCHEDULES, search_schedules
 
-    vs.search_schedules(only, trials=trials, seed=seed, storage=storage, workers=workers,
-                        out_dir=out_dir or vs.SCHEDULES, gpu=gpu, say=_say)
+    search_schedules(only, trials=trials, seed=seed, storage=storage, workers=workers, out_dir=out_dir or SCHEDULES,
+                     gpu=gpu, say=_say)
 
 
 # -- entry point ---------------------------------------------------------------------

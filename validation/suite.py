@@ -10,7 +10,7 @@
   returns ``summary.json``: each case's prediction, measurement and error, and the suite's
   metrics (MAPE, each mode's error, Kendall's τ between predicted and measured rankings).
 - :func:`markdown_table` renders a summary for docs/validation.md; plots are in
-  :mod:`validation.suite_plots`.
+  :mod:`validation.suite_plots`, the searched schedules' search in :mod:`validation.suite_schedules`.
 
 Nothing here needs a GPU except the ``measure`` it is given (tests pass a fake one).
 """
@@ -24,6 +24,7 @@ import math
 import os
 import platform
 import statistics
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -235,11 +236,12 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _write(path: Path, doc: dict) -> None:
-    """Write-then-rename: an interrupted run leaves the previous complete file, never half a one."""
+def _write(path: Path, doc: dict, compact: bool = False) -> None:
+    """Write-then-rename: an interrupted run leaves the previous complete file, never half a one.
+    ``compact``: one line (measured.json holds every case's schedule, tens of thousands of ids)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.write_text((json.dumps(doc, separators=(",", ":")) if compact else json.dumps(doc, indent=1)) + "\n")
     os.replace(tmp, path)
 
 
@@ -251,6 +253,7 @@ def run_case(case: Case, measure: Measure, *, reps: int = 20, watchdog_s: float 
     from validation.calibrate import NoGPUError
 
     rec: dict[str, Any] = {"name": case.name, **asdict(case)}
+    t0 = time.monotonic()
     try:
         sched = build(case, gpu)
         rec["schedule_json"] = sched.to_dict()
@@ -259,6 +262,7 @@ def run_case(case: Case, measure: Measure, *, reps: int = 20, watchdog_s: float 
         raise
     except Exception as exc:  # one case's failure (wrong output, hung kernel, bad schedule) is data
         rec["error"] = one_line(exc)
+    rec["elapsed_s"] = round(time.monotonic() - t0, 1)
     return rec
 
 
@@ -280,7 +284,8 @@ def run_suite(cases: list[Case], out_dir: Path | str, measure: Measure | None = 
         kept = {r["name"]: r for r in old["cases"] if "measurement" in r and not r.get("error")}
     info = device if device is not None else device_info()
     doc = {"format": FORMAT, "version": 1, "gpu": info.get("name"), "driver": info.get("driver"),
-           "host": info.get("host"), "date": _now(), "predicted_with": gpu, "reps": reps, "cases": []}
+           "host": info.get("host"), "started": _now(), "date": _now(), "predicted_with": gpu, "reps": reps,
+           "cases": []}
     for i, case in enumerate(cases):
         if case.name in kept:
             doc["cases"].append(kept[case.name])
@@ -290,11 +295,11 @@ def run_suite(cases: list[Case], out_dir: Path | str, measure: Measure | None = 
         rec = run_case(case, measure, reps=reps, watchdog_s=watchdog_s, source_dir=src, gpu=gpu)
         doc["cases"].append(rec)
         doc["date"] = _now()
-        _write(path, doc)
+        _write(path, doc, compact=True)
         m = rec.get("measurement")
         say(f"[{i + 1}/{len(cases)}] {case.name}: " + (f"{m['measured_us']:.1f} µs, max rel err {m['max_rel_err']:.1e}"
                                                        if m else f"failed: {rec['error']}"))
-    _write(path, doc)
+    _write(path, doc, compact=True)
     return doc
 
 
@@ -457,6 +462,16 @@ def markdown_table(summary: dict) -> str:
         lines += ["", f"MAPE {m['mape_pct']:.1f} % over {m['compared']} of {m['cases']} cases; by mode: {modes}. "
                       f"Kendall τ-b {_f(tau['overall'], '.2f')} over all cases, {_f(tau['mean_of_groups'], '.2f')} "
                       f"on average within each model and batch."]
+        t = m.get("targets", {})
+        met = {True: "met", False: "missed"}
+        goals = [("MAPE ≤ 10 %", t.get("mape_le_10pct")), ("every mode ≤ 15 %", t.get("every_mode_mape_le_15pct")),
+                 ("τ ≥ 0.8 within model and batch", t.get("kendall_tau_ge_0_8"))]
+        if "megakernel_ge_70pct_bandwidth" in t:
+            goals.append((f"{MODELS[0]} batch 1 megakernel ≥ 70 % of HBM read bandwidth "
+                          f"({t['megakernel_bandwidth_fraction']:.0%})", t["megakernel_ge_70pct_bandwidth"]))
+        if "megakernel_faster_than_graph_pdl" in t:
+            goals.append(("and faster than graph_pdl", t["megakernel_faster_than_graph_pdl"]))
+        lines.append("Targets: " + "; ".join(f"{g}: {met[v]}" for g, v in goals if v is not None) + ".")
     notes = [f"- {r['name']} failed: {r['error']}" for r in summary["cases"] if r["error"]]
     notes += [f"- {r['name']}: wrong output (max rel err {r['max_rel_err']:.1e})" for r in summary["cases"]
               if r["correct"] is False]
@@ -477,82 +492,3 @@ def splice_docs(page: Path | str, table: str) -> bool:
     if new != text:
         p.write_text(new)
     return new != text
-
-
-# -- the searched schedules ------------------------------------------------------------------------
-def search_schedules(only: list[str] | None = None, *, trials: int = 200, seed: int = 0, storage: str = "memory",
-                     workers: int = 1, out_dir: Path | str = SCHEDULES, gpu: str = GPU,
-                     say: Callable[[str], None] = lambda _msg: None) -> list[dict]:
-    """Run ``mksim search`` for each model and batch of the suite with the kernel's options fixed
-    (:func:`search_fixed`); write ``<model>-b<batch>.json`` (the best schedule) and
-    ``<model>-b<batch>.search.json`` (the study's outcome) into ``out_dir``."""
-    from mksim.search import search
-
-    pairs = [(m, b) for m in MODELS for b in BATCHES]
-    if only:
-        pairs = [(m, b) for m, b in pairs if any(s in f"{m}/b{b}" for s in only)]
-        if not pairs:
-            raise MksimError(f"no model and batch matches --only {' '.join(only)}; they look like {MODELS[0]}/b1")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    made = []
-    for model, batch in pairs:
-        fixed = search_fixed(model, batch, KV_LEN, gpu)
-        path = out / f"{model}-b{batch}.json"
-        res = search(model, gpu, batch=batch, kv_len=KV_LEN, trials=trials, seed=seed, storage=storage,
-                     workers=workers, out=path, fixed=fixed)
-        from mksim.schedule import Schedule
-
-        info = {"model": model, "batch": batch, "kv_len": KV_LEN, "gpu": gpu, "trials": trials, "seed": seed,
-                "fixed": fixed, "schedule": path.name, "predicted_us": predicted_us(Schedule.from_json(path)),
-                "latency_us": res.best["latency_us"], "candidate": res.best["candidate"],
-                "baselines_latency_us": {k: v["latency_us"] for k, v in sorted(res.baselines.items())},
-                "speedup_vs_baseline": dict(sorted(res.improvement().items())),
-                "study": {"complete": res.n_complete, "pruned": res.n_pruned, "failed": res.n_failed}}
-        path.with_name(path.stem + ".search.json").write_text(json.dumps(info, indent=1) + "\n")
-        made.append(info)
-        base = ", ".join(f"{k} {info['baselines_latency_us'][k]:.1f}" for k in ("graph_pdl", "megakernel:dag")
-                         if k in info["baselines_latency_us"])
-        say(f"{model} batch {batch}: best {res.best['latency_us']:.1f} µs ({base}) -> {path}")
-    return made
-
-
-def schedules_table(folder: Path | str = SCHEDULES, gpu: str = GPU) -> str:
-    """The searched schedules against the default megakernel and graph_pdl (predicted µs, as the
-    suite predicts: launch latency left out), from the ``.search.json`` files in ``folder``."""
-    import hwmodels
-
-    launch = hwmodels.load(gpu).launch.launch_latency_us
-    lines = ["| model | batch | searched µs | default megakernel (dag) µs | graph_pdl µs | vs default | vs graph_pdl "
-             "| searched schedule | kernel options fixed | trials complete/pruned |",
-             "|---|---:|---:|---:|---:|---:|---:|---|---|---:|"]
-    for model in MODELS:
-        for batch in BATCHES:
-            p = Path(folder) / f"{model}-b{batch}.search.json"
-            if not p.is_file():
-                continue
-            d = json.loads(p.read_text())
-            base = {k: v - launch for k, v in d["baselines_latency_us"].items()}
-            best, mk, pdl = d["predicted_us"], base.get("megakernel:dag"), base.get("graph_pdl")
-            lines.append(f"| {model} | {batch} | {best:.1f} | {_f(mk, '.1f')} | {_f(pdl, '.1f')} | "
-                         f"{_f(mk and mk / best, '.3f')}× | {_f(pdl and pdl / best, '.3f')}× | "
-                         f"{describe(d['candidate'])} | "
-                         f"{', '.join(f'{k}={v:g}' for k, v in d['fixed'].items())} | "
-                         f"{d['study']['complete']}/{d['study']['pruned']} |")
-    return "\n".join(lines) + "\n"
-
-
-def describe(c: dict) -> str:
-    """A searched candidate in a few words."""
-    o = c["options"]
-    parts = [f"{c['policy']}" + (" (level order)" if c["policy_options"].get("order") == "level" else ""),
-             f"{o['prefetch_depth']}×{o['page_KiB']:g} KiB pages", o["sync"]]
-    if c["grain"]:
-        parts.append("grain " + ", ".join(f"{k} {v:g}" for k, v in c["grain"].items()))
-    if c["small_grain"] != 1.0:
-        parts.append(f"small ops {c['small_grain']:g}")
-    if c["kv_split_mult"] != 1.0:
-        parts.append(f"KV splits ×{c['kv_split_mult']:g}")
-    parts += [w for w, on in (("norms fused", c["fuse_norm"]), ("q/k/v split", c["split_qkv"]),
-                              ("gate/up split", c["split_gate_up"])) if on]
-    return ", ".join(parts)

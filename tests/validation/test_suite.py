@@ -19,6 +19,7 @@ import mksim
 import validation.suite as vs
 from mksim.errors import MksimError
 from validation.calibrate import NoGPUError
+from validation.suite_schedules import schedules_table
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "validation.md"
@@ -305,7 +306,7 @@ def _between(text: str, begin: str, end: str) -> str:
 
 def test_docs_schedules_table_is_current():
     assert _between(PAGE.read_text(), "<!-- validation-schedules:begin -->", "<!-- validation-schedules:end -->") \
-        == vs.schedules_table(), "regenerate with: python -c 'import validation.suite as v; print(v.schedules_table())'"
+        == schedules_table(), "regenerate with: python -c 'import validation.suite_schedules as v; print(v.schedules_table())'"
 
 
 def test_docs_results_table_is_current():
