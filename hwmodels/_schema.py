@@ -112,11 +112,23 @@ class InterconnectSpec:
     cross_die_bandwidth_GBps: float = meta(1, 1e5, optional=True)
 
 
+_FIXED = ("a task's fixed cost once its inputs are visible, at one row (token): input loads, reductions, "
+          "writes; overlaps the wait for its streamed bytes, not their consumption")
+_ROW = "what each row (token) of a task beyond the first adds to its fixed cost (0 where absent)"
+_CONSUME = ("the rate at which one SM's workers consume the bytes a task streams (weights, KV cache), at one row: "
+            "a task takes at least its fixed cost + bytes / this rate, however early its bytes are in")
+_CONSUME_ROW = "each row (token) of a task beyond the first adds streamed bytes / this rate (none where absent)"
+
+
 @dataclass(frozen=True)
 class KernelSpec:
-    """Measured efficiency of the device functions that mksim's generated kernels use.
+    """Measured costs of the device functions that mksim's generated kernels use.
 
-    Written by ``mksim calibrate`` (validation/kernels/mk_device.cuh); absent from datasheet files.
+    The ``matvec_*``, ``rmsnorm_*`` and ``attention_*`` efficiencies of standalone kernels are
+    written by ``mksim calibrate`` (validation/kernels/mk_device.cuh) and not used by the
+    simulator; the per-task costs ``<kind>_task_*`` and ``<kind>_consume_*`` are fitted to single
+    ops by ``python -m validation.kernel_costs`` and are (``mksim.sim._costs.DeviceCost``). All are
+    absent from datasheet files.
     """
     matvec_bw_fraction: float = meta(0.01, 1.0, optional=True,
                                      doc="steady bandwidth of the bf16 matvec device function over DRAM read bandwidth")
@@ -128,6 +140,25 @@ class KernelSpec:
                                         doc="steady KV-cache bandwidth of the decode-attention device function over "
                                             "DRAM read bandwidth")
     attention_fixed_us: float = meta(0.0, 100, optional=True, doc="fixed cost of a standalone decode-attention kernel")
+    # What one task of each op kind costs on the device functions of the generated kernels, fitted
+    # to single ops run alone (python -m validation.kernel_costs). For a task of r rows (tokens)
+    # that streams B bytes, once its inputs are visible: fixed + (r - 1) * row + B / consume, and each
+    # row beyond the first adds B / consume_row (docs/model.md, "What a task costs").
+    embed_task_fixed_us: float = meta(0.0, 1000, optional=True, doc=_FIXED)
+    embed_task_row_us: float = meta(0.0, 1000, optional=True, doc=_ROW)
+    rmsnorm_task_fixed_us: float = meta(0.0, 1000, optional=True, doc=_FIXED)
+    rmsnorm_task_row_us: float = meta(0.0, 1000, optional=True, doc=_ROW)
+    matmul_task_fixed_us: float = meta(0.0, 1000, optional=True, doc=_FIXED)
+    matmul_task_row_us: float = meta(0.0, 1000, optional=True, doc=_ROW)
+    matmul_consume_GBps: float = meta(0.1, 1e5, optional=True, doc=_CONSUME)
+    matmul_consume_row_GBps: float = meta(0.1, 1e6, optional=True, doc=_CONSUME_ROW)
+    rope_kv_task_fixed_us: float = meta(0.0, 1000, optional=True, doc=_FIXED)
+    rope_kv_task_row_us: float = meta(0.0, 1000, optional=True, doc=_ROW)
+    attn_partial_task_fixed_us: float = meta(0.0, 1000, optional=True, doc=_FIXED)
+    attn_partial_consume_GBps: float = meta(0.1, 1e5, optional=True, doc=_CONSUME)
+    attn_reduce_task_fixed_us: float = meta(0.0, 1000, optional=True, doc=_FIXED)
+    silu_mul_task_fixed_us: float = meta(0.0, 1000, optional=True, doc=_FIXED)
+    silu_mul_task_row_us: float = meta(0.0, 1000, optional=True, doc=_ROW)
 
 
 @dataclass(frozen=True)

@@ -165,10 +165,10 @@ class Chain:
     """
 
     def __init__(self, eng: _Engine, n_lanes: int, dispatch: list[Event], release: list[Event],
-                 done: list[Event], end_t: list[float], cap: float, head_B: float):
+                 done: list[Event], end_t: list[float], cap: float, head_B: float, released_at: list[float]):
         self.env, self.hbm, self.timeline = eng.env, eng.hbm, eng.timeline
-        self.pre_B, self.work_us, self.start, self.end, self.lane_of = (eng.pre_B, eng.work_us, eng.start, eng.end,
-                                                                        eng.lane_of)
+        self.pre_B, self.work_us, self.tail_us, self.start, self.end, self.lane_of = (
+            eng.pre_B, eng.work_us, eng.tail_us, eng.start, eng.end, eng.lane_of)
         first = eng.op_first
         self.queues = [deque(range(first[k], first[k + 1])) for k in range(len(first) - 1)]
         self.dispatch, self.release, self.done = dispatch, release, done
@@ -180,6 +180,8 @@ class Chain:
         self.sm_kernel = [-1] * eng.r.n_sms     # the last kernel that loaded on each SM
         self.cold_until = [0.0] * eng.r.n_sms   # when that kernel's first load there arrives
         self.k = 0                     # the first kernel with blocks not yet taken
+        self.on_device = eng.on_device.tolist()  # tasks with a device function's costs
+        self.released_at = released_at  # when each kernel's dependent part was released
         # Idle slots by level: level j holds each SM's j-th slot (lane sm * lanes_per_sm + j). A
         # dispatch fills level 0 first, as the block scheduler spreads a kernel's blocks over the
         # SMs before it doubles them up: a kernel of 132 blocks runs on 132 SMs, not on 66.
@@ -230,7 +232,7 @@ class Slot:
     dispatch), streams its weights — under PDL the first pages before the previous kernel has
     ended — computes, and takes the next."""
 
-    __slots__ = ("ch", "lane", "sm", "level", "k", "phase", "t", "t_in", "since", "pre", "w", "d")
+    __slots__ = ("ch", "lane", "sm", "level", "k", "phase", "t", "t_in", "since", "w0", "pre", "w", "d")
 
     def __init__(self, ch: Chain, lane: int):
         self.ch, self.lane = ch, lane
@@ -239,6 +241,7 @@ class Slot:
         self.phase = _TAKE
         self.t = -1              # the block (task) it runs
         self.t_in = self.since = self.w = 0.0  # taken, dependent part started, began waiting
+        self.w0 = 0.0            # its work counts from here
         self.pre = 0.0           # DRAM bytes still to stream
         self.d = 0.0             # first-byte wait of the flow in progress
 
@@ -283,6 +286,11 @@ class Slot:
             elif ph == _LOAD:
                 self.since = env.now
                 ch.start[self.t] = self.since  # the dependent part starts here (PDL prologue before)
+                if ch.on_device[self.t]:  # a device function's fixed part needs only the release
+                    rel = ch.released_at[self.k]
+                    self.w0 = rel if rel > self.t_in else self.t_in
+                else:
+                    self.w0 = self.since
                 self.phase = _COMPUTE
                 if self.pre > 0:
                     sm = self.sm
@@ -296,7 +304,9 @@ class Slot:
                     ch.hbm.start(self.pre, ch.cap, d, self._loaded)
                     return
             elif ph == _COMPUTE:
-                rest = ch.work_us[self.t] - (env.now - self.since)
+                rest = ch.work_us[self.t] - (env.now - self.w0)
+                if rest < ch.tail_us[self.t]:  # a device function consumes the last page once it is in
+                    rest = ch.tail_us[self.t]
                 if rest > 0:
                     self.w = env.now
                     self.phase = _COMPUTED

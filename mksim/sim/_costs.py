@@ -6,7 +6,11 @@ microsecond (``_Bpus``; 1 GB/s = 1e3 B/µs), rates FLOP per microsecond.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+from numpy.typing import ArrayLike
 
 from hwmodels import GPUSpec
 
@@ -34,6 +38,96 @@ class Rates:
     first_load_us: float        # ... then the first-byte latency of that load (dram_latency_us if unmeasured)
     grid_barrier_us: float
     flag_latency_us: float
+    device: dict = field(default_factory=dict)  # op kind -> DeviceCost, where [runtime.kernels] has one
+
+
+@dataclass(frozen=True)
+class DeviceCost:
+    """What one task of an op kind costs on the device functions that run it, from a hardware
+    file's ``[runtime.kernels]`` ``<kind>_task_fixed_us``, ``<kind>_task_row_us``,
+    ``<kind>_consume_GBps`` and ``<kind>_consume_row_GBps`` (absent: 0, 0, no limit, no limit).
+
+    A task of ``rows`` rows (tokens) that streams ``B`` bytes takes, once its inputs are visible,
+    at least ``fixed_us(rows) + B * us_per_B(rows)``: its fixed part (input loads, reductions,
+    writes), then the consumption of its bytes, however early they are in shared memory.
+
+    >>> c = DeviceCost(fixed_us=1.0, row_us=0.5, consume_Bpus=25e3, row_consume_Bpus=100e3)
+    >>> c.fixed_us_at(1), c.fixed_us_at(4)
+    (1.0, 2.5)
+    >>> round(1e5 * c.us_per_B(1), 6), round(1e5 * c.us_per_B(4), 6)  # µs for 100 kB
+    (4.0, 7.0)
+    """
+    fixed_us: float = 0.0
+    row_us: float = 0.0
+    consume_Bpus: float = math.inf      # one SM's workers, at one row
+    row_consume_Bpus: float = math.inf  # each further row adds bytes / this
+
+    def fixed_us_at(self, rows: float) -> float:
+        return self.fixed_us + (rows - 1) * self.row_us
+
+    def us_per_B(self, rows: float) -> float:
+        """µs per streamed byte for one SM's workers consuming a task of ``rows`` rows."""
+        return 1.0 / self.consume_Bpus + (rows - 1) / self.row_consume_Bpus
+
+
+def device_costs(kernels: object) -> dict[str, DeviceCost]:
+    """The :class:`DeviceCost` of every op kind for which ``kernels`` (a
+    :class:`hwmodels.KernelSpec`) gives ``<kind>_task_fixed_us`` or ``<kind>_consume_GBps``;
+    other kinds cost what their FLOPs and L2 bytes do.
+
+    >>> import hwmodels
+    >>> device_costs(hwmodels.load("h200").kernels)  # a datasheet file: none
+    {}
+    """
+    kinds = dict.fromkeys(f.name.removesuffix(sfx) for f in fields(kernels)  # type: ignore[arg-type]
+                          for sfx in ("_task_fixed_us", "_consume_GBps") if f.name.endswith(sfx))
+    out: dict[str, DeviceCost] = {}
+    for kind in kinds:
+        fixed = getattr(kernels, f"{kind}_task_fixed_us", None)
+        rate = getattr(kernels, f"{kind}_consume_GBps", None)
+        if fixed is None and rate is None:
+            continue
+        row = getattr(kernels, f"{kind}_task_row_us", None)
+        row_rate = getattr(kernels, f"{kind}_consume_row_GBps", None)
+        out[kind] = DeviceCost(fixed_us=fixed or 0.0, row_us=row or 0.0,
+                               consume_Bpus=rate * GBps_TO_Bpus if rate else math.inf,
+                               row_consume_Bpus=row_rate * GBps_TO_Bpus if row_rate else math.inf)
+    return out
+
+
+def device_task_us(base_us: ArrayLike, streamed_B: ArrayLike, rows: float, cost: DeviceCost, share: float = 1.0,
+                   page_B: float = math.inf) -> tuple[np.ndarray, np.ndarray]:
+    """A task's work and consumption tail on a device function of cost ``cost``:
+
+    - work: ``max(base_us, fixed + streamed_B * µs per byte)``, counted from when its inputs are
+      visible: the fixed part overlaps the wait for its bytes, their consumption follows it;
+    - tail: the consumption of its last page (``min(streamed_B, page_B)`` bytes), which cannot
+      start before that page is in: the task ends no sooner than its bytes are in + tail.
+
+    ``base_us`` is what its FLOPs and L2 bytes take; ``share`` blocks share the SM's workers (each
+    consumes at ``1/share`` of the rate). Element-wise over arrays.
+
+    >>> c = DeviceCost(fixed_us=1.0, consume_Bpus=25e3)
+    >>> w, tail = device_task_us([0.5, 4.0], [50e3, 50e3], 1, c, page_B=32768)
+    >>> w.tolist(), tail.round(4).tolist()   # 1 + 50 kB at 25 GB/s, unless the math takes longer
+    ([3.0, 4.0], [1.3107, 1.3107])
+    >>> device_task_us(0.5, 50e3, 1, c, share=2)[0].item()   # two blocks on the SM
+    5.0
+    """
+    per_B = cost.us_per_B(rows) * share
+    streamed = np.asarray(streamed_B, dtype=float)
+    work = np.maximum(np.asarray(base_us, dtype=float), cost.fixed_us_at(rows) + streamed * per_B)
+    return work, np.minimum(streamed, page_B) * per_B
+
+
+def resident_blocks(n_blocks: int, n_sms: int, blocks_per_sm: int) -> int:
+    """Blocks of one kernel on an SM once it is placed: spread over the SMs first, at most
+    ``blocks_per_sm`` (:class:`~mksim.sim._actors.Chain`).
+
+    >>> resident_blocks(100, 132, 2), resident_blocks(200, 132, 2), resident_blocks(1000, 132, 2)
+    (1, 2, 2)
+    """
+    return max(1, min(blocks_per_sm, -(-n_blocks // n_sms)))
 
 
 def rates(gpu: GPUSpec) -> Rates:
@@ -63,6 +157,7 @@ def rates(gpu: GPUSpec) -> Rates:
         first_load_us=gpu.launch.first_load_us if gpu.launch.first_load_us is not None else lat_us,
         grid_barrier_us=gpu.sync.grid_barrier_us,
         flag_latency_us=gpu.sync.flag_latency_ns / 1e3,
+        device=device_costs(gpu.kernels),
     )
 
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from mksim.schedule import Schedule
 
 from ._actors import Chain, Loader, Signal
-from ._costs import flop_rate, host_issue_us, rates
+from ._costs import device_task_us, flop_rate, host_issue_us, rates, resident_blocks
 from ._hbm import HBM
 from ._result import CATEGORIES, SimResult, Timeline, build_result
 
@@ -113,8 +113,25 @@ class _Engine:
         tail = np.maximum(comp, l2_B / r.l2_per_sm_Bpus)         # executor work once data is in
         # a task with nothing streamed from DRAM also pays the L2 read latency
         work = np.where(pre <= 0, tail + r.l2_latency_us, tail)
+        # device-function costs ([runtime.kernels]): work counts from when the inputs are visible
+        # and the last page's consumption follows its arrival (device_task_us)
+        self.on_device = np.zeros(n, dtype=bool)
+        consume_tail = np.zeros(n)
+        if r.device:
+            slots = s.options.blocks_per_sm if s.mode in CHAIN_MODES else 1
+            page_B = s.options.page_KiB * 1024
+            for i, op in enumerate(g.ops):
+                cost = r.device.get(op.kind)
+                if cost is None:
+                    continue
+                a, b = int(g.op_first[i]), int(g.op_first[i + 1])
+                share = resident_blocks(int(g.n_tiles[i]), r.n_sms, slots)
+                work[a:b], consume_tail[a:b] = device_task_us(work[a:b], pre[a:b], op.attrs.get("rows", g.workload.tokens),
+                                                              cost, share, page_B)
+                self.on_device[a:b] = True
         self.pre_B: list[float] = pre.tolist()
         self.work_us: list[float] = work.tolist()
+        self.tail_us: list[float] = consume_tail.tolist()
         self.op_of: list[int] = g.op_of.tolist()
         self.n_tiles: list[int] = g.n_tiles.tolist()
         self.op_first: list[int] = g.op_first.tolist()
@@ -175,6 +192,7 @@ class _Engine:
         done = [env.event() for _ in range(n_k)]
         start_t = [math.nan] * n_k
         end_t = [math.nan] * n_k
+        released_at = [math.inf] * n_k                   # set as release[k] triggers
         pdl = s.mode == "graph_pdl"
         head_B = s.options.prefetch_bytes if pdl else 0.0
 
@@ -197,6 +215,7 @@ class _Engine:
                 if pdl:
                     env.process(releaser(k))
                 else:
+                    released_at[k] = env.now
                     release[k].succeed()
 
         def releaser(k):
@@ -206,10 +225,11 @@ class _Engine:
                 at = end_t[k - 1] + r.pdl_node_us
                 if at > env.now:
                     yield env.timeout(at - env.now)
+            released_at[k] = env.now
             release[k].succeed()
 
         env.process(launcher())
-        Chain(self, self.n_lanes, dispatch, release, done, end_t, cap, head_B)  # its slots wake on dispatch
+        Chain(self, self.n_lanes, dispatch, release, done, end_t, cap, head_B, released_at)  # its slots wake on dispatch
         self.t0 = r.launch_latency_us
         self._chain_times = (start_t, end_t)
 
@@ -227,6 +247,10 @@ class _Engine:
         n_ops = len(g.ops)
         barrier_done = [env.event() for _ in range(n_ops)]
         pre_B, work_us, start, end, timeline = self.pre_B, self.work_us, self.start, self.end, self.timeline
+        tail_us = self.tail_us
+        # work counts from the task's start where its bytes stream after it (more than the pages
+        # hold) or a device function's fixed part overlaps the wait for them; else from its data
+        from_start = ((np.asarray(pre_B) > buf_B) | self.on_device).tolist()
         op_of, n_tiles, op_first, op_done_n, op_end = (self.op_of, self.n_tiles, self.op_first, self.op_done_n,
                                                        self.op_end)
         deps_of = g.deps
@@ -281,8 +305,9 @@ class _Engine:
                     ld.loaded = ev = event()
                     bubbles = yield ev
                     timeline.data_wait(sm, t_in, env.now, t, bubbles)
-                since = env.now if pre_B[t] <= buf_B else t_in
-                rest = work_us[t] - (env.now - since)
+                rest = work_us[t] - (env.now - (t_in if from_start[t] else env.now))
+                if rest < tail_us[t]:  # the last page is consumed after it is in
+                    rest = tail_us[t]
                 if rest > 0:
                     t1 = env.now
                     yield timeout(rest)

@@ -44,12 +44,17 @@ title = "round numbers for tests"
 """
 
 
-def toy_gpu(tmp_path: Path, cap_GBps: float = 1000, **launch: float) -> hwmodels.GPUSpec:
-    """The toy GPU; ``launch`` adds ``[runtime.launch]`` keys (``block_setup_us=0.5``)."""
+def toy_gpu(tmp_path: Path, cap_GBps: float = 1000, kernels: dict[str, float] | None = None,
+            **launch: float) -> hwmodels.GPUSpec:
+    """The toy GPU; ``launch`` adds ``[runtime.launch]`` keys (``block_setup_us=0.5``), ``kernels``
+    a ``[runtime.kernels]`` table (``{"matmul_task_fixed_us": 1}``)."""
     text = TOY.format(cap=cap_GBps)
     extra = "".join(f'{k} = {{ value = {v}, source = "t" }}\n' for k, v in launch.items())
     text = text.replace("[runtime.sync]", extra + "[runtime.sync]")
-    p = tmp_path / ("toy" + "-".join([f"{cap_GBps:g}", *(f"{k}{v:g}" for k, v in launch.items())]) + ".toml")
+    if kernels:
+        text += "[runtime.kernels]\n" + "".join(f'{k} = {{ value = {v}, source = "t" }}\n' for k, v in kernels.items())
+    name = "-".join([f"{cap_GBps:g}", *(f"{k}{v:g}" for k, v in {**launch, **(kernels or {})}.items())])
+    p = tmp_path / f"toy{name}.toml"
     p.write_text(text)
     return hwmodels.load(p)
 

@@ -1,0 +1,172 @@
+"""Device-function costs (``[runtime.kernels]`` ``<kind>_task_*``, ``<kind>_consume_*``): what a
+task of each kind costs once its inputs are visible, on the toy GPU of :mod:`.simkit` (times in µs:
+DRAM 1e6 B/µs shared by 2 SMs, latency 1, launch 1; math and L2 vanish).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import hwmodels
+import mksim
+from mksim.sim._costs import DeviceCost, device_costs, device_task_us, rates, resident_blocks
+from mksim.workload import Op, Tiling, Workload
+
+from .simkit import chain, mem_op, toy_gpu
+
+TOL = 2e-3
+PAGE = 32 * 1024  # the default page_KiB
+
+
+def run(tmp_path, wl, mode, kernels=None, tiles=2, **opts):
+    gpu = toy_gpu(tmp_path, kernels=kernels)
+    return mksim.simulate(mksim.build_schedule(wl, gpu, mode, tiling=Tiling(default=tiles), **opts))
+
+
+# -- the pure functions --------------------------------------------------------------------------
+def test_device_costs_read_the_kernels_table(tmp_path):
+    gpu = toy_gpu(tmp_path, kernels={"matmul_task_fixed_us": 1.5, "matmul_consume_GBps": 25,
+                                     "matmul_task_row_us": 0.5, "matmul_consume_row_GBps": 100,
+                                     "attn_partial_consume_GBps": 8, "silu_mul_task_fixed_us": 0.8})
+    c = device_costs(gpu.kernels)
+    assert set(c) == {"matmul", "attn_partial", "silu_mul"}
+    assert c["matmul"] == DeviceCost(1.5, 0.5, 25e3, 100e3)
+    assert c["attn_partial"] == DeviceCost(0.0, 0.0, 8e3, math.inf)
+    assert c["silu_mul"] == DeviceCost(0.8, 0.0, math.inf, math.inf)
+    assert rates(gpu).device == c
+
+
+@pytest.mark.parametrize("name", sorted(hwmodels.available()))
+def test_no_device_costs_without_the_keys(name):
+    # datasheet files, and the calibrated overlay's standalone-kernel efficiencies, are not task costs
+    assert rates(hwmodels.load(name)).device == {}
+
+
+@pytest.mark.parametrize("base,B,rows,share,want_work,want_tail", [
+    (0.5, 50e3, 1, 1, 1 + 2.0, PAGE / 25e3),             # fixed + bytes at 25 GB/s
+    (9.0, 50e3, 1, 1, 9.0, PAGE / 25e3),                 # the math takes longer
+    (0.5, 50e3, 1, 2, 1 + 4.0, 2 * PAGE / 25e3),         # two blocks share the SM's workers
+    (0.5, 50e3, 4, 1, 1 + 3 * 0.5 + 2.0 + 3 * 0.5, PAGE * (1 / 25e3 + 3 / 100e3)),  # 4 rows
+    (0.5, 1e3, 1, 1, 1 + 0.04, 1e3 / 25e3),              # smaller than a page: all of it is the tail
+    (0.5, 0.0, 1, 1, 1.0, 0.0),                          # nothing streamed: the fixed part
+])
+def test_device_task_us(base, B, rows, share, want_work, want_tail):
+    c = DeviceCost(fixed_us=1.0, row_us=0.5, consume_Bpus=25e3, row_consume_Bpus=100e3)
+    work, tail = device_task_us(base, B, rows, c, share, PAGE)
+    assert float(work) == pytest.approx(want_work)
+    assert float(tail) == pytest.approx(want_tail)
+
+
+def test_resident_blocks():
+    assert [resident_blocks(n, 132, 2) for n in (1, 132, 133, 264, 1000)] == [1, 1, 2, 2, 2]
+    assert resident_blocks(1000, 132, 1) == 1
+
+
+# -- stories ---------------------------------------------------------------------------------------
+def test_absent_keys_change_nothing(tmp_path):
+    wl = chain(2e6, 1e6)
+    for mode, opts in (("graph", {"blocks_per_sm": 2}), ("graph_pdl", {}), ("megakernel", {"policy": "rr"}),
+                       ("persistent_barrier", {})):
+        plain = run(tmp_path, wl, mode, **opts)
+        other = run(tmp_path, wl, mode, kernels={"rmsnorm_task_fixed_us": 5.0}, **opts)  # no rmsnorm here
+        assert other.latency_us == plain.latency_us
+        assert other.breakdown_us == plain.breakdown_us
+
+
+def test_a_consumer_bound_kernel(tmp_path):
+    # each block's 1e6 B are in 1 + 2 after its start, but its workers need 1 + 1e6 B at 2.5e5 B/µs
+    r = run(tmp_path, chain(2e6), "graph", {"matmul_task_fixed_us": 1, "matmul_consume_GBps": 250}, blocks_per_sm=1)
+    assert r.latency_us == pytest.approx(1 + (1 + 4), abs=TOL)
+    assert r.breakdown_us["compute"] == pytest.approx(5 - 3, abs=TOL)
+
+
+def test_a_data_bound_kernel_consumes_its_last_page_after_it_is_in(tmp_path):
+    # fixed 1 + 1e6 B at 1e6 B/µs = 2 < bytes in at 1 + 2; then the last page: 32 KiB at 1e6 B/µs
+    r = run(tmp_path, chain(2e6), "graph", {"matmul_task_fixed_us": 1, "matmul_consume_GBps": 1000}, blocks_per_sm=1)
+    assert r.latency_us == pytest.approx(1 + (1 + 2) + PAGE / 1e6, abs=TOL)
+
+
+def test_blocks_sharing_an_sm_share_its_workers(tmp_path):
+    # 4 blocks of 5e5 B, two per SM: each consumes at half of 2.5e5 B/µs: 1 + 4 after the release
+    k = {"matmul_task_fixed_us": 1, "matmul_consume_GBps": 250}
+    r = run(tmp_path, chain(2e6), "graph", k, tiles=4, blocks_per_sm=2)
+    assert r.latency_us == pytest.approx(1 + (1 + 4), abs=TOL)
+    # two blocks on two SMs with two slots each: one per SM, each with the SM's workers to itself
+    r = run(tmp_path, chain(2e6), "graph", k, tiles=2, blocks_per_sm=2)
+    assert r.latency_us == pytest.approx(1 + (1 + 4), abs=TOL)
+
+
+def test_a_fixed_cost_without_bytes(tmp_path):
+    wl = Workload(name="math", ops=(mem_op("k0", 0.0),), tokens=1)
+    r = run(tmp_path, wl, "graph", {"matmul_task_fixed_us": 1.5}, blocks_per_sm=1)
+    assert r.latency_us == pytest.approx(1 + 1.5)
+
+
+def test_rows_add_to_the_fixed_part_and_to_the_consumption(tmp_path):
+    op = Op(name="k0", kind="matmul", out_size=64, elem_bytes=1e-6, flops=1.0, weight_bytes=2e6, align=1,
+            attrs={"rows": 3})
+    wl = Workload(name="rows", ops=(op,), tokens=3)
+    k = {"matmul_task_fixed_us": 1, "matmul_task_row_us": 0.25, "matmul_consume_GBps": 500,
+         "matmul_consume_row_GBps": 2000}
+    # per block: 1 + 2 * 0.25 + 1e6 B * (1 / 5e5 + 2 / 2e6) = 1.5 + 3
+    r = run(tmp_path, wl, "graph", k, blocks_per_sm=1)
+    assert r.latency_us == pytest.approx(1 + 4.5, abs=TOL)
+
+
+def test_the_megakernel_overlaps_the_fixed_part_with_the_data_wait(tmp_path):
+    # 1e5 B per SM fits the pages; the loader's flow lands at 1 + 1 + 0.2 while the executor,
+    # started at 1, has done its fixed 1 by 2: it ends when the last page is consumed, not at 3.2
+    k = {"matmul_task_fixed_us": 1, "matmul_consume_GBps": 10_000}
+    r = run(tmp_path, chain(2e5), "megakernel", k, policy="rr", prefetch_depth=4)
+    assert r.latency_us == pytest.approx(1 + 1 + 0.2 + PAGE / 1e7, abs=TOL)
+    # a fixed part longer than the wait: it and the consumption follow the task's start
+    k = {"matmul_task_fixed_us": 3, "matmul_consume_GBps": 100}
+    r = run(tmp_path, chain(2e5), "megakernel", k, policy="rr", prefetch_depth=4)
+    assert r.latency_us == pytest.approx(1 + 3 + 1e5 / 1e5, abs=TOL)
+
+
+def test_the_fixed_part_follows_the_dependency(tmp_path):
+    # op 1's pages are in early (prefetched), its fixed part waits for op 0 (flag at 0.5 after its end)
+    k = {"matmul_task_fixed_us": 2}
+    wl = Workload(name="dep", ops=(mem_op("k0", 2e5), mem_op("k1", 2e4, "k0")), tokens=1)
+    r = run(tmp_path, wl, "megakernel", k, policy="rr", prefetch_depth=4)
+    # op 0: data at 1 + 1 + 0.2, fixed from 1 to 3: ends at 3; op 1: from 3.5, fixed 2
+    assert r.latency_us == pytest.approx(3 + 0.5 + 2, abs=TOL)
+
+
+def test_every_kind_can_be_costed():
+    # a field per kind of the llm workloads' device functions; kinds elsewhere keep their FLOP/L2 cost
+    kinds = {f.removesuffix("_task_fixed_us") for f in vars(hwmodels.load("h200").kernels) if
+             f.endswith("_task_fixed_us")}
+    assert kinds == {"embed", "rmsnorm", "matmul", "rope_kv", "attn_partial", "attn_reduce", "silu_mul"}
+
+
+def test_the_calibrated_model_with_task_costs_is_slower(tmp_path):
+    # the real device functions' order of magnitude: every mode slows down, none gets faster
+    base = hwmodels.load("h200-calibrated").path
+    text = open(base).read().replace("[runtime.kernels]\n", "[runtime.kernels]\n" + "\n".join([
+        'matmul_task_fixed_us = { value = 1.4, source = "calibration" }',
+        'matmul_consume_GBps = { value = 30, source = "calibration" }',
+        'attn_partial_task_fixed_us = { value = 7, source = "calibration" }',
+        'rmsnorm_task_fixed_us = { value = 1.3, source = "calibration" }', ""]))
+    p = tmp_path / "h200-costed.toml"
+    p.write_text(text.replace('extends = "h200"', f'extends = "{hwmodels.load("h200").path}"'))
+    wl = mksim.models.workload("llama-3.2-1b", batch=1, kv_len=1024)
+    for mode in ("graph", "megakernel"):
+        plain = mksim.simulate(mksim.build_schedule(wl, "h200-calibrated", mode)).latency_us
+        costed = mksim.simulate(mksim.build_schedule(wl, str(p), mode)).latency_us
+        assert costed > plain + 16 * 7  # at least one attention partial per layer on the path
+
+
+
+def test_under_pdl_the_fixed_part_starts_at_the_release_while_the_prologue_streams(tmp_path):
+    # kernel 0 (no device cost, no bytes) ends at 1.02; kernel 1's blocks are placed at 1.5 and
+    # released at 1.52, while their 192 KiB prologues stream until 1.5 + 1 + 0.39; their fixed 5
+    # counts from the release: 6.52 (the rest of their bytes is in by 5.5)
+    add = Op(name="k0", kind="add", out_size=64, elem_bytes=1e-6, flops=1.0, align=1)
+    wl = Workload(name="pdl", ops=(add, mem_op("k1", 2e6, "k0")), tokens=1)
+    r = run(tmp_path, wl, "graph_pdl", {"matmul_task_fixed_us": 5}, blocks_per_sm=1, prefetch_depth=3,
+            page_KiB=64)
+    assert r.latency_us == pytest.approx(1.52 + 5, abs=TOL)
