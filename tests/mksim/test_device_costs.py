@@ -170,3 +170,10 @@ def test_under_pdl_the_fixed_part_starts_at_the_release_while_the_prologue_strea
     r = run(tmp_path, wl, "graph_pdl", {"matmul_task_fixed_us": 5}, blocks_per_sm=1, prefetch_depth=3,
             page_KiB=64)
     assert r.latency_us == pytest.approx(1.52 + 5, abs=TOL)
+
+
+def test_the_cost_functions_examples_hold():
+    import doctest
+
+    from mksim.sim import _costs
+    assert doctest.testmod(_costs).failed == 0

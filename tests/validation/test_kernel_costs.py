@@ -1,0 +1,213 @@
+"""validation.kernel_costs: task costs of the device functions from single-op records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import hwmodels
+import mksim
+from mksim.errors import MksimError
+from validation import kernel_costs as kc
+
+ROOT = Path(__file__).resolve().parents[2]
+MEASURED = ROOT / "validation" / "results" / "h200" / "measured.json"
+
+
+def rec(kind: str, B: float, us: float, batch: int = 1, op: str | None = None, **kw) -> dict:
+    return {"op": op or f"L0.{kind}", "kind": kind, "N": 2048, "K": None, "tiles": 132, "us": us + 8.0,
+            "spread_us": 0.5, "streamed_B": B * 132, "GBps": B * 132 / (us + 8.0) / 1e3, "task_us_mean": us,
+            "task_us_max": us * 1.05, "task_B_mean": B, "start_spread_us": 0.1, "batch": batch, **kw}
+
+
+def matmul_records(fixed=1.5, row=0.4, rate=30.0, row_rate=100.0, batches=(1, 4)):
+    """Exact task times of a matmul device function at several sizes and batches (rates in GB/s)."""
+    out = []
+    for r in batches:
+        for i, B in enumerate((65536, 131072, 262144, 889701, 1989911)):
+            us = fixed + (r - 1) * row + B / (rate * 1e3) + (r - 1) * B / (row_rate * 1e3)
+            out.append(rec("matmul", B, us, r, op=f"L0.m{i}", K=2048, N=B // 4096))
+    return out
+
+
+def values(params: dict) -> dict:
+    return {k: v["value"] for k, v in params.items()}
+
+
+# -- the fit ---------------------------------------------------------------------------------------
+def test_recovers_a_streaming_kind_with_rows():
+    p = values(kc.fit(matmul_records()))
+    assert p == pytest.approx({"matmul_task_fixed_us": 1.5, "matmul_task_row_us": 0.4, "matmul_consume_GBps": 30.0,
+                               "matmul_consume_row_GBps": 100.0}, rel=1e-6)
+
+
+def test_one_batch_fits_no_row_terms():
+    p = kc.fit(matmul_records(batches=(1,)))
+    assert values(p) == pytest.approx({"matmul_task_fixed_us": 1.5, "matmul_consume_GBps": 30.0}, rel=1e-6)
+    note = p["matmul_consume_GBps"]["note"]
+    assert "5 single ops" in note and "m0 16x2048" in note and "residual rms 0.0%" in note
+    assert p["matmul_consume_GBps"]["spread"] == pytest.approx(0.05)  # the ops' max/mean, the fit being exact
+
+
+def test_recovers_noisy_data_within_the_noise():
+    recs = matmul_records()
+    for i, r in enumerate(recs):
+        r["task_us_mean"] *= 1 + (0.02 if i % 2 else -0.02)
+    p = kc.fit(recs)
+    assert values(p)["matmul_task_fixed_us"] == pytest.approx(1.5, rel=0.1)
+    assert values(p)["matmul_consume_GBps"] == pytest.approx(30.0, rel=0.05)
+    assert p["matmul_task_fixed_us"]["spread"] == pytest.approx(0.05, abs=0.01)
+
+
+def test_one_byte_size_is_taken_as_all_consumption():
+    p = kc.fit([rec("attn_partial", 52428.8, 7.0, 1), rec("attn_partial", 52428.8, 7.4, 4)])
+    assert values(p) == pytest.approx({"attn_partial_task_fixed_us": 0.0, "attn_partial_consume_GBps": 52428.8 / 7.2e3},
+                                      rel=0.01)
+    assert "one byte size only" in p["attn_partial_consume_GBps"]["note"]
+
+
+def test_attention_tasks_do_one_sequence_whatever_the_batch():
+    p = kc.fit([rec("attn_partial", B, 4.0 + B / 22e3, b) for B in (52428.8, 104857.6) for b in (1, 4)])
+    assert values(p) == pytest.approx({"attn_partial_task_fixed_us": 4.0, "attn_partial_consume_GBps": 22.0})
+
+
+def test_other_kinds_take_the_mean_and_a_line_in_rows():
+    p = kc.fit([rec("attn_reduce", 0, 1.8), rec("attn_reduce", 0, 3.0)])
+    assert values(p) == pytest.approx({"attn_reduce_task_fixed_us": 2.4})
+    assert "mean of the task times" in p["attn_reduce_task_fixed_us"]["note"]
+    p = kc.fit([rec("rmsnorm", 128, 1.3, 1), rec("rmsnorm", 128, 3.5, 4), rec("rmsnorm", 128, 1.32, 1)])
+    assert values(p) == pytest.approx({"rmsnorm_task_fixed_us": 1.31, "rmsnorm_task_row_us": (3.5 - 1.31) / 3})
+
+
+def test_kinds_without_parameters_are_left_out():
+    assert kc.fit([rec("add", 0, 1.0), rec("silu_mul", 0, 0.8)]).keys() == {"silu_mul_task_fixed_us"}
+
+
+def test_a_negative_coefficient_is_fixed_at_zero():
+    # time falls with bytes: no consumption limit is seen, the fixed part is the mean
+    p = kc.fit([rec("matmul", 65536, 4.0), rec("matmul", 262144, 3.0)])
+    assert "matmul_consume_GBps" not in p
+    assert values(p)["matmul_task_fixed_us"] == pytest.approx(3.4, rel=0.05)  # relative weights: nearer 3
+    # a line through the origin or below: no fixed part
+    p = kc.fit([rec("matmul", 65536, 1.0), rec("matmul", 262144, 5.0)])
+    assert values(p)["matmul_task_fixed_us"] == 0.0 and values(p)["matmul_consume_GBps"] > 0
+
+
+def test_dram_bound_records_are_left_out_of_the_rates():
+    recs = matmul_records(batches=(1,))
+    recs.append(rec("matmul", 3979823, 116.0, op="lm_head", GBps=4246.0))  # DRAM-bound: faster than the line
+    assert values(kc.fit(recs))["matmul_consume_GBps"] != pytest.approx(30.0, rel=0.01)
+    p = kc.fit(recs, dram_bound_GBps=3500)
+    assert values(p)["matmul_consume_GBps"] == pytest.approx(30.0, rel=1e-6)
+    assert "left out as DRAM-bound: lm_head" in p["matmul_consume_GBps"]["note"]
+    with pytest.raises(MksimError, match="every matmul record streamed at 1 GB/s or more"):
+        kc.fit(recs, dram_bound_GBps=1)
+
+
+@pytest.mark.parametrize("bad,match", [
+    ([], "no single-op records"),
+    ({"op": "x"}, "expected a non-empty list"),
+    ([3], "record 0 is int, not an object"),
+    ([{"op": "x", "kind": "matmul", "task_us_mean": 1.0}], r"record 0 \(x\) has no 'task_B_mean'"),
+    ([rec("matmul", 1.0, 1.0), rec("matmul", 2.0, -1.0)], r"record 1 \(L0.matmul\): task_us_mean = -1.0; expected "
+                                                          "a positive number"),
+    ([rec("matmul", 1.0, float("nan"))], "task_us_mean = nan"),
+    ([{**rec("matmul", 1.0, 1.0), "task_B_mean": "big"}], "task_B_mean = 'big'; expected a non-negative number"),
+    ([rec("matmul", 1.0, 1.0, batch=0)], "batch = 0; expected a non-negative number of at least 1"),
+    ([{**rec("matmul", 1.0, 1.0), "kind": 7}], "kind must be a string"),
+])
+def test_bad_input_is_one_line(bad, match):
+    with pytest.raises(MksimError, match=match) as exc:
+        kc.fit(bad)
+    assert "\n" not in str(exc.value)
+
+
+# -- records, the fragment, the command line ---------------------------------------------------------
+def suite_doc(recs: list[dict]) -> dict:
+    """A measured.json as validation.suite writes it: single ops under graph cases, batch on the case."""
+    cases = []
+    for b in sorted({r["batch"] for r in recs}):
+        ops = [{k: v for k, v in r.items() if k != "batch"} for r in recs if r["batch"] == b]
+        cases.append({"name": f"toy/b{b}/graph", "model": "toy", "batch": b, "mode": "graph",
+                      "measurement": {"measured_us": 100.0, "single_ops": ops}})
+        cases.append({"name": f"toy/b{b}/megakernel", "model": "toy", "batch": b, "mode": "megakernel",
+                      "measurement": {"measured_us": 90.0, "single_ops": []}})
+    cases.append({"name": "toy/b1/stream", "model": "toy", "batch": 1, "mode": "stream", "error": "hung"})
+    return {"format": "mksim-validation-measured", "version": 1, "cases": cases}
+
+
+def all_kinds() -> list[dict]:
+    recs = matmul_records()
+    recs += [rec("attn_partial", B, 4.9 + B / 22.8e3, b) for B in (52428.8, 104857.6) for b in (1, 4)]
+    recs += [rec(k, 0.0, t + (b - 1) * row, b) for k, t, row in (("embed", 0.9, 0.25), ("rmsnorm", 1.3, 0.72),
+                                                                 ("rope_kv", 1.03, 0.54), ("silu_mul", 0.8, 0.33),
+                                                                 ("attn_reduce", 2.4, 0.0)) for b in (1, 4)]
+    return recs
+
+
+def test_records_take_batch_and_model_from_the_case():
+    recs = kc.records([suite_doc(matmul_records())])
+    assert len(recs) == 10 and {r["batch"] for r in recs} == {1, 4} and {r["model"] for r in recs} == {"toy"}
+    assert kc.records([[rec("silu_mul", 0, 1.0)]])[0]["kind"] == "silu_mul"
+    with pytest.raises(MksimError, match="expected a validation measured.json"):
+        kc.records([{"format": "x"}])
+
+
+def with_fragment(tmp_path: Path, fragment: str) -> Path:
+    """A copy of the calibrated overlay with ``fragment`` in its [runtime.kernels] table."""
+    text = Path(hwmodels.load("h200-calibrated").path).read_text()
+    assert text.count("[runtime.kernels]\n") == 1
+    p = tmp_path / "h200-calibrated.toml"
+    p.write_text(text.replace("[runtime.kernels]\n", "[runtime.kernels]\n" + fragment))
+    return p
+
+
+def test_cli_writes_a_fragment_the_calibrated_overlay_takes(tmp_path, monkeypatch, capsys):
+    src = tmp_path / "run"
+    src.mkdir()
+    (src / "measured.json").write_text(json.dumps(suite_doc(all_kinds())))
+    out = tmp_path / "kernels.toml-fragment"
+    assert kc.main([str(src), "--out", str(out)]) == 0
+    frag = out.read_text()
+    assert frag.startswith("# [runtime.kernels] task costs fitted to single ops")
+    g = hwmodels.load(with_fragment(tmp_path, frag))
+    assert g.kernels.matmul_consume_GBps == pytest.approx(30.0, rel=1e-3)
+    assert g.kernels.attn_partial_task_fixed_us == pytest.approx(4.9, rel=1e-3)
+    assert g.kernels.rope_kv_task_row_us == pytest.approx(0.54, rel=1e-3)
+    assert g.kernels.matvec_fixed_us == hwmodels.load("h200-calibrated").kernels.matvec_fixed_us  # kept
+    assert g.source_of("kernels.matmul_task_fixed_us").kind == "measured"
+    # every kind's costs reach the simulator, and the hardware page renders with them
+    from mksim.sim._costs import rates
+    assert set(rates(g).device) == {"embed", "rmsnorm", "matmul", "rope_kv", "attn_partial", "attn_reduce", "silu_mul"}
+    wl = mksim.models.workload("llama-3.2-1b", batch=1, kv_len=1024)
+    slow = mksim.simulate(mksim.build_schedule(wl, g, "megakernel")).latency_us
+    assert slow > mksim.simulate(mksim.build_schedule(wl, "h200-calibrated", "megakernel")).latency_us + 100
+    import hwmodels.docs as docs
+    monkeypatch.setattr(docs, "available", lambda: ["h200", str(tmp_path / "h200-calibrated.toml")])
+    page = docs.render()
+    assert "| `kernels.matmul_consume_GBps` | GB/s (1e9 B/s) | – | 30 [" in page
+
+
+def test_cli_bad_input_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "measured.json"
+    bad.write_text(json.dumps(suite_doc([rec("matmul", 1.0, -1.0)])))
+    assert kc.main([str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: single-op record 0") and err.count("\n") == 1
+    assert kc.main([str(tmp_path / "missing.json")]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
+
+
+@pytest.mark.skipif(not MEASURED.is_file(), reason="no H200 suite results in this checkout")
+def test_the_h200_single_ops_fit_within_the_schema(tmp_path):
+    params = kc.fit(kc.records([json.loads(MEASURED.read_text())]))
+    assert {"matmul_task_fixed_us", "matmul_consume_GBps", "attn_partial_task_fixed_us"} <= params.keys()
+    g = hwmodels.load(with_fragment(tmp_path, kc.fragment(params)))  # every value within its plausible range
+    assert g.kernels.matmul_task_fixed_us == pytest.approx(params["matmul_task_fixed_us"]["value"], rel=1e-3)
+
+
+def test_the_examples_hold():
+    import doctest
+    assert doctest.testmod(kc).failed == 0
