@@ -165,7 +165,7 @@ class Chain:
     """
 
     def __init__(self, eng: _Engine, n_lanes: int, dispatch: list[Event], release: list[Event],
-                 done: list[Event], end_t: list[float], cap: float, head_B: float, released_at: list[float]):
+                 done: list[Event], end_t: list[float], cap: list[float], head_B: float, released_at: list[float]):
         self.env, self.hbm, self.timeline = eng.env, eng.hbm, eng.timeline
         self.pre_B, self.work_us, self.tail_us, self.start, self.end, self.lane_of = (
             eng.pre_B, eng.work_us, eng.tail_us, eng.start, eng.end, eng.lane_of)
@@ -270,7 +270,7 @@ class Slot:
                     if head > 0:  # PDL prologue: stream the first pages while the previous kernel runs
                         self.pre -= head
                         self.d = ch.first_byte(self.sm, self.k, self.t_in)
-                        ch.hbm.start(head, ch.cap, self.d, self._prologue_in)
+                        ch.hbm.start(head, ch.cap[self.k], self.d, self._prologue_in)
                         return
             elif ph == _RELEASE:
                 rel = ch.release[self.k]
@@ -301,7 +301,7 @@ class Slot:
                     else:
                         d = ch.first_byte(sm, self.k, self.t_in)
                     self.d = d
-                    ch.hbm.start(self.pre, ch.cap, d, self._loaded)
+                    ch.hbm.start(self.pre, ch.cap[self.k], d, self._loaded)
                     return
             elif ph == _COMPUTE:
                 rest = ch.work_us[self.t] - (env.now - self.w0)

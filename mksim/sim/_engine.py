@@ -186,7 +186,9 @@ class _Engine:
         slots = s.options.blocks_per_sm
         n_k = len(g.ops)
         self.n_lanes = r.n_sms * slots
-        cap = r.sm_cap_Bpus / slots
+        # an SM's bytes in flight are shared by the blocks of a kernel resident on it: one each
+        # where the kernel has no more blocks than SMs (they spread over the SMs first)
+        cap = [r.sm_cap_Bpus / resident_blocks(int(b), r.n_sms, slots) for b in g.n_tiles]
         dispatch = [env.event() for _ in range(n_k)]   # blocks of kernel k may be placed
         release = [env.event() for _ in range(n_k)]    # PDL: dependent part may run
         done = [env.event() for _ in range(n_k)]

@@ -86,6 +86,15 @@ def test_same_task_is_slower_on_fewer_sms(tmp_path):
     assert two.latency_us == pytest.approx(1 + 1 + 4, abs=TOL)
 
 
+def test_blocks_of_a_kernel_share_an_sm_only_when_they_outnumber_the_sms(tmp_path):
+    # two slots per SM at 2.5e5 B/µs per SM. 2 blocks: one per SM, each draws the whole SM (2 µs);
+    # 4 blocks: two per SM, each draws half (1e6 B / 4 at 1.25e5 B/µs: 2 µs)
+    two = run(tmp_path, chain(1e6), "graph", tiles=2, cap=250, blocks_per_sm=2)
+    four = run(tmp_path, chain(1e6), "graph", tiles=4, cap=250, blocks_per_sm=2)
+    assert two.latency_us == pytest.approx(1 + 1 + 2, abs=TOL)
+    assert four.latency_us == pytest.approx(1 + 1 + 2, abs=TOL)
+
+
 def test_pdl_overlaps_the_next_prologue(tmp_path):
     graph = run(tmp_path, chain(2e6, 1e6), "graph", blocks_per_sm=1)
     pdl = run(tmp_path, chain(2e6, 1e6), "graph_pdl", blocks_per_sm=1)
