@@ -479,7 +479,7 @@ def calibrate_cmd(
 validate_app = typer.Typer(no_args_is_help=True, help="Run schedules on this machine's GPU and hold them against "
                                                        "their predictions (one case, the suite, its report).")
 app.add_typer(validate_app, name="validate")
-_PRED_GPU = "h200-calibrated"
+_PRED_GPU = "h200-mk-kernels"
 
 
 def _say(msg: str) -> None:

@@ -34,7 +34,7 @@ def search_schedules(only: list[str] | None = None, *, trials: int = 200, seed: 
         fixed = search_fixed(model, batch, KV_LEN, gpu)
         path = out / f"{model}-b{batch}.json"
         res = search(model, gpu, batch=batch, kv_len=KV_LEN, trials=trials, seed=seed, storage=storage,
-                     workers=workers, out=path, fixed=fixed)
+                     workers=workers, out=path, fixed=fixed, best_mode="megakernel")
         from mksim.schedule import Schedule
 
         info = {"model": model, "batch": batch, "kv_len": KV_LEN, "gpu": gpu, "trials": trials, "seed": seed,

@@ -200,7 +200,7 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
            timeout: float | None = None, seed: int = 0, storage: str | None = None, study_name: str | None = None,
            objectives: str | tuple[str, ...] = "latency", workers: int = 1, out: str | Path | None = None,
            report: str | Path | None = None, progress: bool = False,
-           fixed: dict[str, Any] | None = None) -> SearchResult:
+           fixed: dict[str, Any] | None = None, best_mode: str | None = None) -> SearchResult:
     """Search megakernel (and, for comparison, chain) schedules of ``model`` on ``gpu``.
 
     Seeds the study with the baselines, runs until the study holds ``trials`` finished trials
@@ -247,7 +247,7 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
         if any(p.exitcode for p in procs):
             raise MksimError(f"{sum(1 for p in procs if p.exitcode)} search worker(s) failed; the study keeps "
                              "every finished trial: run the same command again to resume")
-    result = summarize(study, problem, objs, url)
+    result = summarize(study, problem, objs, url, best_mode)
     if out:
         save_best(result, problem, out)
     if report:
@@ -257,7 +257,10 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
     return result
 
 
-def summarize(study, problem: Problem, objectives: tuple[str, ...], url: str) -> SearchResult:
+def summarize(study, problem: Problem, objectives: tuple[str, ...], url: str,
+              best_mode: str | None = None) -> SearchResult:
+    """The study's outcome; ``best_mode`` (e.g. ``"megakernel"``) takes the best among that mode's
+    trials only (the chain baselines are still reported)."""
     import optuna
 
     TS = optuna.trial.TrialState
@@ -265,12 +268,15 @@ def summarize(study, problem: Problem, objectives: tuple[str, ...], url: str) ->
     done = [t for t in trials if t.state == TS.COMPLETE]
     if not done:
         raise MksimError(f"study {study.study_name!r} has no completed trial yet; run more trials")
+    pool = [t for t in done if best_mode is None or t.params.get("mode", "megakernel") == best_mode]
+    if not pool:
+        raise MksimError(f"study {study.study_name!r} has no completed {best_mode} trial yet; run more trials")
 
     def row(t) -> dict[str, Any]:
         return {"trial": t.number, "latency_us": t.user_attrs["latency_us"], "smem_KiB": t.user_attrs["smem_KiB"],
                 "params": dict(t.params)}
 
-    best_t = min(done, key=lambda t: (t.user_attrs["latency_us"], t.number))
+    best_t = min(pool, key=lambda t: (t.user_attrs["latency_us"], t.number))
     baselines: dict[str, dict[str, Any]] = {}
     for t in done:
         b = t.user_attrs.get("baseline")

@@ -171,11 +171,11 @@ def test_summary_schema_predictions_and_metrics(tmp_path):
     vs.run_suite(SMALL, tmp_path, fake_measure(slower=1.25, fail="graph_pdl"), device=DEVICE)
     s = vs.summarize(tmp_path / "measured.json")
     assert list(s)[:3] == ["gpu", "date", "cases"] and s["gpu"] == "Fake H200"
-    assert s["predicted_with"] == "h200-calibrated"
+    assert s["predicted_with"] == vs.GPU == "h200-mk-kernels"
     for row in s["cases"]:
         assert list(row)[:8] == ISSUE_KEYS
     graph, pdl, mk = s["cases"]
-    sched = mksim.build_schedule(mksim.models.workload("llama-3.2-1b", n_sms=132), "h200-calibrated", "graph",
+    sched = mksim.build_schedule(mksim.models.workload("llama-3.2-1b", n_sms=132), vs.GPU, "graph",
                                  **vs.kernel_options("llama-3.2-1b", 1, mode="graph"))
     want = mksim.simulate(sched).latency_us - sched.gpu.launch.launch_latency_us
     assert graph["predicted_us"] == pytest.approx(want, rel=1e-12)
@@ -274,7 +274,8 @@ def test_dry_run_predicts_without_a_gpu():
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)
     assert [x["name"] for x in rows] == ["llama-3.2-1b/b1/megakernel:default", "llama-3.2-1b/b1/megakernel:searched"]
-    assert all(x["error"] is None and 400 < x["predicted_us"] < 800 for x in rows)
+    # the generated kernels on h200-mk-kernels: about 1 ms (measured on the H200: 1.3-1.4 ms)
+    assert all(x["error"] is None and 700 < x["predicted_us"] < 2000 for x in rows)
 
 
 def test_import_mksim_stays_light():
