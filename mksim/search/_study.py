@@ -207,7 +207,9 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
     (``workers`` processes on this machine share it), writes the best schedule to ``out`` and an
     HTML report to ``report``, and returns a :class:`SearchResult`. ``fixed`` Options fields
     (``{"smem_reserve_KiB": 80}``: what a generated kernel needs) are kept by every candidate and
-    recorded in the study: resuming it with other fixed values is refused.
+    recorded in the study: resuming it with other fixed values is refused. ``best_mode``
+    (``"megakernel"``) makes the best the best trial of that mode, when the chain baselines must
+    stay comparisons only (the validation suite's searched megakernels).
     """
     import hwmodels
 
