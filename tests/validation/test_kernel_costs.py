@@ -211,3 +211,12 @@ def test_the_h200_single_ops_fit_within_the_schema(tmp_path):
 def test_the_examples_hold():
     import doctest
     assert doctest.testmod(kc).failed == 0
+
+
+def test_ops_timed_with_l2_flushed_are_preferred_over_warm_ones():
+    from validation.kernel_costs import fit
+
+    warm = [{"op": "n", "kind": "silu_mul", "task_us_mean": 0.8, "task_B_mean": 0.0}]
+    cold = [{"op": "n", "kind": "silu_mul", "task_us_mean": 1.4, "task_B_mean": 0.0, "l2": "flushed"}]
+    assert fit(warm)["silu_mul_task_fixed_us"]["value"] == 0.8
+    assert fit(warm + cold)["silu_mul_task_fixed_us"]["value"] == 1.4

@@ -38,6 +38,7 @@ ERRORS = {1: "an op counter was not reached in 2 s (a dependency never finished)
           6: "an unknown opcode in the task table",
           7: "no matmul device function for this batch"}
 WARMUP_MS = 20.0
+L2_FLUSH_B = 256 << 20  # written before each single-op launch: over four times the H200's 60 MB L2
 kernel_options = P.kernel_options
 
 
@@ -280,12 +281,18 @@ class Runner:
             n += 1
         return [self.run_once(watchdog_s) for _ in range(reps)]
 
-    def time_ops(self, reps: int = 10, watchdog_s: float = 60.0) -> list[dict]:
+    def time_ops(self, reps: int = 10, watchdog_s: float = 60.0, cold: bool = True) -> list[dict]:
         """Each distinct op (kind and shape) of a chain mode run alone as one kernel: median µs of
-        ``reps`` launches between CUDA events, and the bytes it streams per µs."""
+        ``reps`` launches between CUDA events, and the bytes it streams per µs.
+
+        ``cold``: before every launch, outside the events, write a buffer of several L2 sizes, so
+        that the op's weights, KV cache and inputs come from DRAM as they do in a step, where the
+        ops before it stream far more than L2 holds (run hot, the small ops measured 1.3-2.5x
+        faster alone than in the step: docs/validation.md)."""
         if not self.launches:
             return []
         g, ops = self.schedule.graph, self.schedule.workload.ops
+        flush = self.cp.empty(L2_FLUSH_B // 4, dtype=self.cp.float32) if cold else None
         seen: dict[tuple, dict] = {}
         for i, op in enumerate(ops):
             key = (op.kind, op.out_size, op.attrs.get("k", 0), int(g.n_tiles[i]))
@@ -293,6 +300,8 @@ class Runner:
                 continue
             times = []
             for r in range(reps + 2):
+                if flush is not None:
+                    flush.fill(r)
                 e0, e1 = self.cp.cuda.Event(), self.cp.cuda.Event()
                 e0.record(self.stream)
                 self.launches[i]()
@@ -309,7 +318,8 @@ class Runner:
             a, b = int(g.op_first[i]), int(g.op_first[i + 1])
             tr = self.cp.asnumpy(self.trace[a:b]).astype(np.int64)
             task_us = (tr[:, 2] - tr[:, 1]) / 1e3
-            seen[key] = {"op": op.name, "kind": op.kind, "N": op.out_size, "K": op.attrs.get("k"),
+            seen[key] = {"op": op.name, "kind": op.kind, "l2": "flushed" if cold else "warm",
+                         "N": op.out_size, "K": op.attrs.get("k"),
                          "tiles": int(g.n_tiles[i]), "us": med, "spread_us": float(np.ptp(times)),
                          "streamed_B": streamed, "GBps": streamed / med / 1e3,
                          "task_us_mean": float(task_us.mean()), "task_us_max": float(task_us.max()),
