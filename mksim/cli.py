@@ -674,6 +674,24 @@ def validate_schedules_cmd(
 
 
 # -- entry point ---------------------------------------------------------------------
+@app.command("explore")
+def explore_cmd(
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(8050, "--port", help="Port to listen on."),
+    debug: bool = typer.Option(False, "--debug", help="Dash debug mode (reloads on code changes)."),
+) -> None:
+    """Start the web explorer (Compare and Validation pages) at http://HOST:PORT/."""
+    try:
+        import dash  # noqa: F401
+        import plotly  # noqa: F401
+    except ImportError:
+        raise MksimError("the explorer needs Dash: python -m pip install -c constraints.txt -e '.[explorer]'") from None
+    from explorer.app import create_app
+
+    out.print(f"mksim explorer at http://{host}:{port}/ (Ctrl-C stops it)")
+    create_app().run(host=host, port=port, debug=debug)
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """Run the CLI; input errors become one line on stderr and exit status 2."""
     cmd = typer.main.get_command(app)

@@ -1,0 +1,1 @@
+"""One module per explorer page: its ``layout`` and, beside it, its callbacks (ids prefixed by page)."""
