@@ -19,7 +19,6 @@
 
 #define MK_OPT_FUSED_NORM 1  // matmul: x = rmsnorm(in0) * w2 before the product
 #define MK_OPT_RESIDUAL 2    // matmul: out = W x + in1
-#define MK_MAX_T 8           // rows (sequences) a task handles at once
 
 // Keep in step with OP_FIELDS in validation/megakernel/program.py (a test compares the two).
 struct MkOp {

@@ -49,7 +49,7 @@ struct MkParams {               // keep in step with PARAM_FIELDS in program.py
     int* error;
     unsigned long long* trace;  // optional: 4 %globaltimer stamps per task row (wait, ready, computed, published)
     int n_ops, page_B, depth, x_B;  // ring page bytes and depth; bytes of the x / scratch region
-    int acc_floats, acc_rows;  // row accumulators: MK_MAX_T x acc_rows floats
+    int acc_floats, acc_rows;  // row accumulators: T x acc_rows floats (acc_rows a power of two)
     int ahead, pad2;           // 0: the producer streams a task only once the workers have begun it
 };
 
@@ -113,9 +113,6 @@ __device__ __forceinline__ bool mk_mbar_try(unsigned long long* b, unsigned pari
 __device__ bool mk_mbar_wait(unsigned long long* b, unsigned parity, int* error) {
     unsigned long long t0 = 0;
     for (int k = 0; !mk_mbar_try(b, parity); ++k) {
-#ifdef MK_EXPERIMENT_WAIT_SLEEP_NS
-        __nanosleep(MK_EXPERIMENT_WAIT_SLEEP_NS);
-#endif
         if (k == 0) t0 = mk_now();
         if ((k & 63) == 63) {
             if (mk_failed(error)) return false;

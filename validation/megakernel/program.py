@@ -30,7 +30,6 @@ CONSUMERS = int(os.environ.get("MKSIM_WORKER_WARPS", 8))  # worker warps per blo
 THREADS = (CONSUMERS + 2) * 32   # + the producer and the publisher warps
 SMEM_MAX_B = 227 * 1024          # opt-in shared memory per block on sm_90
 RING_WITHOUT_PREFETCH = 4        # pages a task streams through when the schedule prefetches nothing
-MAX_T = 8
 BATCHES = (1, 2, 4, 8)           # rows a matmul task handles at once (template instances)
 ATTN_SHAPES = {(64, 4), (128, 4), (128, 3), (64, 8)}  # (head size, query heads per kv head) built
 
@@ -75,10 +74,6 @@ class Plan:
     acc_rows: int
     smem_B: int
     outputs: list[str] = field(default_factory=list)  # buffer of each op's output, in op order
-
-    @property
-    def threads(self) -> int:
-        return THREADS
 
 
 def x_region_bytes(schedule) -> int:
