@@ -6,8 +6,9 @@ import dash
 from dash import Dash, dcc, html
 
 from explorer.pages import compare, validation
+from explorer.pages import search, timeline
 
-PAGES = (compare, validation)
+PAGES = (compare, timeline, search, validation)
 
 
 def create_app() -> Dash:

@@ -88,3 +88,198 @@ def metrics_line(m: dict[str, Any]) -> str:
             line += f", {tau['mean_of_groups']:.2f} on average within each model and batch"
         line += "."
     return line
+
+
+# -- Timeline: one simulated step, task by task ------------------------------------------
+#: Segments the simulator records on an SM besides its tasks, drawn as bars of their own kind.
+WAIT_KINDS = ("dependency wait", "barrier wait")
+TASK_COLUMNS = ("task", "name", "op", "kind", "sm", "slot", "start_us", "end_us", "bytes")
+WAIT_COLUMNS = ("kind", "task", "name", "sm", "slot", "start_us", "end_us")
+
+
+def timeline_schedule(model: str = "llama-3.2-1b", gpu: str = "h200", batch: int = 1, kv_len: int = 1024,
+                      phase: str = "decode", mode: str = "megakernel", policy: str | None = None,
+                      schedule: str | None = None):
+    """The :class:`mksim.schedule.Schedule` the Timeline page simulates.
+
+    ``schedule`` is the JSON text of a schedule file (what ``mksim simulate --save`` and ``mksim search --out``
+    write); without it, ``mode``'s default schedule of the workload (``policy``: a persistent mode's placement
+    policy, ``None`` for the default). Raises :class:`mksim.errors.MksimError` on bad input.
+    """
+    from mksim.errors import MksimError
+    from mksim.schedule import Schedule, build_schedule
+
+    if schedule is not None:
+        if not schedule.lstrip().startswith("{"):  # from_json would take other text for a path on this machine
+            raise MksimError("not a schedule file: expected the JSON that mksim simulate --save writes")
+        return Schedule.from_json(schedule)
+    import hwmodels
+    from mksim import models as m
+
+    g = hwmodels.load(gpu)
+    wl = m.workload(model, batch=batch, kv_len=kv_len, phase=phase, n_sms=g.sm.count)
+    return build_schedule(wl, g, mode, policy=policy or None)
+
+
+def timeline_data(model: str = "llama-3.2-1b", gpu: str = "h200", batch: int = 1, kv_len: int = 1024,
+                  phase: str = "decode", mode: str = "megakernel", policy: str | None = None,
+                  schedule: str | None = None) -> dict[str, Any]:
+    """One simulated step, task by task, for the per-SM Gantt chart (arguments as :func:`timeline_schedule`).
+
+    Keys: ``workload gpu mode policy latency_us n_tasks n_sms lanes_per_sm``; ``tracks``, the SMs that ran a
+    task, in order; ``tasks``, one row per task as columns (``TASK_COLUMNS``: equal-length lists; ``slot`` is
+    the block slot on its SM in chain modes, ``bytes`` what the task reads and writes); ``waits``, each
+    dependency or barrier wait on an SM (``WAIT_COLUMNS``; ``task`` is the task waiting); ``wait_kinds`` and
+    ``schedule_json`` (the schedule simulated: to download, or to trace again). Times in µs from the step's start.
+
+    >>> d = timeline_data("llama-3.2-1b", "h200", mode="megakernel")
+    >>> len(d["tracks"]), sorted(d["tasks"]["task"]) == list(range(d["n_tasks"]))
+    (132, True)
+    """
+    from mksim.sim import simulate
+
+    sched = timeline_schedule(model, gpu, batch, kv_len, phase, mode, policy, schedule)
+    res = simulate(sched)
+    g = sched.graph
+    op_of = g.op_of.tolist()
+    op_names, op_kinds = [op.name for op in g.ops], [op.kind for op in g.ops]
+    moved = (g.weight_bytes + g.kv_bytes + g.in_bytes + g.out_bytes).tolist()
+    lps = res.lanes_per_sm
+    tasks: dict[str, list] = {c: [] for c in TASK_COLUMNS}
+    waits: dict[str, list] = {c: [] for c in WAIT_COLUMNS}
+    for lane, a, b, t, cat in res.timeline:
+        if lane < 0:  # a persistent SM's loader: its time shows as its executor's waits and memory
+            continue
+        sm, slot = divmod(lane, lps)
+        if cat == "task":
+            op = op_of[t]
+            for c, v in zip(TASK_COLUMNS, (t, res.task_names[t], op_names[op], op_kinds[op], sm, slot, a, b,
+                                           moved[t])):
+                tasks[c].append(v)
+        elif cat in WAIT_KINDS:
+            for c, v in zip(WAIT_COLUMNS, (cat, t, res.task_names[t], sm, slot, a, b)):
+                waits[c].append(v)
+    return {"workload": res.workload, "gpu": res.gpu, "mode": res.mode, "policy": res.policy,
+            "latency_us": res.latency_us, "n_tasks": res.n_tasks, "n_sms": sched.gpu.sm.count,
+            "lanes_per_sm": lps, "tracks": sorted(set(tasks["sm"])), "tasks": tasks, "waits": waits,
+            "wait_kinds": list(WAIT_KINDS), "schedule_json": sched.to_json()}
+
+
+def perfetto_trace(schedule: str) -> str:
+    """The Chrome trace (JSON text, opens in Perfetto) of a schedule file's JSON, as ``mksim simulate --trace``
+    writes it: one track per SM."""
+    import tempfile
+
+    from mksim.sim import simulate
+
+    res = simulate(timeline_schedule(schedule=schedule))
+    with tempfile.TemporaryDirectory() as d:
+        return res.to_perfetto(Path(d) / "trace.json").read_text()
+
+
+# -- Search: an Optuna study read from its storage -----------------------------------------
+#: Trial states as the Search page counts them.
+TRIAL_STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
+
+
+def storage_url(text: str) -> str:
+    """An Optuna storage URL from what a user typed: a URL (``sqlite:///...``, ``postgresql://...``) as it
+    is, a file path as an SQLite URL.
+
+    >>> storage_url("/tmp/s.db"), storage_url("sqlite:///s.db")
+    ('sqlite:////tmp/s.db', 'sqlite:///s.db')
+    """
+    from mksim.errors import MksimError
+
+    text = (text or "").strip()
+    if not text:
+        raise MksimError("give a study storage: an SQLite file path or an RDB URL")
+    return text if "://" in text else f"sqlite:///{Path(text).expanduser().resolve()}"
+
+
+def _load_study(storage: str, study: str):
+    import optuna
+
+    from mksim.errors import MksimError
+
+    url = storage_url(storage)
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
+        raise MksimError(f"no study storage at {url[len('sqlite:///'):]}")  # opening it would create it
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        names = optuna.study.get_all_study_names(url)
+    except Exception as exc:  # sqlalchemy's own errors: not a database, server down, missing driver
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MksimError(f"cannot open study storage {url!r}: {first}") from None
+    if study not in names:
+        raise MksimError(f"no study {study!r} in {url}; studies there: {', '.join(names) or 'none'}")
+    return optuna.load_study(study_name=study, storage=url)
+
+
+def study_data(storage: str, study: str) -> dict[str, Any]:
+    """A search study as plain data, read from its storage (a running study: what it holds so far).
+
+    Keys: ``study storage problem objectives`` (``["latency"]`` or ``["latency", "smem"]``), ``counts`` (trials
+    per state of ``TRIAL_STATES``), ``finished`` (complete and pruned: what ``trials`` counts), ``trials`` (one
+    row per trial: ``number state latency_us smem_KiB params baseline mode reason``), ``best`` (the complete
+    trial of least latency, or ``None``), ``pareto`` (with two objectives, the numbers of the complete trials no
+    other beats on both, by latency) and ``params`` (the parameters every complete megakernel trial chose, for
+    the parallel coordinates). Raises :class:`mksim.errors.MksimError` if the storage or study cannot be opened.
+    """
+    st = _load_study(storage, study)
+    problem = st.user_attrs.get("problem", {})
+    objectives = list(problem.get("objectives") or (["latency", "smem"] if len(st.directions) > 1 else ["latency"]))
+    rows = []
+    for t in st.get_trials(deepcopy=False):
+        reason = t.user_attrs.get("pruned_reason") or t.system_attrs.get("fail_reason")
+        rows.append({"number": t.number, "state": t.state.name, "latency_us": t.user_attrs.get("latency_us"),
+                     "smem_KiB": t.user_attrs.get("smem_KiB"), "params": dict(t.params),
+                     "baseline": t.user_attrs.get("baseline"),
+                     "mode": t.params.get("mode", t.user_attrs.get("mode", "megakernel")),
+                     "reason": str(reason).splitlines()[0] if reason else None})
+    done = [r for r in rows if r["state"] == "COMPLETE" and r["latency_us"] is not None]
+    counts = {s: sum(r["state"] == s for r in rows) for s in TRIAL_STATES}
+    best = min(done, key=lambda r: (r["latency_us"], r["number"])) if done else None
+    mk = [r for r in done if r["mode"] == "megakernel"]
+    params = [p for p in mk[0]["params"] if all(p in r["params"] for r in mk)] if mk else []
+    return {"study": study, "storage": storage_url(storage), "problem": problem, "objectives": objectives,
+            "counts": counts, "finished": counts["COMPLETE"] + counts["PRUNED"], "trials": rows, "best": best,
+            "pareto": pareto_front(done) if len(objectives) > 1 else [], "params": params}
+
+
+def pareto_front(rows: list[dict[str, Any]]) -> list[int]:
+    """Numbers of the rows no other row beats on both latency and shared memory (least latency first).
+
+    >>> pareto_front([{"number": 0, "latency_us": 5, "smem_KiB": 64}, {"number": 1, "latency_us": 4,
+    ...               "smem_KiB": 160}, {"number": 2, "latency_us": 6, "smem_KiB": 96}])
+    [1, 0]
+    """
+    front, least = [], float("inf")
+    for r in sorted(rows, key=lambda r: (r["latency_us"], r["smem_KiB"], r["number"])):
+        if r["smem_KiB"] < least:
+            front.append(r["number"])
+            least = r["smem_KiB"]
+    return front
+
+
+def best_schedule_json(storage: str, study: str, trial: int | None = None) -> str:
+    """The schedule file (JSON text) of a study's best trial, or of trial ``trial``: what ``mksim search
+    --out`` writes. Raises :class:`mksim.errors.MksimError` if there is no such complete trial."""
+    import hwmodels
+    from mksim.errors import MksimError
+    from mksim.search import Problem, build
+    from mksim.search._space import candidate_from_params
+
+    st = _load_study(storage, study)
+    p = st.user_attrs.get("problem")
+    if not p:
+        raise MksimError(f"study {study!r} was not made by mksim search (it records no problem)")
+    done = [t for t in st.get_trials(deepcopy=False) if t.state.name == "COMPLETE" and "latency_us" in t.user_attrs]
+    if trial is not None:
+        done = [t for t in done if t.number == trial]
+    if not done:
+        raise MksimError(f"study {study!r} has no complete trial" + (f" {trial}" if trial is not None else " yet"))
+    best = min(done, key=lambda t: (t.user_attrs["latency_us"], t.number))
+    problem = Problem(model=p["model"], gpu=hwmodels.load(p["gpu"]), batch=p["batch"], kv_len=p["kv_len"],
+                      phase=p.get("phase", "decode"), fixed=p.get("fixed", {}))
+    return build(candidate_from_params(best.params, problem.gpu, problem.fixed), problem).to_json()

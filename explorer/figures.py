@@ -96,3 +96,152 @@ def error_figure(data: dict[str, Any]) -> go.Figure:
     fig.update_layout(barmode="group", title="error by mode (%)", yaxis_title="%",
                       margin=dict(t=50, b=40, l=50, r=20))
     return fig
+
+
+# -- Timeline: per-SM Gantt chart ----------------------------------------------------------
+#: Op kinds take these colours in sorted order; red and grey are kept for the waits.
+KIND_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
+WAIT_COLOURS = {"dependency wait": "#d62728", "barrier wait": "#555555"}
+PX_PER_TRACK = 7
+
+
+def _segments(a: Any, b: Any, y: Any) -> tuple[Any, Any]:
+    """x and y of horizontal segments [a, b] at heights y, as one line broken by gaps (NaN)."""
+    import numpy as np
+
+    gap = np.full(len(a), np.nan)
+    f4 = np.float32  # µs to 1 ns over a step of milliseconds, half the bytes sent to the browser
+    return np.column_stack([a, b, gap]).ravel().astype(f4), np.column_stack([y, y, gap]).ravel().astype(f4)
+
+
+def timeline_figure(data: dict[str, Any]) -> go.Figure:
+    """The per-SM Gantt chart of :func:`explorer.data.timeline_data`: one track per SM (slots side by side
+    within it in chain modes), task bars coloured by op kind, dependency and barrier waits as their own bars.
+
+    Few traces whatever the task count (WebGL segments: a line and a trace of hover points per kind), so
+    132 SMs and tens of thousands of bars stay fast to draw and zoom.
+    """
+    import numpy as np
+
+    fig = go.Figure()
+    lps = max(1, int(data["lanes_per_sm"]))
+    n = max(data["tracks"], default=0) + 1
+    height = min(2000, max(350, 90 + PX_PER_TRACK * n))
+    width_px = max(1.0, 0.8 * (height - 90) / max(n, 1) / lps)
+
+    def add(cols: dict[str, list], mask: Any, name: str, colour: str, text: list[str], template: str) -> None:
+        a, b = np.asarray(cols["start_us"])[mask], np.asarray(cols["end_us"])[mask]
+        sm, slot = np.asarray(cols["sm"])[mask], np.asarray(cols["slot"])[mask]
+        y = sm + ((slot + 0.5) / lps - 0.5) * 0.8
+        xs, ys = _segments(a, b, y)
+        fig.add_scattergl(x=xs, y=ys, mode="lines", line=dict(width=width_px, color=colour), name=name,
+                          legendgroup=name, hoverinfo="skip")
+        extra = [np.asarray(cols["task"])[mask], sm, a, b, b - a]
+        if "bytes" in cols:
+            extra.append(np.asarray(cols["bytes"])[mask] / 1024)
+        fig.add_scattergl(x=((a + b) / 2).astype(np.float32), y=y.astype(np.float32), mode="markers", name=name,
+                          legendgroup=name, showlegend=False,
+                          marker=dict(size=max(2.0, width_px - 1), color=colour, symbol="square"),
+                          text=text, customdata=np.column_stack(extra).astype(np.float32), hovertemplate=template)
+
+    tasks, waits = data["tasks"], data["waits"]
+    kinds = np.asarray(tasks["kind"])
+    names = np.asarray(tasks["name"], dtype=object)
+    ops = np.asarray(tasks["op"], dtype=object)
+    for i, kind in enumerate(sorted(set(tasks["kind"]))):
+        m = kinds == kind
+        add(tasks, m, kind, KIND_PALETTE[i % len(KIND_PALETTE)], list(names[m]),
+            "<b>%{text}</b> (task %{customdata[0]})<br>SM %{customdata[1]}, " + kind
+            + "<br>%{customdata[2]:.2f} – %{customdata[3]:.2f} µs (%{customdata[4]:.2f} µs)"
+            "<br>%{customdata[5]:,.1f} KiB moved<extra></extra>")
+    wkinds = np.asarray(waits["kind"])
+    wnames = np.asarray(waits["name"], dtype=object)
+    for kind in data.get("wait_kinds", list(WAIT_COLOURS)):
+        m = wkinds == kind
+        if m.any():
+            add(waits, m, kind, WAIT_COLOURS.get(kind, "#888888"), list(wnames[m]),
+                f"<b>{kind}</b> before %{{text}} (task %{{customdata[0]}})<br>SM %{{customdata[1]}}"
+                "<br>%{customdata[2]:.2f} – %{customdata[3]:.2f} µs (%{customdata[4]:.2f} µs)<extra></extra>")
+    step = max(1, n // 33)
+    ticks = list(range(0, n, step))
+    policy = f" ({data['policy']})" if data.get("policy") else ""
+    fig.update_layout(title=f"{data['workload']} on {data['gpu']}, {data['mode']}{policy}: "
+                            f"{data['latency_us']:.1f} µs, {data['n_tasks']} tasks on {len(data['tracks'])} SMs",
+                      height=height, hovermode="closest", dragmode="zoom", margin=dict(t=50, b=40, l=60, r=20),
+                      legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0, title_text=""))
+    fig.update_xaxes(title="µs from the step's start", range=[0, data["latency_us"]])
+    fig.update_yaxes(autorange="reversed", tickvals=ticks, ticktext=[f"SM {i}" for i in ticks], zeroline=False,
+                     showgrid=False)
+    return fig
+
+
+# -- Search: an Optuna study --------------------------------------------------------------
+_SEARCH_MODE_COLOURS = {"megakernel": _MODE_COLOURS["megakernel"], "graph_pdl": _MODE_COLOURS["graph_pdl"],
+                        "graph": _MODE_COLOURS["graph"]}
+
+
+def study_history_figure(data: dict[str, Any]) -> go.Figure:
+    """Latency of every complete trial (one trace per mode) and the best so far, from
+    :func:`explorer.data.study_data`."""
+    done = [r for r in data["trials"] if r["state"] == "COMPLETE" and r["latency_us"] is not None]
+    fig = go.Figure()
+    for mode in dict.fromkeys(r["mode"] for r in done):
+        mine = [r for r in done if r["mode"] == mode]
+        fig.add_scatter(x=[r["number"] for r in mine], y=[r["latency_us"] for r in mine], mode="markers",
+                        name=mode, marker=dict(color=_SEARCH_MODE_COLOURS.get(mode)),
+                        text=[r["baseline"] or "sampled" for r in mine],
+                        hovertemplate="trial %{x}: %{y:.1f} µs (%{text})<extra></extra>")
+    xs, ys, best = [], [], float("inf")
+    for r in sorted(done, key=lambda r: r["number"]):
+        best = min(best, r["latency_us"])
+        xs.append(r["number"])
+        ys.append(best)
+    fig.add_scatter(x=xs, y=ys, mode="lines", line=dict(shape="hv", color="black"), name="best so far")
+    fig.update_layout(title=f"latency per trial — {data['study']}", xaxis_title="trial", yaxis_title="latency (µs)",
+                      margin=dict(t=50, b=40, l=60, r=20))
+    return fig
+
+
+def study_parallel_figure(data: dict[str, Any]) -> go.Figure:
+    """Parallel coordinates of the complete megakernel trials: each parameter every one chose, then the
+    latency (the line colour; lighter is faster)."""
+    done = [r for r in data["trials"] if r["state"] == "COMPLETE" and r["latency_us"] is not None
+            and r["mode"] == "megakernel"]
+    fig = go.Figure()
+    if not done or not data["params"]:
+        fig.update_layout(title="parallel coordinates: no complete megakernel trial yet")
+        return fig
+    dims = []
+    for p in data["params"]:
+        vals = [r["params"][p] for r in done]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+            dims.append(dict(label=p, values=vals))
+        else:
+            cats = sorted({str(v) for v in vals})
+            dims.append(dict(label=p, values=[cats.index(str(v)) for v in vals], tickvals=list(range(len(cats))),
+                             ticktext=cats, range=[-0.25, len(cats) - 0.75] if len(cats) > 1 else [-1, 1]))
+    lat = [r["latency_us"] for r in done]
+    dims.append(dict(label="latency µs", values=lat))
+    fig.add_trace(go.Parcoords(dimensions=dims, line=dict(color=lat, colorscale="Viridis", reversescale=True,
+                                                          showscale=True)))
+    fig.update_layout(title="megakernel trials: parameters and latency", margin=dict(t=80, b=30, l=60, r=60))
+    return fig
+
+
+def study_pareto_figure(data: dict[str, Any]) -> go.Figure:
+    """With two objectives, latency against shared memory per SM, the Pareto front drawn as a line."""
+    fig = go.Figure()
+    if len(data["objectives"]) < 2:
+        fig.update_layout(title="Pareto front: a study of one objective has none (start one with latency,smem)")
+        return fig
+    done = {r["number"]: r for r in data["trials"] if r["state"] == "COMPLETE" and r["latency_us"] is not None}
+    fig.add_scatter(x=[r["smem_KiB"] for r in done.values()], y=[r["latency_us"] for r in done.values()],
+                    mode="markers", name="trials", marker=dict(color="lightgrey"), text=list(done),
+                    hovertemplate="trial %{text}: %{y:.1f} µs, %{x:g} KiB<extra></extra>")
+    front = [done[n] for n in data["pareto"] if n in done]
+    fig.add_scatter(x=[r["smem_KiB"] for r in front], y=[r["latency_us"] for r in front], mode="lines+markers",
+                    line=dict(shape="vh"), name="Pareto front", text=[r["number"] for r in front],
+                    hovertemplate="trial %{text}: %{y:.1f} µs, %{x:g} KiB<extra></extra>")
+    fig.update_layout(title="Pareto front: latency vs shared memory", xaxis_title="shared memory per SM (KiB)",
+                      yaxis_title="latency (µs)", margin=dict(t=50, b=40, l=60, r=20))
+    return fig

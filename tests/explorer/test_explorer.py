@@ -149,7 +149,7 @@ def test_create_app_registers_both_pages_and_serves():
 
     app = create_app()
     pages = {p["path"]: p["name"] for p in dash.page_registry.values()}
-    assert pages == {"/": "Compare", "/validation": "Validation"}
+    assert {"/": "Compare", "/validation": "Validation"}.items() <= pages.items()  # the other pages: in their tests
     client = app.server.test_client()
     assert client.get("/").status_code == 200
     assert client.get("/validation").status_code == 200

@@ -1,0 +1,166 @@
+"""Search: start an Optuna study of megakernel schedules, or open one, and follow it live."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+from dash import Input, Output, State, callback, ctx, dcc, html, no_update
+
+from explorer import data, figures, jobs, store
+from explorer.pages.timeline import PATH as TIMELINE_PATH
+from mksim.errors import MksimError
+
+PATH, NAME = "/search", "Search"
+GRAPHS = ("search-history", "search-parallel", "search-pareto")
+POLL_MS = 1000
+
+
+def layout(**_query: Any) -> html.Div:
+    """The page (built on request: no data loaded at import)."""
+    def field(label: str, comp: Any) -> html.Label:
+        return html.Label([label, comp], style={"display": "inline-block", "marginRight": "1em"})
+
+    def dropdown(options: Any, value: Any, id_: str, width: str = "14em") -> dcc.Dropdown:
+        return dcc.Dropdown(options, value, id=id_, clearable=False, style={"width": width})
+
+    return html.Div([
+        html.H2("Search megakernel schedules"),
+        html.Div([
+            field("model ", dropdown(data.models(), "llama-3.2-1b", "search-model")),
+            field("GPU ", dropdown(data.gpus(), "h200", "search-gpu")),
+            field("batch ", dcc.Input(id="search-batch", type="number", value=1, step=1)),
+            field("KV length ", dcc.Input(id="search-kv-len", type="number", value=1024, step=1)),
+            field("trials ", dcc.Input(id="search-trials", type="number", value=60, step=1)),
+            field("objectives ", dropdown(list(jobs.OBJECTIVE_CHOICES), "latency", "search-objectives", "10em")),
+            html.Button("Start search", id="search-start", n_clicks=0),
+        ]),
+        html.Div([
+            field("storage ", dcc.Input(id="search-storage", value=jobs.default_storage(), style={"width": "28em"})),
+            field("study ", dcc.Input(id="search-study", placeholder="default: model-GPU-batch-KV-objectives",
+                                      style={"width": "24em"})),
+            html.Button("Open study", id="search-open", n_clicks=0),
+        ], style={"margin": "0.5em 0"}),
+        dcc.Store(id="search-job"), dcc.Store(id="search-seen"),
+        dcc.Interval(id="search-poll", interval=POLL_MS, disabled=True),
+        dcc.Location(id="search-location", refresh="callback-nav"),
+        html.Div(id="search-message", role="alert", style={"color": "#b00020", "margin": "0.5em 0"}),
+        html.P(id="search-progress"),
+        html.Button("Open the best schedule in Timeline", id="search-best", n_clicks=0),
+        html.Span(id="search-best-message", style={"marginLeft": "1em", "color": "#b00020"}),
+        html.Div([dcc.Graph(id="search-history", style={"display": "inline-block", "width": "49%"}),
+                  dcc.Graph(id="search-pareto", style={"display": "inline-block", "width": "49%"})]),
+        dcc.Graph(id="search-parallel"),
+    ])
+
+
+def _int(value: Any, what: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise MksimError(f"{what} must be a whole number") from None
+
+
+def start_or_open(trigger: str | None, model: str | None, gpu: str | None, batch: Any, kv_len: Any, trials: Any,
+                  objectives: str | None, storage: str | None, study: str | None) -> dict[str, Any] | None:
+    """What the page follows: ``{"job", "storage", "study", "trials"}`` (``job`` ``None`` for an opened
+    study), or ``{"error": one line}``; ``None`` before either button is pressed. Never raises."""
+    try:
+        if trigger == "search-start":
+            if not model or not gpu:
+                raise MksimError("choose a model and a GPU")
+            return jobs.start_search(model, gpu, _int(batch, "batch"), _int(kv_len, "KV length"),
+                                     _int(trials, "trials"), objectives or "latency", storage, study)
+        if trigger == "search-open":
+            if not (study or "").strip():
+                raise MksimError("give the name of the study to open")
+            return {"job": None, "storage": data.storage_url(storage or ""), "study": study.strip(), "trials": None}
+    except MksimError as exc:
+        return {"error": str(exc)}
+    return None
+
+
+def _empty() -> tuple[go.Figure, ...]:
+    return tuple(go.Figure() for _ in GRAPHS)
+
+
+def _progress(d: dict[str, Any], trials: int | None, state: str) -> str:
+    c = d["counts"]
+    head = f"{d['finished']} / {trials} trials finished" if trials else f"{d['finished']} trials finished"
+    parts = [head + f" ({c['COMPLETE']} complete, {c['PRUNED']} pruned"
+             + (f", {c['FAIL']} failed" if c["FAIL"] else "") + (f", {c['RUNNING']} running" if c["RUNNING"] else "")
+             + ")"]
+    failed = [r for r in d["trials"] if r["state"] == "FAIL" and r["reason"]]
+    if failed:
+        parts.append(f"trial {failed[-1]['number']} failed: {failed[-1]['reason']}")
+    b = d["best"]
+    if b:
+        what = b["mode"] + (f" {b['params']['policy']}" if "policy" in b["params"] else "")
+        parts.append(f"best {'so far' if state == 'running' else 'found'}: {b['latency_us']:.1f} µs "
+                     f"(trial {b['number']}, {what}{', ' + b['baseline'] if b['baseline'] else ''})")
+    if state == "running":
+        parts.append("running…")
+    return "; ".join(parts)
+
+
+def poll(job: dict[str, Any] | None, seen: Any = None) -> tuple:
+    """``(message, progress, history, parallel, Pareto, poll disabled, seen)`` of the followed study.
+
+    The figures are redrawn only when the study's finished trials changed since ``seen`` (so a zoom or a
+    brushed axis survives the polling); the polling goes on while a search of this server runs the study
+    or it has running trials (a ``mksim search`` elsewhere filling it).
+    Errors (bad input, a study that cannot be opened, a failed search) come back as one line; never raises.
+    """
+    if not job:
+        return ("", "", *_empty(), True, None)
+    if "error" in job:
+        return (f"error: {job['error']}", "", *_empty(), True, None)
+    state, err = jobs.job_state(job.get("job"))
+    try:
+        d = data.study_data(job["storage"], job["study"])
+    except MksimError as exc:
+        if state == "running":  # the worker has not made the study yet
+            return ("", f"starting the search of {job['study']}…", *(no_update for _ in GRAPHS), False, seen)
+        return (f"error: {err or exc}", "", *_empty(), True, None)
+    now = [job["study"], job["storage"], d["finished"], d["counts"]["FAIL"], state]
+    figs = ((figures.study_history_figure(d), figures.study_parallel_figure(d), figures.study_pareto_figure(d))
+            if now != seen else tuple(no_update for _ in GRAPHS))
+    message = f"error: {err}" if state == "failed" else ""
+    live = state == "running" or (state == "none" and d["counts"]["RUNNING"] > 0)
+    return (message, _progress(d, job.get("trials"), "running" if live else state), *figs, not live, now)
+
+
+def open_best(n_clicks: int | None, job: dict[str, Any] | None) -> tuple[Any, str]:
+    """``(Timeline link, message)``: keep the followed study's best schedule, link to it on Timeline."""
+    if not n_clicks:
+        return no_update, ""
+    if not job or "error" in job:
+        return no_update, "start a search or open a study first"
+    try:
+        token = store.put_schedule(data.best_schedule_json(job["storage"], job["study"]))
+    except MksimError as exc:
+        return no_update, f"error: {exc}"
+    return f"{TIMELINE_PATH}?schedule={token}", ""
+
+
+@callback(Output("search-job", "data"), Input("search-start", "n_clicks"), Input("search-open", "n_clicks"),
+          State("search-model", "value"), State("search-gpu", "value"), State("search-batch", "value"),
+          State("search-kv-len", "value"), State("search-trials", "value"), State("search-objectives", "value"),
+          State("search-storage", "value"), State("search-study", "value"), prevent_initial_call=True)
+def _on_start(n_start, n_open, model, gpu, batch, kv_len, trials, objectives, storage, study):
+    return start_or_open(ctx.triggered_id, model, gpu, batch, kv_len, trials, objectives, storage, study)
+
+
+@callback(Output("search-message", "children"), Output("search-progress", "children"),
+          *(Output(g, "figure") for g in GRAPHS), Output("search-poll", "disabled"), Output("search-seen", "data"),
+          Input("search-poll", "n_intervals"), Input("search-job", "data"), State("search-seen", "data"))
+def _on_poll(n_intervals, job, seen):
+    if ctx.triggered_id == "search-job":
+        seen = None  # a new study: draw it
+    return poll(job, seen)
+
+
+@callback(Output("search-location", "href"), Output("search-best-message", "children"),
+          Input("search-best", "n_clicks"), State("search-job", "data"), prevent_initial_call=True)
+def _on_best(n_clicks, job):
+    return open_best(n_clicks, job)

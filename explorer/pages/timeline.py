@@ -1,0 +1,142 @@
+"""Timeline: the per-SM Gantt chart of one simulated step (a mode's default schedule, or a schedule file)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+import plotly.graph_objects as go
+from dash import Input, Output, State, callback, ctx, dcc, html, no_update
+
+from explorer import data, figures, store
+from mksim.errors import MksimError
+
+PATH, NAME = "/timeline", "Timeline"
+MODES = ("stream", "graph", "graph_pdl", "persistent_barrier", "megakernel")
+
+
+def layout(schedule: str | None = None, **_query: Any) -> html.Div:
+    """The page (built on request). ``/timeline?schedule=<token>`` shows a schedule the Search page kept."""
+    from mksim.schedule import POLICIES
+
+    def field(label: str, comp: Any) -> html.Label:
+        return html.Label([label, comp], style={"display": "inline-block", "marginRight": "1em"})
+
+    def dropdown(options: Any, value: Any, id_: str, width: str = "14em", **kw: Any) -> dcc.Dropdown:
+        return dcc.Dropdown(options, value, id=id_, style={"width": width}, **kw)
+
+    return html.Div([
+        html.H2("Timeline: one step, SM by SM"),
+        html.Div([
+            field("model ", dropdown(data.models(), "llama-3.2-1b", "timeline-model", clearable=False)),
+            field("GPU ", dropdown(data.gpus(), "h200", "timeline-gpu", clearable=False)),
+            field("batch ", dcc.Input(id="timeline-batch", type="number", value=1, step=1)),
+            field("KV length ", dcc.Input(id="timeline-kv-len", type="number", value=1024, step=1)),
+            field("phase ", dropdown(["decode", "prefill"], "decode", "timeline-phase", "8em", clearable=False)),
+            field("mode ", dropdown(list(MODES), "megakernel", "timeline-mode", "12em", clearable=False)),
+            field("policy ", dropdown(sorted(POLICIES), None, "timeline-policy", "8em", placeholder="default")),
+            html.Button("Run", id="timeline-run", n_clicks=0),
+        ]),
+        html.Div([
+            dcc.Upload(html.Button("Simulate a schedule file…"), id="timeline-upload", accept=".json",
+                       style={"display": "inline-block", "marginRight": "1em"}),
+            html.Button("Download schedule JSON", id="timeline-save", n_clicks=0, style={"marginRight": "0.5em"}),
+            html.Button("Download Perfetto trace", id="timeline-trace", n_clicks=0),
+            dcc.Download(id="timeline-save-file"), dcc.Download(id="timeline-trace-file"),
+        ], style={"margin": "0.5em 0"}),
+        dcc.Store(id="timeline-token", data=schedule),
+        dcc.Store(id="timeline-schedule"),
+        html.Div(id="timeline-message", role="alert", style={"color": "#b00020", "margin": "0.5em 0"}),
+        html.P(id="timeline-summary", style={"color": "#444"}),
+        dcc.Loading(dcc.Graph(id="timeline-graph", config={"scrollZoom": True, "displaylogo": False})),
+    ])
+
+
+def _int(value: Any, what: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise MksimError(f"{what} must be a whole number") from None
+
+
+def _uploaded(contents: str, filename: str | None) -> str:
+    """The text of a dcc.Upload's ``data:...;base64,...`` contents."""
+    try:
+        return base64.b64decode(contents.split(",", 1)[1], validate=True).decode("utf-8")
+    except (IndexError, binascii.Error, UnicodeDecodeError):
+        raise MksimError(f"cannot read {filename or 'the upload'}: not a text file") from None
+
+
+def show_timeline(trigger: str | None, model: str | None, gpu: str | None, batch: Any, kv_len: Any,
+                  phase: str | None, mode: str | None, policy: str | None, upload: str | None = None,
+                  filename: str | None = None, token: str | None = None) -> tuple:
+    """``(message, summary, figure, schedule JSON)`` for what ``trigger`` (the component id that fired)
+    asks for: an uploaded schedule file, a schedule kept under ``token`` (from Search), else the form.
+
+    Bad input answers with a one-line error, an empty figure and no schedule; it never raises.
+    """
+    try:
+        if trigger == "timeline-upload" and upload:
+            source = f"schedule file {filename or ''}".strip()
+            d = data.timeline_data(schedule=_uploaded(upload, filename))
+        elif token and trigger in (None, "timeline-token"):
+            text = store.get_schedule(token)
+            if text is None:
+                raise MksimError(f"no schedule kept under {token!r} on this server; open it again from Search")
+            source = "schedule from Search"
+            d = data.timeline_data(schedule=text)
+        else:
+            if not model or not gpu or not phase or not mode:
+                raise MksimError("choose a model, a GPU, a phase and a mode")
+            source = "default schedule"
+            d = data.timeline_data(model, gpu, _int(batch, "batch"), _int(kv_len, "KV length"), phase, mode,
+                                   policy or None)
+    except MksimError as exc:
+        return f"error: {exc}", "", go.Figure(), None
+    waits = {k: sum(1 for w in d["waits"]["kind"] if w == k) for k in d["wait_kinds"]}
+    summary = (f"{source}: {d['workload']} on {d['gpu']}, {d['mode']}"
+               + (f" ({d['policy']})" if d["policy"] else "") + f", {d['latency_us']:.1f} µs, {d['n_tasks']} tasks"
+               f" on {len(d['tracks'])} SMs; " + ", ".join(f"{n} {k}s" for k, n in waits.items() if n)
+               + ". Drag to zoom, double-click to reset, hover a bar for its task.")
+    return "", summary, figures.timeline_figure(d), d["schedule_json"]
+
+
+def schedule_download(n_clicks: int | None, schedule_json: str | None) -> Any:
+    """The schedule file for dcc.Download (what ``mksim simulate --schedule`` reads); nothing before a run."""
+    if not n_clicks or not schedule_json:
+        return no_update
+    return {"content": schedule_json, "filename": "schedule.json", "type": "application/json"}
+
+
+def trace_download(n_clicks: int | None, schedule_json: str | None) -> Any:
+    """The schedule's Chrome trace for dcc.Download (opens in https://ui.perfetto.dev); nothing before a run."""
+    if not n_clicks or not schedule_json:
+        return no_update
+    try:
+        trace = data.perfetto_trace(schedule_json)
+    except MksimError:
+        return no_update
+    return {"content": trace, "filename": "mksim-trace.json", "type": "application/json"}
+
+
+@callback(Output("timeline-message", "children"), Output("timeline-summary", "children"),
+          Output("timeline-graph", "figure"), Output("timeline-schedule", "data"),
+          Input("timeline-run", "n_clicks"), Input("timeline-upload", "contents"), Input("timeline-token", "data"),
+          State("timeline-model", "value"), State("timeline-gpu", "value"), State("timeline-batch", "value"),
+          State("timeline-kv-len", "value"), State("timeline-phase", "value"), State("timeline-mode", "value"),
+          State("timeline-policy", "value"), State("timeline-upload", "filename"))
+def _on_run(n_clicks, upload, token, model, gpu, batch, kv_len, phase, mode, policy, filename):
+    return show_timeline(ctx.triggered_id, model, gpu, batch, kv_len, phase, mode, policy, upload, filename, token)
+
+
+@callback(Output("timeline-save-file", "data"), Input("timeline-save", "n_clicks"),
+          State("timeline-schedule", "data"), prevent_initial_call=True)
+def _on_save(n_clicks, schedule_json):
+    return schedule_download(n_clicks, schedule_json)
+
+
+@callback(Output("timeline-trace-file", "data"), Input("timeline-trace", "n_clicks"),
+          State("timeline-schedule", "data"), prevent_initial_call=True)
+def _on_trace(n_clicks, schedule_json):
+    return trace_download(n_clicks, schedule_json)

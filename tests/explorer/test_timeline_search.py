@@ -1,0 +1,359 @@
+"""The Timeline and Search pages: their data, their figures, and their callbacks called directly."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+
+import pytest
+
+pytest.importorskip("dash")
+pytest.importorskip("optuna")
+
+from dash import no_update  # noqa: E402
+
+from explorer import data, figures, jobs, store  # noqa: E402
+from mksim.errors import MksimError  # noqa: E402
+
+EPS_US = 1e-9
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("MKSIM_EXPLORER_CACHE", str(tmp_path_factory.getbasetemp() / "explorer-cache"))
+
+
+@pytest.fixture(scope="module")
+def mk():
+    return data.timeline_data("llama-3.2-1b", "h200", mode="megakernel")
+
+
+def _check_tracks(d):
+    t, w = d["tasks"], d["waits"]
+    assert sorted(t["task"]) == list(range(d["n_tasks"]))  # every task once
+    assert len({len(v) for v in t.values()}) == 1 and len({len(v) for v in w.values()}) == 1
+    assert d["tracks"] == sorted(set(t["sm"]))
+    for cols in (t, w):
+        for a, b in zip(cols["start_us"], cols["end_us"]):
+            assert -EPS_US <= a < b <= d["latency_us"] + EPS_US
+        assert all(0 <= s < d["lanes_per_sm"] for s in cols["slot"])
+        assert set(cols["sm"]) <= set(range(d["n_sms"]))
+    assert set(w["kind"]) <= set(data.WAIT_KINDS)
+
+
+# -- Timeline data -----------------------------------------------------------------------
+def test_timeline_data_megakernel_one_track_per_sm(mk):
+    assert mk["n_sms"] == 132 and mk["lanes_per_sm"] == 1
+    assert mk["tracks"] == list(range(132))
+    _check_tracks(mk)
+    assert {"dependency wait"} <= set(mk["waits"]["kind"])
+    assert all(b > 0 for b in mk["tasks"]["bytes"])
+    i = mk["tasks"]["task"].index(0)
+    assert mk["tasks"]["name"][i] == "embed[0]" and mk["tasks"]["kind"][i] == "embed"
+
+
+@pytest.mark.parametrize("mode,wait", [("graph_pdl", "dependency wait"), ("persistent_barrier", "barrier wait")])
+def test_timeline_data_other_modes(mode, wait):
+    d = data.timeline_data("llama-3.2-1b", "h200", mode=mode)
+    _check_tracks(d)
+    assert wait in d["waits"]["kind"]
+    if mode == "graph_pdl":  # two blocks per SM: the slots share their SM's track
+        assert d["lanes_per_sm"] == 2 and set(d["tasks"]["slot"]) == {0, 1}
+
+
+def test_timeline_data_of_a_schedule_file_reproduces_the_run(mk):
+    again = data.timeline_data(schedule=mk["schedule_json"])
+    assert again["latency_us"] == pytest.approx(mk["latency_us"])
+    assert again["tasks"]["sm"] == mk["tasks"]["sm"]
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"batch": 0}, "batch must be a positive integer"),
+    ({"mode": "warp"}, "unknown mode"),
+    ({"gpu": "h900"}, "unknown GPU"),
+    ({"schedule": "/etc/passwd"}, "not a schedule file"),
+    ({"schedule": '{"format": "other"}'}, "not a mksim schedule"),
+])
+def test_timeline_data_bad_input(kw, match):
+    with pytest.raises(MksimError, match=match):
+        data.timeline_data(**kw)
+
+
+def test_perfetto_trace_one_track_per_sm(mk):
+    trace = json.loads(data.perfetto_trace(mk["schedule_json"]))
+    ev = trace["traceEvents"]
+    assert sum(e["name"] == "thread_name" for e in ev) == 132
+    tasks = [e for e in ev if e.get("cat") == "task"]
+    assert len(tasks) == mk["n_tasks"]
+    assert max(e["ts"] + e["dur"] for e in tasks) == pytest.approx(mk["latency_us"])
+
+
+def test_doctests_of_the_data_functions():
+    import doctest
+
+    for fn in (data.timeline_data, data.storage_url, data.pareto_front):
+        for t in doctest.DocTestFinder().find(fn, globs={"timeline_data": data.timeline_data,
+                                                           "storage_url": data.storage_url,
+                                                           "pareto_front": data.pareto_front}):
+            assert doctest.DocTestRunner().run(t).failed == 0, fn.__name__
+
+
+# -- Timeline figure ---------------------------------------------------------------------
+def test_timeline_figure_few_traces_every_bar_drawn(mk):
+    fig = figures.timeline_figure(mk)
+    kinds = sorted(set(mk["tasks"]["kind"]))
+    waits = [k for k in data.WAIT_KINDS if k in mk["waits"]["kind"]]
+    lines = [t for t in fig.data if t.mode == "lines"]
+    assert [t.name for t in lines] == kinds + waits
+    assert len(fig.data) == 2 * len(lines)  # a line and a trace of hover points per kind
+    assert all(t.type == "scattergl" for t in fig.data)
+    n_bars = sum(len(t.x) for t in lines) // 3  # a, b and a gap per bar
+    assert n_bars == mk["n_tasks"] + len(mk["waits"]["kind"])
+    hover = [t for t in fig.data if t.mode == "markers"]
+    assert sum(len(t.x) for t in hover) == n_bars
+    assert "task %{customdata[0]}" in hover[0].hovertemplate and "KiB" in hover[0].hovertemplate
+    assert fig.layout.yaxis.autorange == "reversed" and list(fig.layout.xaxis.range) == [0, mk["latency_us"]]
+
+
+def test_timeline_figure_slots_stay_inside_their_sm_track():
+    d = data.timeline_data("llama-3.2-1b", "h200", mode="graph")
+    fig = figures.timeline_figure(d)
+    import numpy as np
+
+    ys = np.concatenate([np.asarray(t.y, dtype=float) for t in fig.data if t.mode == "markers"])
+    assert np.all(np.abs(ys - np.round(ys)) < 0.45)
+    assert len(set(np.round(ys).astype(int))) == len(d["tracks"])
+
+
+# -- Timeline callbacks ------------------------------------------------------------------
+def test_timeline_callback_form(mk):
+    from explorer.pages.timeline import show_timeline
+
+    msg, summary, fig, sched = show_timeline("timeline-run", "llama-3.2-1b", "h200", 1, 1024, "decode",
+                                             "megakernel", None)
+    assert msg == "" and "on 132 SMs" in summary and len(fig.data) > 0
+    assert json.loads(sched)["format"] == "mksim-schedule"
+    assert summary.startswith("default schedule: ")
+
+
+@pytest.mark.parametrize("batch,kv_len,mode,match", [
+    (0, 1024, "megakernel", "batch must be a positive integer"),
+    (None, 1024, "megakernel", "batch must be a whole number"),
+    (1, 10_000_000, "megakernel", "exceeds llama-3.2-1b's context"),
+    (1, 1024, None, "choose a model, a GPU, a phase and a mode"),
+])
+def test_timeline_callback_bad_input_one_line(batch, kv_len, mode, match):
+    from explorer.pages.timeline import show_timeline
+
+    msg, summary, fig, sched = show_timeline("timeline-run", "llama-3.2-1b", "h200", batch, kv_len, "decode",
+                                             mode, None)
+    assert msg.startswith("error: ") and match in msg and "\n" not in msg
+    assert summary == "" and len(fig.data) == 0 and sched is None
+
+
+def _upload(text: bytes) -> str:
+    return "data:application/json;base64," + base64.b64encode(text).decode()
+
+
+def test_timeline_callback_upload(mk):
+    from explorer.pages.timeline import show_timeline
+
+    msg, summary, fig, sched = show_timeline("timeline-upload", None, None, None, None, None, None, None,
+                                             _upload(mk["schedule_json"].encode()), "s.json")
+    assert msg == "" and summary.startswith("schedule file s.json: ") and sched == mk["schedule_json"]
+    for contents, match in ((_upload(b"\xff\xfe\x00"), "not a text file"), ("garbage", "not a text file"),
+                            (_upload(b"[1, 2]"), "not a schedule file"),
+                            (_upload(b'{"format": "mksim-schedule"}'), "missing key")):
+        msg, _, fig, sched = show_timeline("timeline-upload", None, None, None, None, None, None, None,
+                                           contents, "bad.json")
+        assert msg.startswith("error: ") and match in msg and "\n" not in msg and sched is None
+
+
+def test_timeline_callback_token(mk):
+    from explorer.pages.timeline import show_timeline
+
+    token = store.put_schedule(mk["schedule_json"])
+    assert store.put_schedule(mk["schedule_json"]) == token and store.get_schedule(token) == mk["schedule_json"]
+    msg, summary, _, sched = show_timeline(None, "llama-3.2-1b", "h200", 1, 1024, "decode", "megakernel", None,
+                                           token=token)
+    assert msg == "" and summary.startswith("schedule from Search: ") and sched == mk["schedule_json"]
+    msg, *_ = show_timeline(None, "llama-3.2-1b", "h200", 1, 1024, "decode", "megakernel", None, token="nope")
+    assert msg.startswith("error: no schedule kept under 'nope'")
+
+
+def test_timeline_downloads(mk):
+    from explorer.pages.timeline import schedule_download, trace_download
+
+    assert schedule_download(1, None) is no_update and trace_download(0, mk["schedule_json"]) is no_update
+    s = schedule_download(1, mk["schedule_json"])
+    assert s["content"] == mk["schedule_json"] and s["filename"].endswith(".json")
+    t = trace_download(1, mk["schedule_json"])
+    assert "traceEvents" in json.loads(t["content"])
+
+
+# -- Search ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """A two-objective search started from the page and followed by polling until it ends."""
+    from explorer.pages.search import poll, start_or_open
+
+    db = tmp_path_factory.mktemp("search") / "studies.db"
+    t0 = time.monotonic()
+    job = start_or_open("search-start", "llama-3.2-1b", "h200", 1, 1024, 25, "latency,smem", str(db), "")
+    started_s = time.monotonic() - t0
+    polls = []
+    while time.monotonic() - t0 < 180:
+        out = poll(job, polls[-1][-1] if polls else None)
+        polls.append(out)
+        if out[5]:  # polling disabled: the search ended
+            break
+        time.sleep(0.5)
+    return {"job": job, "polls": polls, "started_s": started_s, "db": db}
+
+
+def test_search_starts_in_the_background_and_is_followed_live(study):
+    job, polls = study["job"], study["polls"]
+    assert set(job) == {"job", "storage", "study", "trials"} and job["study"] == "llama-3.2-1b-h200-b1-kv1024-latency+smem"
+    assert study["started_s"] < 5  # the page answers before the study has run
+    assert polls[0][5] is False  # the first poll finds it running
+    assert any("running" in p[1] for p in polls[:-1]) or any("starting" in p[1] for p in polls[:-1])
+    msg, progress, *figs, disabled, seen = polls[-1]
+    assert msg == "" and disabled and progress.startswith("25 / 25 trials finished")
+    assert "best found: " in progress
+    assert jobs.job_state(job["job"]) == ("done", "")
+
+
+def test_study_data(study):
+    d = data.study_data(study["job"]["storage"], study["job"]["study"])
+    assert d["objectives"] == ["latency", "smem"] and d["finished"] == 25
+    assert sum(d["counts"].values()) == len(d["trials"]) == 25
+    done = [r for r in d["trials"] if r["state"] == "COMPLETE"]
+    assert d["best"]["latency_us"] == min(r["latency_us"] for r in done)
+    front = [r for r in done if r["number"] in d["pareto"]]
+    assert front and all(not any(o["latency_us"] <= r["latency_us"] and o["smem_KiB"] <= r["smem_KiB"]
+                                 and (o["latency_us"], o["smem_KiB"]) != (r["latency_us"], r["smem_KiB"])
+                                 for o in done) for r in front)
+    assert {"policy", "page_KiB", "prefetch_depth"} <= set(d["params"])
+    assert data.study_data(str(study["db"]), study["job"]["study"])["finished"] == 25  # a plain path opens it too
+
+
+def test_study_figures(study):
+    d = data.study_data(study["job"]["storage"], study["job"]["study"])
+    hist = figures.study_history_figure(d)
+    best = hist.data[-1]
+    assert best.name == "best so far" and list(best.y) == sorted(best.y, reverse=True)
+    assert best.y[-1] == pytest.approx(d["best"]["latency_us"])
+    assert {t.name for t in hist.data[:-1]} == {r["mode"] for r in d["trials"] if r["state"] == "COMPLETE"}
+    par = figures.study_parallel_figure(d)
+    assert [dim.label for dim in par.data[0].dimensions] == d["params"] + ["latency µs"]
+    pf = figures.study_pareto_figure(d)
+    assert [t.name for t in pf.data] == ["trials", "Pareto front"] and len(pf.data[1].x) == len(d["pareto"])
+    one = dict(d, objectives=["latency"], pareto=[])
+    assert len(figures.study_pareto_figure(one).data) == 0
+
+
+def test_open_best_in_timeline(study):
+    from explorer.pages.search import open_best
+    from explorer.pages.timeline import show_timeline
+
+    href, msg = open_best(1, study["job"])
+    assert msg == "" and href.startswith("/timeline?schedule=")
+    token = href.split("=", 1)[1]
+    msg, summary, fig, sched = show_timeline(None, None, None, None, None, None, None, None, token=token)
+    best = data.study_data(study["job"]["storage"], study["job"]["study"])["best"]
+    assert msg == "" and f"{best['latency_us']:.1f} µs" in summary  # the best trial's latency, reproduced
+    assert open_best(1, None)[1] == "start a search or open a study first"
+    assert open_best(0, study["job"]) == (no_update, "")
+
+
+def test_open_existing_study(study):
+    from explorer.pages.search import poll, start_or_open
+
+    job = start_or_open("search-open", None, None, None, None, None, None, str(study["db"]), study["job"]["study"])
+    assert job["job"] is None
+    msg, progress, hist, par, pf, disabled, seen = poll(job)
+    assert msg == "" and disabled and progress.startswith("25 trials finished") and len(hist.data) > 0
+    # polling again with nothing new leaves the figures alone
+    assert poll(job, seen)[2] is no_update
+
+
+@pytest.mark.parametrize("args,match", [
+    (("llama-3.2-1b", "h200", 0, 1024, 30, "latency"), "batch must be a positive integer"),
+    (("llama-3.2-1b", "h200", 1, 1024, 3, "latency"), "trials must be at least 25"),
+    (("llama-3.2-1b", "h900", 1, 1024, 30, "latency"), "unknown GPU"),
+    (("gpt-9", "h200", 1, 1024, 30, "latency"), "unknown model"),
+    (("llama-3.2-1b", "h200", "x", 1024, 30, "latency"), "batch must be a whole number"),
+    (("llama-3.2-1b", "h200", 1, 1024, 30, "smem"), "objectives"),
+])
+def test_search_bad_input_answers_at_once(args, match, tmp_path):
+    from explorer.pages.search import poll, start_or_open
+
+    job = start_or_open("search-start", *args, str(tmp_path / "s.db"), "")
+    assert set(job) == {"error"} and match in job["error"]
+    msg, progress, *figs, disabled, _ = poll(job)
+    assert msg.startswith("error: ") and "\n" not in msg and disabled and all(len(f.data) == 0 for f in figs)
+
+
+def test_open_study_errors(study, tmp_path):
+    from explorer.pages.search import poll, start_or_open
+
+    assert start_or_open("search-open", None, None, None, None, None, None, str(study["db"]), " ")["error"] \
+        == "give the name of the study to open"
+    for storage, name, match in ((str(tmp_path / "none.db"), "x", "no study storage at"),
+                                 (str(study["db"]), "nope", "no study 'nope' in sqlite:///")):
+        msg = poll(start_or_open("search-open", None, None, None, None, None, None, storage, name))[0]
+        assert msg.startswith("error: ") and match in msg and "\n" not in msg
+    assert poll(None)[5] is True
+
+
+def test_failed_search_shows_its_error(study):
+    """A study named for another problem: the worker's search refuses to resume it; the page says why."""
+    from explorer.pages.search import poll, start_or_open
+
+    job = start_or_open("search-start", "llama-3.2-1b", "h200", 2, 1024, 25, "latency,smem", str(study["db"]),
+                        study["job"]["study"])
+    assert "error" not in job
+    t0 = time.monotonic()
+    while jobs.job_state(job["job"])[0] == "running" and time.monotonic() - t0 < 120:
+        time.sleep(0.3)
+    msg = poll(job)[0]
+    assert msg.startswith("error: ") and "searches" in msg and "pick another --study name" in msg and "\n" not in msg
+
+
+# -- the app -----------------------------------------------------------------------------
+def test_app_serves_timeline_and_search():
+    """In a process of its own: Dash gives the pages' callbacks to the first app a process creates."""
+    import subprocess
+    import sys
+
+    code = """if True:
+        import json, dash
+        from explorer.app import create_app
+        app = create_app()
+        client = app.server.test_client()
+        print(json.dumps({"pages": {p["path"]: p["name"] for p in dash.page_registry.values()},
+                          "status": [client.get(u).status_code for u in ("/timeline", "/search", "/timeline?schedule=0123")],
+                          "outputs": " ".join(d["output"] for d in client.get("/_dash-dependencies").get_json())}))
+    """
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["pages"]["/timeline"] == "Timeline" and got["pages"]["/search"] == "Search"
+    assert got["status"] == [200, 200, 200]
+    assert "timeline-graph.figure" in got["outputs"] and "search-progress.children" in got["outputs"]
+
+
+def test_timeline_layout_takes_the_token_from_the_query():
+    from explorer.pages.timeline import layout
+
+    def find(node, id_):
+        if getattr(node, "id", None) == id_:
+            return node
+        for child in (node.children if isinstance(getattr(node, "children", None), list) else []):
+            if (hit := find(child, id_)) is not None:
+                return hit
+        return None
+
+    assert find(layout(schedule="abc"), "timeline-token").data == "abc"
+    assert find(layout(), "timeline-token").data is None
