@@ -5,10 +5,10 @@ from __future__ import annotations
 import dash
 from dash import Dash, dcc, html
 
-from explorer.pages import compare, validation
+from explorer.pages import compare, hardware, validation
 from explorer.pages import search, timeline
 
-PAGES = (compare, timeline, search, validation)
+PAGES = (compare, timeline, search, validation, hardware)
 
 
 def create_app() -> Dash:

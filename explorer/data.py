@@ -6,9 +6,13 @@ source of truth and the figures in :mod:`explorer.figures` stay pure.
 
 from __future__ import annotations
 
+import copy
 import json
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from explorer.hwdata import WhatIf
 
 #: Validation result sets committed under ``validation/results/``, in display order.
 VALIDATION_SETS = ("h200", "h200-heldout")
@@ -283,3 +287,138 @@ def best_schedule_json(storage: str, study: str, trial: int | None = None) -> st
     problem = Problem(model=p["model"], gpu=hwmodels.load(p["gpu"]), batch=p["batch"], kv_len=p["kv_len"],
                       phase=p.get("phase", "decode"), fixed=p.get("fixed", {}))
     return build(candidate_from_params(best.params, problem.gpu, problem.fixed), problem).to_json()
+
+
+# -- Compare: uploaded configs, per-op times, the roofline, hardware what-ifs -----------------
+def _simulate_mode(job: tuple) -> dict[str, Any]:
+    """One mode of a comparison (run in a forked worker): the summary and each op's span."""
+    from mksim.schedule import build_schedule
+    from mksim.sim import simulate
+
+    wl, g, mode = job
+    r = simulate(build_schedule(wl, g, mode))
+    return {"latency_us": r.latency_us, "tokens_per_s": r.tokens_per_s, "hbm_util": r.hbm_util,
+            "policy": r.policy, "breakdown_us": r.breakdown_us,
+            "op_time_us": [op["time_us"] for op in r.per_op]}
+
+
+@lru_cache(maxsize=32)
+def _compare_run(model: str, gpu: str, batch: int, kv_len: int, phase: str, config_json: str | None,
+                 whatif: WhatIf) -> dict[str, Any]:
+    import hwmodels
+    from mksim import models as m
+    from mksim.cli import _map
+    from mksim.schedule import MODES
+    from mksim.sim import CATEGORIES
+
+    g = whatif.apply(hwmodels.load(gpu))
+    params = dict(batch=batch, kv_len=kv_len, phase=phase, prefill_tokens=0, weight_dtype="bf16",
+                  n_sms=g.sm.count)  # what `mksim compare` passes
+    if config_json is None:
+        wl = m.workload(model, **params)
+    else:
+        wl = m.workload(m.config_from_hf(json.loads(config_json), name=model), **params)
+    order = sorted(MODES, key=lambda mode: mode != "megakernel")  # the longest first, as mksim compare
+    done = dict(zip(order, _map(_simulate_mode, [(wl, g, mode) for mode in order])))
+    base = done["stream"]["latency_us"]
+    modes = {mode: {**done[mode], "speedup_vs_stream": base / done[mode]["latency_us"]} for mode in MODES}
+    c = g.compute
+    return {"model": model, "gpu": g.name, "workload": wl.name, "batch": batch, "kv_len": kv_len, "phase": phase,
+            "bandwidth_floor_us": wl.bandwidth_floor_us(g.dram.bandwidth_spec_GBps * 1e9), "modes": modes,
+            "categories": list(CATEGORIES),
+            "ops": [{"op": op.name, "kind": op.kind, "unit": op.unit, "dtype": op.dtype, "flops": op.flops,
+                     "bytes": op.weight_bytes + op.kv_read_bytes + op.kv_write_bytes + op.out_bytes}
+                    for op in wl.ops],
+            "roofs": {"hbm_spec_GBps": g.dram.bandwidth_spec_GBps, "hbm_reachable_GBps": g.hbm_bandwidth_Bps / 1e9,
+                      "tensor_TFLOPs": {"bf16": c.tensor_bf16_dense_TFLOPs, "fp16": c.tensor_fp16_dense_TFLOPs,
+                                        "fp8": c.tensor_fp8_dense_TFLOPs or c.tensor_bf16_dense_TFLOPs},
+                      "vector_TFLOPs": c.vector_fp32_TFLOPs}}
+
+
+def compare_run(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase: str = "decode", *,
+                config: dict[str, Any] | None = None, whatif: WhatIf | None = None) -> dict[str, Any]:
+    """:func:`compare_data` for the explorer's pages, remembered per inputs, with more in it.
+
+    ``config`` is a Hugging Face ``config.json`` (parsed; ``model`` is then its display name),
+    ``whatif`` hardware overrides (:class:`WhatIf`). Besides :func:`compare_data`'s keys, each mode
+    has ``op_time_us`` (each op's span, first task start to last task end, in the order of ``ops``),
+    ``ops`` lists each op's ``op kind unit dtype flops bytes`` (bytes it must move: weights, KV cache,
+    its output) and ``roofs`` the GPU's ``hbm_spec_GBps hbm_reachable_GBps tensor_TFLOPs vector_TFLOPs``.
+
+    The last 32 comparisons are remembered (a comparison is deterministic), so asking again, or
+    moving a what-if slider back, answers at once. Raises :class:`mksim.errors.MksimError` on bad input.
+    """
+    key = None if config is None else json.dumps(config, sort_keys=True)
+    return copy.deepcopy(_compare_run(model, gpu, int(batch), int(kv_len), phase, key, whatif or WhatIf()))
+
+
+def parse_config_upload(contents: str, filename: str | None) -> dict[str, Any]:
+    """An uploaded Hugging Face ``config.json`` (a ``data:...;base64,`` URL, as ``dcc.Upload`` gives it).
+
+    Returns ``name`` (the file's stem, or the config's own name for a ``config.json``), ``config``
+    (the parsed dict, to pass to :func:`compare_run`) and ``summary`` (one line). A file mksim cannot
+    read raises :class:`mksim.errors.MksimError` with mksim's one-line message, naming the file.
+    """
+    import base64
+
+    from mksim import models as m
+    from mksim.errors import MksimError
+
+    fname = filename or "config.json"
+    try:
+        raw = json.loads(base64.b64decode(contents.split(",", 1)[-1], validate=False).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise MksimError(f"{fname}: not a readable JSON config ({exc})") from None
+    if not isinstance(raw, dict):
+        raise MksimError(f"{fname}: a config.json must hold a JSON object")
+    stem = Path(fname).stem
+    try:
+        cfg = m.config_from_hf(raw, name=None if fname == "config.json" else stem)
+    except MksimError as exc:  # its messages start with "config: " for a dict
+        msg = str(exc)
+        raise MksimError(f"{fname}: {msg.removeprefix('config: ')}") from None
+    summary = (f"{cfg.name}: {cfg.model_type}, {cfg.num_layers} layers, hidden {cfg.hidden_size}, "
+               f"{cfg.num_heads} heads ({cfg.num_kv_heads} KV), {cfg.param_count() / 1e9:.2f} B parameters")
+    return {"name": cfg.name, "config": raw, "summary": summary}
+
+
+def roofline_data(run: dict[str, Any], mode: str = "graph") -> dict[str, Any]:
+    """Each op of a :func:`compare_run` on the roofline of its GPU, as simulated in ``mode``.
+
+    ``points``: per op ``op kind unit intensity_flop_per_B attained_TFLOPs time_us`` with intensity
+    = FLOPs / bytes it must move and attained = FLOPs / its span in ``mode`` (in a megakernel, ops
+    overlap: a span is from its first task's start to its last task's end); ops without FLOPs or
+    bytes are left out and counted in ``skipped``. ``roofs``: the GPU's ``hbm_spec_GBps
+    hbm_reachable_GBps tensor_TFLOPs vector_TFLOPs`` and ``ridge_flop_per_B`` (the bf16 tensor
+    peak over the spec bandwidth).
+    """
+    if mode not in run["modes"]:
+        from mksim.errors import UnknownNameError
+
+        raise UnknownNameError("mode", mode, list(run["modes"]))
+    times = run["modes"][mode]["op_time_us"]
+    points, skipped = [], 0
+    for op, t in zip(run["ops"], times):
+        if op["flops"] <= 0 or op["bytes"] <= 0 or t <= 0:
+            skipped += 1
+            continue
+        points.append({"op": op["op"], "kind": op["kind"], "unit": op["unit"],
+                       "intensity_flop_per_B": op["flops"] / op["bytes"],
+                       "attained_TFLOPs": op["flops"] / (t * 1e-6) / 1e12, "time_us": t})
+    roofs = dict(run["roofs"])
+    roofs["ridge_flop_per_B"] = roofs["tensor_TFLOPs"]["bf16"] * 1e12 / (roofs["hbm_spec_GBps"] * 1e9)
+    return {"mode": mode, "gpu": run["gpu"], "workload": run["workload"], "points": points, "skipped": skipped,
+            "roofs": roofs}
+
+
+def whatif_data(model: str, gpu: str, whatif: WhatIf, batch: int = 1, kv_len: int = 1024,
+                phase: str = "decode") -> dict[str, Any]:
+    """The comparison on ``gpu`` as specified (``base``) and with ``whatif`` applied (``whatif``), and
+    the numbers the what-if changed (``changes``: ``key unit base new``)."""
+    import hwmodels
+    from explorer.hwdata import whatif_changes
+
+    spec = hwmodels.load(gpu)
+    changes = whatif_changes(spec, whatif.apply(spec))
+    return {"base": compare_run(model, gpu, batch, kv_len, phase),
+            "whatif": compare_run(model, gpu, batch, kv_len, phase, whatif=whatif), "changes": changes}

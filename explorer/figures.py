@@ -245,3 +245,52 @@ def study_pareto_figure(data: dict[str, Any]) -> go.Figure:
     fig.update_layout(title="Pareto front: latency vs shared memory", xaxis_title="shared memory per SM (KiB)",
                       yaxis_title="latency (µs)", margin=dict(t=50, b=40, l=60, r=20))
     return fig
+
+
+def roofline_figure(data: dict[str, Any]) -> go.Figure:
+    """Ops on the roofline (log-log): FLOP/byte against attained TFLOP/s, one marker trace per op kind,
+    under the memory roof (spec HBM bandwidth, solid; reachable, dashed) and the compute roofs (bf16
+    tensor cores, fp32 CUDA cores)."""
+    roofs, pts = data["roofs"], data["points"]
+    spec, reach = roofs["hbm_spec_GBps"] * 1e9, roofs["hbm_reachable_GBps"] * 1e9
+    tensor, vector = roofs["tensor_TFLOPs"]["bf16"], roofs["vector_TFLOPs"]
+    xs = [p["intensity_flop_per_B"] for p in pts]
+    lo = min([*xs, 1.0]) / 4
+    hi = max([*xs, roofs["ridge_flop_per_B"]]) * 4
+    fig = go.Figure()
+
+    def roof(name: str, bw: float, peak: float, dash: str | None) -> None:
+        ridge = peak * 1e12 / bw
+        x = [lo, ridge, hi] if lo < ridge < hi else [lo, hi]
+        fig.add_scatter(x=x, y=[min(bw * v / 1e12, peak) for v in x], mode="lines", name=name,
+                        line=dict(color="black", dash=dash, width=1.5), hoverinfo="skip")
+
+    roof(f"roof: HBM {spec / 1e9:.0f} GB/s, bf16 {tensor:g} TFLOP/s", spec, tensor, None)
+    roof(f"reachable HBM {reach / 1e9:.0f} GB/s", reach, tensor, "dash")
+    roof(f"CUDA cores fp32 {vector:g} TFLOP/s", spec, vector, "dot")
+    for kind in dict.fromkeys(p["kind"] for p in pts):
+        mine = [p for p in pts if p["kind"] == kind]
+        fig.add_scatter(x=[p["intensity_flop_per_B"] for p in mine], y=[p["attained_TFLOPs"] for p in mine],
+                        mode="markers", name=kind, marker=dict(size=8, opacity=0.7),
+                        text=[f"{p['op']}: {p['time_us']:.2f} µs" for p in mine],
+                        hovertemplate="%{text}<br>%{x:.3g} FLOP/B<br>%{y:.3g} TFLOP/s<extra></extra>")
+    fig.update_xaxes(type="log", title="arithmetic intensity (FLOP per byte moved)")
+    fig.update_yaxes(type="log", title="attained TFLOP/s")
+    skipped = f"; {data['skipped']} ops without FLOPs left out" if data.get("skipped") else ""
+    fig.update_layout(title=f"roofline — ops of {data['workload']} in {data['mode']} on {data['gpu']}{skipped}",
+                      margin=dict(t=50, b=40, l=60, r=20))
+    return fig
+
+
+def whatif_figure(data: dict[str, Any]) -> go.Figure:
+    """Latency per mode on the GPU as specified and with the what-if overrides (grouped bars)."""
+    base, new = data["base"], data["whatif"]
+    modes = list(base["modes"])
+    fig = go.Figure()
+    for label, d, colour in (("as specified", base, "#9e9e9e"), ("what-if", new, "#1f77b4")):
+        ys = [d["modes"][m]["latency_us"] for m in modes]
+        fig.add_bar(x=modes, y=ys, name=label, marker_color=colour, text=[f"{y:.1f}" for y in ys],
+                    textposition="outside")
+    fig.update_layout(barmode="group", title=f"latency (µs) — {base['workload']} on {base['gpu']}: as specified "
+                      "and what-if", yaxis_title="µs", margin=dict(t=50, b=40, l=50, r=20))
+    return fig

@@ -112,7 +112,7 @@ def test_error_figure_per_mode():
 def test_compare_callback_good_input(cmp):
     from explorer.pages.compare import run_compare
 
-    msg, lat, tok, hbm, brk = run_compare(1, "llama-3.2-1b", "h200", 1, 1024, "decode")
+    msg, lat, tok, hbm, brk, _table, _result = run_compare(1, "llama-3.2-1b", "h200", 1, 1024, "decode")
     assert msg == ""
     assert [t.name for t in lat.data] == MODES
     assert [t.y[0] for t in lat.data] == pytest.approx([cmp["modes"][m]["latency_us"] for m in MODES])
@@ -127,8 +127,9 @@ def test_compare_callback_good_input(cmp):
 def test_compare_callback_bad_input_returns_the_message(batch, kv_len, match):
     from explorer.pages.compare import run_compare
 
-    msg, *figs = run_compare(1, "llama-3.2-1b", "h200", batch, kv_len, "decode")
+    msg, *figs, table, result = run_compare(1, "llama-3.2-1b", "h200", batch, kv_len, "decode")
     assert msg.startswith("error: ") and match in msg and "\n" not in msg
+    assert table is None and result is None
     assert all(len(f.data) == 0 for f in figs)
 
 

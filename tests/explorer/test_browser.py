@@ -1,0 +1,338 @@
+"""The explorer end to end, in a real headless Chromium: ``mksim explore`` serves, a browser uses the pages.
+
+Needs Debian's ``chromium`` and ``chromium-driver`` (CI installs them in ``.ci/run``) and selenium (the
+``dev`` extra); without the browser or its driver the tests skip, saying why (in CI they fail instead).
+Screenshots are kept in ``$MKSIM_TEST_ARTIFACTS`` (default ``tests/explorer/artifacts/``, ignored by git);
+with ``MKSIM_DOCS_SCREENSHOTS=1`` the ones docs/explorer.md shows are written to ``docs/img/`` as well.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("dash")
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = Path(os.environ.get("MKSIM_TEST_ARTIFACTS") or ROOT / "tests" / "explorer" / "artifacts")
+DOCS_IMG = ROOT / "docs" / "img"
+MODES = ["stream", "graph", "graph_pdl", "persistent_barrier", "megakernel"]
+WAIT_S = 90  # a comparison takes about a second; a loaded CI machine may be slower
+
+
+def _need(what: str) -> None:
+    if os.environ.get("CI"):  # CI installs them: a missing browser there is a broken set-up, not a skip
+        pytest.fail(f"{what}; .ci/run installs chromium and chromium-driver")
+    pytest.skip(what)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if not chromium or not driver:
+        _need("headless Chromium needs Debian's chromium and chromium-driver (apt-get install chromium "
+              "chromium-driver)")
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        _need("selenium is not installed (python -m pip install -c constraints.txt -e '.[dev]')")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000"):
+        opts.add_argument(arg)
+    d = webdriver.Chrome(service=Service(driver), options=opts)
+    d.set_page_load_timeout(WAIT_S)
+    yield d
+    d.quit()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(browser, tmp_path_factory):
+    """``mksim explore`` on a free port, as a user starts it; its log goes to the artifacts."""
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    log = tmp_path_factory.mktemp("explore") / "explore.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "mksim", "explore", "--port", str(port)], cwd=ROOT, env=env,
+                                stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"mksim explore did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(log, ARTIFACTS / "explore.log")
+
+
+def _shot(driver, name: str, element=None) -> None:
+    """A screenshot into the artifacts (and docs/img/explorer-<name>.png with MKSIM_DOCS_SCREENSHOTS=1)."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"explorer-{name}.png"
+    driver.execute_script("window.scrollTo(0, 0)")
+    (element.screenshot if element is not None else driver.save_screenshot)(str(path))
+    if os.environ.get("MKSIM_DOCS_SCREENSHOTS") == "1":
+        DOCS_IMG.mkdir(exist_ok=True)
+        shutil.copy(path, DOCS_IMG / path.name)
+
+
+def _wait(driver, cond, what: str):
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        return WebDriverWait(driver, WAIT_S, poll_frequency=0.2).until(lambda d: cond(d))
+    except TimeoutException:
+        _shot(driver, "failure")
+        pytest.fail(f"timed out waiting for {what}")
+
+
+def _text(driver, element_id: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    found = driver.find_elements(By.ID, element_id)
+    return found[0].text if found else ""
+
+
+def _figure(driver, graph_id: str) -> list | None:
+    """The plotted traces of a dcc.Graph, read from the page: ``[[name, x, y], ...]``."""
+    return driver.execute_script(
+        "const e = document.querySelector(arguments[0] + ' .js-plotly-plot');"
+        "return e && e.data ? e.data.map(t => [t.name || null, t.x || null, t.y || null]) : null;", f"#{graph_id}")
+
+
+def _pick(driver, dropdown_id: str, value: str) -> None:
+    """Choose ``value`` in a dcc.Dropdown as a user does: open it, click the option."""
+    from selenium.webdriver.common.by import By
+
+    driver.find_element(By.ID, dropdown_id).click()
+    option = _wait(driver, lambda d: next((o for o in d.find_elements(By.CSS_SELECTOR, "[role=option]")
+                                           if o.text.strip() == value), None), f"option {value} of {dropdown_id}")
+    option.click()
+    _wait(driver, lambda d: _text(d, dropdown_id).strip() == value, f"{dropdown_id} to show {value}")
+
+
+def _type(driver, input_id: str, text: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    box = driver.find_element(By.ID, input_id)
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(Keys.BACKSPACE, text)
+
+
+def _results(driver) -> dict[str, list[str]]:
+    from selenium.webdriver.common.by import By
+
+    rows = driver.find_elements(By.CSS_SELECTOR, "#compare-results tbody tr")
+    return {r.get_attribute("data-mode"): [c.text for c in r.find_elements(By.TAG_NAME, "td")] for r in rows}
+
+
+def _run_compare(driver, gpu: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    _pick(driver, "compare-gpu", gpu)
+    driver.find_element(By.ID, "compare-run").click()
+    _wait(driver, lambda d: f" on {gpu}:" in _text(d, "compare-results")
+          and (_figure(d, "compare-latency") or [[None]])[0][0] == "stream", f"the comparison on {gpu}")
+
+
+@pytest.fixture(scope="module")
+def cli_json():
+    r = subprocess.run([sys.executable, "-m", "mksim", "compare", "--model", "llama-3.2-1b", "--gpu", "h200",
+                        "--json"], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_compare_shows_the_five_modes_as_mksim_compare_json(browser, server, cli_json):
+    browser.get(server + "/")
+    _wait(browser, lambda d: _text(d, "compare-results"), "the first comparison")
+    _pick(browser, "compare-model", "llama-3.2-1b")
+    _run_compare(browser, "h100")  # another GPU first, so that the h200 numbers below come from a Run
+    _run_compare(browser, "h200")
+    lat = _figure(browser, "compare-latency")
+    assert [t[0] for t in lat] == MODES
+    for name, _x, y in lat:
+        assert y[0] == pytest.approx(cli_json["modes"][name]["latency_us"], rel=1e-9)
+    tokens = {name: y[0] for name, _x, y in _figure(browser, "compare-tokens")}
+    assert tokens == pytest.approx({m: cli_json["modes"][m]["tokens_per_s"] for m in MODES}, rel=1e-9)
+    rows = _results(browser)
+    assert list(rows) == MODES
+    for mode, cells in rows.items():
+        ref = cli_json["modes"][mode]
+        assert cells == [f"{ref['latency_us']:.1f}", f"{ref['tokens_per_s']:.0f}", f"{ref['hbm_util']:.1%}",
+                         f"{ref['speedup_vs_stream']:.2f}×"]
+    assert f"bandwidth floor {cli_json['bandwidth_floor_us']:.1f} µs" in _text(browser, "compare-results")
+    breakdown = _figure(browser, "compare-breakdown")
+    assert len(breakdown) == 7 and all(list(x) == MODES for _n, x, _y in breakdown)
+    roof = _wait(browser, lambda d: _figure(d, "compare-roofline"), "the roofline")
+    assert "matmul" in [t[0] for t in roof] and roof[0][0].startswith("roof: HBM 4800 GB/s")
+    _shot(browser, "compare")
+    from selenium.webdriver.common.by import By
+
+    _shot(browser, "roofline", browser.find_element(By.ID, "compare-roofline"))
+
+
+def test_compare_bad_batch_shows_the_error(browser, server):
+    from selenium.webdriver.common.by import By
+
+    browser.get(server + "/")
+    _wait(browser, lambda d: _text(d, "compare-results"), "the first comparison")
+    _type(browser, "compare-batch", "0")
+    browser.find_element(By.ID, "compare-run").click()
+    msg = _wait(browser, lambda d: _text(d, "compare-message"), "the error message")
+    assert msg == "error: batch must be a positive integer, got 0"
+    assert _figure(browser, "compare-latency") == [] and _text(browser, "compare-results") == ""
+    _shot(browser, "compare-error")
+    _type(browser, "compare-batch", "1")  # the server is still up: a good run answers again
+    browser.find_element(By.ID, "compare-run").click()
+    _wait(browser, lambda d: _text(d, "compare-message") == "" and _text(d, "compare-results"), "a good run")
+
+
+def test_compare_upload_config(browser, server, cli_json, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    browser.get(server + "/")
+    _wait(browser, lambda d: _text(d, "compare-results"), "the first comparison")
+    upload = browser.find_element(By.CSS_SELECTOR, "#compare-upload input[type=file]")
+    bad = tmp_path / "broken.json"
+    bad.write_text('{"model_type": "llama", "hidden_size": 0}')
+    upload.send_keys(str(bad))
+    msg = _wait(browser, lambda d: _text(d, "compare-upload-message"), "the upload's error")
+    assert msg == "error: broken.json: hidden_size = 0; expected a positive integer"
+    good = tmp_path / "my-llama.json"
+    good.write_text((ROOT / "mksim" / "models" / "configs" / "llama-3.2-1b.json").read_text())
+    upload.send_keys(str(good))
+    _wait(browser, lambda d: _text(d, "compare-upload-message").startswith("loaded my-llama: llama, 16 layers"),
+          "the uploaded config")
+    assert _text(browser, "compare-model").strip() == "uploaded: my-llama"
+    browser.find_element(By.ID, "compare-run").click()
+    _wait(browser, lambda d: _text(d, "compare-results").startswith("my-llama decode b1 kv1024 on h200"),
+          "the comparison of the uploaded model")
+    lat = {name: y[0] for name, _x, y in _figure(browser, "compare-latency")}
+    assert lat == pytest.approx({m: cli_json["modes"][m]["latency_us"] for m in MODES}, rel=1e-9)
+
+
+def test_validation_page(browser, server):
+    from selenium.webdriver.common.by import By
+
+    browser.get(server + "/")
+    browser.find_element(By.LINK_TEXT, "Validation").click()
+    line = _wait(browser, lambda d: _text(d, "validation-metrics"), "the validation metrics")
+    assert "MAPE" in line and "Kendall" in line
+    scatter = _wait(browser, lambda d: _figure(d, "validation-scatter"), "the scatter")
+    assert set(MODES) <= {t[0] for t in scatter}
+    _shot(browser, "validation")
+
+
+def test_hardware_page_and_a_what_if(browser, server):
+    import hwmodels
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    from explorer.data import whatif_data
+    from explorer.hwdata import WhatIf
+
+    browser.get(server + "/")
+    browser.find_element(By.LINK_TEXT, "Hardware").click()
+    _wait(browser, lambda d: _text(d, "hardware-numbers"), "the hardware table")
+    heads = [th.text.split("\n")[0] for th in browser.find_elements(By.CSS_SELECTOR, "#hardware-numbers thead th")]
+    assert heads == ["key", "unit", *hwmodels.available()]
+    row = next(r for r in browser.find_elements(By.CSS_SELECTOR, "#hardware-numbers tbody tr")
+               if r.find_element(By.TAG_NAME, "th").text == "dram.bandwidth_spec_GBps")
+    cells = row.find_elements(By.TAG_NAME, "td")
+    assert cells[0].text == "GB/s (1e9 B/s)"
+    h200 = cells[1 + hwmodels.available().index("h200")]
+    assert h200.text.startswith("4800") and "datasheet" in h200.get_attribute("title")
+    _wait(browser, lambda d: "No overrides" in _text(d, "hardware-changes"), "the unchanged what-if")
+    _shot(browser, "hardware")
+    browser.find_element(By.CSS_SELECTOR, "#hardware-launch [role=slider]").send_keys(Keys.HOME)  # launches free
+    _wait(browser, lambda d: "launch.stream_launch_us: 2.5 → 0 µs" in _text(d, "hardware-changes"),
+          "the what-if with free launches")
+    ref = whatif_data("llama-3.2-1b", "h200", WhatIf(launch_scale=0.0))
+    rows = {r.get_attribute("data-mode"): [c.text for c in r.find_elements(By.TAG_NAME, "td")]
+            for r in browser.find_elements(By.CSS_SELECTOR, "#hardware-whatif-results tbody tr")}
+    assert list(rows) == MODES
+    for mode, (base, new, _change) in rows.items():
+        assert base == f"{ref['base']['modes'][mode]['latency_us']:.1f}"
+        assert new == f"{ref['whatif']['modes'][mode]['latency_us']:.1f}"
+    assert float(rows["stream"][1]) < float(rows["stream"][0])
+    browser.execute_script("document.getElementById('hardware-launch').scrollIntoView()")
+    _shot(browser, "whatif", browser.find_element(By.ID, "hardware-whatif-section"))
+
+
+def _tracks(driver, graph_id: str) -> int | None:
+    """How many SM tracks a Timeline chart draws: distinct rows of its bars' hover points."""
+    return driver.execute_script(
+        "const e = document.querySelector(arguments[0] + ' .js-plotly-plot');"
+        "if (!e || !e.data || !e.data.length) return null;"
+        "const rows = new Set();"
+        "for (const t of e._fullData) if (t.mode === 'markers') for (const y of t.y) rows.add(Math.round(y));"
+        "return rows.size;", f"#{graph_id}")
+
+
+def test_timeline_one_track_per_sm(browser, server):
+    browser.get(server + "/timeline")
+    summary = _wait(browser, lambda d: _text(d, "timeline-summary"), "the first timeline")
+    assert summary.startswith("default schedule: llama-3.2-1b decode b1 kv1024 on h200, megakernel")
+    assert " on 132 SMs" in summary
+    assert _tracks(browser, "timeline-graph") == 132  # h200 has 132 SMs, every one runs tasks
+    _shot(browser, "timeline")
+
+
+def test_search_runs_live_and_opens_its_best_in_timeline(browser, server, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    browser.get(server + "/search")
+    _wait(browser, lambda d: d.find_elements(By.ID, "search-start"), "the search page")
+    _type(browser, "search-trials", "25")
+    _pick(browser, "search-objectives", "latency,smem")
+    _type(browser, "search-storage", str(tmp_path / "studies.db"))
+    browser.find_element(By.ID, "search-start").click()
+    _wait(browser, lambda d: "running" in _text(d, "search-progress") or "starting" in _text(d, "search-progress"),
+          "the search to run")
+    progress = _wait(browser, lambda d: _text(d, "search-progress").startswith("25 / 25 trials finished")
+                     and _text(d, "search-progress"), "the search to end")
+    assert "best found: " in progress and _text(browser, "search-message") == ""
+    assert _wait(browser, lambda d: _figure(d, "search-pareto"), "the Pareto front")[-1][0] == "Pareto front"
+    _shot(browser, "search")
+    browser.find_element(By.ID, "search-best").click()
+    summary = _wait(browser, lambda d: _text(d, "timeline-summary").startswith("schedule from Search: ")
+                    and _text(d, "timeline-summary"), "the best schedule on Timeline")
+    assert "/timeline?schedule=" in browser.current_url
+    best = progress.split("best found: ")[1].split(" µs")[0]
+    assert f", {best} µs, " in summary  # the best trial's latency, simulated again

@@ -1,0 +1,277 @@
+"""The explorer's Compare additions (uploaded config, roofline, remembered runs) and the Hardware page:
+data, figures and callbacks called directly."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("dash")
+
+import hwmodels  # noqa: E402
+from explorer import data, figures  # noqa: E402
+from explorer.hwdata import WhatIf, hardware_table, whatif_changes  # noqa: E402
+from mksim.cli import compare_modes  # noqa: E402
+from mksim.errors import MksimError  # noqa: E402
+
+MODES = ["stream", "graph", "graph_pdl", "persistent_barrier", "megakernel"]
+CONFIG = Path(__file__).resolve().parents[2] / "mksim" / "models" / "configs" / "llama-3.2-1b.json"
+
+
+def _upload(obj: object) -> str:
+    raw = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+    return "data:application/json;base64," + base64.b64encode(raw).decode()
+
+
+@pytest.fixture(scope="module")
+def run():
+    return data.compare_run("llama-3.2-1b", "h200")
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return compare_modes("llama-3.2-1b", "h200")
+
+
+# -- compare_run: what mksim compare computes, plus per-op times ---------------------------
+def test_compare_run_is_mksim_compare(run, ref):
+    assert list(run["modes"]) == MODES
+    for mode in MODES:
+        for key in ("latency_us", "tokens_per_s", "hbm_util", "speedup_vs_stream", "policy", "breakdown_us"):
+            assert run["modes"][mode][key] == ref["modes"][mode][key], (mode, key)
+    for key in ("gpu", "workload", "batch", "kv_len", "phase", "bandwidth_floor_us"):
+        assert run[key] == ref[key]
+    assert len(run["modes"]["graph"]["op_time_us"]) == len(run["ops"])
+
+
+def test_compare_run_is_remembered_and_copied(run):
+    again = data.compare_run("llama-3.2-1b", "h200")
+    assert again == run and again is not run
+    again["modes"]["stream"]["latency_us"] = -1.0  # a caller's change does not reach the remembered run
+    assert data.compare_run("llama-3.2-1b", "h200")["modes"]["stream"]["latency_us"] == run["modes"]["stream"]["latency_us"]
+
+
+def test_compare_run_bad_input_raises():
+    with pytest.raises(MksimError, match="batch must be a positive integer"):
+        data.compare_run("llama-3.2-1b", "h200", batch=0)
+    with pytest.raises(MksimError, match="unknown GPU"):
+        data.compare_run("llama-3.2-1b", "h999")
+
+
+def test_uploaded_config_compares_as_the_built_in_model(run):
+    up = data.parse_config_upload(_upload(json.loads(CONFIG.read_text())), "my-llama.json")
+    assert up["name"] == "my-llama"
+    assert up["summary"] == "my-llama: llama, 16 layers, hidden 2048, 32 heads (8 KV), 1.24 B parameters"
+    mine = data.compare_run(up["name"], "h200", config=up["config"])
+    assert mine["workload"].startswith("my-llama ")
+    assert {m: mine["modes"][m]["latency_us"] for m in MODES} == {m: run["modes"][m]["latency_us"] for m in MODES}
+
+
+@pytest.mark.parametrize("content,filename,message", [
+    (b"{oops", "bad.json", "bad.json: not a readable JSON config ("),
+    (b"[1, 2]", "list.json", "list.json: a config.json must hold a JSON object"),
+    ({"model_type": "llama"}, "config.json", "config.json: missing key 'hidden_size' in the config"),
+    ({"model_type": "gpt2", "hidden_size": 8}, "gpt2.json", "gpt2.json: model_type 'gpt2' is not supported"),
+])
+def test_malformed_upload_gives_mksims_one_line_error(content, filename, message):
+    with pytest.raises(MksimError) as exc:
+        data.parse_config_upload(_upload(content), filename)
+    assert str(exc.value).startswith(message) and "\n" not in str(exc.value)
+
+
+# -- roofline ----------------------------------------------------------------------------
+def test_roofline_data(run):
+    rd = data.roofline_data(run, "graph")
+    g = hwmodels.load("h200")
+    assert rd["roofs"]["hbm_spec_GBps"] == g.dram.bandwidth_spec_GBps
+    assert rd["roofs"]["ridge_flop_per_B"] == pytest.approx(989.5e12 / 4800e9)
+    assert len(rd["points"]) + rd["skipped"] == len(run["ops"])
+    for p in rd["points"]:
+        # nothing runs above the memory roof at its intensity (spec bandwidth) or above the tensor peak
+        assert p["attained_TFLOPs"] <= min(p["intensity_flop_per_B"] * 4.8, 989.5) * 1.0001
+    qkv = next(p for p in rd["points"] if p["op"] == "L0.qkv_proj")
+    op = next(o for o in run["ops"] if o["op"] == "L0.qkv_proj")
+    assert qkv["intensity_flop_per_B"] == pytest.approx(op["flops"] / op["bytes"])
+    assert qkv["intensity_flop_per_B"] == pytest.approx(1.0, rel=1e-3)  # a bf16 matvec: 2 FLOP per 2-byte weight
+    with pytest.raises(MksimError, match="unknown mode"):
+        data.roofline_data(run, "warp")
+
+
+def test_roofline_figure():
+    d = {"mode": "graph", "gpu": "g", "workload": "w", "skipped": 1,
+         "roofs": {"hbm_spec_GBps": 1000.0, "hbm_reachable_GBps": 900.0, "tensor_TFLOPs": {"bf16": 100.0},
+                   "vector_TFLOPs": 10.0, "ridge_flop_per_B": 100.0},
+         "points": [{"op": "a", "kind": "matmul", "unit": "tensor", "intensity_flop_per_B": 1.0,
+                     "attained_TFLOPs": 0.5, "time_us": 2.0},
+                    {"op": "b", "kind": "rmsnorm", "unit": "vector", "intensity_flop_per_B": 2.0,
+                     "attained_TFLOPs": 0.1, "time_us": 1.0}]}
+    fig = figures.roofline_figure(d)
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+    roof, reach, vector, *kinds = fig.data
+    assert list(roof.x) == [0.25, 100.0, 400.0] and list(roof.y) == pytest.approx([0.25, 100.0, 100.0])
+    # 900 GB/s x intensity, up to the peak, which it meets at its own ridge
+    assert list(reach.x) == pytest.approx([0.25, 100e12 / 900e9, 400.0])
+    assert list(reach.y) == pytest.approx([0.225, 100.0, 100.0])
+    assert max(vector.y) == pytest.approx(10.0)
+    assert [t.name for t in kinds] == ["matmul", "rmsnorm"] and list(kinds[0].y) == [0.5]
+    assert "1 ops without FLOPs left out" in fig.layout.title.text
+
+
+# -- hardware: the side-by-side table and what-ifs ----------------------------------------
+def test_hardware_table_has_every_number_with_unit_and_source():
+    t = hardware_table()
+    names = hwmodels.available()
+    assert [g["name"] for g in t["gpus"]] == names
+    specs = {n: hwmodels.load(n) for n in names}
+    assert [r["key"] for r in t["rows"]] == list(specs["h200"].numbers())
+    refs = {s["ref"]: s for s in t["sources"]}
+    for r in t["rows"]:
+        assert r["unit"]
+        for n in names:
+            v, cell = specs[n].numbers()[r["key"]], r["cells"][n]
+            assert (cell is None) == (v is None)
+            if cell:
+                src = specs[n].source_of(r["key"])
+                assert cell["value"] == v and refs[cell["ref"]]["title"] == src.title
+                assert cell["estimate"] == (src.kind == "estimate")
+    row = {r["key"]: r for r in t["rows"]}
+    assert row["dram.bandwidth_spec_GBps"]["unit"] == "GB/s (1e9 B/s)"
+    assert row["sm.clock_boost_MHz"]["cells"]["h200-calibrated"]["overlay"]  # 1976, measured, over h200's 1980
+    assert not row["sm.count"]["cells"]["h200-calibrated"]["overlay"]
+    assert [g["extends"] for g in t["gpus"] if g["name"] == "h200-calibrated"] == ["h200"]
+
+
+def test_hardware_table_numbers_refs_as_the_hardware_page_of_the_docs():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "hardware.md").read_text()
+    t = hardware_table()
+    h200 = next(r for r in t["rows"] if r["key"] == "dram.bandwidth_spec_GBps")["cells"]["h200"]
+    assert f"4800 [{h200['ref']}]" in text
+
+
+def test_whatif_identity_is_the_gpu_itself():
+    g = hwmodels.load("h200")
+    assert WhatIf().apply(g) is g and WhatIf(sm_count=132).apply(g) is g
+    assert whatif_changes(g, WhatIf().apply(g)) == []
+
+
+def test_whatif_overrides():
+    g = hwmodels.load("h200-calibrated")
+    w = WhatIf(launch_scale=0.0, hbm_scale=2.0, sync_scale=0.5, sm_count=66).apply(g)
+    assert w is not g and g.launch.graph_node_us > 0  # the loaded spec is untouched
+    assert w.name == "h200-calibrated (what-if)"
+    assert (w.launch.stream_launch_us, w.launch.graph_node_us, w.launch.pdl_node_us, w.launch.stream_gap_us,
+            w.launch.launch_latency_us, w.launch.block_setup_us) == (0.0,) * 6
+    assert w.launch.first_load_us == g.launch.first_load_us  # a memory latency, not a launch cost
+    assert w.dram.bandwidth_spec_GBps == 2 * g.dram.bandwidth_spec_GBps
+    assert w.dram.reachable_fraction == g.dram.reachable_fraction
+    assert w.sync.grid_barrier_us == pytest.approx(g.sync.grid_barrier_us / 2)
+    assert w.sync.flag_latency_ns == pytest.approx(g.sync.flag_latency_ns / 2)
+    assert w.sm.count == 66
+    assert w.compute.tensor_bf16_dense_TFLOPs == pytest.approx(g.compute.tensor_bf16_dense_TFLOPs / 2)
+    assert w.l2.bandwidth_GBps == pytest.approx(g.l2.bandwidth_GBps / 2)
+    keys = [c["key"] for c in whatif_changes(g, w)]
+    assert "launch.graph_node_us" in keys and "sm.count" in keys and "launch.first_load_us" not in keys
+    c = next(c for c in whatif_changes(g, w) if c["key"] == "dram.bandwidth_spec_GBps")
+    assert c == {"key": "dram.bandwidth_spec_GBps", "unit": "GB/s (1e9 B/s)", "base": 4800.0, "new": 9600.0}
+
+
+@pytest.mark.parametrize("kw,match", [({"launch_scale": -1}, "launch_scale must be 0 or more"),
+                                      ({"hbm_scale": 0}, "hbm_scale must be positive"),
+                                      ({"sm_count": 0}, "sm_count must be a positive integer"),
+                                      ({"sm_count": 1.5}, "sm_count must be a positive integer")])
+def test_whatif_bad_values(kw, match):
+    with pytest.raises(MksimError, match=match):
+        WhatIf(**kw).apply(hwmodels.load("h200"))
+
+
+def test_free_launches_help_the_chains_most(run):
+    d = data.whatif_data("llama-3.2-1b", "h200", WhatIf(launch_scale=0.0))
+    assert d["base"] == run
+    lat = {m: (d["base"]["modes"][m]["latency_us"], d["whatif"]["modes"][m]["latency_us"]) for m in MODES}
+    assert all(new <= base for base, new in lat.values())
+    gain = {m: 1 - new / base for m, (base, new) in lat.items()}
+    assert min(gain["stream"], gain["graph"]) > 0.15 > max(gain["persistent_barrier"], gain["megakernel"])
+    assert d["whatif"]["gpu"] == "h200 (what-if)"
+
+
+def test_whatif_figure(run):
+    d = {"base": run, "whatif": run, "changes": []}
+    fig = figures.whatif_figure(d)
+    assert [t.name for t in fig.data] == ["as specified", "what-if"] and fig.layout.barmode == "group"
+    assert list(fig.data[0].x) == MODES
+    assert list(fig.data[1].y) == [run["modes"][m]["latency_us"] for m in MODES]
+
+
+# -- callbacks, called directly ----------------------------------------------------------
+def test_compare_callback_returns_table_and_result(run):
+    from explorer.pages.compare import roofline, run_compare
+
+    msg, lat, _tok, _hbm, _brk, table, result = run_compare(1, "llama-3.2-1b", "h200", 1, 1024, "decode")
+    assert msg == "" and result == run
+    assert table.id == "compare-results"
+    body = table.children[-1].children
+    assert [r.children[0].children for r in body] == MODES
+    assert body[0].children[1].children == f"{run['modes']['stream']['latency_us']:.1f}"
+    fig = roofline(result, "megakernel")
+    assert "in megakernel on h200" in fig.layout.title.text
+    assert len(roofline(None, "graph").data) == 0
+
+
+def test_upload_callback():
+    import dash
+
+    from explorer.pages.compare import UPLOADED, run_compare, upload_config
+
+    msg, stored, options, value = upload_config(_upload(json.loads(CONFIG.read_text())), "tiny.json")
+    assert msg.startswith("loaded tiny: llama, 16 layers")
+    assert value == UPLOADED + "tiny" and options[-1] == value and "llama-3.2-1b" in options
+    out = run_compare(1, value, "h200", 1, 1024, "decode", stored)
+    assert out[0] == "" and out[-1]["workload"].startswith("tiny ")
+    assert run_compare(1, value, "h200", 1, 1024, "decode", None)[0] == "error: the uploaded config is gone; " \
+                                                                       "upload it again"
+    msg, stored, options, value = upload_config(_upload(b"{"), "x.json")
+    assert msg.children.startswith("error: x.json: not a readable JSON config") and stored is None
+    assert value is dash.no_update and UPLOADED + "tiny" not in options
+
+
+def test_hardware_callbacks():
+    from explorer.pages.hardware import gpu_table, run_whatif
+
+    table, sources = gpu_table(["h200", "h200-calibrated"])
+    head = table.children[0].children.children
+    assert [h.children if isinstance(h.children, str) else h.children[0] for h in head] == \
+        ["key", "unit", "h200", "h200-calibrated"]
+    assert len(sources) == len(hardware_table(["h200", "h200-calibrated"])["sources"])
+    msg, changes, wtable, fig = run_whatif("llama-3.2-1b", "h200", 1, 1024, 1.0, 1.0, 1.0, 1.0)
+    assert msg == "" and "No overrides" in changes.children
+    assert [t.name for t in fig.data] == ["as specified", "what-if"]
+    msg, changes, wtable, fig = run_whatif("llama-3.2-1b", "h200", 1, 1024, 1.0, 1.0, 1.0, 0.5)
+    assert "sm.count" in str(changes) and "66" in str(changes)
+    msg, *rest = run_whatif("llama-3.2-1b", "h200", 0, 1024, 1.0, 1.0, 1.0, 1.0)
+    assert msg == "error: batch must be a positive integer, got 0" and len(rest[-1].data) == 0
+
+
+def test_app_serves_hardware_and_the_compare_additions():
+    """In a process of its own: Dash gives the pages' callbacks to the first app a process creates."""
+    import subprocess
+    import sys
+
+    code = """if True:
+        import json, dash
+        from explorer.app import create_app
+        app = create_app()
+        client = app.server.test_client()
+        print(json.dumps({"pages": {p["path"]: p["name"] for p in dash.page_registry.values()},
+                          "status": [client.get(u).status_code for u in ("/", "/hardware")],
+                          "outputs": " ".join(d["output"] for d in client.get("/_dash-dependencies").get_json())}))
+    """
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["pages"]["/hardware"] == "Hardware" and got["status"] == [200, 200]
+    for out in ("hardware-whatif.figure", "hardware-table.children", "compare-roofline.figure",
+                "compare-model.options", "compare-table.children"):
+        assert out in got["outputs"]
