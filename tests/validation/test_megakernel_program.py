@@ -170,3 +170,77 @@ def test_reference_local_and_end_to_end_agree_on_their_own_outputs(kw):
     local = reference.run(plan, {**bufs, **e2e}, local=True)
     assert all(reference.rel_err(local[n], e2e[n]) == 0.0 for n in plan.outputs)
     assert reference.rel_err(e2e["out:lm_head"] * float("nan"), e2e["out:lm_head"]) == float("inf")
+
+
+def test_option_bits_match_the_cuda_defines():
+    src = (ROOT / "validation/kernels/mk_ops.cuh").read_text()
+    for name in ("FUSED_NORM", "RESIDUAL", "MMA"):
+        assert int(re.search(rf"#define MK_OPT_{name} (\d+)", src).group(1)) == getattr(P, f"OPT_{name}")
+
+
+def test_mma_pack_round_trips_and_keeps_row_groups_contiguous():
+    torch = pytest.importorskip("torch")
+    w = np.arange(48 * 64, dtype=np.float32).reshape(48, 64)
+    p = P.mma_pack(w)
+    assert np.array_equal(P.mma_unpack(p), w)
+    assert np.array_equal(P.mma_pack(torch.from_numpy(w)).numpy(), p)
+    assert np.array_equal(P.mma_unpack(torch.from_numpy(p)).numpy(), w)
+    # rows 16 .. 31 (one row group) are exactly the second 16 x 64 slab of the packed array
+    assert set(p[16:32].ravel()) == set(w[16:32].ravel())
+    # in a block, lane 4g + t's first word is row g, inputs 8t .. 8t + 7
+    block = p.reshape(-1)[:512]  # the first 1 KiB block (rows 0 .. 15, inputs 0 .. 31)
+    g, t = 5, 3
+    assert np.array_equal(block[(4 * g + t) * 8:(4 * g + t + 1) * 8], w[g, 8 * t:8 * t + 8])
+    assert np.array_equal(block[256 + (4 * g + t) * 8:256 + (4 * g + t + 1) * 8], w[g + 8, 8 * t:8 * t + 8])
+
+
+def _mma(a, b):
+    """mma.sync m16n8k16 on fragments as the PTX ISA defines them: a[lane] = 4 registers of 2
+    values (rows g / g + 8, k 2t.. / 2t + 8..), b[lane] = 2 registers (k 2t.. / 2t + 8.., column g);
+    returns D[16, 8]."""
+    A, B = np.zeros((16, 16)), np.zeros((16, 8))
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        for r, (row, k) in enumerate([(g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8)]):
+            A[row, k:k + 2] = a[lane][r]
+        for r, k in enumerate([2 * t, 2 * t + 8]):
+            B[k:k + 2, g] = b[lane][r]
+    return A @ B
+
+
+@pytest.mark.parametrize("T", [1, 3, 8])
+def test_the_kernels_fragment_walk_computes_the_product(T):
+    """mk_matmul_mma's indexing, replayed: words pg[i*64 + lane] and pg[i*64 + 32 + lane] of the
+    packed weight, x word (kb*T + g)*4 + t of the reordered input (mk_load_x_mma), registers
+    (w0.x, w1.x, w0.y, w1.y | x.x, x.y) then (w0.z, w1.z, w0.w, w1.w | x.z, x.w)."""
+    rng = np.random.default_rng(1)
+    N, K = 32, 96
+    w, x = rng.standard_normal((N, K)), rng.standard_normal((T, K))
+    words = P.mma_pack(w).reshape(-1, 8)  # 16-byte words, as 8 values
+    xw = np.zeros(((K // 32) * T * 4, 8))
+    for b in range(T):
+        for c in range(K // 8):
+            xw[((c // 4) * T + b) * 4 + c % 4] = x[b, 8 * c:8 * c + 8]
+    y = np.zeros((N, T))
+    for q in range(N * K // 512):
+        rg, kb = divmod(q, K // 32)
+        w0 = [words[q * 64 + lane] for lane in range(32)]
+        w1 = [words[q * 64 + 32 + lane] for lane in range(32)]
+        xv = [xw[(kb * T + lane // 4) * 4 + lane % 4] if lane // 4 < T else np.zeros(8) for lane in range(32)]
+        for s in range(2):
+            a = [[w0[l][4 * s:4 * s + 2], w1[l][4 * s:4 * s + 2], w0[l][4 * s + 2:4 * s + 4], w1[l][4 * s + 2:4 * s + 4]]
+                 for l in range(32)]
+            bb = [[xv[l][4 * s:4 * s + 2], xv[l][4 * s + 2:4 * s + 4]] for l in range(32)]
+            y[rg * 16:rg * 16 + 16] += _mma(a, bb)[:, :T]
+    assert np.allclose(y, w @ x.T)
+
+
+def test_llama_matmuls_run_on_the_tensor_cores():
+    wl = mksim.models.workload("llama-3.2-1b", batch=1, kv_len=128)
+    s = mksim.build_schedule(wl, "h200", "megakernel", **P.kernel_options("llama-3.2-1b", 1))
+    plan = P.plan(s)
+    mm = [r for r, op in zip(plan.ops, wl.ops) if op.kind == "matmul"]
+    assert mm and all(r["opt"] & P.OPT_MMA for r in mm)
+    assert all(plan.buffers[r["W"]].layout == "mma" for r in mm)
+    s2 = mksim.build_schedule(wl, "h200", "megakernel", **(P.kernel_options("llama-3.2-1b", 1) | {"page_KiB": 2.5}))
+    assert not any(r["opt"] & P.OPT_MMA for r, op in zip(P.plan(s2).ops, wl.ops) if op.kind == "matmul")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from mksim.errors import MksimError
@@ -22,8 +23,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--modes", default="megakernel,persistent_barrier,graph_pdl,graph,stream")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--traces", default=None, help="directory for each mode's raw per-task trace (.npz)")
     ap.add_argument("--single-ops", action="store_true", help="also time each op alone (chain modes)")
     ap.add_argument("--opt", action="append", default=[], help="schedule option KEY=VALUE")
+    ap.add_argument("--wl", action="append", default=[],
+                    help="workload option KEY=VALUE (kv_splits=16, fuse_norm=1, split_qkv=1, ...)")
     a = ap.parse_args(argv)
     import mksim
 
@@ -33,13 +37,21 @@ def main(argv: list[str] | None = None) -> None:
     for kv in a.opt:
         k, v = kv.split("=", 1)
         base[k] = type(getattr(mksim.schedule.Options(), k))(v)
+    wl_opts = {k: int(v) for k, v in (kv.split("=", 1) for kv in a.wl)}
+    for k in ("fuse_norm", "split_qkv", "split_gate_up"):
+        if k in wl_opts:
+            wl_opts[k] = bool(wl_opts[k])
     rows = []
     for mode in a.modes.split(","):
         try:
-            s = mksim.build_schedule(mksim.models.workload(a.model, batch=a.batch, kv_len=a.kv_len), a.gpu, mode,
-                                     **base)
+            wl = mksim.models.workload(a.model, batch=a.batch, kv_len=a.kv_len, **wl_opts)
+            s = mksim.build_schedule(wl, a.gpu, mode, **base)
             pred = mksim.simulate(s).latency_us - s.gpu.launch.launch_latency_us
-            r = measure(s, reps=a.reps, single_ops=a.single_ops)
+            raw = None
+            if a.traces:
+                os.makedirs(a.traces, exist_ok=True)
+                raw = os.path.join(a.traces, f"{a.model}-b{a.batch}-{mode}.npz")
+            r = measure(s, reps=a.reps, single_ops=a.single_ops, raw_trace=raw)
         except MksimError as exc:
             print(f"{mode}: {exc}", flush=True)
             rows.append({"mode": mode, "error": str(exc)})

@@ -237,6 +237,8 @@ class Runner:
         for name, a in self.bufs.items():
             if a.dtype == self.cp.uint16:
                 out[name] = torch.from_dlpack(a.view(self.cp.int16)).view(torch.bfloat16)
+                if self.plan.buffers[name].layout == "mma":  # the weight the packed array holds
+                    out[name] = P.mma_unpack(out[name])
             else:
                 out[name] = torch.from_dlpack(a)
         return out
@@ -334,10 +336,11 @@ class Runner:
 
 
 def measure(schedule, *, reps: int = 20, watchdog_s: float = 60.0, source_dir: Path | None = None,
-            tolerance: float = 1e-2, single_ops: bool | None = None) -> dict:
+            tolerance: float = 1e-2, single_ops: bool | None = None, raw_trace: str | Path | None = None) -> dict:
     """Check and time ``schedule`` on the GPU (see the module docstring). ``single_ops`` (by
     default for the ``graph`` mode): also time each distinct op alone, one kernel, and record its
-    tasks' compute times from the trace: the single-op measurements the model is calibrated on."""
+    tasks' compute times from the trace: the single-op measurements the model is calibrated on.
+    ``raw_trace``: write the last timed run's per-task stamps there (numpy .npz)."""
     if single_ops is None:
         single_ops = schedule.mode == "graph"
     r = Runner(schedule, source_dir=source_dir)
@@ -346,6 +349,10 @@ def measure(schedule, *, reps: int = 20, watchdog_s: float = 60.0, source_dir: P
         worst = max(errs, key=errs.get)
         times = r.time(reps, watchdog_s)
         trace = r.trace_summary()
+        if raw_trace is not None:  # the last run's stamps, with the task rows they belong to
+            np.savez_compressed(raw_trace, stamps=r.cp.asnumpy(r.trace), tasks=r.plan.program.tasks,
+                                queue_start=r.plan.program.queue_start,
+                                ops=np.array([op.name for op in schedule.workload.ops]))
         single = r.time_ops() if single_ops else []
     finally:
         r.close()

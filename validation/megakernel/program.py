@@ -33,7 +33,7 @@ RING_WITHOUT_PREFETCH = 4        # pages a task streams through when the schedul
 BATCHES = (1, 2, 4, 8)           # rows a matmul task handles at once (template instances)
 ATTN_SHAPES = {(64, 4), (128, 4), (128, 3), (64, 8)}  # (head size, query heads per kv head) built
 
-OPT_FUSED_NORM, OPT_RESIDUAL = 1, 2
+OPT_FUSED_NORM, OPT_RESIDUAL, OPT_MMA = 1, 2, 4
 OP_INT_FIELDS = ("kind", "n_tiles", "N", "K", "T", "flag_base", "opt", "ld_out", "ld0", "ld1", "ld2", "off1",
                  "off2", "hq", "hkv", "hd", "splits", "kv_total", "pos", "s_max")
 OP_FLOAT_FIELDS = ("eps", "scale", "pad0", "pad1")
@@ -55,6 +55,7 @@ class Buffer:
     dtype: str                 # "bf16", "f32" or "i32"
     fill: str
     scale: float = 1.0
+    layout: str = "rows"       # "mma": a matmul weight in fragment order (see mma_pack)
 
     @property
     def nbytes(self) -> int:
@@ -77,7 +78,8 @@ class Plan:
 
 
 def x_region_bytes(schedule) -> int:
-    """The input/scratch region: a matmul's input rows (bf16), or attention's queries and warp partials."""
+    """The input/scratch region: a matmul's input rows (bf16), or attention's queries, warp
+    partials and V rows (32 positions per worker warp)."""
     wl = schedule.workload
     T = wl.batch
     need = 0
@@ -87,8 +89,34 @@ def x_region_bytes(schedule) -> int:
         elif op.kind == "attn_partial":
             cfg = wl.model
             G, D = cfg.num_heads // cfg.num_kv_heads, cfg.head_dim
-            need = max(need, (G * D + CONSUMERS * G * (D + 2)) * 4)
+            need = max(need, (G * D + CONSUMERS * G * (D + 2)) * 4 + CONSUMERS * 32 * D * 2)
     return -(-need // 16) * 16
+
+
+def mma_pack(w):
+    """A matmul weight [N, K] (numpy or torch) in the fragment order of the tensor-core matmul
+    (``mk_matmul_mma`` in mk_kernel.cu): 1 KiB blocks (16 rows x 32 inputs) in row-group-major
+    order; in a block, the 16-byte word of lane 4g + t is row g, inputs 8t .. 8t + 7, followed by
+    row g + 8's. A run of whole row groups stays one contiguous range."""
+    N, K = w.shape
+    b = w.reshape(N // 16, 2, 8, K // 32, 4, 8)
+    b = b.permute(0, 3, 1, 2, 4, 5) if hasattr(b, "permute") else b.transpose(0, 3, 1, 2, 4, 5)
+    return b.reshape(N, K)
+
+
+def mma_unpack(p):
+    """The inverse of :func:`mma_pack`: the [N, K] weight a packed array holds."""
+    N, K = p.shape
+    b = p.reshape(N // 16, K // 32, 2, 8, 4, 8)
+    b = b.permute(0, 2, 3, 1, 4, 5) if hasattr(b, "permute") else b.transpose(0, 2, 3, 1, 4, 5)
+    return b.reshape(N, K)
+
+
+def mma_ok(op, bounds, page_B: int) -> bool:
+    """Whether a matmul runs on the tensor cores: inputs a multiple of 32, every tile a whole number
+    of 16-row groups, pages of whole 1 KiB blocks."""
+    return op.attrs["k"] % 32 == 0 and op.out_size % 16 == 0 and page_B % 1024 == 0 \
+        and not (np.asarray(bounds) % 16).any()
 
 
 ACC_ROWS = 256  # row accumulators per batch row: a matmul task writes its rows out every ACC_ROWS rows
@@ -96,8 +124,8 @@ ACC_ROWS = 256  # row accumulators per batch row: a matmul task writes its rows 
 
 def acc_rows(page_B: int, k_min: int) -> int:
     """Row accumulators per batch row: a power of two (the kernel picks a row's slot with a mask),
-    at least the rows one page spans plus the one it ends in."""
-    return max(ACC_ROWS, 1 << (page_B // (2 * k_min) + 1).bit_length())
+    at least the rows one page spans plus the 16-row groups it begins and ends in."""
+    return max(ACC_ROWS, 1 << (page_B // (2 * k_min) + 32).bit_length())
 
 
 def smem_bytes(page_B: int, depth: int, x_B: int, rows: int, T: int) -> int:
@@ -169,6 +197,7 @@ def plan(schedule, seed: int = 0) -> Plan:
         "rope": Buffer((hd,), "f32", "rope", cfg.rope_theta),
     }
     index = wl.index
+    page_B = int(schedule.options.page_KiB * 1024)
     flag_base = np.concatenate([[0], np.cumsum(g.n_tiles)]).astype(np.int64)
     rows: list[dict] = []
     outputs: list[str] = []
@@ -193,8 +222,9 @@ def plan(schedule, seed: int = 0) -> Plan:
             out = Buffer((T, H), "bf16", "poison")
         elif op.kind == "matmul":
             K = op.attrs["k"]
-            buffers[f"w:{op.name}"] = Buffer((op.out_size, K), "bf16", "normal", K ** -0.5)
-            r.update(K=K, W=f"w:{op.name}", in0=ins[0], ld0=K)
+            mma = mma_ok(op, g.bounds[i], page_B)
+            buffers[f"w:{op.name}"] = Buffer((op.out_size, K), "bf16", "normal", K ** -0.5, "mma" if mma else "rows")
+            r.update(K=K, W=f"w:{op.name}", in0=ins[0], ld0=K, opt=OPT_MMA if mma else 0)
             if op.attrs.get("fused_norm"):
                 buffers[f"w2:{op.name}"] = Buffer((K,), "bf16", "norm")
                 r.update(opt=r["opt"] | OPT_FUSED_NORM, w2=f"w2:{op.name}", eps=cfg.rms_norm_eps)
@@ -235,7 +265,6 @@ def plan(schedule, seed: int = 0) -> Plan:
         rows.append(r)
 
     o = schedule.options
-    page_B = int(o.page_KiB * 1024)
     k_min = min(op.attrs["k"] for op in wl.ops if op.kind == "matmul")
     x_B = x_region_bytes(schedule)
     n_rows = acc_rows(page_B, k_min)
