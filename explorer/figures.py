@@ -167,10 +167,9 @@ def timeline_figure(data: dict[str, Any]) -> go.Figure:
     policy = f" ({data['policy']})" if data.get("policy") else ""
     fig.update_layout(title=f"{data['workload']} on {data['gpu']}, {data['mode']}{policy}: "
                             f"{data['latency_us']:.1f} µs, {data['n_tasks']} tasks on {len(data['tracks'])} SMs",
-                      height=height, hovermode="closest", dragmode="zoom", margin=dict(t=50, b=40, l=60, r=20),
-                      legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0, title_text=""))
-    fig.update_xaxes(title="µs from the step's start", range=[0, data["latency_us"]])
-    fig.update_yaxes(autorange="reversed", tickvals=ticks, ticktext=[f"SM {i}" for i in ticks], zeroline=False,
+                      height=height, hovermode="closest", dragmode="zoom", margin=dict(t=100, b=20, l=60, r=20))
+    fig.update_xaxes(title="µs from the step's start", range=[0, data["latency_us"]], side="top")  # a tall chart
+    fig.update_yaxes(range=[n - 0.5, -0.5], tickvals=ticks, ticktext=[f"SM {i}" for i in ticks], zeroline=False,
                      showgrid=False)
     return fig
 
@@ -197,8 +196,8 @@ def study_history_figure(data: dict[str, Any]) -> go.Figure:
         xs.append(r["number"])
         ys.append(best)
     fig.add_scatter(x=xs, y=ys, mode="lines", line=dict(shape="hv", color="black"), name="best so far")
-    fig.update_layout(title=f"latency per trial — {data['study']}", xaxis_title="trial", yaxis_title="latency (µs)",
-                      margin=dict(t=50, b=40, l=60, r=20))
+    fig.update_layout(title="latency per trial", xaxis_title="trial", yaxis_title="latency (µs)",
+                      margin=dict(t=50, b=40, l=60, r=20), uirevision=data["study"])
     return fig
 
 
@@ -224,7 +223,8 @@ def study_parallel_figure(data: dict[str, Any]) -> go.Figure:
     dims.append(dict(label="latency µs", values=lat))
     fig.add_trace(go.Parcoords(dimensions=dims, line=dict(color=lat, colorscale="Viridis", reversescale=True,
                                                           showscale=True)))
-    fig.update_layout(title="megakernel trials: parameters and latency", margin=dict(t=80, b=30, l=60, r=60))
+    fig.update_layout(title="megakernel trials: parameters and latency", margin=dict(t=80, b=30, l=60, r=60),
+                      uirevision=data["study"])
     return fig
 
 
@@ -243,7 +243,7 @@ def study_pareto_figure(data: dict[str, Any]) -> go.Figure:
                     line=dict(shape="vh"), name="Pareto front", text=[r["number"] for r in front],
                     hovertemplate="trial %{text}: %{y:.1f} µs, %{x:g} KiB<extra></extra>")
     fig.update_layout(title="Pareto front: latency vs shared memory", xaxis_title="shared memory per SM (KiB)",
-                      yaxis_title="latency (µs)", margin=dict(t=50, b=40, l=60, r=20))
+                      yaxis_title="latency (µs)", margin=dict(t=50, b=40, l=60, r=20), uirevision=data["study"])
     return fig
 
 

@@ -100,7 +100,7 @@ def _progress(d: dict[str, Any], trials: int | None, state: str) -> str:
                      f"(trial {b['number']}, {what}{', ' + b['baseline'] if b['baseline'] else ''})")
     if state == "running":
         parts.append("running…")
-    return "; ".join(parts)
+    return "; ".join(parts) + f" — study {d['study']}"
 
 
 def poll(job: dict[str, Any] | None, seen: Any = None) -> tuple:

@@ -325,9 +325,9 @@ def test_search_runs_live_and_opens_its_best_in_timeline(browser, server, tmp_pa
     browser.find_element(By.ID, "search-start").click()
     _wait(browser, lambda d: "running" in _text(d, "search-progress") or "starting" in _text(d, "search-progress"),
           "the search to run")
-    progress = _wait(browser, lambda d: _text(d, "search-progress").startswith("25 / 25 trials finished")
-                     and _text(d, "search-progress"), "the search to end")
-    assert "best found: " in progress and _text(browser, "search-message") == ""
+    progress = _wait(browser, lambda d: "best found: " in _text(d, "search-progress") and _text(d, "search-progress"),
+                     "the search to end")
+    assert progress.startswith("25 / 25 trials finished") and _text(browser, "search-message") == ""
     assert _wait(browser, lambda d: _figure(d, "search-pareto"), "the Pareto front")[-1][0] == "Pareto front"
     _shot(browser, "search")
     browser.find_element(By.ID, "search-best").click()
