@@ -97,13 +97,14 @@ def server(browser, tmp_path_factory):
         shutil.copy(log, ARTIFACTS / "explore.log")
 
 
-def _shot(driver, name: str, element=None) -> None:
-    """A screenshot into the artifacts (and docs/img/explorer-<name>.png with MKSIM_DOCS_SCREENSHOTS=1)."""
+def _shot(driver, name: str, element=None, docs: bool = True) -> None:
+    """A screenshot of the page's top, or of ``element``, into the artifacts (and, for ``docs`` ones,
+    to docs/img/explorer-<name>.png with MKSIM_DOCS_SCREENSHOTS=1)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"explorer-{name}.png"
     driver.execute_script("window.scrollTo(0, 0)")
     (element.screenshot if element is not None else driver.save_screenshot)(str(path))
-    if os.environ.get("MKSIM_DOCS_SCREENSHOTS") == "1":
+    if docs and os.environ.get("MKSIM_DOCS_SCREENSHOTS") == "1":
         DOCS_IMG.mkdir(exist_ok=True)
         shutil.copy(path, DOCS_IMG / path.name)
 
@@ -115,7 +116,7 @@ def _wait(driver, cond, what: str):
     try:
         return WebDriverWait(driver, WAIT_S, poll_frequency=0.2).until(lambda d: cond(d))
     except TimeoutException:
-        _shot(driver, "failure")
+        _shot(driver, "failure", docs=False)
         pytest.fail(f"timed out waiting for {what}")
 
 
@@ -151,6 +152,13 @@ def _type(driver, input_id: str, text: str) -> None:
     box = driver.find_element(By.ID, input_id)
     box.send_keys(Keys.CONTROL, "a")
     box.send_keys(Keys.BACKSPACE, text)
+
+
+def _nav(driver, name: str) -> None:
+    """Follow the navigation bar's link to a page (the bar is drawn by the page's scripts: wait for it)."""
+    from selenium.webdriver.common.by import By
+
+    _wait(driver, lambda d: d.find_elements(By.LINK_TEXT, name), f"the link to {name}")[0].click()
 
 
 def _results(driver) -> dict[str, list[str]]:
@@ -201,9 +209,9 @@ def test_compare_shows_the_five_modes_as_mksim_compare_json(browser, server, cli
     assert len(breakdown) == 7 and all(list(x) == MODES for _n, x, _y in breakdown)
     roof = _wait(browser, lambda d: _figure(d, "compare-roofline"), "the roofline")
     assert "matmul" in [t[0] for t in roof] and roof[0][0].startswith("roof: HBM 4800 GB/s")
-    _shot(browser, "compare")
     from selenium.webdriver.common.by import By
 
+    _shot(browser, "compare")
     _shot(browser, "roofline", browser.find_element(By.ID, "compare-roofline"))
 
 
@@ -217,7 +225,7 @@ def test_compare_bad_batch_shows_the_error(browser, server):
     msg = _wait(browser, lambda d: _text(d, "compare-message"), "the error message")
     assert msg == "error: batch must be a positive integer, got 0"
     assert _figure(browser, "compare-latency") == [] and _text(browser, "compare-results") == ""
-    _shot(browser, "compare-error")
+    _shot(browser, "compare-error", docs=False)
     _type(browser, "compare-batch", "1")  # the server is still up: a good run answers again
     browser.find_element(By.ID, "compare-run").click()
     _wait(browser, lambda d: _text(d, "compare-message") == "" and _text(d, "compare-results"), "a good run")
@@ -251,7 +259,7 @@ def test_validation_page(browser, server):
     from selenium.webdriver.common.by import By
 
     browser.get(server + "/")
-    browser.find_element(By.LINK_TEXT, "Validation").click()
+    _nav(browser, "Validation")
     line = _wait(browser, lambda d: _text(d, "validation-metrics"), "the validation metrics")
     assert "MAPE" in line and "Kendall" in line
     scatter = _wait(browser, lambda d: _figure(d, "validation-scatter"), "the scatter")
@@ -268,7 +276,7 @@ def test_hardware_page_and_a_what_if(browser, server):
     from explorer.hwdata import WhatIf
 
     browser.get(server + "/")
-    browser.find_element(By.LINK_TEXT, "Hardware").click()
+    _nav(browser, "Hardware")
     _wait(browser, lambda d: _text(d, "hardware-numbers"), "the hardware table")
     heads = [th.text.split("\n")[0] for th in browser.find_elements(By.CSS_SELECTOR, "#hardware-numbers thead th")]
     assert heads == ["key", "unit", *hwmodels.available()]
