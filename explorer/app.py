@@ -12,7 +12,7 @@ PAGES = (compare, timeline, search, validation, hardware)
 
 
 def create_app() -> Dash:
-    """A multi-page Dash app with the Compare and Validation pages."""
+    """A multi-page Dash app with the pages of ``PAGES`` and a navigation bar."""
     app = Dash(__name__, use_pages=True, pages_folder="", title="mksim explorer",
                suppress_callback_exceptions=True)
     for page in PAGES:

@@ -680,7 +680,7 @@ def explore_cmd(
     port: int = typer.Option(8050, "--port", help="Port to listen on."),
     debug: bool = typer.Option(False, "--debug", help="Dash debug mode (reloads on code changes)."),
 ) -> None:
-    """Start the web explorer (Compare and Validation pages) at http://HOST:PORT/."""
+    """Start the web explorer (Compare, Timeline, Search, Validation, Hardware) at http://HOST:PORT/."""
     try:
         import dash  # noqa: F401
         import plotly  # noqa: F401
