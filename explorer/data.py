@@ -103,12 +103,13 @@ WAIT_COLUMNS = ("kind", "task", "name", "sm", "slot", "start_us", "end_us")
 
 def timeline_schedule(model: str = "llama-3.2-1b", gpu: str = "h200", batch: int = 1, kv_len: int = 1024,
                       phase: str = "decode", mode: str = "megakernel", policy: str | None = None,
-                      schedule: str | None = None):
+                      schedule: str | None = None, prefill_tokens: int = 0):
     """The :class:`mksim.schedule.Schedule` the Timeline page simulates.
 
     ``schedule`` is the JSON text of a schedule file (what ``mksim simulate --save`` and ``mksim search --out``
     write); without it, ``mode``'s default schedule of the workload (``policy``: a persistent mode's placement
-    policy, ``None`` for the default). Raises :class:`mksim.errors.MksimError` on bad input.
+    policy, ``None`` for the default; ``prefill_tokens``: new tokens per sequence, for the prefill phase).
+    Raises :class:`mksim.errors.MksimError` on bad input.
     """
     from mksim.errors import MksimError
     from mksim.schedule import Schedule, build_schedule
@@ -121,13 +122,13 @@ def timeline_schedule(model: str = "llama-3.2-1b", gpu: str = "h200", batch: int
     from mksim import models as m
 
     g = hwmodels.load(gpu)
-    wl = m.workload(model, batch=batch, kv_len=kv_len, phase=phase, n_sms=g.sm.count)
+    wl = m.workload(model, batch=batch, kv_len=kv_len, phase=phase, prefill_tokens=prefill_tokens, n_sms=g.sm.count)
     return build_schedule(wl, g, mode, policy=policy or None)
 
 
 def timeline_data(model: str = "llama-3.2-1b", gpu: str = "h200", batch: int = 1, kv_len: int = 1024,
                   phase: str = "decode", mode: str = "megakernel", policy: str | None = None,
-                  schedule: str | None = None) -> dict[str, Any]:
+                  schedule: str | None = None, prefill_tokens: int = 0) -> dict[str, Any]:
     """One simulated step, task by task, for the per-SM Gantt chart (arguments as :func:`timeline_schedule`).
 
     Keys: ``workload gpu mode policy latency_us n_tasks n_sms lanes_per_sm``; ``tracks``, the SMs that ran a
@@ -142,7 +143,7 @@ def timeline_data(model: str = "llama-3.2-1b", gpu: str = "h200", batch: int = 1
     """
     from mksim.sim import simulate
 
-    sched = timeline_schedule(model, gpu, batch, kv_len, phase, mode, policy, schedule)
+    sched = timeline_schedule(model, gpu, batch, kv_len, phase, mode, policy, schedule, prefill_tokens)
     res = simulate(sched)
     g = sched.graph
     op_of = g.op_of.tolist()

@@ -34,6 +34,8 @@ def layout(schedule: str | None = None, **_query: Any) -> html.Div:
             field("batch ", dcc.Input(id="timeline-batch", type="number", value=1, step=1)),
             field("KV length ", dcc.Input(id="timeline-kv-len", type="number", value=1024, step=1)),
             field("phase ", dropdown(["decode", "prefill"], "decode", "timeline-phase", "8em", clearable=False)),
+            field("prefill tokens ", dcc.Input(id="timeline-prefill-tokens", type="number", value=128, step=1,
+                                               style={"width": "5em"})),
             field("mode ", dropdown(list(MODES), "megakernel", "timeline-mode", "12em", clearable=False)),
             field("policy ", dropdown(sorted(POLICIES), None, "timeline-policy", "8em", placeholder="default")),
             html.Button("Run", id="timeline-run", n_clicks=0),
@@ -70,9 +72,10 @@ def _uploaded(contents: str, filename: str | None) -> str:
 
 def show_timeline(trigger: str | None, model: str | None, gpu: str | None, batch: Any, kv_len: Any,
                   phase: str | None, mode: str | None, policy: str | None, upload: str | None = None,
-                  filename: str | None = None, token: str | None = None) -> tuple:
+                  filename: str | None = None, token: str | None = None, prefill_tokens: Any = 128) -> tuple:
     """``(message, summary, figure, schedule JSON)`` for what ``trigger`` (the component id that fired)
-    asks for: an uploaded schedule file, a schedule kept under ``token`` (from Search), else the form.
+    asks for: an uploaded schedule file, a schedule kept under ``token`` (from Search), else the form
+    (``prefill_tokens`` counts in the prefill phase only).
 
     Bad input answers with a one-line error, an empty figure and no schedule; it never raises.
     """
@@ -90,8 +93,9 @@ def show_timeline(trigger: str | None, model: str | None, gpu: str | None, batch
             if not model or not gpu or not phase or not mode:
                 raise MksimError("choose a model, a GPU, a phase and a mode")
             source = "default schedule"
+            new = _int(prefill_tokens, "prefill tokens") if phase == "prefill" else 0
             d = data.timeline_data(model, gpu, _int(batch, "batch"), _int(kv_len, "KV length"), phase, mode,
-                                   policy or None)
+                                   policy or None, prefill_tokens=new)
     except MksimError as exc:
         return f"error: {exc}", "", go.Figure(), None
     waits = {k: sum(1 for w in d["waits"]["kind"] if w == k) for k in d["wait_kinds"]}
@@ -125,9 +129,11 @@ def trace_download(n_clicks: int | None, schedule_json: str | None) -> Any:
           Input("timeline-run", "n_clicks"), Input("timeline-upload", "contents"), Input("timeline-token", "data"),
           State("timeline-model", "value"), State("timeline-gpu", "value"), State("timeline-batch", "value"),
           State("timeline-kv-len", "value"), State("timeline-phase", "value"), State("timeline-mode", "value"),
-          State("timeline-policy", "value"), State("timeline-upload", "filename"))
-def _on_run(n_clicks, upload, token, model, gpu, batch, kv_len, phase, mode, policy, filename):
-    return show_timeline(ctx.triggered_id, model, gpu, batch, kv_len, phase, mode, policy, upload, filename, token)
+          State("timeline-policy", "value"), State("timeline-upload", "filename"),
+          State("timeline-prefill-tokens", "value"))
+def _on_run(n_clicks, upload, token, model, gpu, batch, kv_len, phase, mode, policy, filename, prefill_tokens):
+    return show_timeline(ctx.triggered_id, model, gpu, batch, kv_len, phase, mode, policy, upload, filename, token,
+                         prefill_tokens)
 
 
 @callback(Output("timeline-save-file", "data"), Input("timeline-save", "n_clicks"),

@@ -138,6 +138,17 @@ def test_timeline_callback_form(mk):
     assert summary.startswith("default schedule: ")
 
 
+def test_timeline_callback_prefill():
+    from explorer.pages.timeline import show_timeline
+
+    msg, summary, fig, _ = show_timeline("timeline-run", "llama-3.2-1b", "h200", 1, 1024, "prefill", "megakernel",
+                                         None, prefill_tokens=16)
+    assert msg == "" and "prefill" in summary
+    msg, *_ = show_timeline("timeline-run", "llama-3.2-1b", "h200", 1, 1024, "prefill", "megakernel", None,
+                            prefill_tokens=0)
+    assert msg.startswith("error: prefill needs prefill_tokens >= 1")
+
+
 @pytest.mark.parametrize("batch,kv_len,mode,match", [
     (0, 1024, "megakernel", "batch must be a positive integer"),
     (None, 1024, "megakernel", "batch must be a whole number"),
@@ -215,7 +226,8 @@ def study(tmp_path_factory):
 
 def test_search_starts_in_the_background_and_is_followed_live(study):
     job, polls = study["job"], study["polls"]
-    assert set(job) == {"job", "storage", "study", "trials"} and job["study"] == "llama-3.2-1b-h200-b1-kv1024-latency+smem"
+    assert set(job) == {"job", "storage", "study", "trials"}
+    assert job["study"] == "llama-3.2-1b-h200-b1-kv1024-latency+smem"
     assert study["started_s"] < 5  # the page answers before the study has run
     assert polls[0][5] is False  # the first poll finds it running
     assert any("running" in p[1] for p in polls[:-1]) or any("starting" in p[1] for p in polls[:-1])
@@ -334,7 +346,8 @@ def test_app_serves_timeline_and_search():
         app = create_app()
         client = app.server.test_client()
         print(json.dumps({"pages": {p["path"]: p["name"] for p in dash.page_registry.values()},
-                          "status": [client.get(u).status_code for u in ("/timeline", "/search", "/timeline?schedule=0123")],
+                          "status": [client.get(u).status_code
+                                     for u in ("/timeline", "/search", "/timeline?schedule=0123")],
                           "outputs": " ".join(d["output"] for d in client.get("/_dash-dependencies").get_json())}))
     """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
