@@ -66,7 +66,7 @@ def layout() -> html.Div:
         html.Div([_slider(s) for s in SLIDERS], style={"margin": "1em 0"}),
         html.Div(id="hardware-message", role="alert", style={"color": "#b00020", "margin": "0.5em 0"}),
         dcc.Loading([html.Div(id="hardware-changes"), html.Div(id="hardware-whatif-table"),
-                     dcc.Graph(id="hardware-whatif")]),
+                     dcc.Graph(id="hardware-whatif", style={"height": "400px"})]),
     ])
     return html.Div([*numbers, whatif])
 

@@ -103,7 +103,13 @@ def _shot(driver, name: str, element=None, docs: bool = True) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"explorer-{name}.png"
     driver.execute_script("window.scrollTo(0, 0)")
-    (element.screenshot if element is not None else driver.save_screenshot)(str(path))
+    if element is None:
+        driver.save_screenshot(str(path))
+    else:  # an element is shot within the window: make the window tall enough for all of it
+        size = driver.get_window_size()
+        driver.set_window_size(size["width"], max(size["height"], int(element.rect["height"]) + 200))
+        element.screenshot(str(path))
+        driver.set_window_size(size["width"], size["height"])
     if docs and os.environ.get("MKSIM_DOCS_SCREENSHOTS") == "1":
         DOCS_IMG.mkdir(exist_ok=True)
         shutil.copy(path, DOCS_IMG / path.name)
