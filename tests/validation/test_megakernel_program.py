@@ -244,3 +244,10 @@ def test_llama_matmuls_run_on_the_tensor_cores():
     assert all(plan.buffers[r["W"]].layout == "mma" for r in mm)
     s2 = mksim.build_schedule(wl, "h200", "megakernel", **(P.kernel_options("llama-3.2-1b", 1) | {"page_KiB": 2.5}))
     assert not any(r["opt"] & P.OPT_MMA for r, op in zip(P.plan(s2).ops, wl.ops) if op.kind == "matmul")
+
+
+def test_task_slots_hold_an_op_description_and_a_task_row():
+    src = (ROOT / "validation/megakernel/mk_kernel.cu").read_text()
+    assert int(re.search(r"#define MK_SLOT_B (\d+)", src).group(1)) == P.SLOT_B
+    assert P.SLOT_B >= P.OP_FIELDS.itemsize + 8 * 4
+    assert int(re.search(r"#define MK_THREADS \(MK_NW \+ (\d+)\)", src).group(1)) == P.THREADS - 32 * P.CONSUMERS

@@ -8,7 +8,11 @@
 //                               cp.async.bulk, each page guarded by a `full` and an `empty` mbarrier;
 //   warp  MK_CONSUMERS + 1      publisher (megakernel): one lane makes each finished task visible
 //                               (a gpu-scope fence, then the tile's flag and the op's counter), so
-//                               that the workers go on to their next task without waiting for it.
+//                               that the workers go on to their next task without waiting for it;
+//   warp  MK_CONSUMERS + 2      waiter (persistent kernels): reads the next task's row and op
+//                               description into a shared-memory slot and waits for its
+//                               dependencies while the workers still compute the current task, so
+//                               that neither the table loads nor the polling sit between two tasks.
 //
 // Weights never depend on activations, so the producer runs ahead of the workers across task and
 // op boundaries, as far as the ring allows (its depth is the schedule's prefetch_depth, its page
@@ -23,7 +27,9 @@
 #define MK_CONSUMERS 8
 #endif
 #define MK_NW (MK_CONSUMERS * 32)
-#define MK_THREADS (MK_NW + 64)  // + the producer warp + the publisher warp
+#define MK_THREADS (MK_NW + 96)  // + the producer, publisher and waiter warps
+#define MK_SLOTS 2                // tasks the waiter prepares ahead of the workers
+#define MK_SLOT_B 224             // bytes of a task slot (SLOT_B in program.py)
 #define MK_TASK_FIELDS 8
 #define MK_DEP_OP 0
 #define MK_SPIN_LIMIT_NS 2000000000ull
@@ -519,8 +525,16 @@ __device__ void mk_load_x(const MkOp& o, mk_bf16* xs, float* red, int tid) {
     }
 }
 
+struct MkSlot {                  // a task the waiter has prepared for the workers
+    MkOp op;
+    int opcode, opi, lo, hi, ok, pad[3];
+};
+static_assert(sizeof(MkSlot) <= MK_SLOT_B && MK_SLOT_B % 16 == 0, "MK_SLOT_B: the task slots' shared memory");
+
 struct MkBlock {                 // one block's shared memory and worker state
     MkRing ring;
+    MkSlot* slots;               // MK_SLOTS of them, task row i in slot i % MK_SLOTS
+    int* ready;                  // the last task row whose slot is filled and whose inputs are ready
     mk_bf16* xs;                 // matmul input / attention scratch
     float* acc;                  // matmul row sums
     float* red;                  // 32 floats of reduction scratch
@@ -545,8 +559,10 @@ __device__ MkBlock mk_block_init(const MkParams& P) {
     k.ok = reinterpret_cast<int*>(k.red + 32);
     k.started = k.ok + 1;
     k.finished = k.ok + 2;
+    k.ready = k.ok + 3;
     k.ring.full = reinterpret_cast<unsigned long long*>(k.red + 40);
     k.ring.empty = k.ring.full + P.depth;
+    k.slots = reinterpret_cast<MkSlot*>(k.ring.empty + P.depth + (P.depth & 1));  // 16-byte aligned
     k.x_of = -1;
     if (threadIdx.x == 0) {
         for (int s = 0; s < P.depth; ++s) {
@@ -557,6 +573,7 @@ __device__ MkBlock mk_block_init(const MkParams& P) {
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         *k.started = -1;
         *k.finished = -1;
+        *k.ready = -1;
     }
     for (int i = threadIdx.x; i < P.acc_floats; i += blockDim.x) k.acc[i] = 0.f;
     __syncthreads();
@@ -564,8 +581,7 @@ __device__ MkBlock mk_block_init(const MkParams& P) {
 }
 
 // Run one task on the workers (its inputs are ready). False if the op has no device function here.
-__device__ int mk_run_task(const MkParams& P, MkBlock& k, int opcode, int op, int lo, int hi, int tid) {
-    const MkOp o = P.ops[op];  // by value: the fields live in registers, not reloaded after every barrier
+__device__ int mk_run_task(const MkParams& P, MkBlock& k, const MkOp& o, int opcode, int op, int lo, int hi, int tid) {
     switch (opcode) {
     case MK_OP_MATMUL:
         if (k.x_of != op) {
@@ -639,6 +655,37 @@ __device__ bool mk_wait_deps(const MkParams& P, const int* t, int lane) {
     return __all_sync(0xffffffffu, ok);
 }
 
+// The waiter warp: for each task row of [i0, i1), once its slot is free (the workers finished the
+// task MK_SLOTS rows before), copy the row's fields and its op description into the slot, wait
+// for its dependencies (unless barrier_mode: the workers pass the grid barrier themselves) and
+// mark it ready.
+__device__ void mk_wait_tasks(const MkParams& P, MkBlock& k, int i0, int i1, int barrier_mode, int lane) {
+    for (int i = i0; i < i1; ++i) {
+        for (int n = 0; i - i0 >= MK_SLOTS && *(volatile int*)k.finished < i - MK_SLOTS; ++n)
+            if ((n & 255) == 255 && mk_failed(P.error)) return;
+        const int* t = P.tasks + (size_t)i * MK_TASK_FIELDS;
+        MkSlot* sl = k.slots + (i % MK_SLOTS);
+        const int op = __ldg(t + 1);
+        const unsigned* src = reinterpret_cast<const unsigned*>(P.ops + op);
+        unsigned* dst = reinterpret_cast<unsigned*>(&sl->op);
+        for (int w = lane; w < (int)(sizeof(MkOp) / 4); w += 32) dst[w] = __ldg(src + w);
+        if (lane == 0) {
+            sl->opcode = __ldg(t);
+            sl->opi = op;
+            sl->lo = __ldg(t + 3);
+            sl->hi = __ldg(t + 4);
+        }
+        const bool ok = barrier_mode ? true : mk_wait_deps(P, t, lane);
+        if (lane == 0) sl->ok = ok;
+        __syncwarp();
+        if (lane == 0) {
+            __threadfence_block();  // the slot's words before `ready`
+            *(volatile int*)k.ready = i;
+        }
+        if (!ok) return;
+    }
+}
+
 // The persistent kernels: one block per SM walks its queue. barrier_mode = 0: dependencies from
 // the tables (megakernel); 1: a grid barrier after every op instead (persistent_barrier; the
 // queues list ops in order).
@@ -655,31 +702,33 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1) mk_persistent(const 
         if (lane == 0 && !barrier_mode) mk_publish(P, q0, q1, k.finished);
         return;
     }
+    if (warp == MK_CONSUMERS + 2) {
+        mk_wait_tasks(P, k, q0, q1, barrier_mode, lane);
+        return;
+    }
     int passed = 0;  // barrier mode: grid barriers this block has passed
     for (int i = q0; i < q1; ++i) {
-        const int* t = P.tasks + (size_t)i * MK_TASK_FIELDS;
-        const int opcode = __ldg(t), op = __ldg(t + 1), lo = __ldg(t + 3), hi = __ldg(t + 4);
-        if (warp == 0) {
-            if (lane == 0 && P.trace) P.trace[4 * i] = mk_now();
-            bool ok = !mk_failed(P.error);
-            if (barrier_mode) {
-                if (lane == 0)
-                    for (; ok && passed < op; ++passed) {
-                        mk_red_release(P.barrier);
-                        ok = mk_wait_at_least(P.barrier, (unsigned)(passed + 1) * gridDim.x, P.error, MK_ERR_BARRIER);
-                    }
-            } else {
-                ok = mk_wait_deps(P, t, lane) && ok;
-            }
-            if (lane == 0) {
-                *k.ok = ok;
-                *(volatile int*)k.started = i;
-                if (P.trace) P.trace[4 * i + 1] = mk_now();
-            }
+        const MkSlot* sl = k.slots + (i % MK_SLOTS);
+        if (tid == 0) {
+            if (P.trace) P.trace[4 * i] = mk_now();
+            bool ok = true;
+            for (int n = 0; *(volatile int*)k.ready < i; ++n)
+                if ((n & 255) == 255 && mk_failed(P.error)) { ok = false; break; }
+            __threadfence_block();
+            ok = ok && sl->ok && !mk_failed(P.error);
+            if (barrier_mode)
+                for (; ok && passed < sl->opi; ++passed) {
+                    mk_red_release(P.barrier);
+                    ok = mk_wait_at_least(P.barrier, (unsigned)(passed + 1) * gridDim.x, P.error, MK_ERR_BARRIER);
+                }
+            *k.ok = ok;
+            *(volatile int*)k.started = i;
+            if (P.trace) P.trace[4 * i + 1] = mk_now();
         }
         mk_bar(MK_NW);
         if (!*k.ok) return;
-        const int code = mk_run_task(P, k, opcode, op, lo, hi, tid);
+        const MkOp o = sl->op;  // by value: the fields live in registers, not reloaded after every barrier
+        const int code = mk_run_task(P, k, o, sl->opcode, sl->opi, sl->lo, sl->hi, tid);
         if (tid == 0 && P.trace) P.trace[4 * i + 2] = mk_now();
         mk_bar(MK_NW);  // every worker's writes are ordered before what thread 0 does next
         if (tid == 0) {
@@ -706,7 +755,7 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1) mk_chain(const MkPar
         if (lane == 0) mk_produce(P, task0 + blockIdx.x, task0 + blockIdx.x + 1, k.ring, k.started);
         return;
     }
-    if (warp == MK_CONSUMERS + 1) return;  // kernel boundaries publish
+    if (warp >= MK_CONSUMERS + 1) return;  // kernel boundaries publish and order
     const int row = task0 + blockIdx.x;
     if (tid == 0 && P.trace) P.trace[4 * row] = mk_now();
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -715,7 +764,8 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1) mk_chain(const MkPar
         if (P.trace) P.trace[4 * row + 1] = mk_now();
     }
     mk_bar(MK_NW);
-    const int code = mk_run_task(P, k, __ldg(t), __ldg(t + 1), __ldg(t + 3), __ldg(t + 4), tid);
+    const MkOp o = P.ops[__ldg(t + 1)];  // by value: the fields live in registers
+    const int code = mk_run_task(P, k, o, __ldg(t), __ldg(t + 1), __ldg(t + 3), __ldg(t + 4), tid);
     if (code && tid == 0) atomicCAS(P.error, 0, code);
     if (tid == 0 && P.trace) P.trace[4 * row + 2] = P.trace[4 * row + 3] = mk_now();
 }

@@ -27,7 +27,8 @@ from mksim.errors import ScheduleError
 from .encode import OPCODES, Program, encode, encode_queues
 
 CONSUMERS = int(os.environ.get("MKSIM_WORKER_WARPS", 8))  # worker warps per block (MK_CONSUMERS in mk_kernel.cu)
-THREADS = (CONSUMERS + 2) * 32   # + the producer and the publisher warps
+THREADS = (CONSUMERS + 3) * 32   # + the producer, publisher and waiter warps
+SLOT_B = 224                     # a task slot the waiter fills: the op description and the task row
 SMEM_MAX_B = 227 * 1024          # opt-in shared memory per block on sm_90
 RING_WITHOUT_PREFETCH = 4        # pages a task streams through when the schedule prefetches nothing
 BATCHES = (1, 2, 4, 8)           # rows a matmul task handles at once (template instances)
@@ -130,8 +131,8 @@ def acc_rows(page_B: int, k_min: int) -> int:
 
 def smem_bytes(page_B: int, depth: int, x_B: int, rows: int, T: int) -> int:
     """The kernel's dynamic shared memory: pages, input/scratch region, T x rows accumulators,
-    reduction scratch and flags, two mbarriers per page."""
-    return page_B * depth + x_B + T * rows * 4 + 40 * 4 + 2 * depth * 8
+    reduction scratch and flags, two mbarriers per page (padded to 16 bytes), two task slots."""
+    return page_B * depth + x_B + T * rows * 4 + 40 * 4 + 2 * (depth + depth % 2) * 8 + 2 * SLOT_B
 
 
 def kernel_options(model: str, batch: int, kv_len: int = 1024, gpu: str = "h200-calibrated",
