@@ -102,6 +102,11 @@ class SyncSpec:
     grid_barrier_us: float = meta(0.1, 100, doc="grid-wide barrier, last arrival to all released")
     atomic_roundtrip_ns: float = meta(50, 1e5, doc="global atomic issue to result")
     flag_latency_ns: float = meta(50, 1e5, doc="release of a flag/counter by one SM to its observation by another")
+    sentinel_latency_ns: float = meta(20, 1e5, optional=True,
+                                      doc="data as its own flag: a producer's plain stores of its output to a "
+                                          "consumer's poll of that data seeing them (buffers start as a sentinel, "
+                                          "NaN); no release fence, no counter, no reload (2 x L2 latency where "
+                                          "absent)")
 
 
 @dataclass(frozen=True)

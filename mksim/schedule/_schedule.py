@@ -15,7 +15,7 @@ from mksim.workload import TaskGraph, Tiling, Workload
 MODES = ("stream", "graph", "graph_pdl", "persistent_barrier", "megakernel")
 CHAIN_MODES = ("stream", "graph", "graph_pdl")
 PERSISTENT_MODES = ("persistent_barrier", "megakernel")
-SYNCS = ("counter", "flag")
+SYNCS = ("counter", "flag", "sentinel")
 FORMAT = "mksim-schedule"
 
 
@@ -29,7 +29,8 @@ class Options:
     - ``prefetch_depth``: shared-memory pages of ``page_KiB`` the loader may fill ahead of
       the executing task (persistent modes; graph_pdl uses it for its prologue);
     - ``smem_reserve_KiB``: shared memory kept for activations and bookkeeping;
-    - ``sync``: ``counter`` (one atomic counter per op range) or ``flag`` (a flag per tile);
+    - ``sync`` (megakernel): ``counter`` (one atomic counter per op range), ``flag`` (a flag per
+      tile) or ``sentinel`` (outputs start as NaN and consumers poll the data itself);
     - ``record``: keep the HBM rate log (tests).
     """
     tasks_per_sm: float = 1.0

@@ -53,7 +53,8 @@ SMALL_GRAIN = (0.25, 0.5, 1.0)
 KV_SPLIT_MULT = (0.5, 1.0, 2.0)
 PAGES_KiB = (16, 32, 64)
 MAX_PREFETCH = 12
-SYNCS = ("counter", "flag")
+SYNCS = ("counter", "flag")  # sampled; a study may fix any of ALL_SYNCS
+ALL_SYNCS = ("counter", "flag", "sentinel")
 FUSE = (False, True)
 CHAIN_TASKS = (1.0, 2.0, 4.0)
 CHAIN_BLOCKS = (1, 2, 4)
@@ -89,8 +90,8 @@ def check_fixed(fixed: dict[str, Any] | None) -> dict[str, Any]:
                 val = float(v)
         except (TypeError, ValueError):
             raise MksimError(f"fixed option {k} needs {'an integer' if want is int else 'a number'}, got {v!r}") from None
-        if k == "sync" and val not in SYNCS:
-            raise MksimError(f"fixed option sync must be one of {', '.join(SYNCS)}, got {val!r}")
+        if k == "sync" and val not in ALL_SYNCS:
+            raise MksimError(f"fixed option sync must be one of {', '.join(ALL_SYNCS)}, got {val!r}")
         out[k] = val
     return out
 

@@ -39,6 +39,7 @@ class Rates:
     grid_barrier_us: float
     flag_latency_us: float
     device: dict = field(default_factory=dict)  # op kind -> DeviceCost, where [runtime.kernels] has one
+    sentinel_latency_us: float = 0.0  # data as its own flag: a producer's stores to a consumer's poll seeing them
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,37 @@ def rates(gpu: GPUSpec) -> Rates:
         grid_barrier_us=gpu.sync.grid_barrier_us,
         flag_latency_us=gpu.sync.flag_latency_ns / 1e3,
         device=device_costs(gpu.kernels),
+        sentinel_latency_us=(gpu.sync.sentinel_latency_ns if gpu.sync.sentinel_latency_ns is not None
+                             else 2 * gpu.l2.latency_ns) / 1e3,
     )
+
+
+SYNCS = ("counter", "flag", "sentinel")
+
+
+def sync_us(sync: str, n_producer_tiles: int, r: Rates) -> float:
+    """How long after its last producer ends a megakernel task may start, for each way of
+    synchronising (the grid barrier of ``persistent_barrier`` is ``r.grid_barrier_us``):
+
+    - ``counter``: one counter per op range, released and observed: the flag latency;
+    - ``flag``: a flag per producer tile, polled 32 at a time by a warp: one L2 round trip more
+      per 32 flags;
+    - ``sentinel``: the output buffers start as a sentinel (NaN) and the consumer polls the data
+      itself: the producer's plain stores to the poll seeing them, with no fence, no counter and no
+      reload of the data after a flag.
+
+    >>> import hwmodels
+    >>> r = rates(hwmodels.load("h200-calibrated"))
+    >>> [round(sync_us(s, 132, r), 3) for s in SYNCS]
+    [0.558, 1.287, 0.29]
+    """
+    if sync == "counter":
+        return r.flag_latency_us
+    if sync == "flag":
+        return r.flag_latency_us + math.ceil(n_producer_tiles / 32) * r.l2_latency_us
+    if sync == "sentinel":
+        return r.sentinel_latency_us
+    raise ValueError(f"sync must be one of {', '.join(SYNCS)}, got {sync!r}")
 
 
 def first_byte_us(fresh: bool, now_us: float, placed_us: float, cold_until_us: float, r: Rates) -> float:

@@ -243,9 +243,12 @@ class _Engine:
         page_B = int(s.options.page_KiB * 1024)
         barrier = s.mode == "persistent_barrier"
         flag_sync = s.options.sync == "flag"
+        # a counter or flags are seen after the flag latency; data polled as its own flag (a sentinel)
+        # after the sentinel latency
+        sync_latency_us = r.sentinel_latency_us if s.options.sync == "sentinel" else r.flag_latency_us
         self.t0 = r.launch_latency_us
         # consumers wake when a producer becomes visible; a grid barrier has its own cost
-        self.visible_us = 0.0 if barrier else r.flag_latency_us
+        self.visible_us = 0.0 if barrier else sync_latency_us
         n_ops = len(g.ops)
         barrier_done = [env.event() for _ in range(n_ops)]
         pre_B, work_us, start, end, timeline = self.pre_B, self.work_us, self.start, self.end, self.timeline
@@ -294,7 +297,7 @@ class _Engine:
                             ready = e
                         n_flags += b - a
                     if ready >= 0:
-                        ready += r.flag_latency_us
+                        ready += sync_latency_us
                         if flag_sync:  # poll one flag per producer tile, 32 per warp round trip
                             ready += math.ceil(n_flags / 32) * r.l2_latency_us
                         if ready > env.now:

@@ -8,7 +8,8 @@ import hwmodels
 from mksim.workload import Input, Op, Workload
 
 # 2 SMs, 1e6 B/µs of DRAM (1000 GB/s, all reachable), 1 µs DRAM latency, SMs able to draw
-# the whole bandwidth each, arithmetic and L2 so fast that they vanish.
+# the whole bandwidth each, arithmetic and L2 so fast that they vanish; a counter or flag is seen
+# 0.5 µs after its release, data polled as its own flag (a sentinel) 0.2 µs after its stores.
 TOY = """
 extends = "h200"
 name = "toy"
@@ -37,6 +38,7 @@ launch_latency_us = {{ value = 1, source = "t" }}
 [runtime.sync]
 grid_barrier_us = {{ value = 3, source = "t" }}
 flag_latency_ns = {{ value = 500, source = "t" }}
+sentinel_latency_ns = {{ value = 200, source = "t" }}
 atomic_roundtrip_ns = {{ value = 500, source = "t" }}
 [sources.t]
 kind = "estimate"

@@ -16,7 +16,13 @@ from .simkit import toy_gpu
 
 TINY = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
         "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 2000, "max_position_embeddings": 8192}
-CASES = [(m, None) for m in MODES if m != "megakernel"] + [("megakernel", p) for p in sorted(POLICIES)]
+# (mode, policy, options): every mode, every policy, and the megakernel's other designs
+CASES = ([(m, None, ()) for m in MODES if m != "megakernel"] + [("megakernel", p, ()) for p in sorted(POLICIES)]
+         + [("megakernel", "dag", (("sync", "flag"),)), ("megakernel", "dag", (("sync", "sentinel"),))])
+
+
+def case_id(c) -> str:
+    return "-".join([c[0], str(c[1])] + [f"{k}={v}" for k, v in c[2]])
 
 
 def tiny(**kw):
@@ -26,13 +32,13 @@ def tiny(**kw):
 @pytest.fixture(scope="module")
 def results():
     out = {}
-    for mode, pol in CASES:
-        s = mksim.build_schedule(tiny(), "h200", mode, policy=pol, record=True)
-        out[(mode, pol)] = (s, mksim.simulate(s))
+    for mode, pol, opts in CASES:
+        s = mksim.build_schedule(tiny(), "h200", mode, policy=pol, record=True, **dict(opts))
+        out[(mode, pol, opts)] = (s, mksim.simulate(s))
     return out
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}")
+@pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_every_task_runs_once_after_its_dependencies(results, case):
     s, r = results[case]
     g = s.graph
@@ -44,7 +50,7 @@ def test_every_task_runs_once_after_its_dependencies(results, case):
             assert r.task_start_us[t] >= r.task_end_us[d] - 1e-9, (g.name(t), g.name(d))
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}")
+@pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_an_sm_never_runs_more_than_its_slots(results, case):
     s, r = results[case]
     by_lane: dict[int, list[tuple[float, float]]] = {}
@@ -58,7 +64,7 @@ def test_an_sm_never_runs_more_than_its_slots(results, case):
             assert a1 >= b0 - 1e-9  # one task at a time per lane
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}")
+@pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_hbm_never_exceeds_the_gpu(results, case):
     s, r = results[case]
     peak = s.gpu.hbm_bandwidth_Bps / 1e6
@@ -69,7 +75,7 @@ def test_hbm_never_exceeds_the_gpu(results, case):
     assert want <= r.dram_bytes <= want + len(s.graph)
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}")
+@pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_breakdown_sums_to_latency(results, case):
     _, r = results[case]
     assert sum(r.breakdown_us.values()) == pytest.approx(r.latency_us, rel=1e-9)
@@ -77,11 +83,11 @@ def test_breakdown_sums_to_latency(results, case):
     assert r.latency_us >= r.bandwidth_floor_us * 0.99 or r.latency_us > 0
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}")
+@pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_time_is_monotone_in_bytes(case):
-    mode, pol = case
-    small = mksim.simulate(mksim.build_schedule(tiny(weight_dtype="fp8"), "h200", mode, policy=pol))
-    big = mksim.simulate(mksim.build_schedule(tiny(weight_dtype="bf16"), "h200", mode, policy=pol))
+    mode, pol, opts = case
+    small = mksim.simulate(mksim.build_schedule(tiny(weight_dtype="fp8"), "h200", mode, policy=pol, **dict(opts)))
+    big = mksim.simulate(mksim.build_schedule(tiny(weight_dtype="bf16"), "h200", mode, policy=pol, **dict(opts)))
     assert big.latency_us >= small.latency_us
 
 
@@ -98,7 +104,7 @@ def test_one_kernel_costs_the_same_in_every_mode_up_to_launch(tmp_path):
 
 
 def test_schedule_json_round_trip_reproduces_latency(results):
-    for (mode, pol), (s, r) in results.items():
+    for (mode, pol, _), (s, r) in results.items():
         s2 = Schedule.from_json(s.to_json())
         assert s2.queues == s.queues and s2.mode == mode
         assert mksim.simulate(s2).latency_us == pytest.approx(r.latency_us, rel=1e-12)
