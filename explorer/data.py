@@ -286,8 +286,8 @@ def best_schedule_json(storage: str, study: str, trial: int | None = None) -> st
         raise MksimError(f"study {study!r} has no complete trial" + (f" {trial}" if trial is not None else " yet"))
     best = min(done, key=lambda t: (t.user_attrs["latency_us"], t.number))
     problem = Problem(model=p["model"], gpu=hwmodels.load(p["gpu"]), batch=p["batch"], kv_len=p["kv_len"],
-                      phase=p.get("phase", "decode"), fixed=p.get("fixed", {}))
-    return build(candidate_from_params(best.params, problem.gpu, problem.fixed), problem).to_json()
+                      phase=p.get("phase", "decode"), fixed=p.get("fixed", {}), designs=tuple(p.get("designs", ())))
+    return build(candidate_from_params(best.params, problem.gpu, problem.fixed, problem.designs), problem).to_json()
 
 
 # -- Compare: uploaded configs, per-op times, the roofline, hardware what-ifs -----------------

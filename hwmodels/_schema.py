@@ -107,6 +107,18 @@ class SyncSpec:
                                           "consumer's poll of that data seeing them (buffers start as a sentinel, "
                                           "NaN); no release fence, no counter, no reload (2 x L2 latency where "
                                           "absent)")
+    dispatch_event_ns: float = meta(20, 1e5, optional=True,
+                                    doc="dynamic dispatch: a worker's last task of an event to a scheduler warp seeing "
+                                        "the event (the event counter's atomic with its result used, the enqueue to "
+                                        "the scheduler's queue, the scheduler's poll); 2 atomic round trips + 2 L2 "
+                                        "latencies where absent")
+    dispatch_task_ns: float = meta(5, 1e5, optional=True,
+                                   doc="dynamic dispatch: one task handed to a worker by a scheduler warp (a queue "
+                                       "write and a release atomic on the worker's ready counter); one scheduler's "
+                                       "hand-outs are serial; an atomic round trip where absent")
+    dispatch_pickup_ns: float = meta(20, 1e5, optional=True,
+                                     doc="dynamic dispatch: a worker's poll seeing a new task in its queue, then "
+                                         "loading the task's descriptor; 3 L2 latencies where absent")
 
 
 @dataclass(frozen=True)

@@ -212,18 +212,48 @@ def _compare_rows(results: dict[str, Any]) -> dict[str, Any]:
             for mode, r in results.items()}
 
 
+# Megakernel designs `mksim compare --designs` adds as rows: name -> (row, schedule options)
+DESIGN_ROWS: dict[str, tuple[str, dict[str, Any]]] = {
+    "sentinel": ("megakernel:sentinel", {"sync": "sentinel"}),
+    "dynamic": ("megakernel:dynamic", {"dispatch": "dynamic"}),
+}
+
+
+def _designs(text: str | None) -> list[str]:
+    if not text:
+        return []
+    names = [d.strip() for d in text.split(",") if d.strip()]
+    if names == ["all"]:
+        return list(DESIGN_ROWS)
+    for d in names:
+        if d not in DESIGN_ROWS:
+            from mksim.errors import UnknownNameError
+
+            raise UnknownNameError("design", d, [*DESIGN_ROWS, "all"])
+    return list(dict.fromkeys(names))
+
+
 def compare_modes(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase: str = "decode",
-                  prefill_tokens: int = 0, dtype: str = "bf16", policy: str | None = None) -> dict[str, Any]:
-    """Simulate every mode on one workload; returns ``{"modes": {...}, ...}`` as ``--json`` prints."""
+                  prefill_tokens: int = 0, dtype: str = "bf16", policy: str | None = None,
+                  designs: str | None = None, opts: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Simulate every mode on one workload; returns ``{"modes": {...}, ...}`` as ``--json`` prints.
+    ``opts`` are schedule options of the megakernel row; ``designs`` (``"sentinel,dynamic"``,
+    ``"all"``) adds a megakernel row per design (:data:`DESIGN_ROWS`)."""
     import hwmodels
     from mksim.schedule import MODES
 
     g = hwmodels.load(gpu)
     wl = _workload(model, batch, kv_len, phase, prefill_tokens, dtype, g.sm.count)
     order = sorted(MODES, key=lambda m: m != "megakernel")  # the longest job first: the pool ends sooner
-    jobs = [(wl, g, mode, {"policy": policy} if mode == "megakernel" and policy else {}) for mode in order]
-    done = dict(zip(order, _map(_simulate_summary, jobs)))
-    results = {m: done[m] for m in MODES}
+    mk = {**({"policy": policy} if policy else {}), **(opts or {})}
+    jobs = [(wl, g, mode, mk if mode == "megakernel" else {}) for mode in order]
+    rows = list(order)
+    for d in _designs(designs):
+        row, kw = DESIGN_ROWS[d]
+        jobs.append((wl, g, "megakernel", {**mk, **kw}))
+        rows.append(row)
+    done = dict(zip(rows, _map(_simulate_summary, jobs)))
+    results = {m: done[m] for m in [*MODES, *rows[len(order):]]}
     return {"model": model, "gpu": g.name, "workload": wl.name, "batch": batch, "kv_len": kv_len,
             "phase": phase, "bandwidth_floor_us": wl.bandwidth_floor_us(g.dram.bandwidth_spec_GBps * 1e9),
             "modes": _compare_rows(results)}
@@ -270,19 +300,22 @@ def compare_cmd(
     prefill_tokens: int = typer.Option(0, "--prefill-tokens"),
     dtype: str = typer.Option("bf16", "--dtype"),
     policy: Optional[str] = typer.Option(None, "--policy", help="Megakernel placement policy."),
+    opt: list[str] = typer.Option([], "--opt", help="Schedule option key=value of the megakernel rows (repeatable)."),
+    designs: Optional[str] = typer.Option(None, "--designs", help="Add a megakernel row per design, comma-separated: "
+                                                                  "sentinel, dynamic (or all)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Every execution mode side by side: latency, tokens/s, HBM utilisation, breakdown."""
     from mksim.sim import CATEGORIES
 
-    d = compare_modes(model, gpu, batch, kv_len, phase, prefill_tokens, dtype, policy)
+    d = compare_modes(model, gpu, batch, kv_len, phase, prefill_tokens, dtype, policy, designs, _parse_opts(opt))
     if as_json:
         return _emit_json(d)
     t = Table(title=f"{d['workload']} on {d['gpu']} (bandwidth floor {d['bandwidth_floor_us']:.1f} µs)")
     for col in ("mode", "latency µs", "tokens/s", "HBM util", "vs stream", *CATEGORIES):
         t.add_column(col, justify="left" if col == "mode" else "right")
     for mode, row in d["modes"].items():
-        label = mode + (f" ({row['policy']})" if row["policy"] and mode == "megakernel" else "")
+        label = mode + (f" ({row['policy']})" if row["policy"] and mode.startswith("megakernel") else "")
         t.add_row(label, f"{row['latency_us']:.1f}", f"{row['tokens_per_s']:.0f}", f"{row['hbm_util']:.0%}",
                   f"{row['speedup_vs_stream']:.2f}×", *(f"{row['breakdown_us'][c]:.1f}" for c in CATEGORIES))
     out.print(t)
@@ -402,6 +435,8 @@ def search_cmd(
     report: Optional[str] = typer.Option(None, "--report", help="Write an HTML report with Optuna's figures."),
     fix: list[str] = typer.Option([], "--fix", help="Fix a schedule option for every candidate, key=value "
                                                     "(repeatable), e.g. smem_reserve_KiB=80; recorded in the study."),
+    designs: Optional[str] = typer.Option(None, "--designs", help="Add megakernel designs to the space, "
+                                                                  "comma-separated: sentinel, dynamic (or all)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Search megakernel schedules with Optuna; report the best against every baseline."""
@@ -409,7 +444,8 @@ def search_cmd(
 
     res = search(model, gpu, batch=batch, kv_len=kv_len, trials=trials, timeout=timeout, seed=seed,
                  storage=storage, study_name=study, objectives=objective, workers=workers, out=out_file,
-                 report=report, progress=not as_json and sys.stderr.isatty(), fixed=_parse_opts(fix, "--fix"))
+                 report=report, progress=not as_json and sys.stderr.isatty(), fixed=_parse_opts(fix, "--fix"),
+                 designs=designs)
     if as_json:
         return _emit_json(res.to_dict())
     from mksim.search._report import report_rows

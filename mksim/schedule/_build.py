@@ -14,7 +14,7 @@ from mksim.sim._engine import gc_paused, mark_validated
 from mksim.workload import TaskGraph, Tiling, Workload
 
 from ._policies import POLICIES, get_policy
-from ._schedule import CHAIN_MODES, MODES, Options, Schedule
+from ._schedule import CHAIN_MODES, MODES, Options, Schedule, dispatch_layout
 
 # Defaults per mode: chains launch a few blocks per SM (as libraries do) and have no
 # cross-kernel prefetch except PDL's prologue; persistent modes run one block per SM.
@@ -78,8 +78,11 @@ def _build(workload: Workload | str, gpu: GPUSpec | str, mode: str, policy: str 
     opts = Options(**{**MODE_DEFAULTS[mode], **options})
     if opts.tasks_per_sm <= 0:
         raise ScheduleError(f"tasks_per_sm must be positive, got {opts.tasks_per_sm}")
+    tile_sms = g.sm.count  # dynamic dispatch cuts each op for the worker SMs
+    if opts.dispatch == "dynamic" and mode == "megakernel":
+        tile_sms = dispatch_layout(g, opts.schedulers)[0]
     try:
-        graph = _task_graph(workload, tiling or Tiling.for_sms(g.sm.count, opts.tasks_per_sm))
+        graph = _task_graph(workload, tiling or Tiling.for_sms(tile_sms, opts.tasks_per_sm))
     except WorkloadError as exc:
         raise ScheduleError(str(exc)) from None
     spec = _spec(workload, g) if workload.model is not None else {}
@@ -89,11 +92,16 @@ def _build(workload: Workload | str, gpu: GPUSpec | str, mode: str, policy: str 
             raise ScheduleError(f"mode {mode} runs one kernel per op; policies apply to megakernel only")
         return mark_validated(sched.validate())
     if queues is None:
+        n_place = g.sm.count
         if mode == "persistent_barrier":
+            pol = get_policy(policy or "rr", **(policy_options or {}))
+        elif opts.dispatch == "dynamic":  # the worker SMs, in MPK's round robin unless told otherwise
+            sched.validate_options()
+            n_place = dispatch_layout(g, opts.schedulers)[0]
             pol = get_policy(policy or "rr", **(policy_options or {}))
         else:
             pol = get_policy(policy or DEFAULT_POLICY, **(policy_options or {}))
-        queues = pol.place(graph, rates(g), g.sm.count)
+        queues = pol.place(graph, rates(g), n_place)
         sched.policy, sched.policy_options = pol.name, dict(pol.options)
     sched.queues = queues
     return mark_validated(sched.validate())  # simulate() need not check it again

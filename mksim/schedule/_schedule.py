@@ -16,6 +16,10 @@ MODES = ("stream", "graph", "graph_pdl", "persistent_barrier", "megakernel")
 CHAIN_MODES = ("stream", "graph", "graph_pdl")
 PERSISTENT_MODES = ("persistent_barrier", "megakernel")
 SYNCS = ("counter", "flag", "sentinel")
+DISPATCHES = ("static", "dynamic")
+# MPK's split of an NVIDIA GPU's SMs (python/mirage/utils.py, get_configurations_from_gpu): worker
+# SMs by SM count, and 4 scheduler warps on each SM left (workers + schedulers / 4 = SMs)
+MPK_WORKERS = ((160, 144), (132, 128), (108, 96), (68, 64), (40, 30), (0, 20))
 FORMAT = "mksim-schedule"
 
 
@@ -31,7 +35,14 @@ class Options:
     - ``smem_reserve_KiB``: shared memory kept for activations and bookkeeping;
     - ``sync`` (megakernel): ``counter`` (one atomic counter per op range), ``flag`` (a flag per
       tile) or ``sentinel`` (outputs start as NaN and consumers poll the data itself);
-    - ``record``: keep the HBM rate log (tests).
+    - ``record``: keep the HBM rate log (tests);
+    - ``dispatch`` (megakernel): ``static`` (each SM runs its own queue, known when the kernel
+      starts) or ``dynamic`` (MPK: scheduler warps hand each task to a worker SM when the event
+      it waits for fires; see :func:`dispatch_layout`);
+    - ``schedulers``: scheduler warps of dynamic dispatch (0: MPK's rule for the GPU);
+    - ``prelaunch``: events of look-ahead of dynamic dispatch: with 1 (MPK's cross-operator
+      pipelining) a task is handed out when its producers are, and its worker streams its weights
+      while waiting on its event counter; with 0 only once its producers are done.
     """
     tasks_per_sm: float = 1.0
     blocks_per_sm: int = 1
@@ -40,6 +51,9 @@ class Options:
     smem_reserve_KiB: float = 32.0
     sync: str = "counter"
     record: bool = False
+    dispatch: str = "static"
+    schedulers: int = 0
+    prelaunch: int = 1
 
     @property
     def prefetch_bytes(self) -> float:
@@ -66,11 +80,33 @@ class Schedule:
     # -- checks -----------------------------------------------------------------------
     def validate(self) -> "Schedule":
         """Raise :class:`ScheduleError` (or :class:`DeadlockError`) if the schedule cannot run."""
+        self.validate_options()
+        if self.mode in PERSISTENT_MODES:
+            self._check_queues()
+        return self
+
+    def validate_options(self) -> None:
+        """Raise :class:`ScheduleError` if the mode and options cannot go together on the GPU."""
         o = self.options
         if self.mode not in MODES:
             raise UnknownNameError("mode", self.mode, MODES)
         if o.sync not in SYNCS:
             raise ScheduleError(f"sync must be one of {', '.join(SYNCS)}, got {o.sync!r}")
+        if o.dispatch not in DISPATCHES:
+            raise ScheduleError(f"dispatch must be one of {', '.join(DISPATCHES)}, got {o.dispatch!r}")
+        if o.dispatch == "dynamic":
+            if self.mode != "megakernel":
+                raise ScheduleError(f"dispatch='dynamic' is a megakernel design; mode {self.mode} has no scheduler "
+                                    "warps")
+            if o.sync != "counter":
+                raise ScheduleError(f"with dispatch='dynamic' tasks wait on event counters: sync must be 'counter', "
+                                    f"not {o.sync!r}")
+            dispatch_layout(self.gpu, o.schedulers)
+        elif o.schedulers != 0 or o.prelaunch != 1:
+            raise ScheduleError(f"{'schedulers' if o.schedulers != 0 else 'prelaunch'} applies to "
+                                "dispatch='dynamic' only")
+        if isinstance(o.prelaunch, bool) or not isinstance(o.prelaunch, int) or o.prelaunch < 0:
+            raise ScheduleError(f"prelaunch must be a whole number of events >= 0, got {o.prelaunch!r}")
         if o.blocks_per_sm < 1 or o.blocks_per_sm > self.gpu.sm.max_blocks_per_sm_count:
             raise ScheduleError(f"blocks_per_sm must be between 1 and {self.gpu.sm.max_blocks_per_sm_count}"
                                 f" on {self.gpu.name}, got {o.blocks_per_sm}")
@@ -83,9 +119,6 @@ class Schedule:
             raise ScheduleError(f"shared memory over budget: {o.prefetch_depth} pages of {o.page_KiB:g} KiB + "
                                 f"{o.smem_reserve_KiB:g} KiB reserved = {need:g} KiB > {smem:g} KiB per block on "
                                 f"{self.gpu.name}; use prefetch_depth <= {most}")
-        if self.mode in PERSISTENT_MODES:
-            self._check_queues()
-        return self
 
     def _check_queues(self) -> None:
         n, n_sms = len(self.graph), self.gpu.sm.count
@@ -105,6 +138,15 @@ class Schedule:
         if len(where) != n:
             missing = next(t for t in range(n) if t not in where)
             raise ScheduleError(f"{n - len(where)} task(s) never placed, e.g. {self.graph.name(missing)}")
+        if self.options.dispatch == "dynamic":
+            workers, scheds, sms = dispatch_layout(self.gpu, self.options.schedulers)
+            if len(self.queues) > workers:
+                raise ScheduleError(f"{len(self.queues)} queues, but dynamic dispatch leaves {workers} worker SMs "
+                                    f"({scheds} scheduler warps take {sms} of the {n_sms} SMs)")
+            for sm, q in enumerate(self.queues):
+                if any(a >= b for a, b in zip(q, q[1:])):
+                    raise ScheduleError(f"SM {sm}: with dynamic dispatch a worker gets its tasks in the order their "
+                                        "events fire, so its queue must list task ids in increasing order")
         if self.mode == "persistent_barrier":
             for sm, q in enumerate(self.queues):
                 ops = [int(self.graph.op_of[t]) for t in q]
@@ -175,6 +217,38 @@ class Schedule:
                 queues=queues, policy=d.get("policy"), policy_options=d.get("policy_options") or {},
                 workload_spec=d["workload"])
         return s.validate()
+
+
+def dispatch_layout(gpu: GPUSpec, schedulers: int = 0) -> tuple[int, int, int]:
+    """Dynamic dispatch on ``gpu``: ``(worker SMs, scheduler warps, scheduler SMs)``.
+
+    A scheduler is one warp; four share an SM on NVIDIA GPUs (MPK's rule: workers + schedulers / 4
+    = SMs), one per compute unit on AMD's (MPK runs one scheduler block per XCD there).
+    ``schedulers=0`` takes MPK's choice for the GPU: on NVIDIA 128 workers on 132 to 159 SMs, 96 on
+    108 to 131 and so on (a GPU with too few SMs keeps one for 4 schedulers), on AMD one scheduler
+    per die.
+
+    >>> import hwmodels
+    >>> dispatch_layout(hwmodels.load("h100")), dispatch_layout(hwmodels.load("b200"))
+    ((128, 16, 4), (128, 80, 20))
+    >>> dispatch_layout(hwmodels.load("mi300x")), dispatch_layout(hwmodels.load("h100"), 6)
+    ((296, 8, 8), (130, 6, 2))
+    """
+    n = gpu.sm.count
+    per_sm = 1 if gpu.vendor == "amd" else 4
+    if isinstance(schedulers, bool) or not isinstance(schedulers, int) or schedulers < 0:
+        raise ScheduleError(f"schedulers must be a whole number >= 0 (0: MPK's rule), got {schedulers!r}")
+    if schedulers == 0:
+        if gpu.vendor == "amd":
+            schedulers = gpu.interconnect.dies_count
+        else:
+            workers = min(next(w for lo, w in MPK_WORKERS if n >= lo), n - 1)
+            schedulers = per_sm * (n - workers)
+    sms = -(-schedulers // per_sm)
+    if sms >= n:
+        raise ScheduleError(f"{schedulers} scheduler warps take {sms} of the {n} SMs on {gpu.name}; leave one for "
+                            "workers")
+    return n - sms, schedulers, sms
 
 
 def _in_task_order(graph: TaskGraph, queues: list[list[int]]) -> bool:

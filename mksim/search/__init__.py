@@ -5,8 +5,8 @@
 ('megakernel', 'graph_pdl', 'graph')
 """
 
-from ._space import POLICY_CHOICES, ROLES, SEARCH_MODES, Candidate, Problem, baseline_params, build, suggest
+from ._space import DESIGNS, POLICY_CHOICES, ROLES, SEARCH_MODES, Candidate, Problem, baseline_params, build, suggest
 from ._study import OBJECTIVES, SearchResult, save_best, search, summarize
 
-__all__ = ["Candidate", "OBJECTIVES", "POLICY_CHOICES", "Problem", "ROLES", "SEARCH_MODES", "SearchResult",
+__all__ = ["Candidate", "DESIGNS", "OBJECTIVES", "POLICY_CHOICES", "Problem", "ROLES", "SEARCH_MODES", "SearchResult",
            "baseline_params", "build", "save_best", "search", "suggest", "summarize"]

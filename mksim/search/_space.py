@@ -16,6 +16,8 @@ Megakernel choices (conditional on ``mode = megakernel``):
   shared memory is pruned with its reason;
 - ``sync``: one counter per op range, or one flag per tile;
 - ``fuse_norm``: each RMS norm computed inside the matvec that follows it (no norm ops);
+- with ``designs`` (:data:`DESIGNS`): ``sync`` may be ``sentinel``; ``dispatch`` static or
+  dynamic, and for dynamic ``schedulers`` and ``prelaunch``;
   ``split_qkv`` / ``split_gate_up``: separate projections instead of the fused ones.
 
 Chain choices (``mode`` = graph or graph_pdl, for comparison): ``chain_tasks_per_sm`` and
@@ -55,6 +57,13 @@ PAGES_KiB = (16, 32, 64)
 MAX_PREFETCH = 12
 SYNCS = ("counter", "flag")  # sampled; a study may fix any of ALL_SYNCS
 ALL_SYNCS = ("counter", "flag", "sentinel")
+# Megakernel designs a study may add to the space (``designs``); without them the space is the one
+# above, so that a study's seeded trials are what they always were:
+# - sentinel: ``sync`` may also be ``sentinel`` (data as its own flag);
+# - dynamic: ``dispatch`` static or dynamic (MPK), with ``schedulers`` and ``prelaunch``.
+DESIGNS = ("sentinel", "dynamic")
+SCHEDULERS = (0, 4, 8, 16, 32)  # scheduler warps (0: MPK's rule)
+PRELAUNCH = (0, 1, 2)
 FUSE = (False, True)
 CHAIN_TASKS = (1.0, 2.0, 4.0)
 CHAIN_BLOCKS = (1, 2, 4)
@@ -96,6 +105,23 @@ def check_fixed(fixed: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+def check_designs(designs: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
+    """``designs`` as a sorted tuple of :data:`DESIGNS` (``"all"`` for every one); one line otherwise.
+
+    >>> check_designs("dynamic,sentinel"), check_designs(None)
+    (('dynamic', 'sentinel'), ())
+    """
+    if not designs:
+        return ()
+    items = [d.strip() for d in designs.split(",")] if isinstance(designs, str) else list(designs)
+    if items == ["all"]:
+        return tuple(sorted(DESIGNS))
+    for d in items:
+        if d not in DESIGNS:
+            raise MksimError(f"unknown design {d!r}; known: {', '.join(DESIGNS)} (or all)")
+    return tuple(sorted(set(items)))
+
+
 @dataclass(frozen=True)
 class Problem:
     """What is being scheduled: a model step on a GPU."""
@@ -105,6 +131,7 @@ class Problem:
     kv_len: int = 1024
     phase: str = "decode"
     fixed: dict[str, Any] = field(default_factory=dict)  # Options fields every candidate keeps (check_fixed)
+    designs: tuple[str, ...] = ()  # megakernel designs added to the space (check_designs)
 
     def workload(self, kv_split_mult: float = 1.0, fuse_norm: bool = False, split_qkv: bool = False,
                  split_gate_up: bool = False):
@@ -143,7 +170,8 @@ class Candidate:
         return asdict(self)
 
 
-def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any] | None = None) -> Candidate:
+def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any] | None = None,
+            designs: tuple[str, ...] = ()) -> Candidate:
     """Ask ``trial`` (an Optuna trial) for one candidate of ``mode``; raises ``optuna.TrialPruned``
     with the reason when the choice cannot run (shared memory over the SM's budget).
 
@@ -186,7 +214,18 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any]
     split_gu = trial.suggest_categorical("split_gate_up", FUSE)
     page = pick("page_KiB", lambda: trial.suggest_categorical("page_KiB", PAGES_KiB))
     depth = pick("prefetch_depth", lambda: trial.suggest_int("prefetch_depth", 1, MAX_PREFETCH))
-    sync = pick("sync", lambda: trial.suggest_categorical("sync", SYNCS))
+    design_opts: dict[str, Any] = {}
+    if "dynamic" in designs and "dispatch" not in fixed:
+        design_opts["dispatch"] = trial.suggest_categorical("dispatch", ("static", "dynamic"))
+    if design_opts.get("dispatch", fixed.get("dispatch")) == "dynamic":  # tasks wait on event counters
+        sync = "counter"
+        if "schedulers" not in fixed:
+            design_opts["schedulers"] = trial.suggest_categorical("schedulers", SCHEDULERS)
+        if "prelaunch" not in fixed:
+            design_opts["prelaunch"] = trial.suggest_categorical("prelaunch", PRELAUNCH)
+    else:
+        syncs = ALL_SYNCS if "sentinel" in designs else SYNCS
+        sync = pick("sync", lambda: trial.suggest_categorical("sync", syncs))
     reserve = fixed.get("smem_reserve_KiB", DEFAULT_RESERVE_KiB)
     budget = gpu.sm.shared_memory_per_block_KiB
     if depth * page + reserve > budget:
@@ -195,12 +234,14 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any]
         trial.set_user_attr("pruned_reason", reason)
         raise optuna.TrialPruned(reason)
     return Candidate(mode="megakernel", policy=policy, policy_options=popts,
-                     options={"prefetch_depth": depth, "page_KiB": float(page), "sync": sync, **fixed},
+                     options={"prefetch_depth": depth, "page_KiB": float(page), "sync": sync, **design_opts,
+                              **fixed},
                      grain={r: g for r, g in grain.items() if g != 1.0}, small_grain=small, kv_split_mult=kv,
                      fuse_norm=fuse, split_qkv=split_qkv, split_gate_up=split_gu)
 
 
-def baseline_params(gpu: GPUSpec, fixed: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+def baseline_params(gpu: GPUSpec, fixed: dict[str, Any] | None = None,
+                    designs: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
     """Optuna parameters of the trials every study starts with: each policy with its defaults,
     and every chain candidate (``graph`` and ``graph_pdl`` at the defaults are the baselines).
 
@@ -214,6 +255,9 @@ def baseline_params(gpu: GPUSpec, fixed: dict[str, Any] | None = None) -> dict[s
                                                 "prefetch_depth": depth, "sync": "counter", "fuse_norm": False,
                                                 "split_qkv": False, "split_gate_up": False}
 
+    if "dynamic" in designs and "dispatch" not in fixed:
+        mk["dispatch"] = "static"
+
     def unfixed(params: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in params.items() if SAMPLED_OPTION.get(k) not in fixed}
 
@@ -222,6 +266,12 @@ def baseline_params(gpu: GPUSpec, fixed: dict[str, Any] | None = None) -> dict[s
         extra = ({"order": "op"} if p in ("rr", "dag") else {}) | (
             {"dag_sync_scale": 1.0} if p == "dag" else ({"pool_compute_fraction": 0.25} if p == "pool" else {}))
         out[f"megakernel:{p}"] = unfixed({"policy": p, **extra, **mk})
+    if "dynamic" in designs and "dispatch" not in fixed:  # MPK at its defaults: round robin, MPK's schedulers
+        dyn = {k: v for k, v in mk.items() if k != "sync"} | {"dispatch": "dynamic", "schedulers": 0, "prelaunch": 1}
+        out["megakernel:dynamic"] = unfixed({"policy": "rr", "order": "op", **dyn})
+    if "sentinel" in designs and "sync" not in fixed:
+        out["megakernel:sentinel"] = unfixed({"policy": "dag", "order": "op", "dag_sync_scale": 1.0, **mk,
+                                              "sync": "sentinel"})
     tasks = (fixed["tasks_per_sm"],) if "tasks_per_sm" in fixed else CHAIN_TASKS
     blocks = (fixed["blocks_per_sm"],) if "blocks_per_sm" in fixed else CHAIN_BLOCKS
     for m in CHAIN_MODES:
@@ -242,12 +292,13 @@ def is_baseline(name: str) -> bool:
     return name.startswith("megakernel:") or name in CHAIN_MODES
 
 
-def candidate_from_params(params: dict[str, Any], gpu: GPUSpec, fixed: dict[str, Any] | None = None) -> Candidate:
+def candidate_from_params(params: dict[str, Any], gpu: GPUSpec, fixed: dict[str, Any] | None = None,
+                          designs: tuple[str, ...] = ()) -> Candidate:
     """The candidate a finished trial chose, from its stored parameters (no sampling)."""
     import optuna
 
     trial = optuna.trial.FixedTrial(params)
-    return suggest(trial, gpu, params.get("mode", "megakernel"), fixed)
+    return suggest(trial, gpu, params.get("mode", "megakernel"), fixed, designs)
 
 
 def build(c: Candidate, problem: Problem):
@@ -256,6 +307,10 @@ def build(c: Candidate, problem: Problem):
 
     wl = problem.workload(c.kv_split_mult, c.fuse_norm, c.split_qkv, c.split_gate_up)
     n = problem.gpu.sm.count
+    if c.options.get("dispatch") == "dynamic":  # grains count the worker SMs
+        from mksim.schedule import dispatch_layout
+
+        n = dispatch_layout(problem.gpu, c.options.get("schedulers", 0))[0]
     tiling = None
     if c.mode == "megakernel" and (c.grain or c.small_grain != 1.0):
         per_op = {op.name: max(1, round(n * c.grain[role])) for op in wl.ops if op.kind == "matmul"

@@ -20,8 +20,8 @@ from typing import Any
 
 from mksim.errors import DeadlockError, MksimError, ScheduleError, UnknownNameError
 
-from ._space import (SPACE_VERSION, Candidate, Problem, baseline_params, build, candidate_from_params, check_fixed,
-                     is_baseline, suggest)
+from ._space import (SPACE_VERSION, Candidate, Problem, baseline_params, build, candidate_from_params, check_designs,
+                     check_fixed, is_baseline, suggest)
 
 OBJECTIVES = {"latency": ("latency_us", "minimize"), "smem": ("smem_KiB", "minimize")}
 HEARTBEAT_S = 2
@@ -42,6 +42,7 @@ class SearchResult:
     n_pruned: int = 0
     n_failed: int = 0
     fixed: dict[str, Any] = field(default_factory=dict)
+    designs: tuple[str, ...] = ()
 
     def improvement(self) -> dict[str, float]:
         """Best latency's speed-up over each baseline (baseline / best)."""
@@ -52,13 +53,15 @@ class SearchResult:
         return {"study": self.study_name, "storage": self.storage, "objectives": list(self.objectives),
                 "best": self.best, "baselines": self.baselines, "speedup_vs_baseline": self.improvement(),
                 "pareto": self.pareto, "trials": {"complete": self.n_complete, "pruned": self.n_pruned,
-                                                  "failed": self.n_failed}, "fixed": self.fixed}
+                                                  "failed": self.n_failed}, "fixed": self.fixed,
+                "designs": list(self.designs)}
 
 
 def default_study_name(problem: Problem, objectives: tuple[str, ...]) -> str:
     fixed = "".join(f"-{k}={v:g}" if isinstance(v, float) else f"-{k}={v}" for k, v in problem.fixed.items())
+    designs = f"-designs={'+'.join(problem.designs)}" if problem.designs else ""
     return (f"{problem.model}-{problem.gpu.name}-b{problem.batch}-kv{problem.kv_len}-"
-            f"{'+'.join(objectives)}{fixed}")
+            f"{'+'.join(objectives)}{fixed}{designs}")
 
 
 def storage_for(url: str | None, study_name: str):
@@ -108,7 +111,8 @@ class _Objective:
 
         from mksim.sim import simulate
 
-        cand = suggest(trial, self.problem.gpu, trial.user_attrs.get("mode", "megakernel"), self.problem.fixed)
+        cand = suggest(trial, self.problem.gpu, trial.user_attrs.get("mode", "megakernel"), self.problem.fixed,
+                       self.problem.designs)
         try:
             sched = build(cand, self.problem)
             res = simulate(sched)
@@ -147,6 +151,8 @@ def _open_study(problem: Problem, objectives: tuple[str, ...], storage, study_na
             "phase": problem.phase, "objectives": list(objectives), "space": SPACE_VERSION}
     if problem.fixed:  # recorded only when given: studies made before fixed options still resume
         want["fixed"] = dict(problem.fixed)
+    if problem.designs:  # likewise
+        want["designs"] = list(problem.designs)
     have = study.user_attrs.get("problem")
     if have is None:
         study.set_user_attr("problem", want)
@@ -160,6 +166,10 @@ def _open_study(problem: Problem, objectives: tuple[str, ...], storage, study_na
 
         raise MksimError(f"study {study_name!r} in this storage was made with fixed options {text(have.get('fixed', {}))}"
                          f", not {text(want.get('fixed', {}))}; pick another --study name or --storage")
+    elif have.get("designs", []) != want.get("designs", []):
+        raise MksimError(f"study {study_name!r} in this storage was made with designs "
+                         f"{', '.join(have.get('designs', [])) or 'none'}, not "
+                         f"{', '.join(want.get('designs', [])) or 'none'}; pick another --study name or --storage")
     elif have != want:
         raise MksimError(f"study {study_name!r} in this storage searches {have}, not {want}; "
                          "pick another --study name")
@@ -171,7 +181,7 @@ def _enqueue_baselines(study, problem: Problem) -> None:
     if study.user_attrs.get("baselines_enqueued"):
         return
     study.set_user_attr("baselines_enqueued", True)
-    for name, params in baseline_params(problem.gpu, problem.fixed).items():
+    for name, params in baseline_params(problem.gpu, problem.fixed, problem.designs).items():
         study.enqueue_trial(params, user_attrs={"baseline": name, "mode": params.get("mode", "megakernel")},
                             skip_if_exists=True)
 
@@ -200,7 +210,8 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
            timeout: float | None = None, seed: int = 0, storage: str | None = None, study_name: str | None = None,
            objectives: str | tuple[str, ...] = "latency", workers: int = 1, out: str | Path | None = None,
            report: str | Path | None = None, progress: bool = False,
-           fixed: dict[str, Any] | None = None, best_mode: str | None = None) -> SearchResult:
+           fixed: dict[str, Any] | None = None, best_mode: str | None = None,
+           designs: str | tuple[str, ...] | None = None) -> SearchResult:
     """Search megakernel (and, for comparison, chain) schedules of ``model`` on ``gpu``.
 
     Seeds the study with the baselines, runs until the study holds ``trials`` finished trials
@@ -209,19 +220,22 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
     (``{"smem_reserve_KiB": 80}``: what a generated kernel needs) are kept by every candidate and
     recorded in the study: resuming it with other fixed values is refused. ``best_mode``
     (``"megakernel"``) makes the best the best trial of that mode, when the chain baselines must
-    stay comparisons only (the validation suite's searched megakernels).
+    stay comparisons only (the validation suite's searched megakernels). ``designs`` (``"sentinel,dynamic"``
+    or ``"all"``) adds megakernel designs to the space and their baselines (``megakernel:dynamic``,
+    ``megakernel:sentinel``); recorded in the study like ``fixed``.
     """
     import hwmodels
 
     objs = _parse_objectives(objectives)
     spec = hwmodels.load(gpu)
     fixed = check_fixed(fixed)
-    n_first = len(baseline_params(spec, fixed))
+    designs_t = check_designs(designs)
+    n_first = len(baseline_params(spec, fixed, designs_t))
     if trials < n_first:
         raise MksimError(f"--trials must be at least {n_first} (the baselines run first)")
     if workers < 1:
         raise MksimError("--workers must be at least 1")
-    problem = Problem(model=model, gpu=spec, batch=batch, kv_len=kv_len, fixed=fixed)
+    problem = Problem(model=model, gpu=spec, batch=batch, kv_len=kv_len, fixed=fixed, designs=designs_t)
     problem.workload()  # unknown model or impossible shape: one line, before any study is made
     name = study_name or default_study_name(problem, objs)
     if storage == MEMORY and workers > 1:
@@ -288,11 +302,12 @@ def summarize(study, problem: Problem, objectives: tuple[str, ...], url: str,
     if len(objectives) > 1:
         pareto = sorted((row(t) for t in study.best_trials), key=lambda r: r["latency_us"])
     best = row(best_t)
-    best["candidate"] = candidate_from_params(best_t.params, problem.gpu, problem.fixed).to_dict()
+    best["candidate"] = candidate_from_params(best_t.params, problem.gpu, problem.fixed, problem.designs).to_dict()
     return SearchResult(study_name=study.study_name, storage=url, objectives=objectives, best=best,
                         baselines=baselines, pareto=pareto, n_complete=len(done),
                         n_pruned=sum(t.state == TS.PRUNED for t in trials),
-                        n_failed=sum(t.state == TS.FAIL for t in trials), fixed=dict(problem.fixed))
+                        n_failed=sum(t.state == TS.FAIL for t in trials), fixed=dict(problem.fixed),
+                        designs=problem.designs)
 
 
 def save_best(result: SearchResult, problem: Problem, path: str | Path) -> Path:

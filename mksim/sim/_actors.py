@@ -50,7 +50,7 @@ class Loader:
 
     __slots__ = ("env", "hbm", "timeline", "q", "lane", "pre_B", "buf_B", "page_B", "cap", "lat", "i",
                  "phase", "head", "got", "body", "free_B", "want_B", "n_started", "waits_start", "n_loaded",
-                 "loaded", "heads", "bubbles", "last_end", "flow_a", "flow_d", "flow_n", "first_lat")
+                 "loaded", "heads", "bubbles", "last_end", "flow_a", "flow_d", "flow_n", "first_lat", "gate")
 
     def __init__(self, eng: _Engine, sm: int, q: list[int], buf_B: int, page_B: int):
         self.env, self.hbm, self.timeline, self.q = eng.env, eng.hbm, eng.timeline, q
@@ -74,12 +74,19 @@ class Loader:
         self.last_end = -1.0     # when the last flow ended: a later start pays the DRAM latency
         self.flow_a = self.flow_d = 0.0  # the flow in progress: start, latency paid
         self.flow_n = 0          # ... and page bytes
+        # dynamic dispatch: (tasks arrived, wait(task, loader)); a task not yet handed to this SM
+        # cannot be loaded, and the engine runs the loader again when it arrives
+        self.gate: tuple | None = None
 
     def run(self, _ev: object = None) -> None:
         """Load as far as possible; return when waiting for a flow, pages or the executor."""
         q = self.q
         while self.i < len(q):
             if self.phase == _NEW:
+                gate = self.gate
+                if gate is not None and not gate[0][q[self.i]]:
+                    gate[1](q[self.i], self)
+                    return
                 # shared memory is counted in whole bytes: float sums would overfill the pages
                 self.head = min(math.ceil(self.pre_B[q[self.i]]), self.buf_B)
                 self.got = 0

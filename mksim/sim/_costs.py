@@ -40,6 +40,9 @@ class Rates:
     flag_latency_us: float
     device: dict = field(default_factory=dict)  # op kind -> DeviceCost, where [runtime.kernels] has one
     sentinel_latency_us: float = 0.0  # data as its own flag: a producer's stores to a consumer's poll seeing them
+    dispatch_event_us: float = 0.0    # dynamic dispatch: an event's last trigger to its scheduler seeing it
+    dispatch_task_us: float = 0.0     # ... one task handed out by a scheduler (serial per scheduler)
+    dispatch_pickup_us: float = 0.0   # ... a worker seeing its new task and loading its descriptor
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,7 @@ def rates(gpu: GPUSpec) -> Rates:
               "fp8": c.tensor_fp8_dense_TFLOPs or c.tensor_bf16_dense_TFLOPs,
               "fp32": c.tensor_tf32_dense_TFLOPs or c.tensor_fp32_dense_TFLOPs or c.vector_fp32_TFLOPs}
     lat_us = gpu.dram.latency_ns / 1e3
+    sy = gpu.sync
     return Rates(
         n_sms=n,
         hbm_Bpus=gpu.hbm_bandwidth_Bps / 1e6,
@@ -161,7 +165,35 @@ def rates(gpu: GPUSpec) -> Rates:
         device=device_costs(gpu.kernels),
         sentinel_latency_us=(gpu.sync.sentinel_latency_ns if gpu.sync.sentinel_latency_ns is not None
                              else 2 * gpu.l2.latency_ns) / 1e3,
+        dispatch_event_us=_or(sy.dispatch_event_ns, 2 * sy.atomic_roundtrip_ns + 2 * gpu.l2.latency_ns) / 1e3,
+        dispatch_task_us=_or(sy.dispatch_task_ns, sy.atomic_roundtrip_ns) / 1e3,
+        dispatch_pickup_us=_or(sy.dispatch_pickup_ns, 3 * gpu.l2.latency_ns) / 1e3,
     )
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
+def dispatch_times_us(seen_us: float, free_us: float, n_tasks: int, r: Rates) -> tuple[list[float], float]:
+    """Dynamic dispatch by one scheduler warp: when each of the ``n_tasks`` tasks it hands out for an
+    event reaches its worker, and when the scheduler is free again. The scheduler sees the event at
+    ``seen_us`` (its last trigger + ``dispatch_event_us``; the kernel's start for the first tasks) or
+    once done with the events before it (``free_us``), hands the tasks out one by one,
+    ``dispatch_task_us`` each, and a worker sees its task ``dispatch_pickup_us`` after it was handed
+    out.
+
+    >>> import hwmodels
+    >>> from dataclasses import replace
+    >>> r = replace(rates(hwmodels.load("h200")), dispatch_task_us=0.25, dispatch_pickup_us=0.5)
+    >>> dispatch_times_us(11.0, 0.0, 3, r)
+    ([11.75, 12.0, 12.25], 11.75)
+    >>> dispatch_times_us(11.0, 12.0, 1, r)   # busy with an earlier event until 12
+    ([12.75], 12.25)
+    """
+    start = seen_us if seen_us > free_us else free_us
+    step, pick = r.dispatch_task_us, r.dispatch_pickup_us
+    return [start + (k + 1) * step + pick for k in range(n_tasks)], start + n_tasks * step
 
 
 SYNCS = ("counter", "flag", "sentinel")

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from mksim.schedule import Schedule
 
 from ._actors import Chain, Loader, Signal
-from ._costs import device_task_us, flop_rate, host_issue_us, rates, resident_blocks
+from ._costs import device_task_us, dispatch_times_us, flop_rate, host_issue_us, rates, resident_blocks
 from ._hbm import HBM
 from ._result import CATEGORIES, SimResult, Timeline, build_result
 
@@ -147,6 +147,8 @@ class _Engine:
         self.n_lanes = 0
         self.t0 = 0.0  # when the (first) kernel starts
         self._chain_times: tuple[list[float], list[float]] | None = None
+        self.dispatch_lanes: tuple[int, int] | None = None  # dynamic dispatch: the scheduler SMs' lanes
+        self._gate_wait: dict[int, Loader] = {}
 
     # -- shared helpers -------------------------------------------------------------------
     def _finish(self, t: int, lane: int) -> None:
@@ -249,6 +251,10 @@ class _Engine:
         self.t0 = r.launch_latency_us
         # consumers wake when a producer becomes visible; a grid barrier has its own cost
         self.visible_us = 0.0 if barrier else sync_latency_us
+        dynamic = s.options.dispatch == "dynamic"
+        prelaunched = dynamic and s.options.prelaunch > 0
+        if dynamic:  # workers see their tasks when schedulers hand them out (_dispatcher)
+            arrived, arrival = self._dispatcher()
         n_ops = len(g.ops)
         barrier_done = [env.event() for _ in range(n_ops)]
         pre_B, work_us, start, end, timeline = self.pre_B, self.work_us, self.start, self.end, self.timeline
@@ -279,7 +285,13 @@ class _Engine:
                     if not barrier_done[j].triggered:
                         yield barrier_done[j]
                     timeline.add(sm, w, env.now, t, "barrier wait")
+                elif dynamic and not prelaunched:  # its producers are done when a scheduler hands it over
+                    if not arrived[t]:
+                        yield arrival(t)
+                    timeline.add(sm, w, env.now, t, "dependency wait")
                 else:  # producers done and visible
+                    if dynamic and not arrived[t]:  # handed over early: then wait for its event counter
+                        yield arrival(t)
                     ready = -1.0
                     n_flags = 0
                     for p, a, b in deps_of(t):
@@ -327,8 +339,101 @@ class _Engine:
             env.process(barriers())
         for sm, q in enumerate(s.queues or []):
             ld = Loader(self, sm, q, buf_B, page_B)
+            if dynamic:  # a loader cannot stream a task's weights before the task is in its queue
+                ld.gate = (arrived, self._gated)
             env.timeout(self.t0).callbacks.append(ld.run)
             env.process(executor(sm, q, ld))
+
+    def _dispatcher(self) -> tuple[bytearray, object]:
+        """Dynamic dispatch (MPK): each op's tasks wait for one event, fired by the last of their
+        producers; the scheduler warps that own the tasks' worker SMs see it and hand the tasks out
+        one by one (:func:`~mksim.sim._costs.dispatch_times_us`). Returns the tasks that have
+        arrived and a function giving the signal of a task's arrival."""
+        from mksim.schedule import dispatch_layout
+
+        s, g, r, env = self.s, self.g, self.r, self.env
+        workers, n_sched, sched_sms = dispatch_layout(s.gpu, s.options.schedulers)
+        self.dispatch_lanes = (workers, r.n_sms)  # scheduler SMs: no tasks, their time is dispatch
+        sched_of_sm = [w * n_sched // workers for w in range(workers)] if workers else []
+        sm_of = [0] * len(g)
+        for sm, q in enumerate(s.queues or []):
+            for t in q:
+                sm_of[t] = sm
+        arrived = bytearray(len(g))
+        signals: dict[int, Signal] = {}
+        free = [0.0] * n_sched
+        op_first, n_tiles, op_done_n, op_end, end = self.op_first, self.n_tiles, self.op_done_n, self.op_end, self.end
+
+        def arrival(t: int) -> Signal:
+            ev = signals.get(t)
+            if ev is None:
+                ev = signals[t] = Signal(env)
+                ev.callbacks.append(lambda _e, t=t: self._arrive(t, arrived))
+            return ev
+
+        def producers(j: int) -> dict[int, tuple[int, int]]:
+            """The producer tile range each producer op of op ``j``'s tasks covers (one event)."""
+            out: dict[int, tuple[int, int]] = {}
+            for t in range(op_first[j], op_first[j + 1]):
+                for p, a, b in g.deps(t):
+                    lo, hi = out.get(p, (a, b))
+                    out[p] = (min(lo, a), max(hi, b))
+            return out
+
+        prods = [producers(j) for j in range(len(g.ops))]
+
+        def launchers(j: int, ahead: int) -> dict[int, tuple[int, int]]:
+            """What op ``j``'s launch event waits for: its producers, or with ``ahead`` events of
+            prelaunch, whole ops that many levels further up (nothing: handed out at the start)."""
+            if ahead == 0:
+                return prods[j]
+            out: dict[int, tuple[int, int]] = {}
+            for p in prods[j]:
+                for q in launchers(p, ahead - 1):
+                    out[q] = (0, n_tiles[q])
+            return out
+
+        ahead = s.options.prelaunch
+
+        def dispatch(j: int):
+            last = -1.0
+            for p, (a, b) in launchers(j, ahead).items():
+                if b - a == n_tiles[p]:
+                    if op_done_n[p] < b - a:
+                        yield self._op_signal(p)
+                    e = op_end[p]
+                else:
+                    base = op_first[p]
+                    for k in range(base + a, base + b):
+                        if end[k] != end[k]:
+                            yield self._task_signal(k)
+                    e = max(end[base + a:base + b])
+                if e > last:
+                    last = e
+            # the schedulers see the event; the first tasks (no producers) as the kernel starts
+            seen = last + r.dispatch_event_us if last >= 0 else self.t0
+            by_sched: dict[int, list[int]] = {}
+            for t in range(op_first[j], op_first[j + 1]):
+                by_sched.setdefault(sched_of_sm[sm_of[t]], []).append(t)
+            now = env.now
+            for sc, ts in by_sched.items():
+                times, free[sc] = dispatch_times_us(seen, free[sc], len(ts), r)
+                for t, a_us in zip(ts, times):
+                    arrival(t).succeed_after(a_us - now)
+
+        for j in range(len(g.ops)):
+            env.process(dispatch(j))
+        return arrived, arrival
+
+    def _arrive(self, t: int, arrived: bytearray) -> None:
+        arrived[t] = 1
+        ld = self._gate_wait.pop(t, None)
+        if ld is not None:
+            ld.run()
+
+    def _gated(self, t: int, loader: Loader) -> None:
+        """``loader`` waits for task ``t`` to be handed to its SM."""
+        self._gate_wait[t] = loader
 
     # -- run and collect -----------------------------------------------------------------
     def run(self) -> None:
@@ -342,6 +447,9 @@ class _Engine:
             stuck = [self.g.name(int(t)) for t in np.flatnonzero(np.isnan(end))[:3]]
             raise DeadlockError(f"simulation stopped with tasks never run (e.g. {', '.join(stuck)}); "
                                 "the schedule deadlocks")
+        if self.dispatch_lanes is not None:  # scheduler SMs spend the kernel dispatching
+            a, b = self.dispatch_lanes
+            self.timeline.us["dependency wait"] += (float(np.max(end)) - self.t0) * (b - a)
 
     def result(self) -> SimResult:
         spans = None

@@ -9,7 +9,9 @@ from mksim.workload import Input, Op, Workload
 
 # 2 SMs, 1e6 B/µs of DRAM (1000 GB/s, all reachable), 1 µs DRAM latency, SMs able to draw
 # the whole bandwidth each, arithmetic and L2 so fast that they vanish; a counter or flag is seen
-# 0.5 µs after its release, data polled as its own flag (a sentinel) 0.2 µs after its stores.
+# 0.5 µs after its release, data polled as its own flag (a sentinel) 0.2 µs after its stores; a
+# scheduler warp sees an event 1 µs after its last trigger and hands out a task every 0.25 µs, which
+# its worker sees 0.5 µs later.
 TOY = """
 extends = "h200"
 name = "toy"
@@ -39,6 +41,9 @@ launch_latency_us = {{ value = 1, source = "t" }}
 grid_barrier_us = {{ value = 3, source = "t" }}
 flag_latency_ns = {{ value = 500, source = "t" }}
 sentinel_latency_ns = {{ value = 200, source = "t" }}
+dispatch_event_ns = {{ value = 1000, source = "t" }}
+dispatch_task_ns = {{ value = 250, source = "t" }}
+dispatch_pickup_ns = {{ value = 500, source = "t" }}
 atomic_roundtrip_ns = {{ value = 500, source = "t" }}
 [sources.t]
 kind = "estimate"

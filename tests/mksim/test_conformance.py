@@ -18,7 +18,9 @@ TINY = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "nu
         "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 2000, "max_position_embeddings": 8192}
 # (mode, policy, options): every mode, every policy, and the megakernel's other designs
 CASES = ([(m, None, ()) for m in MODES if m != "megakernel"] + [("megakernel", p, ()) for p in sorted(POLICIES)]
-         + [("megakernel", "dag", (("sync", "flag"),)), ("megakernel", "dag", (("sync", "sentinel"),))])
+         + [("megakernel", "dag", (("sync", "flag"),)), ("megakernel", "dag", (("sync", "sentinel"),)),
+            ("megakernel", "rr", (("dispatch", "dynamic"),)),
+            ("megakernel", "dag", (("dispatch", "dynamic"), ("prelaunch", 0)))])
 
 
 def case_id(c) -> str:

@@ -2,6 +2,9 @@
 
 Toy GPU (simkit): 2 SMs, DRAM 1e6 B/µs shared, 1 µs DRAM latency, launch 1 µs; a counter or flag
 is seen 0.5 µs after its release, data polled as its own flag (sentinel) 0.2 µs after its stores.
+Dynamic dispatch: a scheduler warp sees an event 1 µs after its last trigger and hands out a task
+every 0.25 µs, which its worker sees 0.5 µs later; the toy's two SMs are one worker and one SM of
+four scheduler warps (MPK's rule).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import pytest
 import hwmodels
 import mksim
 from mksim.errors import ScheduleError
+from mksim.schedule import dispatch_layout
 from mksim.sim._costs import SYNCS, rates, sync_us
 from mksim.workload import Tiling
 
@@ -47,3 +51,104 @@ def test_sync_costs_side_by_side_on_every_gpu():
 def test_unknown_sync_is_one_line():
     with pytest.raises(ScheduleError, match="sync must be one of counter, flag, sentinel"):
         mksim.build_schedule("llama-3.2-1b", "h200", "megakernel", sync="nan")
+
+
+# -- dynamic dispatch (MPK) against static queues (Hazy) -------------------------------------------
+def test_the_toy_is_one_worker_and_one_sm_of_schedulers(tmp_path):
+    assert dispatch_layout(toy_gpu(tmp_path)) == (1, 4, 1)
+
+
+def test_dispatch_latency_when_tasks_wait_for_their_event(tmp_path):
+    # prelaunch 0: op 0 is handed out as the kernel starts (1 + 0.25 + 0.5), loads (1 + 2); op 1's
+    # event is seen 1 µs after op 0 ends, handed out (0.25 + 0.5), then loads (1 + 1)
+    gpu = toy_gpu(tmp_path)
+    r = run(gpu, chain(2e6, 1e6), tiles=1, dispatch="dynamic", prelaunch=0)
+    assert r.latency_us == pytest.approx(1 + 0.75 + 3 + 1 + 0.75 + 2, abs=TOL)
+    # the worker waits 0.75 + 1.75 µs for its tasks; the scheduler SM dispatches all along (7.5 µs)
+    assert r.breakdown_us["dependency wait"] == pytest.approx((0.75 + 1.75 + 7.5) / 2, abs=TOL)
+
+
+def test_prelaunch_hands_a_task_out_early_so_its_weights_stream_while_its_producers_run(tmp_path):
+    # prelaunch 1: both ops are handed out at the start (op 1 a task slot after op 0: 2.0); op 1's
+    # 1e5 bytes stream right behind op 0's (1.75 + 1 + 0.1, + 0.1); op 1 then waits for its event
+    # counter: op 0 ends at 2.85, + 0.5
+    gpu = toy_gpu(tmp_path)
+    r = run(gpu, chain(1e5, 1e5), tiles=1, dispatch="dynamic", prefetch_depth=3, page_KiB=64)
+    assert r.latency_us == pytest.approx(2.85 + 0.5, abs=TOL)
+    assert r.task_start_us.tolist() == pytest.approx([1.75, 3.35], abs=TOL)
+
+
+def test_one_scheduler_hands_out_an_events_tasks_one_by_one(tmp_path):
+    # two weightless tasks of the first op on the one worker: handed out 0.25 µs apart
+    gpu = toy_gpu(tmp_path)
+    r = run(gpu, chain(0.0), tiles=2, dispatch="dynamic", prefetch_depth=0)
+    assert r.task_start_us.tolist() == pytest.approx([1.75, 2.0], abs=TOL)
+
+
+def test_dynamic_against_static_on_the_same_workload():
+    # Hazy-style static queues prefetch across every op boundary; MPK-style dynamic dispatch pays an
+    # event hop and a hand-out per boundary and gives 4 SMs of an H100 to schedulers
+    static = mksim.simulate(mksim.build_schedule("llama-3.2-1b", "h100", "megakernel")).latency_us
+    dyn = {k: mksim.simulate(mksim.build_schedule("llama-3.2-1b", "h100", "megakernel", dispatch="dynamic",
+                                                  prelaunch=k)).latency_us for k in (0, 1)}
+    assert static < dyn[1] < dyn[0]
+
+
+@pytest.mark.parametrize("opts,match", [
+    ({"dispatch": "mpk"}, "dispatch must be one of static, dynamic, got 'mpk'"),
+    ({"dispatch": "dynamic", "sync": "flag"}, "sync must be 'counter'"),
+    ({"dispatch": "dynamic", "schedulers": 600}, "600 scheduler warps take 150 of the 132 SMs"),
+    ({"dispatch": "dynamic", "schedulers": -1}, "schedulers must be a whole number >= 0"),
+    ({"schedulers": 8}, "schedulers applies to dispatch='dynamic' only"),
+    ({"prelaunch": 0}, "prelaunch applies to dispatch='dynamic' only"),
+])
+def test_bad_dispatch_options_are_one_line(opts, match):
+    with pytest.raises(ScheduleError, match=match):
+        mksim.build_schedule("llama-3.2-1b", "h100", "megakernel", **opts)
+
+
+def test_dynamic_dispatch_is_a_megakernel_design():
+    with pytest.raises(ScheduleError, match="megakernel design; mode persistent_barrier"):
+        mksim.build_schedule("llama-3.2-1b", "h100", "persistent_barrier", dispatch="dynamic")
+
+
+def test_search_with_designs_runs_mpk_and_kog_as_baselines_and_can_pick_them():
+    pytest.importorskip("optuna")
+    from mksim.search import baseline_params, search
+
+    n = len(baseline_params(hwmodels.load("h100"), designs=("dynamic", "sentinel")))
+    res = search("llama-3.2-1b", "h100", trials=n + 3, seed=0, storage="memory", designs="dynamic,sentinel")
+    assert {"megakernel:dynamic", "megakernel:sentinel"} <= set(res.baselines)
+    direct = mksim.simulate(mksim.build_schedule("llama-3.2-1b", "h100", "megakernel", dispatch="dynamic"))
+    assert res.baselines["megakernel:dynamic"]["latency_us"] == pytest.approx(direct.latency_us, rel=1e-12)
+    assert res.best["latency_us"] <= min(b["latency_us"] for b in res.baselines.values())
+    assert res.designs == ("dynamic", "sentinel") and "designs=dynamic+sentinel" in res.study_name
+
+
+def test_unknown_design_is_one_line():
+    from mksim.errors import MksimError
+    from mksim.search._space import check_designs
+
+    with pytest.raises(MksimError, match="unknown design 'mpk'; known: sentinel, dynamic"):
+        check_designs("mpk")
+
+
+def _cli(*args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "mksim", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_compare_accepts_the_designs_as_rows_and_options():
+    import json
+
+    r = _cli("compare", "--model", "llama-3.2-1b", "--gpu", "h100", "--designs", "all", "--json")
+    assert r.returncode == 0, r.stderr
+    modes = json.loads(r.stdout)["modes"]
+    assert {"megakernel:sentinel", "megakernel:dynamic"} <= set(modes)
+    assert modes["megakernel:dynamic"]["policy"] == "rr"
+    bad = _cli("compare", "--designs", "mpk")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown design 'mpk'" in bad.stderr
+    bad = _cli("compare", "--opt", "dispatch=sometimes")
+    assert bad.returncode == 2 and "dispatch must be one of static, dynamic" in bad.stderr
