@@ -68,14 +68,14 @@ def test_standard_suite_has_every_mode_for_two_models_and_two_batches():
 def test_searched_schedules_load_validate_and_fit_the_kernel(model, batch):
     path = vs.searched_schedule_path(model, batch)
     sched = mksim.Schedule.from_json(path)  # validates: every task once, no deadlock, shared memory in budget
-    assert sched.mode == "megakernel" and sched.gpu.name == "h200-calibrated"
+    assert sched.mode == "megakernel" and sched.gpu.name == vs.GPU  # searched on the model the suite predicts with
     assert (sched.workload.model.name, sched.workload.batch, sched.workload.kv_len) == (model, batch, 1024)
     vs.check_kernel_fit(sched, model, batch, 1024)
     info = json.loads(path.with_name(path.stem + ".search.json").read_text())
     assert info["fixed"] == vs.search_fixed(model, batch) or info["fixed"]["smem_reserve_KiB"] >= vs.kernel_options(
         model, batch)["smem_reserve_KiB"]
     assert sched.options.smem_reserve_KiB == info["fixed"]["smem_reserve_KiB"] and sched.options.blocks_per_sm == 1
-    assert info["trials"] == 200 and info["study"]["complete"] >= 100
+    assert info["trials"] >= 100 and info["study"]["complete"] >= info["trials"] // 2
     # the search's best is never worse than its baselines (the default megakernel, graph_pdl among them)
     assert info["latency_us"] <= min(info["baselines_latency_us"].values())
     assert {"megakernel:dag", "graph_pdl"} <= set(info["baselines_latency_us"])
