@@ -124,9 +124,12 @@ class SyncSpec:
 @dataclass(frozen=True)
 class InterconnectSpec:
     """Dies (chiplets) and the costs of crossing between them."""
-    dies_count: int = meta(1, 64, integer=True)
-    cross_die_latency_ns: float = meta(1, 1e5, optional=True)
-    cross_die_bandwidth_GBps: float = meta(1, 1e5, optional=True)
+    dies_count: int = meta(1, 64, integer=True, doc="dies (chiplets) with their own L2 slice; SM s sits on die "
+                                                     "s * dies // SMs in the model")
+    cross_die_latency_ns: float = meta(1, 1e5, optional=True,
+                                       doc="what a synchronisation or an L2 access costs more when it crosses to "
+                                           "another die (with the dies option)")
+    cross_die_bandwidth_GBps: float = meta(1, 1e5, optional=True, doc="die-to-die link bandwidth of the chip")
 
 
 _FIXED = ("a task's fixed cost once its inputs are visible, at one row (token): input loads, reductions, "

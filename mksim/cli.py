@@ -212,10 +212,11 @@ def _compare_rows(results: dict[str, Any]) -> dict[str, Any]:
             for mode, r in results.items()}
 
 
-# Megakernel designs `mksim compare --designs` adds as rows: name -> (row, schedule options)
-DESIGN_ROWS: dict[str, tuple[str, dict[str, Any]]] = {
-    "sentinel": ("megakernel:sentinel", {"sync": "sentinel"}),
-    "dynamic": ("megakernel:dynamic", {"dispatch": "dynamic"}),
+# Megakernel designs `mksim compare --designs` adds as rows: name -> [(row, schedule options)]
+DESIGN_ROWS: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    "sentinel": [("megakernel:sentinel", {"sync": "sentinel"})],
+    "dynamic": [("megakernel:dynamic", {"dispatch": "dynamic"})],
+    "dies": [("megakernel:dies", {"dies": True}), ("megakernel:die", {"dies": True, "policy": "die"})],
 }
 
 
@@ -249,9 +250,9 @@ def compare_modes(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phas
     jobs = [(wl, g, mode, mk if mode == "megakernel" else {}) for mode in order]
     rows = list(order)
     for d in _designs(designs):
-        row, kw = DESIGN_ROWS[d]
-        jobs.append((wl, g, "megakernel", {**mk, **kw}))
-        rows.append(row)
+        for row, kw in DESIGN_ROWS[d]:
+            jobs.append((wl, g, "megakernel", {**mk, **kw}))
+            rows.append(row)
     done = dict(zip(rows, _map(_simulate_summary, jobs)))
     results = {m: done[m] for m in [*MODES, *rows[len(order):]]}
     return {"model": model, "gpu": g.name, "workload": wl.name, "batch": batch, "kv_len": kv_len,

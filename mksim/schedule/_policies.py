@@ -12,13 +12,14 @@ deadlock. Policies estimate task times with :func:`task_costs`.
 from __future__ import annotations
 
 import heapq
+import math
 from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np
 
 from mksim.errors import ScheduleError, UnknownNameError
-from mksim.sim._costs import Rates, flop_rate
+from mksim.sim._costs import Rates, die_of_sm, flop_rate
 from mksim.workload import TaskGraph
 
 
@@ -186,6 +187,60 @@ class Pools(BasePolicy):
                               pool_of=lambda t: pools[bool(compute[t])])
 
 
+class DieAware(BasePolicy):
+    """Fleet-style placement on a GPU of several dies (chiplets): list scheduling as ``dag``, but a
+    task is ready on a die only ``cross_die_latency`` after its producers on other dies, so it goes
+    to the die where it can start first — its producers' die, unless another is free sooner by more
+    than the crossing. On one die it is ``dag``."""
+
+    name = "die"
+
+    @classmethod
+    def params(cls):
+        return {"sync_us": None, "order": "op"}
+
+    def place(self, graph, r, n_sms):
+        sync = self.options["sync_us"] if self.options["sync_us"] is not None else r.flag_latency_us
+        cost = task_costs(graph, r).tolist()
+        dies, xdie = max(1, min(r.dies, n_sms)), r.cross_die_latency_us
+        die_sm = [[s for s in range(n_sms) if die_of_sm(s, n_sms, dies) == d] for d in range(dies)]
+        heaps = [[(0.0, s) for s in sms] for sms in die_sm]
+        for h in heaps:
+            heapq.heapify(h)
+        n_tiles, op_first = graph.n_tiles.tolist(), graph.op_first.tolist()
+        finish = [0.0] * len(graph)
+        die_t = [0] * len(graph)
+        op_die_max = [[-math.inf] * dies for _ in graph.ops]  # latest finish of each op on each die
+        q: list[list[int]] = [[] for _ in range(n_sms)]
+        for t in task_order(graph, self.options["order"]):
+            ready = [0.0] * dies
+            for p, t0, t1 in graph.deps(t):
+                if t1 - t0 == n_tiles[p]:
+                    m = op_die_max[p]
+                    top = max(m)
+                    for d in range(dies):
+                        other = max((v for e, v in enumerate(m) if e != d), default=-math.inf)
+                        e = max(m[d], other + xdie) if top > -math.inf else 0.0
+                        if e > ready[d]:
+                            ready[d] = e
+                else:
+                    for k in range(op_first[p] + t0, op_first[p] + t1):
+                        for d in range(dies):
+                            e = finish[k] + (xdie if die_t[k] != d else 0.0)
+                            if e > ready[d]:
+                                ready[d] = e
+            best = min(range(dies), key=lambda d: (max(heaps[d][0][0], ready[d] + sync), d))
+            free, sm = heaps[best][0]
+            f = max(free, ready[best] + sync) + cost[t]
+            heapq.heapreplace(heaps[best], (f, sm))
+            finish[t], die_t[t] = f, best
+            p = int(graph.op_of[t])
+            if f > op_die_max[p][best]:
+                op_die_max[p][best] = f
+            q[sm].append(t)
+        return q
+
+
 def _list_schedule(graph: TaskGraph, cost: np.ndarray, sms: list[int] | None, order, sync_us: float,
                    n_sms: int, pool_of=None) -> list[list[int]]:
     """Each task on the SM of its pool that frees first (ties: lowest SM id)."""
@@ -225,7 +280,7 @@ def _list_schedule(graph: TaskGraph, cost: np.ndarray, sms: list[int] | None, or
     return q
 
 
-POLICIES: dict[str, type[BasePolicy]] = {p.name: p for p in (RoundRobin, ZigZag, Wave, DagList, Pools)}
+POLICIES: dict[str, type[BasePolicy]] = {p.name: p for p in (RoundRobin, ZigZag, Wave, DagList, Pools, DieAware)}
 
 
 def get_policy(name: str, **params: Any) -> BasePolicy:

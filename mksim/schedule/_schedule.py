@@ -42,7 +42,10 @@ class Options:
     - ``schedulers``: scheduler warps of dynamic dispatch (0: MPK's rule for the GPU);
     - ``prelaunch``: events of look-ahead of dynamic dispatch: with 1 (MPK's cross-operator
       pipelining) a task is handed out when its producers are, and its worker streams its weights
-      while waiting on its event counter; with 0 only once its producers are done.
+      while waiting on its event counter; with 0 only once its producers are done;
+    - ``dies`` (megakernel): model the GPU's dies (chiplets): a dependency whose producer ran on
+      another die is seen ``chip.cross_die_latency_ns`` later, and the result counts cross-die
+      traffic and per-die L2 hits of activations (``SimResult.die_stats``).
     """
     tasks_per_sm: float = 1.0
     blocks_per_sm: int = 1
@@ -54,6 +57,7 @@ class Options:
     dispatch: str = "static"
     schedulers: int = 0
     prelaunch: int = 1
+    dies: bool = False
 
     @property
     def prefetch_bytes(self) -> float:
@@ -105,6 +109,11 @@ class Schedule:
         elif o.schedulers != 0 or o.prelaunch != 1:
             raise ScheduleError(f"{'schedulers' if o.schedulers != 0 else 'prelaunch'} applies to "
                                 "dispatch='dynamic' only")
+        if o.dies not in (False, True):
+            raise ScheduleError(f"dies must be true or false, got {o.dies!r}")
+        if o.dies and self.mode != "megakernel":
+            raise ScheduleError(f"dies models the megakernel's dependencies across dies; mode {self.mode} has its own "
+                                "(grid barriers, kernel boundaries)")
         if isinstance(o.prelaunch, bool) or not isinstance(o.prelaunch, int) or o.prelaunch < 0:
             raise ScheduleError(f"prelaunch must be a whole number of events >= 0, got {o.prelaunch!r}")
         if o.blocks_per_sm < 1 or o.blocks_per_sm > self.gpu.sm.max_blocks_per_sm_count:

@@ -17,7 +17,8 @@ Megakernel choices (conditional on ``mode = megakernel``):
 - ``sync``: one counter per op range, or one flag per tile;
 - ``fuse_norm``: each RMS norm computed inside the matvec that follows it (no norm ops);
 - with ``designs`` (:data:`DESIGNS`): ``sync`` may be ``sentinel``; ``dispatch`` static or
-  dynamic, and for dynamic ``schedulers`` and ``prelaunch``;
+  dynamic, and for dynamic ``schedulers`` and ``prelaunch``; dependencies across dies cost their
+  crossing and ``policy`` may be ``die``;
   ``split_qkv`` / ``split_gate_up``: separate projections instead of the fused ones.
 
 Chain choices (``mode`` = graph or graph_pdl, for comparison): ``chain_tasks_per_sm`` and
@@ -60,8 +61,9 @@ ALL_SYNCS = ("counter", "flag", "sentinel")
 # Megakernel designs a study may add to the space (``designs``); without them the space is the one
 # above, so that a study's seeded trials are what they always were:
 # - sentinel: ``sync`` may also be ``sentinel`` (data as its own flag);
-# - dynamic: ``dispatch`` static or dynamic (MPK), with ``schedulers`` and ``prelaunch``.
-DESIGNS = ("sentinel", "dynamic")
+# - dynamic: ``dispatch`` static or dynamic (MPK), with ``schedulers`` and ``prelaunch``;
+# - dies: every megakernel pays for dependencies across dies (``dies``), and ``policy`` may be ``die``.
+DESIGNS = ("sentinel", "dynamic", "dies")
 SCHEDULERS = (0, 4, 8, 16, 32)  # scheduler warps (0: MPK's rule)
 PRELAUNCH = (0, 1, 2)
 FUSE = (False, True)
@@ -194,13 +196,13 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any]
             "blocks_per_sm": pick("chain_blocks_per_sm", lambda: trial.suggest_categorical("chain_blocks_per_sm",
                                                                                             CHAIN_BLOCKS)),
             **fixed}, fuse_norm=trial.suggest_categorical("fuse_norm", FUSE))
-    policy = trial.suggest_categorical("policy", POLICY_CHOICES)
+    policy = trial.suggest_categorical("policy", POLICY_CHOICES + (("die",) if "dies" in designs else ()))
     popts: dict[str, Any] = {}
-    if policy in ("rr", "dag"):
+    if policy in ("rr", "dag", "die"):
         order = trial.suggest_categorical("order", ORDERS)
         if order != "op":
             popts["order"] = order
-    if policy == "dag":
+    if policy in ("dag", "die"):
         scale = trial.suggest_float("dag_sync_scale", 0.0, 3.0)
         if scale != 1.0:
             popts["sync_us"] = round(scale * gpu.sync.flag_latency_ns / 1e3, 6)
@@ -214,7 +216,7 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any]
     split_gu = trial.suggest_categorical("split_gate_up", FUSE)
     page = pick("page_KiB", lambda: trial.suggest_categorical("page_KiB", PAGES_KiB))
     depth = pick("prefetch_depth", lambda: trial.suggest_int("prefetch_depth", 1, MAX_PREFETCH))
-    design_opts: dict[str, Any] = {}
+    design_opts: dict[str, Any] = {"dies": True} if "dies" in designs and "dies" not in fixed else {}
     if "dynamic" in designs and "dispatch" not in fixed:
         design_opts["dispatch"] = trial.suggest_categorical("dispatch", ("static", "dynamic"))
     if design_opts.get("dispatch", fixed.get("dispatch")) == "dynamic":  # tasks wait on event counters
@@ -269,6 +271,8 @@ def baseline_params(gpu: GPUSpec, fixed: dict[str, Any] | None = None,
     if "dynamic" in designs and "dispatch" not in fixed:  # MPK at its defaults: round robin, MPK's schedulers
         dyn = {k: v for k, v in mk.items() if k != "sync"} | {"dispatch": "dynamic", "schedulers": 0, "prelaunch": 1}
         out["megakernel:dynamic"] = unfixed({"policy": "rr", "order": "op", **dyn})
+    if "dies" in designs:  # Fleet: die-aware placement
+        out["megakernel:die"] = unfixed({"policy": "die", "order": "op", "dag_sync_scale": 1.0, **mk})
     if "sentinel" in designs and "sync" not in fixed:
         out["megakernel:sentinel"] = unfixed({"policy": "dag", "order": "op", "dag_sync_scale": 1.0, **mk,
                                               "sync": "sentinel"})

@@ -43,6 +43,8 @@ class Rates:
     dispatch_event_us: float = 0.0    # dynamic dispatch: an event's last trigger to its scheduler seeing it
     dispatch_task_us: float = 0.0     # ... one task handed out by a scheduler (serial per scheduler)
     dispatch_pickup_us: float = 0.0   # ... a worker seeing its new task and loading its descriptor
+    dies: int = 1                     # dies (chiplets), each with its own L2 slice
+    cross_die_latency_us: float = 0.0  # what a dependency or an L2 access costs more across dies
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,18 @@ def rates(gpu: GPUSpec) -> Rates:
         dispatch_event_us=_or(sy.dispatch_event_ns, 2 * sy.atomic_roundtrip_ns + 2 * gpu.l2.latency_ns) / 1e3,
         dispatch_task_us=_or(sy.dispatch_task_ns, sy.atomic_roundtrip_ns) / 1e3,
         dispatch_pickup_us=_or(sy.dispatch_pickup_ns, 3 * gpu.l2.latency_ns) / 1e3,
+        dies=gpu.interconnect.dies_count,
+        cross_die_latency_us=_or(gpu.interconnect.cross_die_latency_ns, 0.0) / 1e3,
     )
+
+
+def die_of_sm(sm: int, n_sms: int, dies: int) -> int:
+    """The die SM ``sm`` sits on: the SMs split into ``dies`` contiguous groups.
+
+    >>> [die_of_sm(s, 8, 2) for s in range(8)]
+    [0, 0, 0, 0, 1, 1, 1, 1]
+    """
+    return sm * dies // n_sms
 
 
 def _or(value: float | None, default: float) -> float:

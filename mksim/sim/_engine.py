@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from mksim.schedule import Schedule
 
 from ._actors import Chain, Loader, Signal
-from ._costs import device_task_us, dispatch_times_us, flop_rate, host_issue_us, rates, resident_blocks
+from ._costs import die_of_sm, device_task_us, dispatch_times_us, flop_rate, host_issue_us, rates, resident_blocks
 from ._hbm import HBM
 from ._result import CATEGORIES, SimResult, Timeline, build_result
 
@@ -148,6 +148,9 @@ class _Engine:
         self.t0 = 0.0  # when the (first) kernel starts
         self._chain_times: tuple[list[float], list[float]] | None = None
         self.dispatch_lanes: tuple[int, int] | None = None  # dynamic dispatch: the scheduler SMs' lanes
+        # dies option: each lane's die, and each op's latest end on each die
+        self.die_of_lane: list[int] | None = None
+        self.op_end_die: list[list[float]] | None = None
         self._gate_wait: dict[int, Loader] = {}
 
     # -- shared helpers -------------------------------------------------------------------
@@ -159,6 +162,10 @@ class _Engine:
         self.op_done_n[p] += 1
         if now > self.op_end[p]:
             self.op_end[p] = now
+        if self.op_end_die is not None:
+            ends, d = self.op_end_die[p], self.die_of_lane[lane]
+            if now > ends[d]:
+                ends[d] = now
         if self.task_events:
             ev = self.task_events.pop(t, None)
             if ev is not None:
@@ -251,6 +258,21 @@ class _Engine:
         self.t0 = r.launch_latency_us
         # consumers wake when a producer becomes visible; a grid barrier has its own cost
         self.visible_us = 0.0 if barrier else sync_latency_us
+        dies = s.options.dies and not barrier
+        if dies:  # a producer on another die is seen cross_die_latency later
+            n_d = r.dies
+            self.die_of_lane = die_of = [die_of_sm(sm, r.n_sms, n_d) for sm in range(r.n_sms)]
+            self.op_end_die = [[-math.inf] * n_d for _ in g.ops]
+            xdie, lane_of, op_end_die = r.cross_die_latency_us, self.lane_of, self.op_end_die
+
+            def die_end(p: int, d: int) -> float:
+                """When op ``p``'s last task is visible on die ``d`` (before the sync latency)."""
+                ends = op_end_die[p]
+                m = ends[d]
+                for e, v in enumerate(ends):
+                    if e != d and v + xdie > m:
+                        m = v + xdie
+                return m
         dynamic = s.options.dispatch == "dynamic"
         prelaunched = dynamic and s.options.prelaunch > 0
         if dynamic:  # workers see their tasks when schedulers hand them out (_dispatcher)
@@ -298,13 +320,17 @@ class _Engine:
                         if b - a == n_tiles[p]:
                             if op_done_n[p] < b - a:
                                 yield op_signal(p)
-                            e = op_end[p]
+                            e = op_end[p] if not dies else die_end(p, die_of[sm])
                         else:
                             base = op_first[p]
                             for k in range(base + a, base + b):
                                 if end[k] != end[k]:  # NaN: not done
                                     yield task_signal(k)
-                            e = max(end[base + a:base + b])
+                            if not dies:
+                                e = max(end[base + a:base + b])
+                            else:
+                                e = max(end[k] + (xdie if die_of[lane_of[k]] != die_of[sm] else 0.0)
+                                        for k in range(base + a, base + b))
                         if e > ready:
                             ready = e
                         n_flags += b - a
@@ -456,9 +482,14 @@ class _Engine:
         if self._chain_times is not None:
             start_t, end_t = self._chain_times
             spans = list(zip(start_t, end_t))
+        die_stats = None
+        if self.die_of_lane is not None:
+            from ._dies import die_traffic
+
+            die_stats = die_traffic(self.g, self.lane_of, self.r.n_sms, self.r.dies)
         return build_result(self.s, self.r, np.asarray(self.start), np.asarray(self.end),
                             np.asarray(self.lane_of, dtype=np.int64), self.timeline, self.n_lanes, self.t0, spans,
-                            self.hbm)
+                            self.hbm, die_stats=die_stats)
 
 
 __all__ = ["CATEGORIES", "gc_paused", "mark_validated", "simulate"]

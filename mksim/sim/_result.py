@@ -36,6 +36,7 @@ class SimResult:
     task_start_us: np.ndarray | None = field(repr=False, default=None)
     task_end_us: np.ndarray | None = field(repr=False, default=None)
     task_lane: np.ndarray | None = field(repr=False, default=None)
+    die_stats: dict[str, Any] | None = None  # with the dies option: traffic across dies (mksim.sim._dies)
 
     @property
     def tokens_per_s(self) -> float:
@@ -51,6 +52,8 @@ class SimResult:
              "latency_us": self.latency_us, "tokens_per_s": self.tokens_per_s, "hbm_util": self.hbm_util,
              "dram_bytes": self.dram_bytes, "bandwidth_floor_us": self.bandwidth_floor_us,
              "breakdown_us": self.breakdown_us, "n_tasks": self.n_tasks, "per_op": self.per_op}
+        if self.die_stats is not None:
+            d["dies"] = self.die_stats
         if timeline:
             d["timeline"] = [{"lane": ln, "start_us": a, "end_us": b, "task": self.task_names[t],
                               "what": c} for ln, a, b, t, c in self.timeline]
@@ -121,7 +124,7 @@ class Timeline:
             self.us["memory"] += (b - a) - bub
 
 
-def build_result(s, r, start, end, lane_of, timeline: Timeline, n_lanes, t0, spans, hbm) -> SimResult:
+def build_result(s, r, start, end, lane_of, timeline: Timeline, n_lanes, t0, spans, hbm, die_stats=None) -> SimResult:
     """Collect a run; the categories not on the timeline are launch (before the first kernel,
     between kernels) and tail idle (the rest)."""
     g = s.graph
@@ -158,4 +161,4 @@ def build_result(s, r, start, end, lane_of, timeline: Timeline, n_lanes, t0, spa
                      bandwidth_floor_us=wl.bandwidth_floor_us(s.gpu.dram.bandwidth_spec_GBps * 1e9),
                      breakdown_us=breakdown, per_op=per_op, n_tasks=len(g), n_lanes=n_lanes,
                      lanes_per_sm=n_lanes // s.gpu.sm.count, timeline=timeline.segs, task_names=names,
-                     hbm_log=hbm.log, task_start_us=start, task_end_us=end, task_lane=lane_of)
+                     hbm_log=hbm.log, task_start_us=start, task_end_us=end, task_lane=lane_of, die_stats=die_stats)

@@ -20,7 +20,8 @@ TINY = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "nu
 CASES = ([(m, None, ()) for m in MODES if m != "megakernel"] + [("megakernel", p, ()) for p in sorted(POLICIES)]
          + [("megakernel", "dag", (("sync", "flag"),)), ("megakernel", "dag", (("sync", "sentinel"),)),
             ("megakernel", "rr", (("dispatch", "dynamic"),)),
-            ("megakernel", "dag", (("dispatch", "dynamic"), ("prelaunch", 0)))])
+            ("megakernel", "dag", (("dispatch", "dynamic"), ("prelaunch", 0))),
+            ("megakernel", "die", (("dies", True),)), ("megakernel", "dag", (("dies", True),))])
 
 
 def case_id(c) -> str:

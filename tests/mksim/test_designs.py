@@ -4,7 +4,8 @@ Toy GPU (simkit): 2 SMs, DRAM 1e6 B/µs shared, 1 µs DRAM latency, launch 1 µs
 is seen 0.5 µs after its release, data polled as its own flag (sentinel) 0.2 µs after its stores.
 Dynamic dispatch: a scheduler warp sees an event 1 µs after its last trigger and hands out a task
 every 0.25 µs, which its worker sees 0.5 µs later; the toy's two SMs are one worker and one SM of
-four scheduler warps (MPK's rule).
+four scheduler warps (MPK's rule). Chiplets: a toy of two dies (one SM each) where a dependency
+across them costs 0.3 µs more.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from mksim.schedule import dispatch_layout
 from mksim.sim._costs import SYNCS, rates, sync_us
 from mksim.workload import Tiling
 
-from .simkit import chain, toy_gpu
+from .simkit import chain, mem_op, toy_gpu
 
 TOL = 2e-3
 
@@ -116,20 +117,22 @@ def test_search_with_designs_runs_mpk_and_kog_as_baselines_and_can_pick_them():
     pytest.importorskip("optuna")
     from mksim.search import baseline_params, search
 
-    n = len(baseline_params(hwmodels.load("h100"), designs=("dynamic", "sentinel")))
-    res = search("llama-3.2-1b", "h100", trials=n + 3, seed=0, storage="memory", designs="dynamic,sentinel")
-    assert {"megakernel:dynamic", "megakernel:sentinel"} <= set(res.baselines)
-    direct = mksim.simulate(mksim.build_schedule("llama-3.2-1b", "h100", "megakernel", dispatch="dynamic"))
-    assert res.baselines["megakernel:dynamic"]["latency_us"] == pytest.approx(direct.latency_us, rel=1e-12)
+    n = len(baseline_params(hwmodels.load("b200"), designs=("dies", "dynamic", "sentinel")))
+    res = search("llama-3.2-1b", "b200", trials=n + 3, seed=0, storage="memory", designs="all")
+    assert {"megakernel:dynamic", "megakernel:sentinel", "megakernel:die"} <= set(res.baselines)
+    for name, opts in (("megakernel:dynamic", {"policy": "rr", "dispatch": "dynamic"}),
+                       ("megakernel:die", {"policy": "die"})):
+        direct = mksim.simulate(mksim.build_schedule("llama-3.2-1b", "b200", "megakernel", dies=True, **opts))
+        assert res.baselines[name]["latency_us"] == pytest.approx(direct.latency_us, rel=1e-12)
     assert res.best["latency_us"] <= min(b["latency_us"] for b in res.baselines.values())
-    assert res.designs == ("dynamic", "sentinel") and "designs=dynamic+sentinel" in res.study_name
+    assert res.designs == ("dies", "dynamic", "sentinel") and "designs=dies+dynamic+sentinel" in res.study_name
 
 
 def test_unknown_design_is_one_line():
     from mksim.errors import MksimError
     from mksim.search._space import check_designs
 
-    with pytest.raises(MksimError, match="unknown design 'mpk'; known: sentinel, dynamic"):
+    with pytest.raises(MksimError, match="unknown design 'mpk'; known: sentinel, dynamic, dies"):
         check_designs("mpk")
 
 
@@ -146,9 +149,67 @@ def test_compare_accepts_the_designs_as_rows_and_options():
     r = _cli("compare", "--model", "llama-3.2-1b", "--gpu", "h100", "--designs", "all", "--json")
     assert r.returncode == 0, r.stderr
     modes = json.loads(r.stdout)["modes"]
-    assert {"megakernel:sentinel", "megakernel:dynamic"} <= set(modes)
+    assert {"megakernel:sentinel", "megakernel:dynamic", "megakernel:dies", "megakernel:die"} <= set(modes)
     assert modes["megakernel:dynamic"]["policy"] == "rr"
     bad = _cli("compare", "--designs", "mpk")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown design 'mpk'" in bad.stderr
     bad = _cli("compare", "--opt", "dispatch=sometimes")
     assert bad.returncode == 2 and "dispatch must be one of static, dynamic" in bad.stderr
+
+
+# -- chiplets (Fleet) ------------------------------------------------------------------------------
+def two_dies(tmp_path):
+    return toy_gpu(tmp_path, chip={"dies_count": 2, "cross_die_latency_ns": 300})
+
+
+def test_a_cross_die_edge_costs_the_crossing(tmp_path):
+    # launch 1, latency + 2 MB, the counter, latency + 1 MB, as without dies; op 1 on the other
+    # die's SM sees op 0 0.3 µs later
+    gpu = two_dies(tmp_path)
+    wl = chain(2e6, 1e6)
+    across = run(gpu, wl, tiles=1, prefetch_depth=0, queues=[[0], [1]], dies=True)
+    local = run(gpu, wl, tiles=1, prefetch_depth=0, queues=[[0, 1], []], dies=True)
+    flat = run(gpu, wl, tiles=1, prefetch_depth=0, queues=[[0], [1]])
+    assert flat.latency_us == pytest.approx(1 + 3 + 0.5 + 2, abs=TOL)
+    assert across.latency_us == pytest.approx(1 + 3 + 0.3 + 0.5 + 2, abs=TOL)
+    assert local.latency_us == pytest.approx(1 + 3 + 0.5 + 2, abs=TOL)
+    assert across.die_stats["cross_die_edges"] == 1 and local.die_stats["cross_die_edges"] == 0
+    assert across.die_stats["l2_hit_fraction"] == 0.0 and local.die_stats["l2_hit_fraction"] == 1.0
+    assert flat.die_stats is None and "dies" in across.to_dict()
+
+
+def test_die_aware_placement_keeps_a_consumer_on_its_producers_die(tmp_path):
+    # b needs a; the other die's SM is free at once, so dag puts b there and pays the crossing;
+    # the die policy waits for a's SM: 1 + (1 + 2) then the counter, b weightless (its L2 latency)
+    gpu = two_dies(tmp_path)
+    wl = chain(2e6, 0.0)
+    dag = run(gpu, wl, tiles=1, prefetch_depth=0, policy="dag", dies=True)
+    die = run(gpu, wl, tiles=1, prefetch_depth=0, policy="die", dies=True)
+    assert dag.task_lane.tolist() == [0, 1] and die.task_lane.tolist() == [0, 0]
+    assert dag.latency_us == pytest.approx(4 + 0.3 + 0.5 + 0.02, abs=TOL)
+    assert die.latency_us == pytest.approx(4 + 0.5 + 0.02, abs=TOL)
+
+
+def test_die_policy_on_one_die_is_dag():
+    a = mksim.build_schedule("llama-3.2-1b", "h100", "megakernel", policy="die")
+    b = mksim.build_schedule("llama-3.2-1b", "h100", "megakernel", policy="dag")
+    assert a.queues == b.queues
+
+
+def test_dies_on_real_multi_die_parts():
+    # die-aware placement cuts the cross-die edges and fetches of a decode step on B200 and MI300X
+    for gpu, extra in (("b200", {}), ("mi300x", {"page_KiB": 16, "prefetch_depth": 2})):
+        wl = mksim.models.workload("llama-3.2-1b", n_sms=hwmodels.load(gpu).sm.count, kv_len=256)
+        res = {p: mksim.simulate(mksim.build_schedule(wl, gpu, "megakernel", policy=p, dies=True, **extra))
+               for p in ("rr", "die")}
+        assert res["die"].die_stats["cross_die_B"] < res["rr"].die_stats["cross_die_B"]
+        assert res["die"].latency_us <= res["rr"].latency_us
+
+
+@pytest.mark.parametrize("opts,mode,match", [
+    ({"dies": "yes"}, "megakernel", "dies must be true or false"),
+    ({"dies": True}, "graph", "dies models the megakernel's dependencies"),
+])
+def test_bad_dies_options_are_one_line(opts, mode, match):
+    with pytest.raises(ScheduleError, match=match):
+        mksim.build_schedule("llama-3.2-1b", "b200", mode, **opts)
