@@ -132,6 +132,25 @@ class InterconnectSpec:
     cross_die_bandwidth_GBps: float = meta(1, 1e5, optional=True, doc="die-to-die link bandwidth of the chip")
 
 
+@dataclass(frozen=True)
+class MovementSpec:
+    """How an SM moves data into shared memory and through its tensor cores, per generation
+    (Ampere cp.async, Hopper TMA and clusters, Blackwell TMA with tcgen05 and tensor memory). Used
+    by the persistent modes' loader with ``movement="native"``; absent from a file, that option is
+    refused."""
+    async_copy_B: float = meta(4, 1 << 20, optional=True,
+                               doc="bytes one asynchronous copy instruction of a loader warp moves into shared "
+                                   "memory (cp.async: 16 B per thread; TMA: a whole tile)")
+    async_copy_issue_ns: float = meta(0.1, 1e4, optional=True,
+                                      doc="time between two copy instructions of one loader warp (address "
+                                          "arithmetic, barrier bookkeeping); a pipeline's first copy waits this long")
+    mma_latency_ns: float = meta(1, 1e4, optional=True,
+                                 doc="a tensor-core task's tail: from its last operands in shared memory to its "
+                                     "result usable")
+    cluster_multicast_count: int = meta(1, 64, optional=True, integer=True,
+                                        doc="SMs one multicast load of a thread-block cluster feeds (1: no clusters)")
+
+
 _FIXED = ("a task's fixed cost once its inputs are visible, at one row (token): input loads, reductions, "
           "writes; overlaps the wait for its streamed bytes, not their consumption")
 _ROW = "what each row (token) of a task beyond the first adds to its fixed cost (0 where absent)"
@@ -219,6 +238,7 @@ class GPUSpec:
     sync: SyncSpec
     interconnect: InterconnectSpec
     kernels: KernelSpec
+    movement: MovementSpec
     sources: dict[str, Source] = field(hash=False, compare=False, repr=False)
     provenance: dict[str, str] = field(hash=False, compare=False, repr=False)
     path: str = field(default="", compare=False)
@@ -249,6 +269,7 @@ class GPUSpec:
 SECTIONS: dict[str, tuple[str, type]] = {
     "interconnect": ("chip", InterconnectSpec),
     "sm": ("chip.sm", SMSpec),
+    "movement": ("chip.movement", MovementSpec),
     "compute": ("chip.compute", ComputeSpec),
     "l2": ("memory.l2", L2Spec),
     "dram": ("memory.dram", DRAMSpec),
@@ -259,7 +280,7 @@ SECTIONS: dict[str, tuple[str, type]] = {
 }
 
 # Tables a file may leave out (every key in them is optional).
-OPTIONAL_TABLES = ("runtime.kernels",)
+OPTIONAL_TABLES = ("runtime.kernels", "chip.movement")
 
 IDENTITY_KEYS = ("name", "full_name", "vendor", "architecture")
 

@@ -217,6 +217,7 @@ DESIGN_ROWS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     "sentinel": [("megakernel:sentinel", {"sync": "sentinel"})],
     "dynamic": [("megakernel:dynamic", {"dispatch": "dynamic"})],
     "dies": [("megakernel:dies", {"dies": True}), ("megakernel:die", {"dies": True, "policy": "die"})],
+    "movement": [("megakernel:native", {"movement": "native"})],
 }
 
 
@@ -437,7 +438,8 @@ def search_cmd(
     fix: list[str] = typer.Option([], "--fix", help="Fix a schedule option for every candidate, key=value "
                                                     "(repeatable), e.g. smem_reserve_KiB=80; recorded in the study."),
     designs: Optional[str] = typer.Option(None, "--designs", help="Add megakernel designs to the space, "
-                                                                  "comma-separated: sentinel, dynamic (or all)."),
+                                                                  "comma-separated: sentinel, dynamic, dies, "
+                                                                  "movement (or all)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Search megakernel schedules with Optuna; report the best against every baseline."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 import hwmodels
@@ -76,6 +76,10 @@ def _build(workload: Workload | str, gpu: GPUSpec | str, mode: str, policy: str 
     if bad:
         raise ScheduleError(f"unknown schedule option {sorted(bad)[0]!r}; known: {', '.join(sorted(known))}")
     opts = Options(**{**MODE_DEFAULTS[mode], **options})
+    if opts.movement == "native" and mode not in CHAIN_MODES and "prefetch_depth" not in options:
+        # a kernel of its generation fills the shared memory left beside its reserve with pages
+        room = g.sm.shared_memory_per_block_KiB - opts.smem_reserve_KiB
+        opts = replace(opts, prefetch_depth=max(0, int(room // opts.page_KiB)))
     if opts.tasks_per_sm <= 0:
         raise ScheduleError(f"tasks_per_sm must be positive, got {opts.tasks_per_sm}")
     tile_sms = g.sm.count  # dynamic dispatch cuts each op for the worker SMs

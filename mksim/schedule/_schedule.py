@@ -17,6 +17,7 @@ CHAIN_MODES = ("stream", "graph", "graph_pdl")
 PERSISTENT_MODES = ("persistent_barrier", "megakernel")
 SYNCS = ("counter", "flag", "sentinel")
 DISPATCHES = ("static", "dynamic")
+MOVEMENTS = ("ideal", "native")
 # MPK's split of an NVIDIA GPU's SMs (python/mirage/utils.py, get_configurations_from_gpu): worker
 # SMs by SM count, and 4 scheduler warps on each SM left (workers + schedulers / 4 = SMs)
 MPK_WORKERS = ((160, 144), (132, 128), (108, 96), (68, 64), (40, 30), (0, 20))
@@ -45,7 +46,11 @@ class Options:
       while waiting on its event counter; with 0 only once its producers are done;
     - ``dies`` (megakernel): model the GPU's dies (chiplets): a dependency whose producer ran on
       another die is seen ``chip.cross_die_latency_ns`` later, and the result counts cross-die
-      traffic and per-die L2 hits of activations (``SimResult.die_stats``).
+      traffic and per-die L2 hits of activations (``SimResult.die_stats``);
+    - ``movement`` (persistent modes): ``ideal`` (weights arrive as fast as DRAM and the SM allow,
+      math costs its FLOPs) or ``native``: the generation's own data movement from the GPU's
+      ``[chip.movement]`` (cp.async or TMA issue, tensor-core latency, cluster multicast of shared
+      activations), and a prefetch depth filling the shared memory unless given.
     """
     tasks_per_sm: float = 1.0
     blocks_per_sm: int = 1
@@ -58,6 +63,7 @@ class Options:
     schedulers: int = 0
     prelaunch: int = 1
     dies: bool = False
+    movement: str = "ideal"
 
     @property
     def prefetch_bytes(self) -> float:
@@ -109,6 +115,16 @@ class Schedule:
         elif o.schedulers != 0 or o.prelaunch != 1:
             raise ScheduleError(f"{'schedulers' if o.schedulers != 0 else 'prelaunch'} applies to "
                                 "dispatch='dynamic' only")
+        if o.movement not in MOVEMENTS:
+            raise ScheduleError(f"movement must be one of {', '.join(MOVEMENTS)}, got {o.movement!r}")
+        if o.movement == "native":
+            if self.mode not in PERSISTENT_MODES:
+                raise ScheduleError(f"movement='native' models the persistent modes' loader; mode {self.mode} loads in "
+                                    "its kernels' blocks")
+            mv = self.gpu.movement
+            if None in (mv.async_copy_B, mv.async_copy_issue_ns, mv.mma_latency_ns):
+                raise ScheduleError(f"{self.gpu.name} has no [chip.movement] table (async_copy_B, async_copy_issue_ns, "
+                                    "mma_latency_ns); movement='native' needs it")
         if o.dies not in (False, True):
             raise ScheduleError(f"dies must be true or false, got {o.dies!r}")
         if o.dies and self.mode != "megakernel":

@@ -18,7 +18,7 @@ Megakernel choices (conditional on ``mode = megakernel``):
 - ``fuse_norm``: each RMS norm computed inside the matvec that follows it (no norm ops);
 - with ``designs`` (:data:`DESIGNS`): ``sync`` may be ``sentinel``; ``dispatch`` static or
   dynamic, and for dynamic ``schedulers`` and ``prelaunch``; dependencies across dies cost their
-  crossing and ``policy`` may be ``die``;
+  crossing and ``policy`` may be ``die``; megakernels move data as their generation does;
   ``split_qkv`` / ``split_gate_up``: separate projections instead of the fused ones.
 
 Chain choices (``mode`` = graph or graph_pdl, for comparison): ``chain_tasks_per_sm`` and
@@ -62,8 +62,9 @@ ALL_SYNCS = ("counter", "flag", "sentinel")
 # above, so that a study's seeded trials are what they always were:
 # - sentinel: ``sync`` may also be ``sentinel`` (data as its own flag);
 # - dynamic: ``dispatch`` static or dynamic (MPK), with ``schedulers`` and ``prelaunch``;
-# - dies: every megakernel pays for dependencies across dies (``dies``), and ``policy`` may be ``die``.
-DESIGNS = ("sentinel", "dynamic", "dies")
+# - dies: every megakernel pays for dependencies across dies (``dies``), and ``policy`` may be ``die``;
+# - movement: every megakernel moves data as its generation does (``movement="native"``).
+DESIGNS = ("sentinel", "dynamic", "dies", "movement")
 SCHEDULERS = (0, 4, 8, 16, 32)  # scheduler warps (0: MPK's rule)
 PRELAUNCH = (0, 1, 2)
 FUSE = (False, True)
@@ -217,6 +218,8 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any]
     page = pick("page_KiB", lambda: trial.suggest_categorical("page_KiB", PAGES_KiB))
     depth = pick("prefetch_depth", lambda: trial.suggest_int("prefetch_depth", 1, MAX_PREFETCH))
     design_opts: dict[str, Any] = {"dies": True} if "dies" in designs and "dies" not in fixed else {}
+    if "movement" in designs and "movement" not in fixed:
+        design_opts["movement"] = "native"
     if "dynamic" in designs and "dispatch" not in fixed:
         design_opts["dispatch"] = trial.suggest_categorical("dispatch", ("static", "dynamic"))
     if design_opts.get("dispatch", fixed.get("dispatch")) == "dynamic":  # tasks wait on event counters

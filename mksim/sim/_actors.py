@@ -50,7 +50,8 @@ class Loader:
 
     __slots__ = ("env", "hbm", "timeline", "q", "lane", "pre_B", "buf_B", "page_B", "cap", "lat", "i",
                  "phase", "head", "got", "body", "free_B", "want_B", "n_started", "waits_start", "n_loaded",
-                 "loaded", "heads", "bubbles", "last_end", "flow_a", "flow_d", "flow_n", "first_lat", "gate")
+                 "loaded", "heads", "bubbles", "last_end", "flow_a", "flow_d", "flow_n", "first_lat", "gate",
+                 "issue_us")
 
     def __init__(self, eng: _Engine, sm: int, q: list[int], buf_B: int, page_B: int):
         self.env, self.hbm, self.timeline, self.q = eng.env, eng.hbm, eng.timeline, q
@@ -77,6 +78,7 @@ class Loader:
         # dynamic dispatch: (tasks arrived, wait(task, loader)); a task not yet handed to this SM
         # cannot be loaded, and the engine runs the loader again when it arrives
         self.gate: tuple | None = None
+        self.issue_us = 0.0      # movement="native": issuing the first copy of a pipeline that starts
 
     def run(self, _ev: object = None) -> None:
         """Load as far as possible; return when waiting for a flow, pages or the executor."""
@@ -144,6 +146,8 @@ class Loader:
     def _flow(self, nbytes: float) -> None:
         a = self.env.now
         d = (self.lat if self.last_end >= 0 else self.first_lat) if a > self.last_end else 0.0
+        if d > 0 and self.issue_us:
+            d += self.issue_us
         self.flow_a, self.flow_d, self.flow_n = a, d, nbytes
         self.hbm.start(nbytes, self.cap, self.flow_d, self._flowed)
 

@@ -45,6 +45,10 @@ class Rates:
     dispatch_pickup_us: float = 0.0   # ... a worker seeing its new task and loading its descriptor
     dies: int = 1                     # dies (chiplets), each with its own L2 slice
     cross_die_latency_us: float = 0.0  # what a dependency or an L2 access costs more across dies
+    async_copy_B: float = 0.0         # [chip.movement] (0: absent): bytes per copy instruction of a loader warp
+    async_copy_issue_us: float = 0.0  # ... time between two of them
+    mma_latency_us: float = 0.0       # ... a tensor-core task's tail
+    multicast: int = 1                # ... SMs one multicast load feeds
 
 
 @dataclass(frozen=True)
@@ -144,7 +148,7 @@ def rates(gpu: GPUSpec) -> Rates:
               "fp8": c.tensor_fp8_dense_TFLOPs or c.tensor_bf16_dense_TFLOPs,
               "fp32": c.tensor_tf32_dense_TFLOPs or c.tensor_fp32_dense_TFLOPs or c.vector_fp32_TFLOPs}
     lat_us = gpu.dram.latency_ns / 1e3
-    sy = gpu.sync
+    sy, mv = gpu.sync, gpu.movement
     return Rates(
         n_sms=n,
         hbm_Bpus=gpu.hbm_bandwidth_Bps / 1e6,
@@ -170,9 +174,28 @@ def rates(gpu: GPUSpec) -> Rates:
         dispatch_event_us=_or(sy.dispatch_event_ns, 2 * sy.atomic_roundtrip_ns + 2 * gpu.l2.latency_ns) / 1e3,
         dispatch_task_us=_or(sy.dispatch_task_ns, sy.atomic_roundtrip_ns) / 1e3,
         dispatch_pickup_us=_or(sy.dispatch_pickup_ns, 3 * gpu.l2.latency_ns) / 1e3,
+        async_copy_B=mv.async_copy_B or 0.0,
+        async_copy_issue_us=(mv.async_copy_issue_ns or 0.0) / 1e3,
+        mma_latency_us=(mv.mma_latency_ns or 0.0) / 1e3,
+        multicast=mv.cluster_multicast_count or 1,
         dies=gpu.interconnect.dies_count,
         cross_die_latency_us=_or(gpu.interconnect.cross_die_latency_ns, 0.0) / 1e3,
     )
+
+
+def copy_issue_Bpus(r: Rates) -> float:
+    """The most one loader warp streams when it issues every copy itself: bytes per copy
+    instruction over the time between two (``inf`` without ``[chip.movement]``).
+
+    >>> import hwmodels
+    >>> round(copy_issue_Bpus(rates(hwmodels.load("a100"))) / 1e3, 1)   # cp.async: GB/s
+    85.3
+    >>> round(copy_issue_Bpus(rates(hwmodels.load("h100"))) / 1e3)      # TMA: a tile per copy
+    1311
+    """
+    if r.async_copy_B <= 0 or r.async_copy_issue_us <= 0:
+        return math.inf
+    return r.async_copy_B / r.async_copy_issue_us
 
 
 def die_of_sm(sm: int, n_sms: int, dies: int) -> int:

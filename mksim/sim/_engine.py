@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from mksim.schedule import Schedule
 
 from ._actors import Chain, Loader, Signal
-from ._costs import die_of_sm, device_task_us, dispatch_times_us, flop_rate, host_issue_us, rates, resident_blocks
+from ._costs import copy_issue_Bpus, die_of_sm, device_task_us, dispatch_times_us, flop_rate, host_issue_us, rates, resident_blocks
 from ._hbm import HBM
 from ._result import CATEGORIES, SimResult, Timeline, build_result
 
@@ -105,6 +105,13 @@ class _Engine:
         n = len(g)
         pre = g.weight_bytes + g.kv_read_bytes                   # DRAM, independent of activations
         l2_B = g.in_bytes + g.out_bytes + g.kv_write_bytes       # activations, through L2
+        native = s.options.movement == "native" and s.mode not in CHAIN_MODES
+        if native and r.multicast > 1:  # a cluster's matvecs read their common input vector once
+            in_B = g.in_bytes.copy()
+            for i, op in enumerate(g.ops):
+                if op.kind == "matmul":
+                    in_B[int(g.op_first[i]):int(g.op_first[i + 1])] /= r.multicast
+            l2_B = in_B + g.out_bytes + g.kv_write_bytes
         comp = np.empty(n)
         for i, op in enumerate(g.ops):
             a, b = int(g.op_first[i]), int(g.op_first[i + 1])
@@ -129,6 +136,14 @@ class _Engine:
                 work[a:b], consume_tail[a:b] = device_task_us(work[a:b], pre[a:b], op.attrs.get("rows", g.workload.tokens),
                                                               cost, share, page_B)
                 self.on_device[a:b] = True
+        if native:  # a tensor-core task ends its MMA latency after its work and after its last bytes are
+            for i, op in enumerate(g.ops):  # in (measured device costs include it already)
+                if op.unit == "tensor":
+                    a, b = int(g.op_first[i]), int(g.op_first[i + 1])
+                    mma = np.where(self.on_device[a:b], 0.0, r.mma_latency_us)
+                    work[a:b] += mma
+                    consume_tail[a:b] += mma
+        self.native = native
         self.pre_B: list[float] = pre.tolist()
         self.work_us: list[float] = work.tolist()
         self.tail_us: list[float] = consume_tail.tolist()
@@ -367,6 +382,9 @@ class _Engine:
             ld = Loader(self, sm, q, buf_B, page_B)
             if dynamic:  # a loader cannot stream a task's weights before the task is in its queue
                 ld.gate = (arrived, self._gated)
+            if self.native:  # one loader warp issues every copy: a pipeline starts a copy late, and no
+                ld.issue_us = r.async_copy_issue_us  # faster than the copies are issued
+                ld.cap = min(ld.cap, copy_issue_Bpus(r))
             env.timeout(self.t0).callbacks.append(ld.run)
             env.process(executor(sm, q, ld))
 

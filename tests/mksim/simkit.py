@@ -52,19 +52,24 @@ title = "round numbers for tests"
 
 
 def toy_gpu(tmp_path: Path, cap_GBps: float = 1000, kernels: dict[str, float] | None = None,
-            chip: dict[str, float] | None = None, **launch: float) -> hwmodels.GPUSpec:
+            chip: dict[str, float] | None = None, movement: dict[str, float] | None = None,
+            **launch: float) -> hwmodels.GPUSpec:
     """The toy GPU; ``launch`` adds ``[runtime.launch]`` keys (``block_setup_us=0.5``), ``kernels``
     a ``[runtime.kernels]`` table (``{"matmul_task_fixed_us": 1}``), ``chip`` ``[chip]`` keys
-    (``{"dies_count": 2, "cross_die_latency_ns": 300}``)."""
+    (``{"dies_count": 2, "cross_die_latency_ns": 300}``), ``movement`` ``[chip.movement]`` keys."""
     text = TOY.format(cap=cap_GBps)
     extra = "".join(f'{k} = {{ value = {v}, source = "t" }}\n' for k, v in launch.items())
     text = text.replace("[runtime.sync]", extra + "[runtime.sync]")
     if chip:
         text = text.replace("[chip.sm]", "[chip]\n" + "".join(f'{k} = {{ value = {v}, source = "t" }}\n'
                                                               for k, v in chip.items()) + "[chip.sm]")
+    if movement:
+        text = text.replace("[chip.compute]", "[chip.movement]\n" + "".join(
+            f'{k} = {{ value = {v}, source = "t" }}\n' for k, v in movement.items()) + "[chip.compute]")
     if kernels:
         text += "[runtime.kernels]\n" + "".join(f'{k} = {{ value = {v}, source = "t" }}\n' for k, v in kernels.items())
-    name = "-".join([f"{cap_GBps:g}", *(f"{k}{v:g}" for k, v in {**launch, **(kernels or {}), **(chip or {})}.items())])
+    name = "-".join([f"{cap_GBps:g}", *(f"{k}{v:g}" for k, v in {**launch, **(kernels or {}), **(chip or {}),
+                                                                   **(movement or {})}.items())])
     p = tmp_path / f"toy{name}.toml"
     p.write_text(text)
     return hwmodels.load(p)

@@ -21,7 +21,9 @@ CASES = ([(m, None, ()) for m in MODES if m != "megakernel"] + [("megakernel", p
          + [("megakernel", "dag", (("sync", "flag"),)), ("megakernel", "dag", (("sync", "sentinel"),)),
             ("megakernel", "rr", (("dispatch", "dynamic"),)),
             ("megakernel", "dag", (("dispatch", "dynamic"), ("prelaunch", 0))),
-            ("megakernel", "die", (("dies", True),)), ("megakernel", "dag", (("dies", True),))])
+            ("megakernel", "die", (("dies", True),)), ("megakernel", "dag", (("dies", True),)),
+            ("megakernel", "dag", (("movement", "native"),)),
+            ("persistent_barrier", None, (("movement", "native"),))])
 
 
 def case_id(c) -> str:

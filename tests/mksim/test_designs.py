@@ -5,7 +5,8 @@ is seen 0.5 µs after its release, data polled as its own flag (sentinel) 0.2 µ
 Dynamic dispatch: a scheduler warp sees an event 1 µs after its last trigger and hands out a task
 every 0.25 µs, which its worker sees 0.5 µs later; the toy's two SMs are one worker and one SM of
 four scheduler warps (MPK's rule). Chiplets: a toy of two dies (one SM each) where a dependency
-across them costs 0.3 µs more.
+across them costs 0.3 µs more. Data movement: a cp.async-like loader issues 500 B per ns, a
+TMA-like one a 64 KiB tile every 50 ns; a tensor-core task ends 0.1 µs after its work.
 """
 
 from __future__ import annotations
@@ -117,22 +118,24 @@ def test_search_with_designs_runs_mpk_and_kog_as_baselines_and_can_pick_them():
     pytest.importorskip("optuna")
     from mksim.search import baseline_params, search
 
-    n = len(baseline_params(hwmodels.load("b200"), designs=("dies", "dynamic", "sentinel")))
+    n = len(baseline_params(hwmodels.load("b200"), designs=("dies", "dynamic", "movement", "sentinel")))
     res = search("llama-3.2-1b", "b200", trials=n + 3, seed=0, storage="memory", designs="all")
     assert {"megakernel:dynamic", "megakernel:sentinel", "megakernel:die"} <= set(res.baselines)
     for name, opts in (("megakernel:dynamic", {"policy": "rr", "dispatch": "dynamic"}),
                        ("megakernel:die", {"policy": "die"})):
-        direct = mksim.simulate(mksim.build_schedule("llama-3.2-1b", "b200", "megakernel", dies=True, **opts))
+        direct = mksim.simulate(mksim.build_schedule("llama-3.2-1b", "b200", "megakernel", dies=True,
+                                                     movement="native", prefetch_depth=4, **opts))
         assert res.baselines[name]["latency_us"] == pytest.approx(direct.latency_us, rel=1e-12)
     assert res.best["latency_us"] <= min(b["latency_us"] for b in res.baselines.values())
-    assert res.designs == ("dies", "dynamic", "sentinel") and "designs=dies+dynamic+sentinel" in res.study_name
+    assert res.designs == ("dies", "dynamic", "movement", "sentinel")
+    assert "designs=dies+dynamic+movement+sentinel" in res.study_name
 
 
 def test_unknown_design_is_one_line():
     from mksim.errors import MksimError
     from mksim.search._space import check_designs
 
-    with pytest.raises(MksimError, match="unknown design 'mpk'; known: sentinel, dynamic, dies"):
+    with pytest.raises(MksimError, match="unknown design 'mpk'; known: sentinel, dynamic, dies, movement"):
         check_designs("mpk")
 
 
@@ -149,7 +152,8 @@ def test_compare_accepts_the_designs_as_rows_and_options():
     r = _cli("compare", "--model", "llama-3.2-1b", "--gpu", "h100", "--designs", "all", "--json")
     assert r.returncode == 0, r.stderr
     modes = json.loads(r.stdout)["modes"]
-    assert {"megakernel:sentinel", "megakernel:dynamic", "megakernel:dies", "megakernel:die"} <= set(modes)
+    assert {"megakernel:sentinel", "megakernel:dynamic", "megakernel:dies", "megakernel:die",
+            "megakernel:native"} <= set(modes)
     assert modes["megakernel:dynamic"]["policy"] == "rr"
     bad = _cli("compare", "--designs", "mpk")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown design 'mpk'" in bad.stderr
@@ -213,3 +217,77 @@ def test_dies_on_real_multi_die_parts():
 def test_bad_dies_options_are_one_line(opts, mode, match):
     with pytest.raises(ScheduleError, match=match):
         mksim.build_schedule("llama-3.2-1b", "b200", mode, **opts)
+
+
+# -- per-generation data movement ----------------------------------------------------------------
+CP_ASYNC = {"async_copy_B": 500, "async_copy_issue_ns": 1, "mma_latency_ns": 100, "cluster_multicast_count": 1}
+TMA = {"async_copy_B": 65536, "async_copy_issue_ns": 50, "mma_latency_ns": 100, "cluster_multicast_count": 8}
+
+
+def test_cp_async_issue_caps_the_loader_and_the_mma_latency_ends_the_task(tmp_path):
+    # one 2 MB matmul tile: latency 1, the first copy's issue 0.001, 2e6 B at the 5e5 B/µs one warp
+    # issues (below the SM's 1e6), then the MMA tail 0.1
+    gpu = toy_gpu(tmp_path, movement=CP_ASYNC)
+    ideal = run(gpu, chain(2e6), tiles=1, prefetch_depth=0)
+    native = run(gpu, chain(2e6), tiles=1, prefetch_depth=0, movement="native")
+    assert ideal.latency_us == pytest.approx(1 + 1 + 2, abs=TOL)
+    assert native.latency_us == pytest.approx(1 + 1 + 0.001 + 4 + 0.1, abs=TOL)
+
+
+def test_tma_issues_a_tile_at_a_time(tmp_path):
+    # a TMA copy per 64 KiB outruns the SM: only the first copy's issue (0.05) and the MMA tail show
+    gpu = toy_gpu(tmp_path, movement=TMA)
+    native = run(gpu, chain(2e6), tiles=1, prefetch_depth=0, movement="native")
+    assert native.latency_us == pytest.approx(1 + 1 + 0.05 + 2 + 0.1, abs=TOL)
+
+
+def test_native_prefetch_fills_the_shared_memory_of_each_generation():
+    depth = {g: mksim.build_schedule("llama-3.2-1b", g, "megakernel", movement="native").options.prefetch_depth
+             for g in ("a100", "h100", "b200")}
+    assert depth == {"a100": 4, "h100": 6, "b200": 6}  # (163 or 227 KiB - 32 reserved) // 32 KiB pages
+    given = mksim.build_schedule("llama-3.2-1b", "h100", "megakernel", movement="native", prefetch_depth=2)
+    assert given.options.prefetch_depth == 2
+
+
+def test_cluster_multicast_reads_a_matvecs_input_once_per_cluster():
+    from mksim.sim._engine import _Engine
+
+    s_ideal = mksim.build_schedule("llama-3.2-1b", "h100", "megakernel", prefetch_depth=4)
+    s_native = mksim.build_schedule("llama-3.2-1b", "h100", "megakernel", prefetch_depth=4, movement="native")
+    e_ideal, e_native = _Engine(s_ideal), _Engine(s_native)
+    r, g = e_native.r, s_native.graph
+    t = g.task_id("L0.gate_up_proj", 0)   # a matvec tile: its input vector is read once per 8 SMs
+    l2 = (g.in_bytes[t] / 8 + g.out_bytes[t]) / r.l2_per_sm_Bpus
+    comp = g.flops[t] / r.tensor_per_sm["bf16"]
+    assert e_native.work_us[t] == pytest.approx(max(l2, comp) + r.mma_latency_us, rel=1e-12)
+    assert e_ideal.work_us[t] > e_native.work_us[t] - r.mma_latency_us
+
+
+def test_the_same_schedule_on_three_generations():
+    # native movement changes each prediction for its own reason: A100 only the issue and MMA tails
+    # (its 163 KiB hold 4 pages, as the default), H100 and B200 two more pages of prefetch
+    out = {}
+    for g in ("a100", "h100", "b200"):
+        ideal = mksim.simulate(mksim.build_schedule("llama-3.2-1b", g, "megakernel")).latency_us
+        native = mksim.simulate(mksim.build_schedule("llama-3.2-1b", g, "megakernel", movement="native")).latency_us
+        out[g] = native / ideal
+    assert out["a100"] > 1.0 > out["h100"] and out["b200"] < 1.0
+
+
+@pytest.mark.parametrize("opts,mode,match", [
+    ({"movement": "fast"}, "megakernel", "movement must be one of ideal, native, got 'fast'"),
+    ({"movement": "native"}, "graph_pdl", "movement='native' models the persistent modes' loader"),
+])
+def test_bad_movement_is_one_line(opts, mode, match):
+    with pytest.raises(ScheduleError, match=match):
+        mksim.build_schedule("llama-3.2-1b", "h100", mode, **opts)
+
+
+def test_native_movement_needs_the_gpus_movement_table():
+    from dataclasses import replace
+
+    from hwmodels._schema import MovementSpec
+
+    bare = replace(hwmodels.load("h100"), movement=MovementSpec(None, None, None, None))
+    with pytest.raises(ScheduleError, match=r"has no \[chip.movement\] table"):
+        mksim.build_schedule("llama-3.2-1b", bare, "megakernel", movement="native")
