@@ -146,6 +146,14 @@ class HBM:
         if self.log is not None:
             self.log.append((self.env.now, total))
         nxt = max(nxt, 0.0)
+        if 0.0 < nxt < float("inf") and self.env.now + nxt == self.env.now:
+            # the next flow ends within the clock's resolution (a sliver of bytes late in a long step):
+            # serve it now and settle again this instant, or the wake would never move the clock
+            for c in classes.values():
+                c.v += c.rate * nxt
+            self._settling = True
+            _Settle(self.env, self._settle)
+            return
         if self.arrivals:
             # (at - now) + now == at exactly once now >= at / 2: arrivals are not rounded
             nxt = min(nxt, self.arrivals[0][0] - self.env.now)

@@ -291,3 +291,24 @@ def test_native_movement_needs_the_gpus_movement_table():
     bare = replace(hwmodels.load("h100"), movement=MovementSpec(None, None, None, None))
     with pytest.raises(ScheduleError, match=r"has no \[chip.movement\] table"):
         mksim.build_schedule("llama-3.2-1b", bare, "megakernel", movement="native")
+
+
+def test_hbm_ends_flows_whose_last_bytes_are_below_the_clocks_resolution():
+    # the state dynamic dispatch of qwen3-8b on A100 reached: 24 flows of one class, 2.7e-8 B each
+    # from their end, which at 73 GB/s takes 3.7e-13 µs, below what the clock resolves at 4208.6 µs;
+    # the HBM serves them now instead of waking at the same instant for ever
+    import simpy
+
+    from mksim.sim._hbm import HBM
+
+    env = simpy.Environment(initial_time=4208.618327513217)
+    hbm = HBM(env, 24 * 73064.16666666667)
+    done: list[float] = []
+    for _ in range(24):
+        hbm.start(11.0, 84020.51282051281, 0.0, lambda: done.append(env.now))
+    hbm.classes[84020.51282051281].v = 10.999999973296326
+    for _ in range(1000):  # a livelock would step for ever at one instant
+        if env.peek() == float("inf"):
+            break
+        env.step()
+    assert done == [4208.618327513217] * 24
