@@ -37,10 +37,12 @@ def main(argv: list[str] | None = None) -> None:
     for kv in a.opt:
         k, v = kv.split("=", 1)
         base[k] = type(getattr(mksim.schedule.Options(), k))(v)
-    wl_opts = {k: int(v) for k, v in (kv.split("=", 1) for kv in a.wl)}
-    for k in ("fuse_norm", "split_qkv", "split_gate_up"):
-        if k in wl_opts:
-            wl_opts[k] = bool(wl_opts[k])
+    wl_opts = {}
+    for kv in a.wl:
+        k, _, v = kv.partition("=")
+        if k not in ("kv_splits", "fuse_norm", "split_qkv", "split_gate_up") or not v.isdigit():
+            ap.error(f"--wl {kv}: give kv_splits=N, fuse_norm=0|1, split_qkv=0|1 or split_gate_up=0|1")
+        wl_opts[k] = int(v) if k == "kv_splits" else bool(int(v))
     rows = []
     for mode in a.modes.split(","):
         try:
