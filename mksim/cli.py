@@ -351,7 +351,12 @@ def simulate_cmd(
     else:
         g = hwmodels.load(gpu)
         wl = _workload(model, batch, kv_len, phase, prefill_tokens, dtype, g.sm.count)
-        sched = build_schedule(wl, g, mode, policy=policy, **_parse_opts(opt))
+        opts = _parse_opts(opt)
+        if "policy" in opts:  # --opt policy=die is --policy die
+            if policy and opts["policy"] != policy:
+                raise MksimError(f"two policies: --policy {policy} and --opt policy={opts['policy']}; give one")
+            policy = opts.pop("policy")
+        sched = build_schedule(wl, g, mode, policy=policy, **opts)
     if save:
         sched.to_json(save)
     res = simulate(sched)

@@ -312,3 +312,14 @@ def test_hbm_ends_flows_whose_last_bytes_are_below_the_clocks_resolution():
             break
         env.step()
     assert done == [4208.618327513217] * 24
+
+
+def test_simulate_takes_the_designs_as_options():
+    import json
+
+    r = _cli("simulate", "--gpu", "b200", "--opt", "dies=true", "--opt", "policy=die", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["policy"] == "die" and 0 < d["dies"]["l2_hit_fraction"] < 1
+    bad = _cli("simulate", "--gpu", "b200", "--policy", "rr", "--opt", "policy=die")
+    assert bad.returncode == 2 and bad.stderr == "error: two policies: --policy rr and --opt policy=die; give one\n"
