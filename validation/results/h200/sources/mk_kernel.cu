@@ -8,7 +8,11 @@
 //                               cp.async.bulk, each page guarded by a `full` and an `empty` mbarrier;
 //   warp  MK_CONSUMERS + 1      publisher (megakernel): one lane makes each finished task visible
 //                               (a gpu-scope fence, then the tile's flag and the op's counter), so
-//                               that the workers go on to their next task without waiting for it.
+//                               that the workers go on to their next task without waiting for it;
+//   warp  MK_CONSUMERS + 2      waiter (persistent kernels): reads the next task's row and op
+//                               description into a shared-memory slot and waits for its
+//                               dependencies while the workers still compute the current task, so
+//                               that neither the table loads nor the polling sit between two tasks.
 //
 // Weights never depend on activations, so the producer runs ahead of the workers across task and
 // op boundaries, as far as the ring allows (its depth is the schedule's prefetch_depth, its page
@@ -23,7 +27,9 @@
 #define MK_CONSUMERS 8
 #endif
 #define MK_NW (MK_CONSUMERS * 32)
-#define MK_THREADS (MK_NW + 64)  // + the producer warp + the publisher warp
+#define MK_THREADS (MK_NW + 96)  // + the producer, publisher and waiter warps
+#define MK_SLOTS 2                // tasks the waiter prepares ahead of the workers
+#define MK_SLOT_B 224             // bytes of a task slot (SLOT_B in program.py)
 #define MK_TASK_FIELDS 8
 #define MK_DEP_OP 0
 #define MK_SPIN_LIMIT_NS 2000000000ull
@@ -49,7 +55,7 @@ struct MkParams {               // keep in step with PARAM_FIELDS in program.py
     int* error;
     unsigned long long* trace;  // optional: 4 %globaltimer stamps per task row (wait, ready, computed, published)
     int n_ops, page_B, depth, x_B;  // ring page bytes and depth; bytes of the x / scratch region
-    int acc_floats, acc_rows;  // row accumulators: MK_MAX_T x acc_rows floats
+    int acc_floats, acc_rows;  // row accumulators: T x acc_rows floats (acc_rows a power of two)
     int ahead, pad2;           // 0: the producer streams a task only once the workers have begun it
 };
 
@@ -69,6 +75,10 @@ __device__ __forceinline__ unsigned mk_ld_acquire(const unsigned* p) {
 
 __device__ __forceinline__ void mk_red_release(unsigned* p) {
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(p) : "memory");
+}
+
+__device__ __forceinline__ void mk_red_relaxed(unsigned* p) {
+    asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" :: "l"(p) : "memory");
 }
 
 __device__ __forceinline__ bool mk_failed(const int* error) { return *(const volatile int*)error != 0; }
@@ -113,9 +123,6 @@ __device__ __forceinline__ bool mk_mbar_try(unsigned long long* b, unsigned pari
 __device__ bool mk_mbar_wait(unsigned long long* b, unsigned parity, int* error) {
     unsigned long long t0 = 0;
     for (int k = 0; !mk_mbar_try(b, parity); ++k) {
-#ifdef MK_EXPERIMENT_WAIT_SLEEP_NS
-        __nanosleep(MK_EXPERIMENT_WAIT_SLEEP_NS);
-#endif
         if (k == 0) t0 = mk_now();
         if ((k & 63) == 63) {
             if (mk_failed(error)) return false;
@@ -178,8 +185,12 @@ __device__ void mk_produce(const MkParams& P, int i0, int i1, MkRing& r, const i
 // (shared memory, fp32 [T][R], row r in slot r mod R, R a power of two). Pages are consumed without any block-wide
 // synchronisation: the rows are written out only when the slots would wrap (R rows apart) and at
 // the end of the task.
+// `res`: when the task's T x rows outputs are at most one per worker thread, the residual of
+// thread tid's output (b, r) = (tid / rows, tid % rows), loaded when the task began (see
+// mk_matmul_mma), so that no load sits between the last page and the output.
 template <int T>
-__device__ __forceinline__ void mk_matmul_flush(const MkOp& o, int lo, int r0, int r1, float* acc_s, int R, int tid) {
+__device__ __forceinline__ void mk_matmul_flush(const MkOp& o, int lo, int r0, int r1, float* acc_s, int R, int tid,
+                                                bool have_res = false, float res = 0.f) {
     mk_bar(MK_NW);
     const int n = r1 - r0;
     mk_bf16* out = (mk_bf16*)o.out;
@@ -188,7 +199,7 @@ __device__ __forceinline__ void mk_matmul_flush(const MkOp& o, int lo, int r0, i
         float* slot = acc_s + b * R + (rr & (R - 1));
         float v = *slot;
         *slot = 0.f;
-        if (o.opt & MK_OPT_RESIDUAL) v += mk_ld_bf16(o.in1 + (size_t)b * o.ld1 + lo + rr);
+        if (o.opt & MK_OPT_RESIDUAL) v += have_res ? res : mk_ld_bf16(o.in1 + (size_t)b * o.ld1 + lo + rr);
         out[(size_t)b * o.ld_out + lo + rr] = mk_f32_to_bf16(v);
     }
     mk_bar(MK_NW);
@@ -314,6 +325,175 @@ __device__ void mk_matmul_pages(const MkOp& o, int lo, int hi, MkRing& r, const 
     mk_matmul_flush<T>(o, lo, written, rows, acc_s, R, tid);
 }
 
+// ---------------------------------------------------------------- matmul on the tensor cores
+// The same product with mma.sync m16n8k16 (bf16 in, fp32 accumulate): the weight rows are the
+// A operand (16 rows x 16 k a step), the batch rows the B operand (8 columns, those past T zero).
+// Weights of MK_OPT_MMA ops are stored in "fragment order" (program.py, mma_layout): 1 KiB blocks,
+// block (g16, kb) holding rows 16 g16 .. 16 g16 + 15 and inputs 32 kb .. 32 kb + 31, laid out so
+// that lane l = 4 g + t of a warp reads rows g and g + 8 at inputs 8 t .. 8 t + 7 as two 16-byte
+// words at bytes 16 l and 512 + 16 l: conflict-free, and one block is two mma steps. A task's rows
+// (a multiple of 16) stay contiguous, so the producer streams them exactly as before. The inputs
+// match: xs holds x in the same order ([K / 32][T][32], see mk_load_x_mma). In the 32 inputs of a
+// block, lane t's 8 values 8t .. 8t+7 serve step 0 as k = 2t, 2t+1 (values 0, 1) and 2t+8, 2t+9
+// (values 2, 3), and step 1 as the same k with values 4 .. 7: a permutation of k shared by W and x,
+// so the sums are those of the plain product.
+__device__ __forceinline__ void mk_mma16816(float d[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                            unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// A warp's 16 x 8 partial product (two accumulators) into the row sums: d[0], d[1] are row g,
+// columns 2t, 2t + 1; d[2], d[3] row g + 8. Columns are batch rows; those >= T are padding.
+template <int T>
+__device__ __forceinline__ void mk_mma_store(float* acc_s, int R, int row0, float d0[4], float d1[4], int g, int t) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        const int b = 2 * t + j;
+        if (b < T) {
+            atomicAdd(acc_s + b * R + ((row0 + g) & (R - 1)), d0[j] + d1[j]);
+            atomicAdd(acc_s + b * R + ((row0 + g + 8) & (R - 1)), d0[2 + j] + d1[2 + j]);
+        }
+        d0[j] = d1[j] = d0[2 + j] = d1[2 + j] = 0.f;
+    }
+}
+
+template <int T>
+__device__ void mk_matmul_mma(const MkOp& o, int lo, int hi, MkRing& r, const mk_bf16* xs, float* acc_s, int R,
+                              int tid, int* error) {
+    const int KB = o.K >> 5, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3, rows = hi - lo;
+    const long long S = (long long)rows * o.K * 2;
+    const uint4* x4 = reinterpret_cast<const uint4*>(xs);
+    const bool have_res = (o.opt & MK_OPT_RESIDUAL) && T * rows <= MK_NW && rows <= R;
+    float res = 0.f;
+    if (have_res && tid < T * rows) res = mk_ld_bf16(o.in1 + (size_t)(tid / rows) * o.ld1 + lo + tid % rows);
+    int written = 0;  // rows [0, written) are out
+    for (long long off = 0; off < S; off += r.P) {
+        const int nb = (int)(min((long long)r.P, S - off) >> 10), q0 = (int)(off >> 10);
+        const int last = ((q0 + nb - 1) / KB) * 16 + 15;  // the page's last row
+        if (last - written >= R) {                        // ... would wrap onto an unwritten one
+            const int first = (q0 / KB) * 16;
+            mk_matmul_flush<T>(o, lo, written, first, acc_s, R, tid);
+            written = first;
+        }
+        const int stage = r.stage;
+        const unsigned parity = r.phase;
+        r.advance();
+        mk_mbar_wait(r.full + stage, parity, error);
+        const int a = warp * nb / MK_CONSUMERS, z = (warp + 1) * nb / MK_CONSUMERS;
+        if (a < z) {
+            const uint4* pg = reinterpret_cast<const uint4*>(r.pages + (size_t)stage * r.P);
+            int rg = (q0 + a) / KB, kb = q0 + a - rg * KB;
+            float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
+            for (int i = a; i < z; ++i) {
+                const uint4 w0 = pg[i * 64 + lane], w1 = pg[i * 64 + 32 + lane];
+                const uint4 xv = g < T ? x4[(kb * T + g) * 4 + t] : make_uint4(0, 0, 0, 0);
+                mk_mma16816(d0, w0.x, w1.x, w0.y, w1.y, xv.x, xv.y);
+                mk_mma16816(d1, w0.z, w1.z, w0.w, w1.w, xv.z, xv.w);
+                if (++kb == KB || i + 1 == z) {  // the row group ends here, or the warp's run does
+                    mk_mma_store<T>(acc_s, R, rg * 16, d0, d1, g, t);
+                    if (kb == KB) { kb = 0; ++rg; }
+                }
+            }
+        }
+        __syncwarp();
+        if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(mk_smem_addr(r.empty + stage)) : "memory");
+    }
+    mk_matmul_flush<T>(o, lo, written, rows, acc_s, R, tid, have_res, res);
+}
+
+// The input rows of an MK_OPT_MMA matmul into shared memory in the weights' k order: the 16-byte
+// word c of row b (inputs 8c .. 8c + 7) goes to word (c / 4 * T + b) * 4 + c % 4. With a fused
+// norm, each row is scaled in place once its sum of squares is known (same roundings as mk_load_x).
+__device__ void mk_load_x_mma(const MkOp& o, mk_bf16* xs, float* red, int tid) {
+    const int K = o.K, kv = K >> 3, T = o.T;
+    const bool norm = o.opt & MK_OPT_FUSED_NORM;
+    uint4* x4 = reinterpret_cast<uint4*>(xs);
+    const uint4* w2 = reinterpret_cast<const uint4*>(o.w2);
+    constexpr int J = 4;  // up to J words per thread: the input and the norm weight loaded in one round trip
+    for (int b = 0; norm && kv <= J * MK_NW && b < T; ++b) {
+        const uint4* src = reinterpret_cast<const uint4*>(o.in0 + (size_t)b * o.ld0);
+        uint4 xv[J], wv[J];
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+            const int c = tid + j * MK_NW;
+            if (c < kv) { xv[j] = __ldcg(src + c); wv[j] = __ldg(w2 + c); }
+        }
+        float ss = 0.f;
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+            if (tid + j * MK_NW < kv) {
+                float f[8];
+                mk_unpack8(xv[j], f);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) ss = fmaf(f[e], f[e], ss);
+            }
+        }
+        ss = mk_warp_sum(ss);
+        if ((tid & 31) == 0) red[tid >> 5] = ss;
+        mk_bar(MK_NW);
+        float tot = 0.f;
+        for (int w = 0; w < MK_CONSUMERS; ++w) tot += red[w];
+        const float inv = rsqrtf(tot / K + o.eps);
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+            const int c = tid + j * MK_NW;
+            if (c >= kv) continue;
+            float f[8], sw[8];
+            mk_unpack8(xv[j], f);
+            mk_unpack8(wv[j], sw);
+            unsigned p[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const unsigned lo16 = mk_f32_to_bf16(mk_bf16_to_f32(mk_f32_to_bf16(f[2 * e] * inv)) * sw[2 * e]);
+                const unsigned hi16 = mk_f32_to_bf16(mk_bf16_to_f32(mk_f32_to_bf16(f[2 * e + 1] * inv)) * sw[2 * e + 1]);
+                p[e] = lo16 | (hi16 << 16);
+            }
+            x4[((c >> 2) * T + b) * 4 + (c & 3)] = make_uint4(p[0], p[1], p[2], p[3]);
+        }
+        mk_bar(MK_NW);  // red is read by every worker before the next row writes it
+    }
+    for (int b = 0; !(norm && kv <= J * MK_NW) && b < T; ++b) {  // longer rows: two passes
+        const uint4* src = reinterpret_cast<const uint4*>(o.in0 + (size_t)b * o.ld0);
+        float ss = 0.f;
+        for (int c = tid; c < kv; c += MK_NW) {
+            const uint4 v = __ldcg(src + c);
+            x4[((c >> 2) * T + b) * 4 + (c & 3)] = v;
+            if (norm) {
+                float f[8];
+                mk_unpack8(v, f);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) ss = fmaf(f[e], f[e], ss);
+            }
+        }
+        if (!norm) continue;
+        ss = mk_warp_sum(ss);
+        if ((tid & 31) == 0) red[tid >> 5] = ss;
+        mk_bar(MK_NW);
+        float tot = 0.f;
+        for (int w = 0; w < MK_CONSUMERS; ++w) tot += red[w];
+        const float inv = rsqrtf(tot / K + o.eps);
+        for (int c = tid; c < kv; c += MK_NW) {  // the words this thread wrote
+            uint4& v = x4[((c >> 2) * T + b) * 4 + (c & 3)];
+            float f[8], s[8];
+            mk_unpack8(v, f);
+            mk_unpack8(__ldg(w2 + c), s);
+            unsigned p[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const unsigned lo16 = mk_f32_to_bf16(mk_bf16_to_f32(mk_f32_to_bf16(f[2 * e] * inv)) * s[2 * e]);
+                const unsigned hi16 = mk_f32_to_bf16(mk_bf16_to_f32(mk_f32_to_bf16(f[2 * e + 1] * inv)) * s[2 * e + 1]);
+                p[e] = lo16 | (hi16 << 16);
+            }
+            v = make_uint4(p[0], p[1], p[2], p[3]);
+        }
+        mk_bar(MK_NW);  // red is read by every worker before the next row writes it
+    }
+    mk_bar(MK_NW);
+}
+
 // The matmul's input rows into shared memory (RMS-normed first when the norm is fused).
 __device__ void mk_load_x(const MkOp& o, mk_bf16* xs, float* red, int tid) {
     const int K = o.K, kv = K >> 3;
@@ -345,8 +525,16 @@ __device__ void mk_load_x(const MkOp& o, mk_bf16* xs, float* red, int tid) {
     }
 }
 
+struct MkSlot {                  // a task the waiter has prepared for the workers
+    MkOp op;
+    int opcode, opi, lo, hi, ok, pad[3];
+};
+static_assert(sizeof(MkSlot) <= MK_SLOT_B && MK_SLOT_B % 16 == 0, "MK_SLOT_B: the task slots' shared memory");
+
 struct MkBlock {                 // one block's shared memory and worker state
     MkRing ring;
+    MkSlot* slots;               // MK_SLOTS of them, task row i in slot i % MK_SLOTS
+    int* ready;                  // the last task row whose slot is filled and whose inputs are ready
     mk_bf16* xs;                 // matmul input / attention scratch
     float* acc;                  // matmul row sums
     float* red;                  // 32 floats of reduction scratch
@@ -371,8 +559,10 @@ __device__ MkBlock mk_block_init(const MkParams& P) {
     k.ok = reinterpret_cast<int*>(k.red + 32);
     k.started = k.ok + 1;
     k.finished = k.ok + 2;
+    k.ready = k.ok + 3;
     k.ring.full = reinterpret_cast<unsigned long long*>(k.red + 40);
     k.ring.empty = k.ring.full + P.depth;
+    k.slots = reinterpret_cast<MkSlot*>(k.ring.empty + P.depth + (P.depth & 1));  // 16-byte aligned
     k.x_of = -1;
     if (threadIdx.x == 0) {
         for (int s = 0; s < P.depth; ++s) {
@@ -383,6 +573,7 @@ __device__ MkBlock mk_block_init(const MkParams& P) {
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         *k.started = -1;
         *k.finished = -1;
+        *k.ready = -1;
     }
     for (int i = threadIdx.x; i < P.acc_floats; i += blockDim.x) k.acc[i] = 0.f;
     __syncthreads();
@@ -390,13 +581,23 @@ __device__ MkBlock mk_block_init(const MkParams& P) {
 }
 
 // Run one task on the workers (its inputs are ready). False if the op has no device function here.
-__device__ int mk_run_task(const MkParams& P, MkBlock& k, int opcode, int op, int lo, int hi, int tid) {
-    const MkOp o = P.ops[op];  // by value: the fields live in registers, not reloaded after every barrier
+__device__ int mk_run_task(const MkParams& P, MkBlock& k, const MkOp& o, int opcode, int op, int lo, int hi, int tid) {
     switch (opcode) {
     case MK_OP_MATMUL:
         if (k.x_of != op) {
-            mk_load_x(o, k.xs, k.red, tid);
+            if (o.opt & MK_OPT_MMA) mk_load_x_mma(o, k.xs, k.red, tid);
+            else mk_load_x(o, k.xs, k.red, tid);
             k.x_of = op;
+        }
+        if (o.opt & MK_OPT_MMA) {
+            switch (o.T) {
+            case 1: mk_matmul_mma<1>(o, lo, hi, k.ring, k.xs, k.acc, P.acc_rows, tid, P.error); break;
+            case 2: mk_matmul_mma<2>(o, lo, hi, k.ring, k.xs, k.acc, P.acc_rows, tid, P.error); break;
+            case 4: mk_matmul_mma<4>(o, lo, hi, k.ring, k.xs, k.acc, P.acc_rows, tid, P.error); break;
+            case 8: mk_matmul_mma<8>(o, lo, hi, k.ring, k.xs, k.acc, P.acc_rows, tid, P.error); break;
+            default: return MK_ERR_BATCH;
+            }
+            return 0;
         }
         switch (o.T) {
         case 1: mk_matmul_pages<1>(o, lo, hi, k.ring, k.xs, k.acc, P.acc_rows, tid, P.error); break;
@@ -428,27 +629,61 @@ __device__ void mk_publish(const MkParams& P, int i0, int i1, const int* finishe
         unsigned* flag = P.flags + __ldg(&P.ops[op].flag_base) + tile;
         for (int k = 0; *(const volatile int*)finished < i; ++k)
             if ((k & 255) == 255 && mk_failed(P.error)) return;
-        __threadfence();
-        mk_red_release(flag);
-        mk_red_release(P.counters + op);
+        __threadfence();  // with the relaxed adds after it, a release of both (one fence, not three)
+        mk_red_relaxed(flag);
+        mk_red_relaxed(P.counters + op);
     }
 }
 
-// Thread 0 of the workers: wait for task row t's dependencies.
-__device__ bool mk_wait_deps(const MkParams& P, const int* t) {
+// Warp 0 of the workers: wait for task row t's dependencies. A counter is polled by lane 0; a
+// range of tile flags is split over the lanes, so that its round trips overlap.
+__device__ bool mk_wait_deps(const MkParams& P, const int* t, int lane) {
     const int d0 = __ldg(t + 5), nd = __ldg(t + 6);
+    bool ok = true;
     for (int d = d0; d < d0 + nd; ++d) {
         const int kind = __ldg(P.deps + 4 * d), p = __ldg(P.deps + 4 * d + 1);
         const int t0 = __ldg(P.deps + 4 * d + 2), t1 = __ldg(P.deps + 4 * d + 3);
         if (kind == MK_DEP_OP) {
-            if (!mk_wait_at_least(P.counters + p, (unsigned)__ldg(P.op_tiles + p), P.error, MK_ERR_COUNTER)) return false;
+            if (lane == 0 && ok)
+                ok = mk_wait_at_least(P.counters + p, (unsigned)__ldg(P.op_tiles + p), P.error, MK_ERR_COUNTER);
         } else {
             const int fb = __ldg(&P.ops[p].flag_base);
-            for (int tt = t0; tt < t1; ++tt)
-                if (!mk_wait_at_least(P.flags + fb + tt, 1u, P.error, MK_ERR_FLAG)) return false;
+            for (int tt = t0 + lane; ok && tt < t1; tt += 32)
+                ok = mk_wait_at_least(P.flags + fb + tt, 1u, P.error, MK_ERR_FLAG);
         }
     }
-    return true;
+    return __all_sync(0xffffffffu, ok);
+}
+
+// The waiter warp: for each task row of [i0, i1), once its slot is free (the workers finished the
+// task MK_SLOTS rows before), copy the row's fields and its op description into the slot, wait
+// for its dependencies (unless barrier_mode: the workers pass the grid barrier themselves) and
+// mark it ready.
+__device__ void mk_wait_tasks(const MkParams& P, MkBlock& k, int i0, int i1, int barrier_mode, int lane) {
+    for (int i = i0; i < i1; ++i) {
+        for (int n = 0; i - i0 >= MK_SLOTS && *(volatile int*)k.finished < i - MK_SLOTS; ++n)
+            if ((n & 255) == 255 && mk_failed(P.error)) return;
+        const int* t = P.tasks + (size_t)i * MK_TASK_FIELDS;
+        MkSlot* sl = k.slots + (i % MK_SLOTS);
+        const int op = __ldg(t + 1);
+        const unsigned* src = reinterpret_cast<const unsigned*>(P.ops + op);
+        unsigned* dst = reinterpret_cast<unsigned*>(&sl->op);
+        for (int w = lane; w < (int)(sizeof(MkOp) / 4); w += 32) dst[w] = __ldg(src + w);
+        if (lane == 0) {
+            sl->opcode = __ldg(t);
+            sl->opi = op;
+            sl->lo = __ldg(t + 3);
+            sl->hi = __ldg(t + 4);
+        }
+        const bool ok = barrier_mode ? true : mk_wait_deps(P, t, lane);
+        if (lane == 0) sl->ok = ok;
+        __syncwarp();
+        if (lane == 0) {
+            __threadfence_block();  // the slot's words before `ready`
+            *(volatile int*)k.ready = i;
+        }
+        if (!ok) return;
+    }
 }
 
 // The persistent kernels: one block per SM walks its queue. barrier_mode = 0: dependencies from
@@ -467,28 +702,33 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1) mk_persistent(const 
         if (lane == 0 && !barrier_mode) mk_publish(P, q0, q1, k.finished);
         return;
     }
+    if (warp == MK_CONSUMERS + 2) {
+        mk_wait_tasks(P, k, q0, q1, barrier_mode, lane);
+        return;
+    }
     int passed = 0;  // barrier mode: grid barriers this block has passed
     for (int i = q0; i < q1; ++i) {
-        const int* t = P.tasks + (size_t)i * MK_TASK_FIELDS;
-        const int opcode = __ldg(t), op = __ldg(t + 1), lo = __ldg(t + 3), hi = __ldg(t + 4);
+        const MkSlot* sl = k.slots + (i % MK_SLOTS);
         if (tid == 0) {
             if (P.trace) P.trace[4 * i] = mk_now();
-            bool ok = !mk_failed(P.error);
-            if (barrier_mode) {
-                for (; ok && passed < op; ++passed) {
+            bool ok = true;
+            for (int n = 0; *(volatile int*)k.ready < i; ++n)
+                if ((n & 255) == 255 && mk_failed(P.error)) { ok = false; break; }
+            __threadfence_block();
+            ok = ok && sl->ok && !mk_failed(P.error);
+            if (barrier_mode)
+                for (; ok && passed < sl->opi; ++passed) {
                     mk_red_release(P.barrier);
                     ok = mk_wait_at_least(P.barrier, (unsigned)(passed + 1) * gridDim.x, P.error, MK_ERR_BARRIER);
                 }
-            } else if (ok) {
-                ok = mk_wait_deps(P, t);
-            }
             *k.ok = ok;
             *(volatile int*)k.started = i;
             if (P.trace) P.trace[4 * i + 1] = mk_now();
         }
         mk_bar(MK_NW);
         if (!*k.ok) return;
-        const int code = mk_run_task(P, k, opcode, op, lo, hi, tid);
+        const MkOp o = sl->op;  // by value: the fields live in registers, not reloaded after every barrier
+        const int code = mk_run_task(P, k, o, sl->opcode, sl->opi, sl->lo, sl->hi, tid);
         if (tid == 0 && P.trace) P.trace[4 * i + 2] = mk_now();
         mk_bar(MK_NW);  // every worker's writes are ordered before what thread 0 does next
         if (tid == 0) {
@@ -515,7 +755,7 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1) mk_chain(const MkPar
         if (lane == 0) mk_produce(P, task0 + blockIdx.x, task0 + blockIdx.x + 1, k.ring, k.started);
         return;
     }
-    if (warp == MK_CONSUMERS + 1) return;  // kernel boundaries publish
+    if (warp >= MK_CONSUMERS + 1) return;  // kernel boundaries publish and order
     const int row = task0 + blockIdx.x;
     if (tid == 0 && P.trace) P.trace[4 * row] = mk_now();
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -524,7 +764,8 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1) mk_chain(const MkPar
         if (P.trace) P.trace[4 * row + 1] = mk_now();
     }
     mk_bar(MK_NW);
-    const int code = mk_run_task(P, k, __ldg(t), __ldg(t + 1), __ldg(t + 3), __ldg(t + 4), tid);
+    const MkOp o = P.ops[__ldg(t + 1)];  // by value: the fields live in registers
+    const int code = mk_run_task(P, k, o, __ldg(t), __ldg(t + 1), __ldg(t + 3), __ldg(t + 4), tid);
     if (code && tid == 0) atomicCAS(P.error, 0, code);
     if (tid == 0 && P.trace) P.trace[4 * row + 2] = P.trace[4 * row + 3] = mk_now();
 }

@@ -19,7 +19,7 @@
 
 #define MK_OPT_FUSED_NORM 1  // matmul: x = rmsnorm(in0) * w2 before the product
 #define MK_OPT_RESIDUAL 2    // matmul: out = W x + in1
-#define MK_MAX_T 8           // rows (sequences) a task handles at once
+#define MK_OPT_MMA 4         // matmul on the tensor cores; W in fragment order (mk_kernel.cu)
 
 // Keep in step with OP_FIELDS in validation/megakernel/program.py (a test compares the two).
 struct MkOp {
@@ -154,9 +154,10 @@ __device__ void mk_rope_kv(const MkOp& o, int lo, int hi, int tid, int nw) {
 // Partial i = (kv head g, sequence b, split c), g-major: the G = hq / hkv query heads of group g
 // over cache positions [c * kv_total / splits, (c + 1) * kv_total / splits). Writes the
 // unnormalised output o[G][D], the max m[G] and the sum of exponentials l[G]. A lane owns one
-// position at a time (scores for 32 positions per warp step), then the warp accumulates V with
-// the probabilities broadcast by shuffles; warps are merged through shared memory (smem: G * D
-// floats of pre-scaled queries, then nw/32 * G * (D + 2) floats of warp partials).
+// position at a time (scores for 32 positions per warp step) and, while it loads its K row, copies
+// its V row into the warp's rows of shared memory (cp.async); then the warp accumulates V with the
+// probabilities broadcast by shuffles; warps are merged through shared memory (smem: G * D floats
+// of pre-scaled queries, nw/32 * G * (D + 2) floats of warp partials, nw * D bf16 of V rows).
 template <int D, int G>
 __device__ void mk_attn_partial_one(const MkOp& o, int i, int tid, int nw, float* smem) {
     constexpr int E = D / 32;
@@ -165,6 +166,7 @@ __device__ void mk_attn_partial_one(const MkOp& o, int i, int tid, int nw, float
     const int p0 = (int)((long long)c * o.kv_total / C), p1 = (int)((long long)(c + 1) * o.kv_total / C);
     float* qs = smem;
     float* part = smem + G * D;
+    mk_bf16* vw = reinterpret_cast<mk_bf16*>(part + nwarps * G * (D + 2)) + warp * 32 * D;  // this warp's V rows
     const mk_bf16* qrow = o.in0 + (size_t)b * o.ld0 + g * G * D;
     for (int k = tid; k < G * D; k += nw) qs[k] = mk_ld_bf16(qrow + k) * o.scale;
     mk_bar(nw);
@@ -181,6 +183,15 @@ __device__ void mk_attn_partial_one(const MkOp& o, int i, int tid, int nw, float
     for (int cs = p0 + warp * 32; cs < p1; cs += nwarps * 32) {
         const int p = cs + lane;
         const bool valid = p < p1;
+        if (valid) {  // this lane's V row into the warp's rows of vbuf, in flight with the K loads
+            const unsigned dst = (unsigned)__cvta_generic_to_shared(vw + lane * D);
+            const mk_bf16* src = Vc + (size_t)p * D;
+#pragma unroll
+            for (int v8 = 0; v8 < D / 8; ++v8)
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst + 16 * v8), "l"(src + 8 * v8)
+                             : "memory");
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
         float s[G];
 #pragma unroll
         for (int h = 0; h < G; ++h) s[h] = 0.f;
@@ -208,34 +219,29 @@ __device__ void mk_attn_partial_one(const MkOp& o, int i, int tid, int nw, float
 #pragma unroll
             for (int e = 0; e < E; ++e) acc[h][e] *= corr;
         }
-        // V rows of the 32 positions, 8 at a time with all 8 loads in flight before they are used
+        // V rows of the 32 positions (already in shared memory), one position at a time
+        asm volatile("cp.async.wait_all;" ::: "memory");
+        __syncwarp();
         const int n = min(32, p1 - cs);
-        for (int j0 = 0; j0 < n; j0 += 8) {
-            float v[8][E];
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const mk_bf16* vr = Vc + (size_t)(cs + min(j0 + j, n - 1)) * D + lane * E;
-                if (E == 4) {
-                    const uint2 vv = __ldcg(reinterpret_cast<const uint2*>(vr));
-                    v[j][0] = __uint_as_float(vv.x << 16); v[j][1] = __uint_as_float(vv.x & 0xffff0000u);
-                    v[j][E - 2] = __uint_as_float(vv.y << 16); v[j][E - 1] = __uint_as_float(vv.y & 0xffff0000u);
-                } else {
-                    const unsigned vv = __ldcg(reinterpret_cast<const unsigned*>(vr));
-                    v[j][0] = __uint_as_float(vv << 16); v[j][E - 1] = __uint_as_float(vv & 0xffff0000u);
-                }
+        for (int j = 0; j < n; ++j) {
+            float v[E];
+            const mk_bf16* vr = vw + j * D + lane * E;
+            if (E == 4) {
+                const uint2 vv = *reinterpret_cast<const uint2*>(vr);
+                v[0] = __uint_as_float(vv.x << 16); v[1] = __uint_as_float(vv.x & 0xffff0000u);
+                v[E - 2] = __uint_as_float(vv.y << 16); v[E - 1] = __uint_as_float(vv.y & 0xffff0000u);
+            } else {
+                const unsigned vv = *reinterpret_cast<const unsigned*>(vr);
+                v[0] = __uint_as_float(vv << 16); v[E - 1] = __uint_as_float(vv & 0xffff0000u);
             }
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                if (j0 + j < n) {
+            for (int h = 0; h < G; ++h) {
+                const float pj = __shfl_sync(0xffffffffu, pr[h], j);
 #pragma unroll
-                    for (int h = 0; h < G; ++h) {
-                        const float pj = __shfl_sync(0xffffffffu, pr[h], j0 + j);
-#pragma unroll
-                        for (int e = 0; e < E; ++e) acc[h][e] = fmaf(pj, v[j][e], acc[h][e]);
-                    }
-                }
+                for (int e = 0; e < E; ++e) acc[h][e] = fmaf(pj, v[e], acc[h][e]);
             }
         }
+        __syncwarp();  // the warp's V rows are read before the next positions overwrite them
     }
 #pragma unroll
     for (int h = 0; h < G; ++h) {
