@@ -580,6 +580,13 @@ __device__ MkBlock mk_block_init(const MkParams& P) {
     return k;
 }
 
+// A matmul task of T rows: on the tensor cores when its weights are in fragment order.
+template <int T>
+__device__ __forceinline__ void mk_matmul(const MkParams& P, MkBlock& k, const MkOp& o, int lo, int hi, int tid) {
+    if (o.opt & MK_OPT_MMA) mk_matmul_mma<T>(o, lo, hi, k.ring, k.xs, k.acc, P.acc_rows, tid, P.error);
+    else mk_matmul_pages<T>(o, lo, hi, k.ring, k.xs, k.acc, P.acc_rows, tid, P.error);
+}
+
 // Run one task on the workers (its inputs are ready). False if the op has no device function here.
 __device__ int mk_run_task(const MkParams& P, MkBlock& k, const MkOp& o, int opcode, int op, int lo, int hi, int tid) {
     switch (opcode) {
@@ -589,21 +596,11 @@ __device__ int mk_run_task(const MkParams& P, MkBlock& k, const MkOp& o, int opc
             else mk_load_x(o, k.xs, k.red, tid);
             k.x_of = op;
         }
-        if (o.opt & MK_OPT_MMA) {
-            switch (o.T) {
-            case 1: mk_matmul_mma<1>(o, lo, hi, k.ring, k.xs, k.acc, P.acc_rows, tid, P.error); break;
-            case 2: mk_matmul_mma<2>(o, lo, hi, k.ring, k.xs, k.acc, P.acc_rows, tid, P.error); break;
-            case 4: mk_matmul_mma<4>(o, lo, hi, k.ring, k.xs, k.acc, P.acc_rows, tid, P.error); break;
-            case 8: mk_matmul_mma<8>(o, lo, hi, k.ring, k.xs, k.acc, P.acc_rows, tid, P.error); break;
-            default: return MK_ERR_BATCH;
-            }
-            return 0;
-        }
         switch (o.T) {
-        case 1: mk_matmul_pages<1>(o, lo, hi, k.ring, k.xs, k.acc, P.acc_rows, tid, P.error); break;
-        case 2: mk_matmul_pages<2>(o, lo, hi, k.ring, k.xs, k.acc, P.acc_rows, tid, P.error); break;
-        case 4: mk_matmul_pages<4>(o, lo, hi, k.ring, k.xs, k.acc, P.acc_rows, tid, P.error); break;
-        case 8: mk_matmul_pages<8>(o, lo, hi, k.ring, k.xs, k.acc, P.acc_rows, tid, P.error); break;
+        case 1: mk_matmul<1>(P, k, o, lo, hi, tid); break;
+        case 2: mk_matmul<2>(P, k, o, lo, hi, tid); break;
+        case 4: mk_matmul<4>(P, k, o, lo, hi, tid); break;
+        case 8: mk_matmul<8>(P, k, o, lo, hi, tid); break;
         default: return MK_ERR_BATCH;
         }
         return 0;
