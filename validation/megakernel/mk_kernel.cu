@@ -404,90 +404,77 @@ __device__ void mk_matmul_mma(const MkOp& o, int lo, int hi, MkRing& r, const mk
     mk_matmul_flush<T>(o, lo, written, rows, acc_s, R, tid, have_res, res);
 }
 
+__device__ __forceinline__ float mk_sumsq8(uint4 v) {  // sum of squares of 8 bf16 values
+    float f[8], ss = 0.f;
+    mk_unpack8(v, f);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) ss = fmaf(f[e], f[e], ss);
+    return ss;
+}
+
+// 8 bf16 inputs RMS-normed: bf16(bf16(x * inv) * w), as mk_load_x and torch round them.
+__device__ __forceinline__ uint4 mk_norm8(uint4 x, uint4 w, float inv) {
+    float f[8], s[8];
+    mk_unpack8(x, f);
+    mk_unpack8(w, s);
+    unsigned p[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const unsigned lo16 = mk_f32_to_bf16(mk_bf16_to_f32(mk_f32_to_bf16(f[2 * e] * inv)) * s[2 * e]);
+        const unsigned hi16 = mk_f32_to_bf16(mk_bf16_to_f32(mk_f32_to_bf16(f[2 * e + 1] * inv)) * s[2 * e + 1]);
+        p[e] = lo16 | (hi16 << 16);
+    }
+    return make_uint4(p[0], p[1], p[2], p[3]);
+}
+
+// The workers' partial sums of squares of one row -> 1 / RMS (red: one float per worker warp).
+__device__ __forceinline__ float mk_inv_rms(float ss, float* red, int tid, int K, float eps) {
+    ss = mk_warp_sum(ss);
+    if ((tid & 31) == 0) red[tid >> 5] = ss;
+    mk_bar(MK_NW);
+    float tot = 0.f;
+    for (int w = 0; w < MK_CONSUMERS; ++w) tot += red[w];
+    return rsqrtf(tot / K + eps);
+}
+
 // The input rows of an MK_OPT_MMA matmul into shared memory in the weights' k order: the 16-byte
 // word c of row b (inputs 8c .. 8c + 7) goes to word (c / 4 * T + b) * 4 + c % 4. With a fused
-// norm, each row is scaled in place once its sum of squares is known (same roundings as mk_load_x).
+// norm, each row is scaled once its sum of squares is known (same roundings as mk_load_x).
 __device__ void mk_load_x_mma(const MkOp& o, mk_bf16* xs, float* red, int tid) {
     const int K = o.K, kv = K >> 3, T = o.T;
     const bool norm = o.opt & MK_OPT_FUSED_NORM;
     uint4* x4 = reinterpret_cast<uint4*>(xs);
     const uint4* w2 = reinterpret_cast<const uint4*>(o.w2);
     constexpr int J = 4;  // up to J words per thread: the input and the norm weight loaded in one round trip
-    for (int b = 0; norm && kv <= J * MK_NW && b < T; ++b) {
+    const bool one_pass = norm && kv <= J * MK_NW;
+    for (int b = 0; b < T; ++b) {
         const uint4* src = reinterpret_cast<const uint4*>(o.in0 + (size_t)b * o.ld0);
-        uint4 xv[J], wv[J];
-#pragma unroll
-        for (int j = 0; j < J; ++j) {
-            const int c = tid + j * MK_NW;
-            if (c < kv) { xv[j] = __ldcg(src + c); wv[j] = __ldg(w2 + c); }
-        }
+        auto word = [&](int c) -> uint4& { return x4[((c >> 2) * T + b) * 4 + (c & 3)]; };
         float ss = 0.f;
+        if (one_pass) {
+            uint4 xv[J], wv[J];
 #pragma unroll
-        for (int j = 0; j < J; ++j) {
-            if (tid + j * MK_NW < kv) {
-                float f[8];
-                mk_unpack8(xv[j], f);
-#pragma unroll
-                for (int e = 0; e < 8; ++e) ss = fmaf(f[e], f[e], ss);
+            for (int j = 0; j < J; ++j) {
+                const int c = tid + j * MK_NW;
+                if (c < kv) {
+                    xv[j] = __ldcg(src + c);
+                    wv[j] = __ldg(w2 + c);
+                    ss += mk_sumsq8(xv[j]);
+                }
             }
-        }
-        ss = mk_warp_sum(ss);
-        if ((tid & 31) == 0) red[tid >> 5] = ss;
-        mk_bar(MK_NW);
-        float tot = 0.f;
-        for (int w = 0; w < MK_CONSUMERS; ++w) tot += red[w];
-        const float inv = rsqrtf(tot / K + o.eps);
+            const float inv = mk_inv_rms(ss, red, tid, K, o.eps);
 #pragma unroll
-        for (int j = 0; j < J; ++j) {
-            const int c = tid + j * MK_NW;
-            if (c >= kv) continue;
-            float f[8], sw[8];
-            mk_unpack8(xv[j], f);
-            mk_unpack8(wv[j], sw);
-            unsigned p[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const unsigned lo16 = mk_f32_to_bf16(mk_bf16_to_f32(mk_f32_to_bf16(f[2 * e] * inv)) * sw[2 * e]);
-                const unsigned hi16 = mk_f32_to_bf16(mk_bf16_to_f32(mk_f32_to_bf16(f[2 * e + 1] * inv)) * sw[2 * e + 1]);
-                p[e] = lo16 | (hi16 << 16);
+            for (int j = 0; j < J; ++j)
+                if (tid + j * MK_NW < kv) word(tid + j * MK_NW) = mk_norm8(xv[j], wv[j], inv);
+        } else {  // no norm, or rows too long to keep in registers: two passes
+            for (int c = tid; c < kv; c += MK_NW) {
+                const uint4 v = __ldcg(src + c);
+                word(c) = v;
+                if (norm) ss += mk_sumsq8(v);
             }
-            x4[((c >> 2) * T + b) * 4 + (c & 3)] = make_uint4(p[0], p[1], p[2], p[3]);
-        }
-        mk_bar(MK_NW);  // red is read by every worker before the next row writes it
-    }
-    for (int b = 0; !(norm && kv <= J * MK_NW) && b < T; ++b) {  // longer rows: two passes
-        const uint4* src = reinterpret_cast<const uint4*>(o.in0 + (size_t)b * o.ld0);
-        float ss = 0.f;
-        for (int c = tid; c < kv; c += MK_NW) {
-            const uint4 v = __ldcg(src + c);
-            x4[((c >> 2) * T + b) * 4 + (c & 3)] = v;
-            if (norm) {
-                float f[8];
-                mk_unpack8(v, f);
-#pragma unroll
-                for (int e = 0; e < 8; ++e) ss = fmaf(f[e], f[e], ss);
-            }
-        }
-        if (!norm) continue;
-        ss = mk_warp_sum(ss);
-        if ((tid & 31) == 0) red[tid >> 5] = ss;
-        mk_bar(MK_NW);
-        float tot = 0.f;
-        for (int w = 0; w < MK_CONSUMERS; ++w) tot += red[w];
-        const float inv = rsqrtf(tot / K + o.eps);
-        for (int c = tid; c < kv; c += MK_NW) {  // the words this thread wrote
-            uint4& v = x4[((c >> 2) * T + b) * 4 + (c & 3)];
-            float f[8], s[8];
-            mk_unpack8(v, f);
-            mk_unpack8(__ldg(w2 + c), s);
-            unsigned p[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const unsigned lo16 = mk_f32_to_bf16(mk_bf16_to_f32(mk_f32_to_bf16(f[2 * e] * inv)) * s[2 * e]);
-                const unsigned hi16 = mk_f32_to_bf16(mk_bf16_to_f32(mk_f32_to_bf16(f[2 * e + 1] * inv)) * s[2 * e + 1]);
-                p[e] = lo16 | (hi16 << 16);
-            }
-            v = make_uint4(p[0], p[1], p[2], p[3]);
+            if (!norm) continue;
+            const float inv = mk_inv_rms(ss, red, tid, K, o.eps);
+            for (int c = tid; c < kv; c += MK_NW) word(c) = mk_norm8(word(c), __ldg(w2 + c), inv);  // words it wrote
         }
         mk_bar(MK_NW);  // red is read by every worker before the next row writes it
     }
