@@ -18,12 +18,14 @@ Nothing here needs a GPU except the ``measure`` it is given (tests pass a fake o
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import inspect
 import json
 import math
 import os
 import platform
 import statistics
+import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -241,6 +243,34 @@ def device_info() -> dict:
     return info
 
 
+KERNEL_SOURCES = ("megakernel/*.cu", "kernels/*.cuh")  # under validation/: what the GPU runner compiles
+
+
+def code_version(root: Path = HERE.parent) -> dict[str, Any]:
+    """The code a run measures, recorded instead of copies of the kernel sources: the commit
+    (``git rev-parse HEAD``), whether tracked files differ from it (``dirty``), and each kernel
+    source's git blob id (``sources``: path → blob), which ``git log --all --find-object=BLOB``
+    turns into the commits holding that exact file, dirty tree or not (computed here, so also on a
+    machine given a copy of the tree without its git directory). ``commit`` and ``dirty`` are
+    ``None`` where ``root`` is not a git checkout or git is missing."""
+    def git(*args: str) -> str | None:
+        try:
+            r = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    status = git("status", "--porcelain", "--untracked-files=no")
+    files = sorted(p.relative_to(root).as_posix() for pat in KERNEL_SOURCES for p in HERE.glob(pat))
+    return {"commit": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status),
+            "sources": {f: git_blob_id((root / f).read_bytes()) for f in files}}
+
+
+def git_blob_id(data: bytes) -> str:
+    """The id git gives a file with these bytes (``git hash-object``), without git."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
 def one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return text if isinstance(exc, MksimError) else f"{type(exc).__name__}: {text}".rstrip(": ")
@@ -295,18 +325,19 @@ def run_suite(cases: list[Case], out_dir: Path | str, measure: Measure | None = 
     kept: dict[str, dict] = {}
     if resume and path.is_file():
         old = load_measured(path)
-        kept = {r["name"]: r for r in old["cases"] if "measurement" in r and not r.get("error")}
+        kept = {r["name"]: {"code": old.get("code"), **r}  # a kept case keeps the code it ran (doc["code"]: new)
+                for r in old["cases"] if "measurement" in r and not r.get("error")}
     info = device if device is not None else device_info()
+    code = code_version()
     doc = {"format": FORMAT, "version": 1, "gpu": info.get("name"), "driver": info.get("driver"),
            "host": info.get("host"), "started": _now(), "date": _now(), "predicted_with": gpu, "reps": reps,
-           "cases": []}
+           "code": code, "cases": []}
     for i, case in enumerate(cases):
         if case.name in kept:
             doc["cases"].append(kept[case.name])
             say(f"[{i + 1}/{len(cases)}] {case.name}: kept from the earlier run")
             continue
-        src = out / "sources" / case.name.replace("/", "-").replace(":", "-")
-        rec = run_case(case, measure, reps=reps, watchdog_s=watchdog_s, source_dir=src, gpu=gpu)
+        rec = run_case(case, measure, reps=reps, watchdog_s=watchdog_s, gpu=gpu)  # sources: doc["code"]
         doc["cases"].append(rec)
         doc["date"] = _now()
         _write(path, doc, compact=True)
