@@ -329,9 +329,9 @@ def run_suite(cases: list[Case], out_dir: Path | str, measure: Measure | None = 
                 for r in old["cases"] if "measurement" in r and not r.get("error")}
     info = device if device is not None else device_info()
     code = code_version()
-    doc = {"format": FORMAT, "version": 1, "gpu": info.get("name"), "driver": info.get("driver"),
-           "host": info.get("host"), "started": _now(), "date": _now(), "predicted_with": gpu, "reps": reps,
-           "code": code, "cases": []}
+    doc: dict[str, Any] = {"format": FORMAT, "version": 1, "gpu": info.get("name"), "driver": info.get("driver"),
+                           "host": info.get("host"), "started": _now(), "date": _now(), "predicted_with": gpu,
+                           "reps": reps, "code": code, "cases": []}
     for i, case in enumerate(cases):
         if case.name in kept:
             doc["cases"].append(kept[case.name])
