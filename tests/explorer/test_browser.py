@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("dash")
+pytestmark = pytest.mark.slow  # a server and a real browser for every test
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("MKSIM_TEST_ARTIFACTS") or ROOT / "tests" / "explorer" / "artifacts")

@@ -88,6 +88,7 @@ def test_import_mksim_stays_light():
 MODES = ["stream", "graph", "graph_pdl", "persistent_barrier", "megakernel"]
 
 
+@pytest.mark.slow
 def test_compare_json_has_every_mode_with_breakdown():
     r = run("compare", "--model", "llama-3.2-1b", "--gpu", "h200", "--json")
     assert r.returncode == 0, r.stderr
@@ -116,6 +117,7 @@ def test_simulate_trace_and_schedule_round_trip(tmp_path):
     assert json.loads(again.stdout)["latency_us"] == lat
 
 
+@pytest.mark.slow
 def test_sweep_json_and_html(tmp_path):
     pytest.importorskip("plotly")
     html = tmp_path / "sweep.html"

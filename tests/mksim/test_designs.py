@@ -114,6 +114,7 @@ def test_dynamic_dispatch_is_a_megakernel_design():
         mksim.build_schedule("llama-3.2-1b", "h100", "persistent_barrier", dispatch="dynamic")
 
 
+@pytest.mark.slow
 def test_search_with_designs_runs_mpk_and_kog_as_baselines_and_can_pick_them():
     pytest.importorskip("optuna")
     from mksim.search import baseline_params, search

@@ -31,6 +31,7 @@ def test_off_counts_from_the_nearer_end_of_a_range(repro):
     assert repro.off((1.3, 1.5), (1.0, 1.1)) == pytest.approx(1.1 / 1.3 - 1)
 
 
+@pytest.mark.slow
 def test_the_page_is_current(repro):
     preds = repro.predictions()
     for r, p in zip(repro.ROWS, preds):  # a row off by more than 15 % says what mksim lacks

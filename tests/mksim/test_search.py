@@ -31,6 +31,7 @@ def counted(url: str, study: str) -> list:
     return s.get_trials(deepcopy=False, states=(TS.COMPLETE, TS.PRUNED))
 
 
+@pytest.mark.slow
 def test_baselines_are_the_built_in_schedules_and_best_is_never_worse(tmp_path):
     res = search("llama-3.2-1b", "h200", trials=N_BASE + 3, seed=3, storage=f"sqlite:///{tmp_path}/s.db")
     assert set(res.baselines) == {f"megakernel:{p}" for p in ("rr", "zigzag", "wave", "dag", "pool")} | {
@@ -47,6 +48,7 @@ def test_baselines_are_the_built_in_schedules_and_best_is_never_worse(tmp_path):
     assert rows[0]["schedule"].startswith("best") and len(rows) == 1 + 7
 
 
+@pytest.mark.slow
 def test_seeded_search_is_deterministic(tmp_path):
     a = search("llama-3.2-1b", "h200", trials=N_BASE + 4, seed=11, storage=f"sqlite:///{tmp_path}/a.db")
     b = search("llama-3.2-1b", "h200", trials=N_BASE + 4, seed=11, storage=f"sqlite:///{tmp_path}/b.db")
@@ -117,6 +119,7 @@ def test_memory_storage_keeps_nothing_and_needs_one_worker():
         search("llama-3.2-1b", "h200", trials=N_BASE, storage="memory", workers=2)
 
 
+@pytest.mark.slow
 def test_best_schedule_file_reproduces_the_reported_latency(tmp_path):
     best = tmp_path / "best.json"
     r = cli("search", "--trials", str(N_BASE + 2), "--seed", "5", "--storage", f"sqlite:///{tmp_path}/c.db",
@@ -131,6 +134,7 @@ def test_best_schedule_file_reproduces_the_reported_latency(tmp_path):
     assert got["trials"]["complete"] + got["trials"]["pruned"] == N_BASE + 2
 
 
+@pytest.mark.slow
 def test_pareto_front_for_latency_and_shared_memory(tmp_path):
     res = search("llama-3.2-1b", "h200", trials=N_BASE + 6, seed=2, objectives="latency,smem",
                  storage=f"sqlite:///{tmp_path}/p.db")
@@ -141,6 +145,7 @@ def test_pareto_front_for_latency_and_shared_memory(tmp_path):
     assert res.best["latency_us"] == min(lat)
 
 
+@pytest.mark.slow
 def test_sqlite_study_survives_a_kill_and_resumes(tmp_path):
     url, study, total = f"sqlite:///{tmp_path}/k.db", "resume", 30
     args = ["search", "--trials", str(total), "--storage", url, "--study", study, "--seed", "4", "--json"]

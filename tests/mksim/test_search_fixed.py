@@ -58,6 +58,7 @@ def test_baselines_with_fixed_options():
     assert "chain_blocks_per_sm" not in one["graph"] and one["graph"]["chain_tasks_per_sm"] == 2.0
 
 
+@pytest.mark.slow
 def test_study_records_fixed_options_and_refuses_others(tmp_path):
     url = f"sqlite:///{tmp_path}/s.db"
     n = len(baseline_params(GPU, {"smem_reserve_KiB": 80.0}))
@@ -76,6 +77,7 @@ def test_study_records_fixed_options_and_refuses_others(tmp_path):
     assert other.study_name.endswith("-smem_reserve_KiB=96")
 
 
+@pytest.mark.slow
 def test_cli_fix_option():
     def cli(*args):
         return subprocess.run([sys.executable, "-m", "mksim", "search", "--model", "llama-3.2-1b", "--storage",

@@ -228,6 +228,7 @@ def test_base_model_from_device_name():
         base_model("Some Future GPU")
 
 
+@pytest.mark.slow
 def test_cli_fits_saved_runs_without_a_gpu(tmp_path):
     raws = []
     for seed in (3, 4):

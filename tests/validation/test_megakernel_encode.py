@@ -63,6 +63,7 @@ NVCC = __import__("shutil").which("nvcc")
                                           ("validation/megakernel/mk_kernel.cu", ["-DMK_CONSUMERS=16"]),
                                           ("validation/calibrate/kernels.cu", []),
                                           ("validation/calibrate/launch_bench.cu", [])])
+@pytest.mark.slow
 def test_cuda_sources_compile_for_sm90(source, extra, tmp_path):
     import subprocess
     from pathlib import Path

@@ -212,6 +212,7 @@ def test_plot_data_and_markdown_table(tmp_path):
 
 
 # -- the command line ------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_report_command_rebuilds_summary_plots_table_and_docs(tmp_path):
     vs.run_suite(SMALL[:2], tmp_path / "run", fake_measure(), device=DEVICE)
     page = tmp_path / "page.md"
@@ -330,6 +331,7 @@ def test_docs_section_has_the_commands():
     assert any("--schedule" in c for c in cmds) and any("--mode" in c for c in cmds)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cmd", _doc_commands())
 def test_docs_section_commands_run(cmd, tmp_path):
     """Each documented command runs here as far as a machine without a GPU can: GPU commands with
