@@ -15,6 +15,7 @@ from validation.mechanisms import (
     RawError,
     check_raw,
     fit_line,
+    headline_markdown,
     ldg_runs,
     nvcc_command,
     ptxas_registers,
@@ -194,6 +195,10 @@ def test_table_and_cli_on_saved_files(tmp_path, capsys):
     assert "knee: 90% of 4000 GB/s from 16 KiB/SM" in out and "drained boundary" in out
     assert set(json.loads((tmp_path / "analysis.json").read_text())) == {"bw", "bwl1", "tma", "cost", "chain", "opb"}
     assert "l1 ilp 4 1024x2 (128 KiB) on 1 SMs" in out
+    assert main(["summarize", str(tmp_path), "--markdown"]) == 0
+    md = capsys.readouterr().out
+    assert md.startswith("| mechanism | measured | value |") and "pdl_late vs plain graph, 1 chains" in md
+    assert "idle chip: last release -> first / last resume | 700 / 900 ns" in md
     assert table({}) == ""
 
 
@@ -239,13 +244,25 @@ def test_mech_bench_compiles_for_sm90(tmp_path):
     assert binary.exists()
 
 
-def test_committed_results_summarize():
+def test_committed_results_and_their_readme_agree():
     raws = {p.stem: json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json")) if p.stem in SWEEPS}
-    if not raws:
-        pytest.skip("no committed mechanism results yet")
-    raws = {k: v for k, v in raws.items() if "error" not in v}
+    assert set(raws) == set(SWEEPS) and not any("error" in r for r in raws.values())
     s = summarize(raws)
-    assert table(s)
+    page = (RESULTS / "README.md").read_text()
+    block = page.split("<!-- mech-headline:", 1)[1].split("-->", 1)[1].split("<!-- /mech-headline -->")[0]
+    assert block.strip() == headline_markdown(s).strip(), (
+        "regenerate with: python -m validation.mechanisms summarize validation/results/h200-mechanisms/raw --markdown")
+    # the findings the README states in words, held to the data
+    chain = {(c["shape"], round(c["bytes"] / 2**20)): c for c in s["chain"]}
+    assert all(c["pdl_early_delta_pct"] < 0 for c in chain.values())  # early trigger never lost here
+    slower = {k for k, c in chain.items() if c["pdl_late_delta_pct"] > 3}
+    assert slower == {("2/SM", 16), ("2/SM", 64), ("4/SM", 64)}
+    placed = {(p["shape"], round(p["bytes"] / 2**20), p["mode"]): p["max_blocks_per_sm"] for p in raws["chain"]["points"]}
+    assert all(placed[(sh, mib, "pdl_late")] > placed[(sh, mib, "graph")] + 1 for sh, mib in slower)
+    one_sm = [r for r in s["bwl1"]["rows"] if r["sms"] == 1 and r["ilp"] == 4 and r["bps"] >= 2]
+    assert max(r["GBps"] for r in one_sm) > 1.5 * 94.66  # well over the calibrated per-SM cap
+    l1 = next(d for d in s["bwl1"]["l1"] if d["sms"] == 1 and (d["ilp"], d["threads"], d["bps"]) == (4, 1024, 2))
+    assert l1["GBps_per_sm"][-1] < 0.3 * l1["GBps_per_sm"][0]  # 224 KiB of shared memory starves the L1
 
 
 @pytest.mark.gpu

@@ -13,6 +13,7 @@ from validation.mechanisms.analysis import (
     RawError,
     check_raw,
     fit_line,
+    headline_markdown,
     summarize,
     table,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "RawError",
     "check_raw",
     "fit_line",
+    "headline_markdown",
     "ldg_runs",
     "nvcc_command",
     "ptxas_registers",

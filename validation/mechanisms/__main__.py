@@ -1,7 +1,7 @@
 """Command line: build and run the mechanism sweeps on a GPU, or summarise saved raw files.
 
     python -m validation.mechanisms run --out DIR [--quick] [--sweeps bw,chain,cost,opb] [--timeout S]
-    python -m validation.mechanisms summarize DIR
+    python -m validation.mechanisms summarize DIR [--out FILE] [--markdown]
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ def _write(path: Path, data: object) -> None:
     path.write_text(json.dumps(data, separators=(",", ":")) + "\n")
 
 
-def summarize_dir(d: Path) -> str:
-    """Read every ``<sweep>.json`` in ``d`` that holds data, write ``analysis.json``, return the table."""
+def load_dir(d: Path) -> dict[str, dict]:
+    """Every ``<sweep>.json`` in ``d`` that holds data (a failed sweep's file holds only its error)."""
     raws = {}
     for s in analysis.SWEEPS:
         p = d / f"{s}.json"
@@ -30,8 +30,14 @@ def summarize_dir(d: Path) -> str:
                 raws[s] = raw
     if not raws:
         raise analysis.RawError(f"no sweep results in {d}")
-    summary = analysis.summarize(raws)
-    _write(d / "analysis.json", summary)
+    return raws
+
+
+def summarize_dir(d: Path, out: Path | None = None) -> str:
+    """Summarise the sweeps in ``d``; write the summary to ``out`` (default ``d/analysis.json``) and
+    return the text table."""
+    summary = analysis.summarize(load_dir(d))
+    _write(out or d / "analysis.json", summary)
     return analysis.table(summary)
 
 
@@ -64,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--timeout", type=float, default=120.0, help="seconds per sweep")
     s = sub.add_parser("summarize", help="summarise raw sweep files in a folder (no GPU)")
     s.add_argument("dir")
+    s.add_argument("--out", help="where to write the summary JSON (default DIR/analysis.json)")
+    s.add_argument("--markdown", action="store_true", help="print the headline table (markdown) instead")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "run":
@@ -71,9 +79,12 @@ def main(argv: list[str] | None = None) -> int:
             if bad:
                 raise analysis.RawError(f"unknown sweep {bad[0]!r}; expected some of {', '.join(analysis.SWEEPS)}")
             return cmd_run(args)
-        print(summarize_dir(Path(args.dir)))
+        if args.markdown:
+            print(analysis.headline_markdown(analysis.summarize(load_dir(Path(args.dir)))), end="")
+            return 0
+        print(summarize_dir(Path(args.dir), Path(args.out) if args.out else None))
         return 0
-    except (analysis.RawError, runner.BuildError, OSError, json.JSONDecodeError) as e:
+    except (analysis.RawError, runner.BuildError, OSError, json.JSONDecodeError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

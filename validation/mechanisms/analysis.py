@@ -352,3 +352,80 @@ def table(summary: dict[str, Any]) -> str:
         for d in s["drained_boundary"]:
             lines.append(f"  drained boundary at {d['region_B'] / 1024:5.0f} KiB/SM/op: {d['boundary_us']:6.2f} us")
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------- headline
+def _best(rows: list[dict[str, Any]], key: str, **match: float) -> float:
+    return max((r[key] for r in rows if all(r[k] == v for k, v in match.items())), default=float("nan"))
+
+
+def _lo_hi(values: list[float], fmt: str = "{:.0f}") -> str:
+    """'lo–hi' of the values, one number when they agree at this precision, '-' for none."""
+    if not values:
+        return "-"
+    lo, hi = min(values), max(values)
+    return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else f"{fmt.format(lo)}–{fmt.format(hi)}"
+
+
+def headline_rows(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(mechanism, what was measured, value) rows of the headline numbers, from a full summary
+    (every sweep of :data:`SWEEPS`). README.md beside the raw files embeds them."""
+    rows: list[tuple[str, str, str]] = []
+    # Kernels whose SASS keeps fewer loads in flight than their label (ILP 16 holds 12; ILP 8 at
+    # 32 registers holds 4: build.json) are left out, so that "KiB in flight" means what it says.
+    def honest(r: dict[str, Any]) -> bool:
+        return r["stride"] == 1 and r["ilp"] <= 8 and not (r["ilp"] == 8 and r["regs"] <= 32)
+
+    free = [r for r in summary["bwl1"]["rows"] if honest(r)]
+    pad = [r for r in summary["bw"]["rows"] if honest(r)]
+    chip = max(r["sms"] for r in free)
+    for kib in (8, 16, 32, 64, 128):
+        one = [r["GBps"] for r in free if r["sms"] == 1 and r["inflight_per_sm_KiB"] == kib]
+        allsm = [r["GBps"] for r in free if r["sms"] == chip and r["inflight_per_sm_KiB"] == kib]
+        rows.append(("DRAM bw vs bytes in flight", f"{kib} KiB in flight per SM, L1 free: 1 SM / {chip} SMs",
+                     f"{_lo_hi(one)} / {_lo_hi(allsm)} GB/s"))
+    rows.append(("DRAM bw vs bytes in flight", "one SM, best of any shape: L1 free / shared memory padded to ~228 KiB",
+                 f"{_best(free, 'GBps', sms=1):.0f} / {_best(pad, 'GBps', sms=1):.0f} GB/s"))
+    rows.append(("DRAM bw vs bytes in flight", f"chip, best ({chip} SMs, L1 free / padded)",
+                 f"{_best(free, 'GBps', sms=chip):.0f} / {_best(pad, 'GBps', sms=chip):.0f} GB/s"))
+    lat1 = [r["little_latency_ns"] for r in free if r["sms"] == 1 and r["inflight_per_sm_KiB"] <= 16]
+    latk = [r["little_latency_ns"] for r in free if r["sms"] == chip and r["inflight_per_sm_KiB"] == 32]
+    rows.append(("DRAM bw vs bytes in flight", "Little's-law latency: 1 SM at <= 16 KiB / chip at 32 KiB per SM",
+                 f"{_lo_hi(lat1)} / {_lo_hi(latk)} ns"))
+    for d in summary["bwl1"]["l1"]:
+        if d["sms"] == 1 and (d["ilp"], d["threads"], d["bps"]) == (4, 1024, 2):
+            pts = ", ".join(f"{m:.0f}: {g:.0f}" for m, g in zip(d["smem_per_sm_KiB"], d["GBps_per_sm"]))
+            rows.append(("L1 bounds bytes in flight", "1 SM, 2 x 1024 threads x 4 loads; shared KiB/SM: GB/s", pts))
+    for d in summary["tma"]:
+        if d["sms"] == 1 and d["depth"] == 4:
+            rows.append(("TMA pipeline (this kernel)", f"1 SM, {d['stage_KiB']:.0f} KiB stages x 4",
+                         f"{d['GBps']:.1f} GB/s"))
+    for name, c in summary["cost"].items():
+        m, e = c["fits"]["marginal_us"], c["fits"]["event_us"]
+        rows.append(("cost beyond bytes", f"{name}: per kernel in a graph / one launch with events",
+                     f"{m['intercept_us']:.2f} / {e['intercept_us']:.2f} us + bytes / {m['bandwidth_GBps']:.0f} GB/s"))
+    ch = summary["chain"]
+    for mode in PDL_MODES:
+        d = [c[f"{mode}_delta_pct"] for c in ch]
+        slower = [f"{c['shape']} {c['bytes'] / 2**20:.0f} MiB" for c in ch if c[f"{mode}_delta_pct"] > 3.0]
+        rows.append(("PDL trigger", f"{mode} vs plain graph, {len(d)} chains" + (f"; >3 % slower: {', '.join(slower)}"
+                                                                             if slower else ""),
+                     f"{min(d):+.1f} .. {max(d):+.1f} %"))
+    o = summary["opb"]
+    by = {(r["mode"], r["work_ns"]): r for r in o["rows"]}
+    for mode in ("idle", "loaded"):
+        if (mode, 2000) not in by:
+            continue
+        r = by[(mode, 2000)]
+        rows.append(("op boundary", f"{mode} chip: last release -> first / last resume",
+                     f"{r['lat_first_ns']:.0f} / {r['lat_last_ns']:.0f} ns"))
+    rows.append(("op boundary", "drained (every op streams, then a counter barrier), per boundary",
+                 _lo_hi([d["boundary_us"] for d in o["drained_boundary"]], "{:.2f}") + " us"))
+    return rows
+
+
+def headline_markdown(summary: dict[str, Any]) -> str:
+    """The headline rows as a markdown table."""
+    out = ["| mechanism | measured | value |", "|---|---|---|"]
+    out += [f"| {a} | {b} | {c} |" for a, b, c in headline_rows(summary)]
+    return "\n".join(out) + "\n"

@@ -290,6 +290,9 @@ __global__ void __launch_bounds__(256, 1) k_tma(const unsigned char* __restrict_
         for (unsigned i = threadIdx.x; i < stage_B / 16; i += blockDim.x) acc ^= xor4(st[i]);
         __syncthreads();  // every thread is done with stage s before it is refilled
         if (threadIdx.x == 0 && it + depth < n_st) {
+            // Orders the generic-proxy reads above before the async-proxy refill. Measured on the
+            // H200 (results/h200-mechanisms/raw/README.md, item 3), refills did not overlap: one
+            // stage per ~380 ns + bytes / 118 GB/s at every depth >= 2; this fence is the suspect.
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             issue(it + depth);
         }
@@ -385,7 +388,7 @@ struct Json {
     void close() { s += "}"; }
     bool inner = true;
     void key(const char* k) { s += inner ? "" : ", "; inner = false; s += "\""; s += k; s += "\": "; }
-    void num(const char* k, double v) { key(k); char b[64]; std::snprintf(b, sizeof b, "%.6g", v); s += b; }
+    void num(const char* k, double v) { key(k); char b[64]; std::snprintf(b, sizeof b, "%.10g", v); s += b; }
     void str(const char* k, const std::string& v) { key(k); s += "\"" + v + "\""; }
     void list(const char* k, const std::vector<double>& v) {
         key(k);
