@@ -1,0 +1,93 @@
+"""Command line: build and run the mechanism sweeps on a GPU, or summarise saved raw files.
+
+    python -m validation.mechanisms run --out DIR [--quick] [--sweeps bw,chain,cost,opb] [--timeout S]
+    python -m validation.mechanisms summarize DIR [--out FILE] [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from validation.mechanisms import analysis, runner
+
+
+def _write(path: Path, data: object) -> None:
+    path.write_text(json.dumps(data, separators=(",", ":")) + "\n")
+
+
+def load_dir(d: Path) -> dict[str, dict]:
+    """Every ``<sweep>.json`` in ``d`` that holds data (a failed sweep's file holds only its error)."""
+    raws = {}
+    for s in analysis.SWEEPS:
+        p = d / f"{s}.json"
+        if p.exists():
+            raw = json.loads(p.read_text())
+            if "error" not in raw:
+                raws[s] = raw
+    if not raws:
+        raise analysis.RawError(f"no sweep results in {d}")
+    return raws
+
+
+def summarize_dir(d: Path, out: Path | None = None) -> str:
+    """Summarise the sweeps in ``d``; write the summary to ``out`` (default ``d/analysis.json``) and
+    return the text table."""
+    summary = analysis.summarize(load_dir(d))
+    _write(out or d / "analysis.json", summary)
+    return analysis.table(summary)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    binary, report = runner.build(out)
+    build = {"nvcc": " ".join(runner.nvcc_command(Path("mech_bench"))), "registers": runner.ptxas_registers(report),
+             "sass_loads_in_flight": runner.sass_loads(binary)}
+    _write(out / "build.json", build)
+    binary_kept = binary
+    for sweep in args.sweeps.split(","):
+        t0 = time.time()
+        data = runner.run_sweep(binary_kept, sweep, args.quick, args.timeout)
+        _write(out / f"{sweep}.json", data)
+        status = data.get("error", "ok")
+        print(f"{sweep}: {status} ({time.time() - t0:.1f} s)", flush=True)
+    binary.unlink()  # keep only results under --out
+    print(summarize_dir(out))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m validation.mechanisms", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="build mech_bench and run sweeps (needs nvcc and a GPU)")
+    r.add_argument("--out", required=True)
+    r.add_argument("--quick", action="store_true")
+    r.add_argument("--sweeps", default=",".join(analysis.SWEEPS))
+    r.add_argument("--timeout", type=float, default=120.0, help="seconds per sweep")
+    s = sub.add_parser("summarize", help="summarise raw sweep files in a folder (no GPU)")
+    s.add_argument("dir")
+    s.add_argument("--out", help="where to write the summary JSON (default DIR/analysis.json)")
+    s.add_argument("--markdown", action="store_true", help="print the headline table (markdown) instead")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "run":
+            bad = [x for x in args.sweeps.split(",") if x not in analysis.SWEEPS]
+            if bad:
+                raise analysis.RawError(f"unknown sweep {bad[0]!r}; expected some of {', '.join(analysis.SWEEPS)}")
+            return cmd_run(args)
+        if args.markdown:
+            print(analysis.headline_markdown(analysis.summarize(load_dir(Path(args.dir)))), end="")
+            return 0
+        print(summarize_dir(Path(args.dir), Path(args.out) if args.out else None))
+        return 0
+    except (analysis.RawError, runner.BuildError, OSError, json.JSONDecodeError, KeyError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
