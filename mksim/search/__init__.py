@@ -6,8 +6,18 @@
 """
 
 from ._report import report_rows, write_report
-from ._space import (DESIGNS, POLICY_CHOICES, ROLES, SEARCH_MODES, Candidate, Problem, baseline_params, build,
-                     candidate_from_params, suggest)
+from ._space import (
+    DESIGNS,
+    POLICY_CHOICES,
+    ROLES,
+    SEARCH_MODES,
+    Candidate,
+    Problem,
+    baseline_params,
+    build,
+    candidate_from_params,
+    suggest,
+)
 from ._study import OBJECTIVES, SearchResult, default_study_name, save_best, search, summarize
 
 __all__ = ["Candidate", "DESIGNS", "OBJECTIVES", "POLICY_CHOICES", "Problem", "ROLES", "SEARCH_MODES", "SearchResult",
