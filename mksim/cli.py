@@ -29,7 +29,7 @@ from mksim.sim import simulate
 try:  # typer >= 0.20 vendors click as typer._click
     from typer._click.core import Command, Context
 except ImportError:  # pragma: no cover - older typer uses click itself
-    from click.core import Command, Context
+    from click.core import Command, Context  # type: ignore[assignment]
 
 
 class LazyGroup(TyperGroup):
@@ -42,8 +42,13 @@ class LazyGroup(TyperGroup):
         "explore": "explorer.cli:app",
     }
 
+    #: The order ``mksim --help`` lists the commands in (names not here come last).
+    order: tuple[str, ...] = ("models", "workload", "compare", "simulate", "sweep", "search", "calibrate", "explore",
+                              "hw", "validate")
+
     def list_commands(self, ctx: Context) -> list[str]:
-        return [*super().list_commands(ctx), *(n for n in self.lazy if n not in self.commands)]
+        names = [*super().list_commands(ctx), *(n for n in self.lazy if n not in self.commands)]
+        return sorted(names, key=lambda n: self.order.index(n) if n in self.order else len(self.order))
 
     def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
         if cmd_name in self.lazy and cmd_name not in self.commands:

@@ -23,7 +23,7 @@ from mksim.errors import MksimError
 try:  # typer >= 0.20 vendors click as typer._click
     from typer._click import exceptions as click_exc
 except ImportError:  # pragma: no cover - older typer uses click itself
-    from click import exceptions as click_exc
+    from click import exceptions as click_exc  # type: ignore[no-redef]
 
 __all__ = ["emit_json", "make_table", "out", "parse_ints", "parse_options", "run_app", "say", "si", "to_json"]
 

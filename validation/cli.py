@@ -24,7 +24,7 @@ from validation.suite_schedules import SCHEDULES, search_schedules
 try:  # typer >= 0.20 vendors click as typer._click
     from typer._click.core import ParameterSource
 except ImportError:  # pragma: no cover - older typer uses click itself
-    from click.core import ParameterSource
+    from click.core import ParameterSource  # type: ignore[assignment]
 
 __all__ = ["calibrate_app", "validate_app"]
 

@@ -179,3 +179,15 @@ def test_python_m_validation_calibrate_is_mksim_calibrate():
     r = subprocess.run([sys.executable, "-m", "validation.calibrate", "--from-raw", "x.raw.json"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.strip() == "error: --from-raw needs --out FILE.toml for the overlay it writes"
+
+
+@pytest.mark.parametrize("missing,args,line", [
+    ("optuna", ["search", "--trials", "30", "--storage", "memory"],
+     "error: mksim search needs optuna: pip install 'mksim[search]'"),
+    ("plotly", ["sweep", "--batch", "1", "--html", "/nonexistent/sweep.html"],
+     "error: mksim sweep --html needs plotly: pip install 'mksim[search]'"),
+])
+def test_a_missing_extra_is_one_line_naming_it(missing, args, line):
+    code = f"import sys; sys.modules[{missing!r}] = None; from mksim.cli import main; main({args!r})"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [line], r.stderr
