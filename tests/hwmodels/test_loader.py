@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -152,11 +154,9 @@ def test_overlay_cycle(tmp_path):
 
 def test_hwmodels_does_not_import_mksim():
     """The data layer stands alone: loading a GPU (and failing to) loads no part of the simulator."""
-    import subprocess
-    import sys
-
     code = ("import sys, hwmodels\nhwmodels.load('h200')\ntry:\n    hwmodels.load('h900')\n"
-            "except hwmodels.UnknownGPUError:\n    pass\nprint(sorted(m for m in sys.modules if m.split('.')[0] == 'mksim'))")
+            "except hwmodels.UnknownGPUError:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'mksim'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

@@ -141,7 +141,8 @@ def test_simulation_errors_are_one_line(args, match):
     assert match in r.stderr
 
 
-@pytest.mark.parametrize("args", [("--policy", "foo"), ("--opt", "policy=foo"), ("--designs", "dies", "--policy", "foo")])
+@pytest.mark.parametrize("args", [("--policy", "foo"), ("--opt", "policy=foo"),
+                                  ("--designs", "dies", "--policy", "foo")])
 def test_compare_worker_error_is_one_line_in_seconds(args):
     """An error in a forked worker comes back to the parent (it used to hang the pool forever)."""
     r = subprocess.run([sys.executable, "-m", "mksim", "compare", *args], capture_output=True, text=True, timeout=60)

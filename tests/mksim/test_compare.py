@@ -7,8 +7,15 @@ import os
 import pytest
 
 import hwmodels
-from mksim.compare import (DESIGN_ROWS, ModeSummary, compare_modes, compare_workload, make_workload, parallel_map,
-                           parse_designs)
+from mksim.compare import (
+    DESIGN_ROWS,
+    ModeSummary,
+    compare_modes,
+    compare_workload,
+    make_workload,
+    parallel_map,
+    parse_designs,
+)
 from mksim.errors import UnknownNameError
 from mksim.schedule import MODES
 
