@@ -12,13 +12,18 @@ calibrate it. Where mksim is off by more than 15 % the row says which effect it 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
+if str(ROOT) not in sys.path:  # run as a script: the checkout's mksim, not an installed one
     sys.path.insert(0, str(ROOT))
+
+import hwmodels  # noqa: E402
+import mksim  # noqa: E402
+from mksim.compare import parallel_map  # noqa: E402
+from mksim.workload import Input, Op, Tiling, Workload  # noqa: E402
 
 OFF = 0.15  # beyond this, the row names the missing effect
 
@@ -49,9 +54,6 @@ SOURCES = {
 
 # -- workloads and simulations --------------------------------------------------------------------------------
 def sim(model: str, gpu: str, mode: str, batch: int = 1, kv_len: int = 1024, **opts):
-    import hwmodels
-    import mksim
-
     g = hwmodels.load(gpu)
     wl = mksim.models.workload(model, batch=batch, kv_len=kv_len, n_sms=g.sm.count)
     return mksim.simulate(mksim.build_schedule(wl, g, mode, **opts))
@@ -73,10 +75,6 @@ def ratio(model: str, gpu: str, slow: tuple[str, dict], fast: tuple[str, dict], 
 def sync_boundary_us(gpu: str, mode: str, **opts) -> float:
     """A chain of tiny ops (one task per SM, a few hundred bytes each): what each op boundary costs
     beyond the tasks' own work, the synchronisation as the model charges it."""
-    import hwmodels
-    import mksim
-    from mksim.workload import Input, Op, Tiling, Workload
-
     g = hwmodels.load(gpu)
 
     def chain(n: int):
@@ -244,16 +242,8 @@ def _evaluate(i: int):
 
 
 def predictions() -> list:
-    """Every row's prediction, then the side-by-side cells (row-major by design)."""
-    import multiprocessing as mp
-    import os
-
-    n = len(ROWS) + len(SIDE) * len(SIDE_GPUS)
-    workers = min(n, os.cpu_count() or 1)
-    if workers > 1 and "fork" in mp.get_all_start_methods():
-        with mp.get_context("fork").Pool(workers) as pool:
-            return pool.map(_evaluate, range(n), chunksize=1)
-    return [_evaluate(i) for i in range(n)]
+    """Every row's prediction, then the side-by-side cells (row-major by design), on the machine's cores."""
+    return parallel_map(_evaluate, range(len(ROWS) + len(SIDE) * len(SIDE_GPUS)))
 
 
 INTRO = """# Reproductions: published megakernel designs in mksim
@@ -284,7 +274,7 @@ def render(preds: list | None = None) -> str:
     lines = [INTRO, "| # | design | published figure | GPU | published | mksim | off | mksim setup | source |",
              "|---:|---|---|---|---:|---:|---:|---|---|"]
     missing: dict[str, list[str]] = {}  # what is lacking -> the rows it explains
-    for i, (r, p) in enumerate(zip(ROWS, preds), 1):
+    for i, (r, p) in enumerate(zip(ROWS, preds[:len(ROWS)], strict=True), 1):
         o = off(r.published, p)
         flag = f"**{_pct(o)}**" if abs(o) > OFF else _pct(o)
         lines.append(f"| {i} | {r.design} | {r.figure} | {r.gpu} | {_fmt(r.published, r.unit)} | {_fmt(p, r.unit)} | "
@@ -293,7 +283,8 @@ def render(preds: list | None = None) -> str:
             missing.setdefault(r.missing or "not yet explained", []).append(f"{i} ({_pct(o)})")
     lines += ["", "`off`: mksim against the published figure (0 inside a published range); **bold** beyond "
               "±15 %.", "", "## Where mksim is off by more than 15 %, and what it lacks", ""]
-    lines += [f"- **{'rows' if len(rows) > 1 else 'row'} {', '.join(rows)}**: {what}." for what, rows in missing.items()]
+    lines += [f"- **{'rows' if len(rows) > 1 else 'row'} {', '.join(rows)}**: {what}."
+              for what, rows in missing.items()]
     side = preds[len(ROWS):]
     lines += ["", "## The designs side by side, where nothing is published", "",
               "Llama-3.2-1B, batch 1, KV 96, µs per step; every megakernel with `movement=\"native\"`. On the same "

@@ -5,8 +5,7 @@ from __future__ import annotations
 import dash
 from dash import Dash, dcc, html
 
-from explorer.pages import compare, hardware, validation
-from explorer.pages import search, timeline
+from explorer.pages import compare, hardware, search, timeline, validation
 
 PAGES = (compare, timeline, search, validation, hardware)
 

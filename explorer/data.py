@@ -6,13 +6,24 @@ source of truth and the figures in :mod:`explorer.figures` stay pure.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from explorer.hwdata import WhatIf
+import hwmodels
+import mksim.models
+import validation
+from explorer.hwdata import WhatIf, whatif_changes
+from mksim.compare import compare_modes, compare_workload, make_workload
+from mksim.errors import MksimError, UnknownNameError
+from mksim.extras import require
+from mksim.schedule import Schedule, build_schedule
+from mksim.search import Problem, build, candidate_from_params
+from mksim.sim import CATEGORIES, simulate
 
 #: Validation result sets committed under ``validation/results/``, in display order.
 VALIDATION_SETS = ("h200", "h200-heldout")
@@ -20,35 +31,25 @@ VALIDATION_SETS = ("h200", "h200-heldout")
 
 def models() -> list[str]:
     """Built-in model names."""
-    from mksim import models as m
-
-    return list(m.names())
+    return list(mksim.models.names())
 
 
 def gpus() -> list[str]:
     """GPU names (built-in and calibrated), as ``mksim hw list`` knows them."""
-    import hwmodels
-
     return list(hwmodels.available())
 
 
 def compare_data(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase: str = "decode") -> dict[str, Any]:
     """Every execution mode on one workload: what ``mksim compare --json`` prints, plus the breakdown order.
-
     Keys: ``model gpu workload batch kv_len phase bandwidth_floor_us modes categories``; ``modes`` maps each
     mode to ``latency_us tokens_per_s hbm_util speedup_vs_stream policy breakdown_us``. Raises
     :class:`mksim.errors.MksimError` on bad input (batch 0, a KV length past the model's context, ...).
     """
-    from mksim.cli import compare_modes
-    from mksim.sim import CATEGORIES
-
     d = compare_modes(model, gpu, batch, kv_len, phase)
     return {**d, "categories": list(CATEGORIES)}
 
 
 def _results_dir() -> Path:
-    import validation
-
     return Path(validation.__file__).resolve().parent / "results"
 
 
@@ -60,13 +61,11 @@ def validation_sets() -> list[str]:
 
 def validation_data(name: str = "h200") -> dict[str, Any]:
     """Predicted vs measured from ``validation/results/<name>/summary.json``.
-
     Keys: ``name gpu date predicted_with`` (strings), ``cases`` (the compared cases: ``name model batch
     mode schedule predicted_us measured_us error_pct``), ``by_mode`` (per mode ``n mape_pct mean_error_pct
     max_abs_error_pct``) and ``metrics_line`` (one sentence: MAPE, per-mode errors, Kendall τ).
     """
     if name not in VALIDATION_SETS:
-        from mksim.errors import MksimError
 
         raise MksimError(f"unknown validation set {name!r}; known: {', '.join(VALIDATION_SETS)}")
     s = json.loads((_results_dir() / name / "summary.json").read_text())
@@ -105,24 +104,19 @@ def timeline_schedule(model: str = "llama-3.2-1b", gpu: str = "h200", batch: int
                       phase: str = "decode", mode: str = "megakernel", policy: str | None = None,
                       schedule: str | None = None, prefill_tokens: int = 0):
     """The :class:`mksim.schedule.Schedule` the Timeline page simulates.
-
     ``schedule`` is the JSON text of a schedule file (what ``mksim simulate --save`` and ``mksim search --out``
     write); without it, ``mode``'s default schedule of the workload (``policy``: a persistent mode's placement
     policy, ``None`` for the default; ``prefill_tokens``: new tokens per sequence, for the prefill phase).
     Raises :class:`mksim.errors.MksimError` on bad input.
     """
-    from mksim.errors import MksimError
-    from mksim.schedule import Schedule, build_schedule
-
     if schedule is not None:
         if not schedule.lstrip().startswith("{"):  # from_json would take other text for a path on this machine
             raise MksimError("not a schedule file: expected the JSON that mksim simulate --save writes")
         return Schedule.from_json(schedule)
-    import hwmodels
-    from mksim import models as m
 
     g = hwmodels.load(gpu)
-    wl = m.workload(model, batch=batch, kv_len=kv_len, phase=phase, prefill_tokens=prefill_tokens, n_sms=g.sm.count)
+    wl = mksim.models.workload(model, batch=batch, kv_len=kv_len, phase=phase, prefill_tokens=prefill_tokens,
+                               n_sms=g.sm.count)
     return build_schedule(wl, g, mode, policy=policy or None)
 
 
@@ -130,7 +124,6 @@ def timeline_data(model: str = "llama-3.2-1b", gpu: str = "h200", batch: int = 1
                   phase: str = "decode", mode: str = "megakernel", policy: str | None = None,
                   schedule: str | None = None, prefill_tokens: int = 0) -> dict[str, Any]:
     """One simulated step, task by task, for the per-SM Gantt chart (arguments as :func:`timeline_schedule`).
-
     Keys: ``workload gpu mode policy latency_us n_tasks n_sms lanes_per_sm``; ``tracks``, the SMs that ran a
     task, in order; ``tasks``, one row per task as columns (``TASK_COLUMNS``: equal-length lists; ``slot`` is
     the block slot on its SM in chain modes, ``bytes`` what the task reads and writes); ``waits``, each
@@ -141,8 +134,6 @@ def timeline_data(model: str = "llama-3.2-1b", gpu: str = "h200", batch: int = 1
     >>> len(d["tracks"]), sorted(d["tasks"]["task"]) == list(range(d["n_tasks"]))
     (132, True)
     """
-    from mksim.sim import simulate
-
     sched = timeline_schedule(model, gpu, batch, kv_len, phase, mode, policy, schedule, prefill_tokens)
     res = simulate(sched)
     g = sched.graph
@@ -159,10 +150,10 @@ def timeline_data(model: str = "llama-3.2-1b", gpu: str = "h200", batch: int = 1
         if cat == "task":
             op = op_of[t]
             for c, v in zip(TASK_COLUMNS, (t, res.task_names[t], op_names[op], op_kinds[op], sm, slot, a, b,
-                                           moved[t])):
+                                           moved[t]), strict=True):
                 tasks[c].append(v)
         elif cat in WAIT_KINDS:
-            for c, v in zip(WAIT_COLUMNS, (cat, t, res.task_names[t], sm, slot, a, b)):
+            for c, v in zip(WAIT_COLUMNS, (cat, t, res.task_names[t], sm, slot, a, b), strict=True):
                 waits[c].append(v)
     return {"workload": res.workload, "gpu": res.gpu, "mode": res.mode, "policy": res.policy,
             "latency_us": res.latency_us, "n_tasks": res.n_tasks, "n_sms": sched.gpu.sm.count,
@@ -173,9 +164,7 @@ def timeline_data(model: str = "llama-3.2-1b", gpu: str = "h200", batch: int = 1
 def perfetto_trace(schedule: str) -> str:
     """The Chrome trace (JSON text, opens in Perfetto) of a schedule file's JSON, as ``mksim simulate --trace``
     writes it: one track per SM."""
-    import tempfile
 
-    from mksim.sim import simulate
 
     res = simulate(timeline_schedule(schedule=schedule))
     with tempfile.TemporaryDirectory() as d:
@@ -194,19 +183,14 @@ def storage_url(text: str) -> str:
     >>> storage_url("/tmp/s.db"), storage_url("sqlite:///s.db")
     ('sqlite:////tmp/s.db', 'sqlite:///s.db')
     """
-    from mksim.errors import MksimError
-
     text = (text or "").strip()
     if not text:
         raise MksimError("give a study storage: an SQLite file path or an RDB URL")
     return text if "://" in text else f"sqlite:///{Path(text).expanduser().resolve()}"
 
 
-def _load_study(storage: str, study: str):
-    import optuna
-
-    from mksim.errors import MksimError
-
+def _load_study(storage: str, study: str) -> Any:
+    optuna = require("optuna", "explorer", "the Search page")
     url = storage_url(storage)
     if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
         raise MksimError(f"no study storage at {url[len('sqlite:///'):]}")  # opening it would create it
@@ -223,7 +207,6 @@ def _load_study(storage: str, study: str):
 
 def study_data(storage: str, study: str) -> dict[str, Any]:
     """A search study as plain data, read from its storage (a running study: what it holds so far).
-
     Keys: ``study storage problem objectives`` (``["latency"]`` or ``["latency", "smem"]``), ``counts`` (trials
     per state of ``TRIAL_STATES``), ``finished`` (complete and pruned: what ``trials`` counts), ``trials`` (one
     row per trial: ``number state latency_us smem_KiB params baseline mode reason``), ``best`` (the complete
@@ -254,7 +237,6 @@ def study_data(storage: str, study: str) -> dict[str, Any]:
 
 def pareto_front(rows: list[dict[str, Any]]) -> list[int]:
     """Numbers of the rows no other row beats on both latency and shared memory (least latency first).
-
     >>> pareto_front([{"number": 0, "latency_us": 5, "smem_KiB": 64}, {"number": 1, "latency_us": 4,
     ...               "smem_KiB": 160}, {"number": 2, "latency_us": 6, "smem_KiB": 96}])
     [1, 0]
@@ -270,11 +252,6 @@ def pareto_front(rows: list[dict[str, Any]]) -> list[int]:
 def best_schedule_json(storage: str, study: str, trial: int | None = None) -> str:
     """The schedule file (JSON text) of a study's best trial, or of trial ``trial``: what ``mksim search
     --out`` writes. Raises :class:`mksim.errors.MksimError` if there is no such complete trial."""
-    import hwmodels
-    from mksim.errors import MksimError
-    from mksim.search import Problem, build
-    from mksim.search._space import candidate_from_params
-
     st = _load_study(storage, study)
     p = st.user_attrs.get("problem")
     if not p:
@@ -291,38 +268,15 @@ def best_schedule_json(storage: str, study: str, trial: int | None = None) -> st
 
 
 # -- Compare: uploaded configs, per-op times, the roofline, hardware what-ifs -----------------
-def _simulate_mode(job: tuple) -> dict[str, Any]:
-    """One mode of a comparison (run in a forked worker): the summary and each op's span."""
-    from mksim.schedule import build_schedule
-    from mksim.sim import simulate
-
-    wl, g, mode = job
-    r = simulate(build_schedule(wl, g, mode))
-    return {"latency_us": r.latency_us, "tokens_per_s": r.tokens_per_s, "hbm_util": r.hbm_util,
-            "policy": r.policy, "breakdown_us": r.breakdown_us,
-            "op_time_us": [op["time_us"] for op in r.per_op]}
-
-
 @lru_cache(maxsize=32)
 def _compare_run(model: str, gpu: str, batch: int, kv_len: int, phase: str, config_json: str | None,
                  whatif: WhatIf) -> dict[str, Any]:
-    import hwmodels
-    from mksim import models as m
-    from mksim.cli import _map
-    from mksim.schedule import MODES
-    from mksim.sim import CATEGORIES
-
     g = whatif.apply(hwmodels.load(gpu))
-    params = dict(batch=batch, kv_len=kv_len, phase=phase, prefill_tokens=0, weight_dtype="bf16",
-                  n_sms=g.sm.count)  # what `mksim compare` passes
-    if config_json is None:
-        wl = m.workload(model, **params)
-    else:
-        wl = m.workload(m.config_from_hf(json.loads(config_json), name=model), **params)
-    order = sorted(MODES, key=lambda mode: mode != "megakernel")  # the longest first, as mksim compare
-    done = dict(zip(order, _map(_simulate_mode, [(wl, g, mode) for mode in order])))
-    base = done["stream"]["latency_us"]
-    modes = {mode: {**done[mode], "speedup_vs_stream": base / done[mode]["latency_us"]} for mode in MODES}
+    spec = model if config_json is None else mksim.models.config_from_hf(json.loads(config_json), name=model)
+    wl = make_workload(spec, batch, kv_len, phase, n_sms=g.sm.count)  # what `mksim compare` simulates
+    done = compare_workload(wl, g)
+    base = done["stream"].latency_us
+    modes = {mode: {**r.row(base), "op_time_us": r.op_time_us} for mode, r in done.items()}
     c = g.compute
     return {"model": model, "gpu": g.name, "workload": wl.name, "batch": batch, "kv_len": kv_len, "phase": phase,
             "bandwidth_floor_us": wl.bandwidth_floor_us(g.dram.bandwidth_spec_GBps * 1e9), "modes": modes,
@@ -339,7 +293,6 @@ def _compare_run(model: str, gpu: str, batch: int, kv_len: int, phase: str, conf
 def compare_run(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase: str = "decode", *,
                 config: dict[str, Any] | None = None, whatif: WhatIf | None = None) -> dict[str, Any]:
     """:func:`compare_data` for the explorer's pages, remembered per inputs, with more in it.
-
     ``config`` is a Hugging Face ``config.json`` (parsed; ``model`` is then its display name),
     ``whatif`` hardware overrides (:class:`WhatIf`). Besides :func:`compare_data`'s keys, each mode
     has ``op_time_us`` (each op's span, first task start to last task end, in the order of ``ops``),
@@ -355,15 +308,11 @@ def compare_run(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase:
 
 def parse_config_upload(contents: str, filename: str | None) -> dict[str, Any]:
     """An uploaded Hugging Face ``config.json`` (a ``data:...;base64,`` URL, as ``dcc.Upload`` gives it).
-
     Returns ``name`` (the file's stem, or the config's own name for a ``config.json``), ``config``
     (the parsed dict, to pass to :func:`compare_run`) and ``summary`` (one line). A file mksim cannot
     read raises :class:`mksim.errors.MksimError` with mksim's one-line message, naming the file.
     """
-    import base64
 
-    from mksim import models as m
-    from mksim.errors import MksimError
 
     fname = filename or "config.json"
     try:
@@ -374,7 +323,7 @@ def parse_config_upload(contents: str, filename: str | None) -> dict[str, Any]:
         raise MksimError(f"{fname}: a config.json must hold a JSON object")
     stem = Path(fname).stem
     try:
-        cfg = m.config_from_hf(raw, name=None if fname == "config.json" else stem)
+        cfg = mksim.models.config_from_hf(raw, name=None if fname == "config.json" else stem)
     except MksimError as exc:  # its messages start with "config: " for a dict
         msg = str(exc)
         raise MksimError(f"{fname}: {msg.removeprefix('config: ')}") from None
@@ -385,7 +334,6 @@ def parse_config_upload(contents: str, filename: str | None) -> dict[str, Any]:
 
 def roofline_data(run: dict[str, Any], mode: str = "graph") -> dict[str, Any]:
     """Each op of a :func:`compare_run` on the roofline of its GPU, as simulated in ``mode``.
-
     ``points``: per op ``op kind unit intensity_flop_per_B attained_TFLOPs time_us`` with intensity
     = FLOPs / bytes it must move and attained = FLOPs / its span in ``mode`` (in a megakernel, ops
     overlap: a span is from its first task's start to its last task's end); ops without FLOPs or
@@ -394,12 +342,11 @@ def roofline_data(run: dict[str, Any], mode: str = "graph") -> dict[str, Any]:
     peak over the spec bandwidth).
     """
     if mode not in run["modes"]:
-        from mksim.errors import UnknownNameError
 
         raise UnknownNameError("mode", mode, list(run["modes"]))
     times = run["modes"][mode]["op_time_us"]
     points, skipped = [], 0
-    for op, t in zip(run["ops"], times):
+    for op, t in zip(run["ops"], times, strict=True):
         if op["flops"] <= 0 or op["bytes"] <= 0 or t <= 0:
             skipped += 1
             continue
@@ -416,9 +363,6 @@ def whatif_data(model: str, gpu: str, whatif: WhatIf, batch: int = 1, kv_len: in
                 phase: str = "decode") -> dict[str, Any]:
     """The comparison on ``gpu`` as specified (``base``) and with ``whatif`` applied (``whatif``), and
     the numbers the what-if changed (``changes``: ``key unit base new``)."""
-    import hwmodels
-    from explorer.hwdata import whatif_changes
-
     spec = hwmodels.load(gpu)
     changes = whatif_changes(spec, whatif.apply(spec))
     return {"base": compare_run(model, gpu, batch, kv_len, phase),

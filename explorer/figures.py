@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
 
 #: ± band around y = x on the predicted-vs-measured chart.
@@ -107,8 +108,6 @@ PX_PER_TRACK = 7
 
 def _segments(a: Any, b: Any, y: Any) -> tuple[Any, Any]:
     """x and y of horizontal segments [a, b] at heights y, as one line broken by gaps (NaN)."""
-    import numpy as np
-
     gap = np.full(len(a), np.nan)
     f4 = np.float32  # µs to 1 ns over a step of milliseconds, half the bytes sent to the browser
     return np.column_stack([a, b, gap]).ravel().astype(f4), np.column_stack([y, y, gap]).ravel().astype(f4)
@@ -121,8 +120,6 @@ def timeline_figure(data: dict[str, Any]) -> go.Figure:
     Few traces whatever the task count (WebGL segments: a line and a trace of hover points per kind), so
     132 SMs and tens of thousands of bars stay fast to draw and zoom.
     """
-    import numpy as np
-
     fig = go.Figure()
     lps = max(1, int(data["lanes_per_sm"]))
     n = max(data["tracks"], default=0) + 1
@@ -147,7 +144,6 @@ def timeline_figure(data: dict[str, Any]) -> go.Figure:
     tasks, waits = data["tasks"], data["waits"]
     kinds = np.asarray(tasks["kind"])
     names = np.asarray(tasks["name"], dtype=object)
-    ops = np.asarray(tasks["op"], dtype=object)
     for i, kind in enumerate(sorted(set(tasks["kind"]))):
         m = kinds == kind
         add(tasks, m, kind, KIND_PALETTE[i % len(KIND_PALETTE)], list(names[m]),

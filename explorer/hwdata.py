@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import hwmodels
-from hwmodels._schema import UNITS, unit_of
+from hwmodels import UNITS, unit_of
 from mksim.errors import MksimError
 
 

@@ -11,13 +11,17 @@ unknown GPU answers at once.
 from __future__ import annotations
 
 import itertools
+import multiprocessing as mp
 import tempfile
 import threading
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import hwmodels
+from explorer.data import storage_url
 from mksim.errors import MksimError
+from mksim.search import Problem, baseline_params, default_study_name, search
 
 #: What the Search page offers as objectives (``mksim search --objective``).
 OBJECTIVE_CHOICES = ("latency", "latency,smem")
@@ -37,10 +41,6 @@ def default_storage() -> str:
 def check_search(model: str, gpu: str, batch: int, kv_len: int, trials: int, objectives: str) -> str:
     """Check a search's inputs as :func:`mksim.search.search` would (one-line MksimError); returns the
     default study name."""
-    import hwmodels
-    from mksim.search import Problem, baseline_params
-    from mksim.search._study import default_study_name
-
     if objectives not in OBJECTIVE_CHOICES:
         raise MksimError(f"objectives: give {' or '.join(repr(o) for o in OBJECTIVE_CHOICES)}")
     spec = hwmodels.load(gpu)
@@ -54,8 +54,6 @@ def check_search(model: str, gpu: str, batch: int, kv_len: int, trials: int, obj
 
 def _run(kwargs: dict[str, Any]) -> dict[str, Any]:
     """In the worker: run the search; errors come back as one line (exceptions need not pickle)."""
-    from mksim.search import search
-
     try:
         return {"result": search(**kwargs).to_dict()}
     except MksimError as exc:
@@ -68,15 +66,11 @@ def start_search(model: str, gpu: str, batch: int, kv_len: int, trials: int, obj
                  storage: str | None = None, study: str | None = None, seed: int = 0) -> dict[str, Any]:
     """Start a search in a worker process; returns ``{"job", "storage", "study", "trials"}`` (the study's
     storage URL and name, to follow it). Raises MksimError on bad input, before any process starts."""
-    from explorer.data import storage_url
-
     default_name = check_search(model, gpu, batch, kv_len, trials, objectives)
     name = (study or "").strip() or default_name
     url = storage_url(storage or default_storage())
     kwargs = dict(model=model, gpu=gpu, batch=batch, kv_len=kv_len, trials=trials, seed=seed, storage=url,
                   study_name=name, objectives=objectives)
-    import multiprocessing as mp
-
     pool = ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn"))
     fut = pool.submit(_run, kwargs)
     job = f"search-{next(_IDS)}"

@@ -12,6 +12,9 @@ import hashlib
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
+
+from mksim.extras import require
 
 #: The cache keeps at most this many bytes; the least recently used schedules go first.
 SIZE_LIMIT_BYTES = 256 * 2**20
@@ -22,9 +25,8 @@ def cache_dir() -> Path:
     return Path(os.environ.get("MKSIM_EXPLORER_CACHE") or Path(tempfile.gettempdir()) / "mksim-explorer" / "cache")
 
 
-def _cache():
-    import diskcache
-
+def _cache() -> Any:
+    diskcache = require("diskcache", "explorer", "the explorer's schedule store")
     return diskcache.Cache(str(cache_dir()), size_limit=SIZE_LIMIT_BYTES, eviction_policy="least-recently-used")
 
 

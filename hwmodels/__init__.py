@@ -5,7 +5,10 @@
 True
 """
 
+from . import errors
 from ._loader import available, load, resolve
-from ._schema import SECTIONS, GPUSpec, Source
+from ._schema import SECTIONS, UNITS, GPUSpec, Source, unit_of
+from .errors import HardwareError, HardwareFileError, UnknownGPUError
 
-__all__ = ["GPUSpec", "SECTIONS", "Source", "available", "load", "resolve"]
+__all__ = ["GPUSpec", "HardwareError", "HardwareFileError", "SECTIONS", "Source", "UNITS", "UnknownGPUError",
+           "available", "errors", "load", "resolve", "unit_of"]

@@ -15,9 +15,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from mksim.errors import HardwareFileError, UnknownNameError
-
 from ._schema import IDENTITY_KEYS, OPTIONAL_TABLES, SECTIONS, SOURCE_KINDS, UNITS, GPUSpec, Source, unit_of
+from .errors import HardwareFileError, UnknownGPUError
 
 _HERE = Path(__file__).resolve().parent
 SEARCH_DIRS = (_HERE / "data", _HERE / "calibrated")
@@ -45,7 +44,7 @@ def resolve(name_or_path: str | Path) -> Path:
         cand = d / f"{text.lower()}.toml"
         if cand.is_file():
             return cand
-    raise UnknownNameError("GPU", text, available())
+    raise UnknownGPUError("GPU", text, available())
 
 
 def load(name_or_path: str | Path) -> GPUSpec:
@@ -89,7 +88,7 @@ def _merged(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
         base_path = path.parent / base_path
     try:
         base_file = resolve(base_path if base_path.is_file() else base_name)
-    except UnknownNameError as exc:
+    except UnknownGPUError as exc:
         raise HardwareFileError(f"{path}: 'extends' names unknown model {base_name!r}; known: "
                                 f"{', '.join(exc.known)}") from None
     base = _merged(base_file, (*chain, path.resolve()))

@@ -3,37 +3,36 @@
 Every error raised for bad input derives from :class:`MksimError`; the CLI prints
 ``error: <message>`` and exits with status 2, without a traceback. A message says
 what is wrong and how to fix it.
+
+``MksimError`` is :class:`hwmodels.errors.InputError`, the root that the hardware layer defines:
+hwmodels sits below mksim and may not import it, yet ``except MksimError`` must catch a bad
+hardware file (:class:`HardwareFileError`) or an unknown GPU (:class:`UnknownGPUError`) too. Every
+class here pickles, so an error raised in a worker process is raised again in the parent.
+
+>>> import hwmodels
+>>> try:
+...     hwmodels.load("h900")
+... except MksimError as exc:
+...     print(type(exc).__name__)
+UnknownGPUError
 """
 
 from __future__ import annotations
 
+from hwmodels.errors import HardwareError, HardwareFileError, UnknownGPUError, UnknownNameError
+from hwmodels.errors import InputError as MksimError
+
 __all__ = [
-    "MksimError",
+    "DeadlockError",
+    "HardwareError",
     "HardwareFileError",
+    "MissingExtraError",
+    "MksimError",
+    "ScheduleError",
+    "UnknownGPUError",
     "UnknownNameError",
     "WorkloadError",
-    "ScheduleError",
-    "DeadlockError",
 ]
-
-
-class MksimError(Exception):
-    """Base class of the errors mksim reports to the user in one line."""
-
-
-class HardwareFileError(MksimError):
-    """A hardware data file is malformed (missing or unknown key, bad unit or value)."""
-
-
-class UnknownNameError(MksimError, KeyError):
-    """A model, GPU, mode or policy name that mksim does not know."""
-
-    def __init__(self, kind: str, name: str, known: list[str] | tuple[str, ...]):
-        self.kind, self.name, self.known = kind, name, tuple(known)
-        super().__init__(f"unknown {kind} {name!r}; known: {', '.join(self.known)}")
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return self.args[0]
 
 
 class WorkloadError(MksimError, ValueError):
@@ -46,3 +45,7 @@ class ScheduleError(MksimError, ValueError):
 
 class DeadlockError(ScheduleError):
     """A schedule whose queue order makes tasks wait on each other in a cycle."""
+
+
+class MissingExtraError(MksimError, ImportError):
+    """An optional dependency (an extra of the mksim package) is not installed."""

@@ -1,13 +1,29 @@
-"""HTML reports (plotly loads only here)."""
+"""The sweep (``mksim sweep``): its rows, the data behind its chart, and the chart as HTML (plotly
+loads only when the chart is drawn)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from mksim.errors import MksimError
+from mksim.compare import compare_modes
+from mksim.extras import require
+from mksim.schedule import MODES
 
-MODES = ("stream", "graph", "graph_pdl", "persistent_barrier", "megakernel")
+__all__ = ["sweep_figure_html", "sweep_rows", "sweep_series"]
+
+
+def sweep_rows(model: str, gpu: str, batches: list[int], kv_lens: list[int]) -> list[dict[str, Any]]:
+    """One row per batch and KV length: each mode's latency (``<mode>_us``) and the megakernel's
+    speed-up over graph_pdl (``megakernel_speedup_vs_graph_pdl``)."""
+    rows = []
+    for b in batches:
+        for kv in kv_lens:
+            m = compare_modes(model, gpu, b, kv)["modes"]
+            speedup = m["graph_pdl"]["latency_us"] / m["megakernel"]["latency_us"]
+            rows.append({"batch": b, "kv_len": kv, **{f"{k}_us": v["latency_us"] for k, v in m.items()},
+                         "megakernel_speedup_vs_graph_pdl": speedup})
+    return rows
 
 
 def sweep_series(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -18,13 +34,11 @@ def sweep_series(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def sweep_figure_html(rows: list[dict[str, Any]], model: str, gpu: str, path: str | Path) -> Path:
-    try:
-        import plotly.graph_objects as go
-        from plotly.subplots import make_subplots
-    except ImportError:
-        raise MksimError("--html needs plotly: pip install 'mksim[search]'") from None
+    """Write the sweep chart (latency per mode, the megakernel's speed-up) as an HTML page at ``path``."""
+    go = require("plotly.graph_objects", "search", "mksim sweep --html")
+    subplots = require("plotly.subplots", "search", "mksim sweep --html")
     data = sweep_series(rows)
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, subplot_titles=(
+    fig = subplots.make_subplots(rows=2, cols=1, shared_xaxes=True, subplot_titles=(
         "latency per step (µs)", "megakernel speed-up over graph_pdl"))
     for m, ys in data["latency_us"].items():
         fig.add_trace(go.Scatter(x=data["x"], y=ys, mode="lines+markers", name=m), row=1, col=1)

@@ -27,11 +27,19 @@ import platform
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+import hwmodels
+import mksim
+from mksim import models
 from mksim.errors import MksimError
+from mksim.schedule import MODE_DEFAULTS, Schedule
+from mksim.sim import simulate
+from validation.calibrate import NoGPUError, driver_string
+from validation.suite_plots import write_plots
 
 HERE = Path(__file__).resolve().parent
 SCHEDULES = HERE / "schedules"
@@ -98,8 +106,6 @@ def select(cases: list[Case], only: list[str] | None) -> list[Case]:
 def _formula_kernel_options(model: str, batch: int, kv_len: int = KV_LEN, gpu: str = GPU) -> dict:
     """The first draft of the kernel's needs, used when validation.megakernel.gpu is absent: the
     largest matmul input (``intermediate_size``) of every sequence in bf16 plus 16 KiB of scratch."""
-    from mksim import models
-
     max_k = models.get(model).intermediate_size
     return {"smem_reserve_KiB": math.ceil((batch * max_k * 2 + 16384) / 1024)}
 
@@ -110,9 +116,6 @@ def kernel_options(model: str, batch: int, kv_len: int = KV_LEN, gpu: str = GPU,
 
     From :func:`validation.megakernel.gpu.kernel_options` when present; otherwise a formula
     (the draft it replaces)."""
-    import hwmodels
-    from mksim.schedule import MODE_DEFAULTS
-
     try:
         from validation.megakernel.gpu import kernel_options as real
     except ImportError:
@@ -143,8 +146,6 @@ def search_fixed(model: str, batch: int, kv_len: int = KV_LEN, gpu: str = GPU) -
     The reserve is the larger of the kernel's and the draft formula's (which allows for the
     whole input row of every sequence plus 16 KiB), so that the stored schedules survive small
     changes to the kernel's scratch space; :func:`check_kernel_fit` says when they no longer do."""
-    from mksim.schedule import MODE_DEFAULTS
-
     kopts = kernel_options(model, batch, kv_len, gpu)
     opts = {k: v for k, v in kopts.items() if k != "prefetch_depth"}
     draft = _formula_kernel_options(model, batch, kv_len, gpu)["smem_reserve_KiB"]
@@ -170,10 +171,6 @@ def check_kernel_fit(schedule, model: str, batch: int, kv_len: int, gpu: str = G
 # -- building and predicting -----------------------------------------------------------------------
 def build(case: Case, gpu: str = GPU):
     """The case's schedule: the stored file, or built with the kernel's options."""
-    import hwmodels
-    import mksim
-    from mksim.schedule import Schedule
-
     if case.schedule_file:
         path = Path(case.schedule_file)
         if not path.is_absolute() and not path.is_file():
@@ -203,24 +200,20 @@ def predicted_us(schedule) -> float:
     the measurement brackets the step with CUDA events recorded on the GPU's stream, which see
     GPU time, not the host's submission latency. Every prediction of the suite goes through
     here, so that the two are compared on the same footing."""
-    from mksim.sim import simulate
-
     return simulate(schedule).latency_us - schedule.gpu.launch.launch_latency_us
 
 
 def schedule_for_gpu(schedule_json: dict, gpu: str):
     """A stored schedule, re-read for the hardware model ``gpu`` (its queues kept)."""
-    from mksim.schedule import Schedule
-
     return Schedule.from_json(json.dumps({**schedule_json, "gpu": gpu}))
 
 
 # -- running --------------------------------------------------------------------------------------
-def _real_measure() -> Measure:
+def real_measure() -> Measure:
+    """The GPU runner's measurement (:func:`validation.megakernel.gpu.measure`); NoGPUError where it cannot load."""
     try:
         from validation.megakernel.gpu import measure
     except ImportError as exc:
-        from validation.calibrate import NoGPUError
 
         raise NoGPUError(f"the GPU runner (validation.megakernel.gpu) cannot be imported here ({exc})") from None
     return measure
@@ -235,9 +228,7 @@ def device_info() -> dict:
         props = cupy.cuda.runtime.getDeviceProperties(0)
         name = props["name"]
         info["name"] = name.decode() if isinstance(name, bytes) else str(name)
-        from validation.calibrate import _driver_string
-
-        info["driver"] = _driver_string(cupy.cuda.runtime.driverGetVersion())
+        info["driver"] = driver_string(cupy.cuda.runtime.driverGetVersion())
     except Exception:  # no CuPy, no GPU, no driver: the measurement will say so
         pass
     return info
@@ -277,7 +268,7 @@ def one_line(exc: BaseException) -> str:
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _write(path: Path, doc: dict, compact: bool = False) -> None:
@@ -294,8 +285,6 @@ def run_case(case: Case, measure: Measure, *, reps: int = 20, watchdog_s: float 
     """Build and measure one case; returns its record: the schedule (JSON, so that it can be
     predicted again) and the measurement, or the error in one line. Only
     :class:`~validation.calibrate.NoGPUError` (and an interrupt) propagate."""
-    from validation.calibrate import NoGPUError
-
     rec: dict[str, Any] = {"name": case.name, **asdict(case)}
     t0 = time.monotonic()
     try:
@@ -314,12 +303,11 @@ def run_suite(cases: list[Case], out_dir: Path | str, measure: Measure | None = 
               watchdog_s: float = 60.0, gpu: str = GPU, resume: bool = False, device: dict | None = None,
               say: Callable[[str], None] = lambda _msg: None) -> dict:
     """Run ``cases`` and write ``out_dir/measured.json`` after each; returns its content.
-
     ``measure(schedule, reps=, watchdog_s=, source_dir=)`` is the GPU runner (default: the real
     one, imported now). A case that fails records its error in one line and the suite goes on;
     no GPU at all (:class:`~validation.calibrate.NoGPUError`) stops it. ``resume`` keeps the
     cases an earlier ``measured.json`` in ``out_dir`` measured without error."""
-    measure = measure or _real_measure()
+    measure = measure or real_measure()
     out = Path(out_dir)
     path = out / MEASURED
     kept: dict[str, dict] = {}
@@ -457,8 +445,6 @@ def summarize(measured: dict | Path | str, gpu: str = GPU) -> dict:
     schedule, predicted_us, measured_us, measured_spread_us, max_rel_err) plus each case's error,
     bandwidth and name, and the suite's :func:`metrics`. Predictions are recomputed here, on the
     CPU, with the hardware model ``gpu``."""
-    import hwmodels
-
     doc = measured if isinstance(measured, dict) else load_measured(measured)
     hbm_GBps = hwmodels.load(gpu).hbm_bandwidth_Bps / 1e9
     rows = [_row(rec, gpu, hbm_GBps) for rec in doc["cases"]]
@@ -469,8 +455,6 @@ def summarize(measured: dict | Path | str, gpu: str = GPU) -> dict:
 def write_summary(measured_dir: Path | str, gpu: str = GPU, out_dir: Path | str | None = None) -> dict:
     """Summary, plots and markdown table of ``measured_dir/measured.json`` into ``out_dir``
     (default: the same folder). Returns ``{"summary": ..., "files": [paths]}``."""
-    from validation.suite_plots import write_plots
-
     summary = summarize(Path(measured_dir), gpu)
     out = Path(out_dir) if out_dir else Path(measured_dir)
     out.mkdir(parents=True, exist_ok=True)

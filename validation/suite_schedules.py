@@ -4,10 +4,13 @@ stored under ``validation/schedules/``, and their table for docs/validation.md."
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
+import hwmodels
 from mksim.errors import MksimError
+from mksim.schedule import Schedule
+from mksim.search import search
 
 from .suite import BATCHES, GPU, KV_LEN, MODELS, SCHEDULES, _f, predicted_us, search_fixed
 
@@ -20,8 +23,6 @@ def search_schedules(only: list[str] | None = None, *, trials: int = 200, seed: 
     """Run ``mksim search`` for each model and batch of the suite with the kernel's options fixed
     (:func:`search_fixed`); write ``<model>-b<batch>.json`` (the best schedule) and
     ``<model>-b<batch>.search.json`` (the study's outcome) into ``out_dir``."""
-    from mksim.search import search
-
     pairs = [(m, b) for m in MODELS for b in BATCHES]
     if only:
         pairs = [(m, b) for m, b in pairs if any(s in f"{m}/b{b}" for s in only)]
@@ -35,8 +36,6 @@ def search_schedules(only: list[str] | None = None, *, trials: int = 200, seed: 
         path = out / f"{model}-b{batch}.json"
         res = search(model, gpu, batch=batch, kv_len=KV_LEN, trials=trials, seed=seed, storage=storage,
                      workers=workers, out=path, fixed=fixed, best_mode="megakernel")
-        from mksim.schedule import Schedule
-
         info = {"model": model, "batch": batch, "kv_len": KV_LEN, "gpu": gpu, "trials": trials, "seed": seed,
                 "fixed": fixed, "schedule": path.name, "predicted_us": predicted_us(Schedule.from_json(path)),
                 "latency_us": res.best["latency_us"], "candidate": res.best["candidate"],
@@ -54,8 +53,6 @@ def search_schedules(only: list[str] | None = None, *, trials: int = 200, seed: 
 def schedules_table(folder: Path | str = SCHEDULES, gpu: str = GPU) -> str:
     """The searched schedules against the default megakernel and graph_pdl (predicted µs, as the
     suite predicts: launch latency left out), from the ``.search.json`` files in ``folder``."""
-    import hwmodels
-
     launch = hwmodels.load(gpu).launch.launch_latency_us
     lines = ["| model | batch | searched µs | default megakernel (dag) µs | graph_pdl µs | vs default | vs graph_pdl "
              "| searched schedule | kernel options fixed | trials complete/pruned |",

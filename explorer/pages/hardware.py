@@ -8,6 +8,7 @@ from typing import Any
 import plotly.graph_objects as go
 from dash import Input, Output, callback, dcc, html
 
+import hwmodels
 from explorer import data, figures
 from explorer.hwdata import WhatIf, hardware_table
 from mksim.errors import MksimError
@@ -126,8 +127,6 @@ def run_whatif(model: str | None, gpu: str | None, batch: Any, kv_len: Any, laun
     """``(message, changes, what-if table, figure)`` for the sliders' values (multipliers of the GPU's launch
     costs, HBM bandwidth, barrier and flag costs, SM count); bad input answers with mksim's one-line
     message and an empty figure, never raises."""
-    import hwmodels
-
     try:
         if not model or not gpu:
             raise MksimError("choose a model and a GPU")

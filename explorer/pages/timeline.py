@@ -11,6 +11,7 @@ from dash import Input, Output, State, callback, ctx, dcc, html, no_update
 
 from explorer import data, figures, store
 from mksim.errors import MksimError
+from mksim.schedule import POLICIES
 
 PATH, NAME = "/timeline", "Timeline"
 MODES = ("stream", "graph", "graph_pdl", "persistent_barrier", "megakernel")
@@ -18,8 +19,6 @@ MODES = ("stream", "graph", "graph_pdl", "persistent_barrier", "megakernel")
 
 def layout(schedule: str | None = None, **_query: Any) -> html.Div:
     """The page (built on request). ``/timeline?schedule=<token>`` shows a schedule the Search page kept."""
-    from mksim.schedule import POLICIES
-
     def field(label: str, comp: Any) -> html.Label:
         return html.Label([label, comp], style={"display": "inline-block", "marginRight": "1em"})
 

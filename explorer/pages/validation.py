@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import plotly.graph_objects as go
 from dash import Input, Output, callback, dcc, html
 
 from explorer import data, figures
@@ -28,8 +29,6 @@ def show_set(name: str | None) -> tuple:
     try:
         d = data.validation_data(name or "")
     except MksimError as exc:
-        import plotly.graph_objects as go
-
         return f"error: {exc}", go.Figure(), go.Figure()
     head = f"{d['gpu']}, {d['date']}, predicted with {d['predicted_with']}: "
     return head + d["metrics_line"], figures.scatter_figure(d), figures.error_figure(d)

@@ -5,8 +5,21 @@
 ('megakernel', 'graph_pdl', 'graph')
 """
 
-from ._space import DESIGNS, POLICY_CHOICES, ROLES, SEARCH_MODES, Candidate, Problem, baseline_params, build, suggest
-from ._study import OBJECTIVES, SearchResult, save_best, search, summarize
+from ._report import report_rows, write_report
+from ._space import (
+    DESIGNS,
+    POLICY_CHOICES,
+    ROLES,
+    SEARCH_MODES,
+    Candidate,
+    Problem,
+    baseline_params,
+    build,
+    candidate_from_params,
+    suggest,
+)
+from ._study import OBJECTIVES, SearchResult, default_study_name, save_best, search, summarize
 
 __all__ = ["Candidate", "DESIGNS", "OBJECTIVES", "POLICY_CHOICES", "Problem", "ROLES", "SEARCH_MODES", "SearchResult",
-           "baseline_params", "build", "save_best", "search", "suggest", "summarize"]
+           "baseline_params", "build", "candidate_from_params", "default_study_name", "report_rows", "save_best",
+           "search", "suggest", "summarize", "write_report"]

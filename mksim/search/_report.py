@@ -8,26 +8,27 @@ embeds plotly.js once, so it opens offline.
 from __future__ import annotations
 
 import html
+import warnings
 from pathlib import Path
 from typing import Any
 
+from mksim.extras import require
 
-def report_rows(result) -> list[dict[str, Any]]:
+
+def report_rows(result: Any) -> list[dict[str, Any]]:
     """Best schedule first, then every baseline with the best's speed-up over it."""
     best = result.best["latency_us"]
-    rows = [{"schedule": f"best (trial {result.best['trial']})", "latency_us": best, "smem_KiB": result.best["smem_KiB"],
-             "speedup": 1.0}]
+    rows = [{"schedule": f"best (trial {result.best['trial']})", "latency_us": best,
+             "smem_KiB": result.best["smem_KiB"], "speedup": 1.0}]
     for name, b in sorted(result.baselines.items(), key=lambda kv: kv[1]["latency_us"]):
         rows.append({"schedule": name, "latency_us": b["latency_us"], "smem_KiB": b["smem_KiB"],
                      "speedup": b["latency_us"] / best})
     return rows
 
 
-def write_report(study, result, path: str | Path) -> Path:
-    import warnings
-
-    import optuna.visualization as vis
-
+def write_report(study: Any, result: Any, path: str | Path) -> Path:
+    """Write the search report of ``study`` and its :class:`SearchResult` ``result`` as one HTML page at ``path``."""
+    vis = require("optuna.visualization", "search", "mksim search --report")
     warnings.filterwarnings("ignore", message="Some regimes for parameter")  # few trials: importance is rough
     figs = []
     target = (lambda t: t.values[0]) if len(result.objectives) > 1 else None

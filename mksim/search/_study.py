@@ -14,19 +14,40 @@ import multiprocessing as mp
 import os
 import socket
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+import hwmodels
 from mksim.errors import DeadlockError, MksimError, ScheduleError, UnknownNameError
+from mksim.extras import require
+from mksim.sim import simulate
 
-from ._space import (SPACE_VERSION, Candidate, Problem, baseline_params, build, candidate_from_params, check_designs,
-                     check_fixed, is_baseline, suggest)
+from ._report import write_report
+from ._space import (
+    SPACE_VERSION,
+    Candidate,
+    Problem,
+    baseline_params,
+    build,
+    candidate_from_params,
+    check_designs,
+    check_fixed,
+    is_baseline,
+    suggest,
+)
 
 OBJECTIVES = {"latency": ("latency_us", "minimize"), "smem": ("smem_KiB", "minimize")}
 HEARTBEAT_S = 2
 MEMORY = "memory"  # --storage memory: a one-off study in this process (nothing kept, one worker)
 GRACE_S = 10
+
+
+def _optuna() -> ModuleType:
+    """Optuna, imported on first use (``import mksim.search`` stays light), or a one-line MissingExtraError."""
+    return require("optuna", "search", "mksim search")
 
 
 @dataclass
@@ -67,10 +88,7 @@ def default_study_name(problem: Problem, objectives: tuple[str, ...]) -> str:
 def storage_for(url: str | None, study_name: str):
     """An RDB storage with heartbeats (so a killed worker's running trial is failed, not kept
     running); SQLite waits for the write lock instead of failing when workers share the file."""
-    import warnings
-
-    import optuna
-
+    optuna = _optuna()
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     url = url or f"sqlite:///{study_name}.db"
     if url == MEMORY:
@@ -107,10 +125,7 @@ class _Objective:
         self.problem, self.objectives = problem, objectives
 
     def __call__(self, trial) -> float | tuple[float, ...]:
-        import optuna
-
-        from mksim.sim import simulate
-
+        optuna = _optuna()
         cand = suggest(trial, self.problem.gpu, trial.user_attrs.get("mode", "megakernel"), self.problem.fixed,
                        self.problem.designs)
         try:
@@ -129,17 +144,13 @@ class _Objective:
 
 
 def _counted(study) -> int:
-    import optuna
-
+    optuna = _optuna()
     return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,
                                                          optuna.trial.TrialState.PRUNED)))
 
 
 def _open_study(problem: Problem, objectives: tuple[str, ...], storage, study_name: str, seed: int):
-    import optuna
-
-    import warnings
-
+    optuna = _optuna()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     directions = [OBJECTIVES[o][1] for o in objectives]
@@ -164,8 +175,9 @@ def _open_study(problem: Problem, objectives: tuple[str, ...], storage, study_na
         def text(f: dict) -> str:
             return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in f.items()) or "none"
 
-        raise MksimError(f"study {study_name!r} in this storage was made with fixed options {text(have.get('fixed', {}))}"
-                         f", not {text(want.get('fixed', {}))}; pick another --study name or --storage")
+        raise MksimError(f"study {study_name!r} in this storage was made with fixed options "
+                         f"{text(have.get('fixed', {}))}, not {text(want.get('fixed', {}))}; pick another --study "
+                         "name or --storage")
     elif have.get("designs", []) != want.get("designs", []):
         raise MksimError(f"study {study_name!r} in this storage was made with designs "
                          f"{', '.join(have.get('designs', [])) or 'none'}, not "
@@ -190,8 +202,7 @@ def _work(problem: Problem, objectives, url: str, study_name: str, seed: int, tr
           timeout: float | None, progress: bool, storage=None) -> None:
     """One worker: run trials until the study holds ``trials`` finished ones (or time runs out).
     ``storage`` is given for the in-memory storage, which a URL cannot reopen."""
-    import optuna
-
+    optuna = _optuna()
     if storage is None:
         _, storage = storage_for(url, study_name)
     study = _open_study(problem, objectives, storage, study_name, seed)
@@ -224,8 +235,6 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
     or ``"all"``) adds megakernel designs to the space and their baselines (``megakernel:dynamic``,
     ``megakernel:sentinel``); recorded in the study like ``fixed``.
     """
-    import hwmodels
-
     objs = _parse_objectives(objectives)
     spec = hwmodels.load(gpu)
     fixed = check_fixed(fixed)
@@ -248,8 +257,7 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
     else:
         # Enqueued trials (the baselines) run here first: SQLite cannot hand a waiting trial to
         # exactly one of several processes, so two could evaluate the same one.
-        import optuna
-
+        optuna = _optuna()
         waiting = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
         if waiting:
             _work(problem, objs, url, name, seed, min(trials, _counted(study) + waiting), timeout, progress)
@@ -267,8 +275,6 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
     if out:
         save_best(result, problem, out)
     if report:
-        from ._report import write_report
-
         write_report(study, result, report)
     return result
 
@@ -277,8 +283,7 @@ def summarize(study, problem: Problem, objectives: tuple[str, ...], url: str,
               best_mode: str | None = None) -> SearchResult:
     """The study's outcome; ``best_mode`` (e.g. ``"megakernel"``) takes the best among that mode's
     trials only (the chain baselines are still reported)."""
-    import optuna
-
+    optuna = _optuna()
     TS = optuna.trial.TrialState
     trials = study.get_trials(deepcopy=False)
     done = [t for t in trials if t.state == TS.COMPLETE]

@@ -263,7 +263,6 @@ def test_compare_upload_config(browser, server, cli_json, tmp_path):
 
 
 def test_validation_page(browser, server):
-    from selenium.webdriver.common.by import By
 
     browser.get(server + "/")
     _nav(browser, "Validation")
@@ -275,10 +274,10 @@ def test_validation_page(browser, server):
 
 
 def test_hardware_page_and_a_what_if(browser, server):
-    import hwmodels
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
+    import hwmodels
     from explorer.data import whatif_data
     from explorer.hwdata import WhatIf
 

@@ -14,7 +14,7 @@ pytest.importorskip("dash")
 import hwmodels  # noqa: E402
 from explorer import data, figures  # noqa: E402
 from explorer.hwdata import WhatIf, hardware_table, whatif_changes  # noqa: E402
-from mksim.cli import compare_modes  # noqa: E402
+from mksim.compare import compare_modes  # noqa: E402
 from mksim.errors import MksimError  # noqa: E402
 
 MODES = ["stream", "graph", "graph_pdl", "persistent_barrier", "megakernel"]

@@ -10,7 +10,6 @@ import pytest
 pytest.importorskip("dash")
 
 from explorer import data, figures  # noqa: E402
-from mksim.cli import compare_modes  # noqa: E402
 from mksim.sim import CATEGORIES  # noqa: E402
 
 MODES = ["stream", "graph", "graph_pdl", "persistent_barrier", "megakernel"]
@@ -22,15 +21,11 @@ def cmp():
 
 
 # -- data -------------------------------------------------------------------------------
-def test_compare_data_matches_compare_modes(cmp):
-    ref = compare_modes("llama-3.2-1b", "h200")
+def test_compare_data_lists_the_modes_and_the_breakdown_order(cmp):
+    """compare_data is mksim.compare.compare_modes (one copy of the comparison) plus the category order."""
     assert list(cmp["modes"]) == MODES
     assert cmp["categories"] == list(CATEGORIES)
-    for mode in MODES:
-        for key in ("latency_us", "tokens_per_s", "hbm_util"):
-            assert cmp["modes"][mode][key] == pytest.approx(ref["modes"][mode][key])
-        assert cmp["modes"][mode]["breakdown_us"] == pytest.approx(ref["modes"][mode]["breakdown_us"])
-    assert cmp["bandwidth_floor_us"] == pytest.approx(ref["bandwidth_floor_us"])
+    assert set(cmp["modes"]["megakernel"]["breakdown_us"]) == set(CATEGORIES)
 
 
 def test_compare_data_bad_input_raises_mksim_error():

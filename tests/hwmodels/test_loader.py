@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import hwmodels
-from mksim.errors import HardwareFileError, UnknownNameError
+from hwmodels.errors import HardwareFileError, UnknownNameError
 
 EXPECTED = {"a100", "h100", "h200", "b200", "mi300x", "l40s", "rtx4090"}
 H200 = Path(hwmodels.__file__).parent / "data" / "h200.toml"
@@ -148,3 +150,20 @@ def test_overlay_cycle(tmp_path):
     (tmp_path / "b.toml").write_text(f'extends = "{tmp_path / "a.toml"}"\nname = "b"\n')
     with pytest.raises(HardwareFileError, match="cycle"):
         hwmodels.load(tmp_path / "a.toml")
+
+
+def test_hwmodels_does_not_import_mksim():
+    """The data layer stands alone: loading a GPU (and failing to) loads no part of the simulator."""
+    code = ("import sys, hwmodels\nhwmodels.load('h200')\ntry:\n    hwmodels.load('h900')\n"
+            "except hwmodels.UnknownGPUError:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'mksim'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_mksim_error_catches_hardware_errors():
+    from mksim.errors import MksimError
+
+    with pytest.raises(MksimError, match="unknown GPU 'h900'"):
+        hwmodels.load("h900")
+    assert issubclass(HardwareFileError, MksimError) and issubclass(hwmodels.UnknownGPUError, UnknownNameError)

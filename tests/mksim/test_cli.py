@@ -141,3 +141,56 @@ def test_simulation_errors_are_one_line(args, match):
     r = run(*args)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert match in r.stderr
+
+
+@pytest.mark.parametrize("args", [("--policy", "foo"), ("--opt", "policy=foo"),
+                                  ("--designs", "dies", "--policy", "foo")])
+def test_compare_worker_error_is_one_line_in_seconds(args):
+    """An error in a forked worker comes back to the parent (it used to hang the pool forever)."""
+    r = subprocess.run([sys.executable, "-m", "mksim", "compare", *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == ["error: unknown policy 'foo'; known: dag, die, pool, rr, wave, zigzag"]
+
+
+def test_help_lists_every_command_and_mksim_cli_imports_no_other_package():
+    r = run("--help")
+    assert r.returncode == 0
+    listed = [line.split()[0] for line in r.stdout.split("Commands:")[1].strip().splitlines()]
+    assert sorted(listed) == sorted(["models", "workload", "compare", "simulate", "sweep", "search", "hw",
+                                     "calibrate", "validate", "explore"])
+    assert "Measure this GPU" in r.stdout and "Start the web explorer" in r.stdout
+    code = ("import sys, mksim.cli; print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'explorer', 'validation', 'dash', 'optuna', 'torch', 'cupy'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stderr
+
+
+@pytest.mark.parametrize("args,match", [
+    (("validate", "--json", "suite"), "--json goes after the subcommand: mksim validate suite --json"),
+    (("validate", "--model", "llama-3.2-1b", "--mode", "warp"), "unknown mode 'warp'"),
+    (("calibrate", "--from-raw", "x.raw.json"), "--from-raw needs --out FILE.toml"),
+    (("validate", "suite", "--frobnicate"), "No such option: --frobnicate"),
+])
+def test_lazy_subcommands_keep_one_line_errors(args, match):
+    r = run(*args)
+    assert r.returncode == 2 and r.stdout == "", r.stdout
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and match in lines[0], r.stderr
+
+
+def test_python_m_validation_calibrate_is_mksim_calibrate():
+    r = subprocess.run([sys.executable, "-m", "validation.calibrate", "--from-raw", "x.raw.json"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.strip() == "error: --from-raw needs --out FILE.toml for the overlay it writes"
+
+
+@pytest.mark.parametrize("missing,args,line", [
+    ("optuna", ["search", "--trials", "30", "--storage", "memory"],
+     "error: mksim search needs optuna: pip install 'mksim[search]'"),
+    ("plotly", ["sweep", "--batch", "1", "--html", "/nonexistent/sweep.html"],
+     "error: mksim sweep --html needs plotly: pip install 'mksim[search]'"),
+])
+def test_a_missing_extra_is_one_line_naming_it(missing, args, line):
+    code = f"import sys; sys.modules[{missing!r}] = None; from mksim.cli import main; main({args!r})"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [line], r.stderr

@@ -16,13 +16,14 @@ import json
 import platform
 import time
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
+import hwmodels
 from mksim.errors import MksimError
 
 from ._params import Param, base_model, combine, overlay_text, params, run_to_run
 
-__all__ = ["NoGPUError", "base_model", "calibrate", "finish"]
+__all__ = ["NoGPUError", "base_model", "calibrate", "driver_string", "finish"]
 
 
 class NoGPUError(MksimError):
@@ -59,7 +60,7 @@ def calibrate(out: Path | None = None, *, quick: bool = False, base: str | None 
     raw: dict = {"meta": {"device": gpu.name, "sms": gpu.sms, "l2_bytes": gpu.l2_B, "cc": gpu.cc,
                           "driver_version": gpu.driver, "runtime_version": gpu.runtime, "quick": quick,
                           "base": base, "host": platform.node(),
-                          "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}}
+                          "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}}
     say(f"calibrating {gpu.name} ({gpu.sms} SMs, L2 {gpu.l2_B / 2**20:.0f} MiB) against model {base!r}"
         f"{' (quick)' if quick else ''}")
     steps = [("launch", lambda: launch_harness(quick)), ("memory", gpu.bench_memory),
@@ -71,7 +72,7 @@ def calibrate(out: Path | None = None, *, quick: bool = False, base: str | None 
         raw[name] = fn()
         say(f"  {name:17s} {time.perf_counter() - t0:6.1f} s")
     if "launch" in raw:
-        raw["meta"]["driver"] = _driver_string(raw["launch"].get("driver_version", gpu.driver))
+        raw["meta"]["driver"] = driver_string(raw["launch"].get("driver_version", gpu.driver))
     out = Path(out) if out else Path(f"{base}-calibrated.toml")
     out.parent.mkdir(parents=True, exist_ok=True)
     raw_path = out.with_name(out.stem + ".raw.json")
@@ -80,7 +81,7 @@ def calibrate(out: Path | None = None, *, quick: bool = False, base: str | None 
     return finish([raw_path], out, base=base, say=say)
 
 
-def _driver_string(v: int) -> str:
+def driver_string(v: int) -> str:
     """A CUDA driver API version (12080) as text ("CUDA 12.8"); nvidia-smi's driver when present."""
     text = f"CUDA {v // 1000}.{v % 1000 // 10}"
     try:
@@ -99,8 +100,6 @@ def finish(raw_paths: list[Path], out: Path, *, base: str | None = None, results
     """Fit saved raw results (one or several runs of one GPU) and write the overlay at ``out``;
     a ``<out stem>.fits.json`` summary and, with matplotlib, plots go to ``results_dir``
     (default: beside ``out``). Returns the combined parameters and the run-to-run spread of each."""
-    import hwmodels
-
     raws = []
     for p in raw_paths:
         try:
@@ -142,10 +141,8 @@ def finish(raw_paths: list[Path], out: Path, *, base: str | None = None, results
 
 def _base_value(spec, dotted: str):
     """The base model's value of a data-file key (``memory.dram.latency_ns``), or None."""
-    import hwmodels._schema as sch
-
     table, key = dotted.rsplit(".", 1)
-    for attr, (tbl, _cls) in sch.SECTIONS.items():
+    for attr, (tbl, _cls) in hwmodels.SECTIONS.items():
         if tbl == table:
             return getattr(getattr(spec, attr), key, None)
     return None

@@ -2,7 +2,8 @@
 
 import sys
 
-from mksim.cli import main
+from mksim.console import run_app
+from validation.cli import calibrate_app
 
 if __name__ == "__main__":
-    sys.exit(main(["calibrate", *sys.argv[1:]]))
+    run_app(calibrate_app, sys.argv[1:], "mksim calibrate")

@@ -1,0 +1,26 @@
+"""``mksim explore``: start the web explorer (``mksim`` mounts :data:`app` by name, on first use)."""
+
+from __future__ import annotations
+
+import typer
+
+from mksim.console import out
+from mksim.extras import require
+
+__all__ = ["app"]
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+
+
+@app.command("explore")
+def explore_cmd(
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(8050, "--port", help="Port to listen on."),
+    debug: bool = typer.Option(False, "--debug", help="Dash debug mode (reloads on code changes)."),
+) -> None:
+    """Start the web explorer (Compare, Timeline, Search, Validation, Hardware) at http://HOST:PORT/."""
+    for module in ("dash", "plotly"):
+        require(module, "explorer", "mksim explore")
+    app_module = require("explorer.app", "explorer", "mksim explore")
+    out.print(f"mksim explorer at http://{host}:{port}/ (Ctrl-C stops it)")
+    app_module.create_app().run(host=host, port=port, debug=debug)

@@ -1,0 +1,159 @@
+"""Execution modes and megakernel designs side by side: the comparison ``mksim compare`` prints.
+
+The CLI (``mksim compare``, ``mksim sweep``) and the explorer's Compare page both call this module.
+Each mode is simulated in its own worker process (:func:`parallel_map`); a worker's error is raised
+again in the caller, with its one-line message.
+
+>>> from mksim.compare import compare_modes
+>>> d = compare_modes("llama-3.2-1b", "h200")
+>>> list(d["modes"])
+['stream', 'graph', 'graph_pdl', 'persistent_barrier', 'megakernel']
+>>> d["modes"]["stream"]["speedup_vs_stream"]
+1.0
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import hwmodels
+from hwmodels import GPUSpec
+from mksim import models
+from mksim.errors import UnknownNameError
+from mksim.models import ModelConfig
+from mksim.schedule import MODES, build_schedule
+from mksim.sim import SimResult, simulate
+from mksim.workload import Workload
+
+__all__ = ["DESIGN_ROWS", "ModeSummary", "compare_modes", "compare_workload", "make_workload", "parallel_map",
+           "parse_designs", "simulate_summary"]
+
+#: Megakernel designs ``mksim compare --designs`` adds as rows: design -> [(row name, schedule options)].
+DESIGN_ROWS: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    "sentinel": [("megakernel:sentinel", {"sync": "sentinel"})],
+    "dynamic": [("megakernel:dynamic", {"dispatch": "dynamic"})],
+    "dies": [("megakernel:dies", {"dies": True}), ("megakernel:die", {"dies": True, "policy": "die"})],
+    "movement": [("megakernel:native", {"movement": "native"})],
+}
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def parse_designs(text: str | None) -> list[str]:
+    """Design names from ``--designs`` text (``"sentinel,dynamic"``, ``"all"``), in order, each once.
+
+    >>> parse_designs("dynamic, sentinel,dynamic"), parse_designs(None)
+    (['dynamic', 'sentinel'], [])
+    """
+    if not text:
+        return []
+    names = [d.strip() for d in text.split(",") if d.strip()]
+    if names == ["all"]:
+        return list(DESIGN_ROWS)
+    for d in names:
+        if d not in DESIGN_ROWS:
+            raise UnknownNameError("design", d, [*DESIGN_ROWS, "all"])
+    return list(dict.fromkeys(names))
+
+
+def make_workload(model: str | ModelConfig, batch: int = 1, kv_len: int = 1024, phase: str = "decode",
+                  prefill_tokens: int = 0, dtype: str = "bf16", *, n_sms: int) -> Workload:
+    """The workload of a built-in model name, a Hugging Face ``config.json`` path or a :class:`ModelConfig`,
+    tiled for ``n_sms`` SMs, as every ``mksim`` command builds it."""
+    params = dict(batch=batch, kv_len=kv_len, phase=phase, prefill_tokens=prefill_tokens, weight_dtype=dtype,
+                  n_sms=n_sms)
+    if isinstance(model, str) and (model.endswith(".json") or Path(model).is_file()):
+        return models.from_hf_config(model, **params)
+    return models.workload(model, **params)
+
+
+@dataclass(frozen=True)
+class ModeSummary:
+    """The part of a :class:`mksim.sim.SimResult` a comparison needs (small to send between processes)."""
+
+    latency_us: float
+    tokens_per_s: float
+    hbm_util: float
+    policy: str | None
+    breakdown_us: dict[str, float]
+    op_time_us: list[float]  #: each op's span (first task start to last task end), in workload order
+
+    @classmethod
+    def of(cls, r: SimResult) -> ModeSummary:
+        """The summary of one simulated step."""
+        return cls(r.latency_us, r.tokens_per_s, r.hbm_util, r.policy, r.breakdown_us,
+                   [op["time_us"] for op in r.per_op])
+
+    def row(self, stream_latency_us: float) -> dict[str, Any]:
+        """The row of ``mksim compare --json``, with the speed-up over a stream step of ``stream_latency_us``."""
+        return {"latency_us": self.latency_us, "tokens_per_s": self.tokens_per_s, "hbm_util": self.hbm_util,
+                "speedup_vs_stream": stream_latency_us / self.latency_us, "policy": self.policy,
+                "breakdown_us": self.breakdown_us}
+
+
+def simulate_summary(job: tuple[Workload, GPUSpec, str, dict[str, Any]]) -> ModeSummary:
+    """Simulate ``(workload, gpu, mode, schedule options)`` once (in a worker process, by :func:`parallel_map`)."""
+    wl, g, mode, options = job
+    return ModeSummary.of(simulate(build_schedule(wl, g, mode, **options)))
+
+
+def parallel_map(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+    """``[fn(x) for x in items]`` on the machine's cores: forked worker processes where the platform forks,
+    one by one otherwise (one core, no fork, no process support, or inside a daemon process).
+
+    ``fn`` must be a module-level function. An exception in a worker is raised here, in the caller
+    (mksim's errors pickle, so it keeps its type and message); a worker that dies raises
+    :class:`concurrent.futures.process.BrokenProcessPool` instead of hanging.
+    """
+    jobs = list(items)
+    workers = min(len(jobs), os.cpu_count() or 1)
+    if workers > 1 and "fork" in mp.get_all_start_methods() and not mp.current_process().daemon:
+        try:
+            pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"))
+        except OSError:  # no process support here (no semaphores): run one by one
+            pass
+        else:
+            with pool:
+                return list(pool.map(fn, jobs))
+    return [fn(j) for j in jobs]
+
+
+def compare_workload(wl: Workload, g: GPUSpec, policy: str | None = None, designs: str | None = None,
+                     opts: dict[str, Any] | None = None) -> dict[str, ModeSummary]:
+    """Every mode (:data:`mksim.schedule.MODES`, in that order), then a megakernel row per design of
+    ``designs`` (:data:`DESIGN_ROWS`), simulated on ``wl`` and ``g``. ``policy`` and ``opts`` are the
+    schedule options of the megakernel rows."""
+    order = sorted(MODES, key=lambda m: m != "megakernel")  # the longest job first: the pool ends sooner
+    mk = {**({"policy": policy} if policy else {}), **(opts or {})}
+    jobs = [(wl, g, mode, mk if mode == "megakernel" else {}) for mode in order]
+    rows = list(order)
+    for d in parse_designs(designs):
+        for row, kw in DESIGN_ROWS[d]:
+            jobs.append((wl, g, "megakernel", {**mk, **kw}))
+            rows.append(row)
+    done = dict(zip(rows, parallel_map(simulate_summary, jobs), strict=True))
+    return {m: done[m] for m in [*MODES, *rows[len(order):]]}
+
+
+def compare_modes(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase: str = "decode",
+                  prefill_tokens: int = 0, dtype: str = "bf16", policy: str | None = None,
+                  designs: str | None = None, opts: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Simulate every mode on one workload; returns ``{"modes": {...}, ...}`` as ``mksim compare --json`` prints.
+
+    ``opts`` are schedule options of the megakernel rows; ``designs`` (``"sentinel,dynamic"``, ``"all"``)
+    adds a megakernel row per design (:data:`DESIGN_ROWS`). Raises :class:`mksim.errors.MksimError` on bad input.
+    """
+    g = hwmodels.load(gpu)
+    wl = make_workload(model, batch, kv_len, phase, prefill_tokens, dtype, n_sms=g.sm.count)
+    results = compare_workload(wl, g, policy, designs, opts)
+    base = results["stream"].latency_us
+    return {"model": model, "gpu": g.name, "workload": wl.name, "batch": batch, "kv_len": kv_len,
+            "phase": phase, "bandwidth_floor_us": wl.bandwidth_floor_us(g.dram.bandwidth_spec_GBps * 1e9),
+            "modes": {mode: r.row(base) for mode, r in results.items()}}

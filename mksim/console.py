@@ -1,0 +1,126 @@
+"""What the command lines print and how they read options: shared by ``mksim``, ``mksim validate`` and
+``mksim explore`` (library code stays silent; these helpers do the talking).
+
+>>> si(2.47e9, "B")
+'2.47 GB'
+>>> parse_options(["page_KiB=32", "policy=rr", "dies=true"])
+{'page_KiB': 32, 'policy': 'rr', 'dies': True}
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, NoReturn
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from mksim.errors import MksimError
+
+try:  # typer >= 0.20 vendors click as typer._click
+    from typer._click import exceptions as click_exc
+except ImportError:  # pragma: no cover - older typer uses click itself
+    from click import exceptions as click_exc  # type: ignore[no-redef]
+
+__all__ = ["emit_json", "make_table", "out", "parse_ints", "parse_options", "run_app", "say", "si", "to_json"]
+
+#: The terminal. Wide enough that tables do not wrap when printed to a pipe or a log file.
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def to_json(obj: Any) -> str:
+    """``obj`` as the indented JSON the ``--json`` options print (numpy scalars as numbers)."""
+    return json.dumps(obj, indent=2, default=_json_default)
+
+
+def emit_json(obj: Any) -> None:
+    """Print ``obj`` as JSON on stdout (``--json``)."""
+    sys.stdout.write(to_json(obj) + "\n")
+
+
+def say(msg: str) -> None:
+    """Print a progress line at once (no rich markup: paths and names may hold brackets)."""
+    out.print(msg, markup=False)
+    sys.stdout.flush()
+
+
+def make_table(title: str, columns: list[str] | tuple[str, ...], left: tuple[str, ...] = ()) -> Table:
+    """A table with ``columns``, numbers right-aligned except the columns of ``left``."""
+    t = Table(title=title)
+    for col in columns:
+        t.add_column(col, justify="left" if col in left else "right")
+    return t
+
+
+def si(x: float, unit: str = "", digits: int = 3) -> str:
+    """``si(2.47e9, "B") == "2.47 GB"``: a number with an SI prefix."""
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= factor:
+            return f"{x / factor:.{digits}g} {prefix}{unit}"
+    return f"{x:.{digits}g} {unit}".rstrip()
+
+
+def parse_options(items: list[str], flag: str = "--opt") -> dict[str, Any]:
+    """``key=value`` pairs (``--opt``, ``--fix``) as schedule options: numbers and true/false parsed."""
+    opts: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise MksimError(f"{flag} takes key=value, got {item!r}")
+        k, v = item.split("=", 1)
+        for cast in (int, float):
+            try:
+                opts[k] = cast(v)
+                break
+            except ValueError:
+                continue
+        else:
+            opts[k] = {"true": True, "false": False}.get(v.lower(), v)
+    return opts
+
+
+def parse_ints(text: str, flag: str) -> list[int]:
+    """Comma-separated integers (``--batch 1,2,4``); at least one."""
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise MksimError(f"{flag} takes comma-separated integers, got {text!r}") from None
+    if not vals:
+        raise MksimError(f"{flag} needs at least one value")
+    return vals
+
+
+def run_app(app: typer.Typer, argv: list[str] | None, prog_name: str) -> NoReturn:
+    """Run a command-line app and exit; input errors become one line on stderr (``error: ...``) and exit
+    status 2, without a traceback."""
+    cmd = typer.main.get_command(app)
+    try:
+        rv = cmd.main(args=argv, prog_name=prog_name, standalone_mode=False)
+    except MksimError as exc:
+        _fail(str(exc))
+    except click_exc.NoArgsIsHelpError as exc:  # help printed by click
+        sys.stdout.write((exc.ctx.get_help() if exc.ctx else "") + "\n")
+        sys.exit(0)
+    except click_exc.UsageError as exc:
+        hint = f"; see '{exc.ctx.command_path} --help'" if exc.ctx else ""
+        _fail(exc.format_message().replace("\n", " ") + hint)
+    except click_exc.ClickException as exc:
+        _fail(exc.format_message().replace("\n", " "))
+    except BrokenPipeError:  # output piped into `head`: not an error
+        sys.exit(0)
+    except KeyboardInterrupt:
+        _fail("interrupted")
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _fail(msg: str) -> NoReturn:
+    sys.stderr.write(f"error: {msg}\n")
+    sys.exit(2)

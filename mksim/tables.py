@@ -1,0 +1,182 @@
+"""The tables and lines ``mksim``'s commands print, built from library data (no argument handling here).
+
+Data first: :func:`gpu_rows`, :func:`gpu_numbers` and :func:`workload_summary` are what ``--json``
+prints; the ``*_table`` functions draw them as rich tables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+import hwmodels
+from hwmodels import GPUSpec
+from mksim.console import make_table, si
+from mksim.search import SearchResult, report_rows
+from mksim.sim import CATEGORIES, SimResult
+from mksim.workload import TaskGraph, Tiling, Workload
+
+__all__ = ["breakdown_table", "compare_table", "floor_line", "gpu_numbers", "gpu_numbers_table", "gpu_rows",
+           "gpu_table", "models_table", "search_lines", "search_table", "simulate_line", "source_lines",
+           "sweep_table", "workload_summary", "workload_table"]
+
+
+# -- hw --------------------------------------------------------------------------------------
+def gpu_rows() -> list[dict[str, Any]]:
+    """One summary row per known GPU model (``mksim hw list --json``)."""
+    rows = []
+    for name in hwmodels.available():
+        g = hwmodels.load(name)
+        rows.append({"name": name, "full_name": g.full_name, "architecture": g.architecture,
+                     "sms": g.sm.count, "clock_MHz": g.sm.clock_boost_MHz,
+                     "bf16_dense_TFLOPs": g.compute.tensor_bf16_dense_TFLOPs,
+                     "dram_GBps": g.dram.bandwidth_spec_GBps, "dram_GB": g.dram.capacity_GB,
+                     "l2_MiB": g.l2.size_MiB, "dies": g.interconnect.dies_count,
+                     "extends": g.extends})
+    return rows
+
+
+def gpu_table(rows: list[dict[str, Any]]) -> Table:
+    t = make_table("GPU models", ("name", "GPU", "arch", "SMs", "clock MHz", "bf16 TFLOP/s", "DRAM GB/s", "DRAM GB",
+                                  "L2 MiB", "dies"), left=("name", "GPU", "arch"))
+    for r in rows:
+        t.add_row(r["name"], r["full_name"], r["architecture"], str(r["sms"]), f"{r['clock_MHz']:g}",
+                  f"{r['bf16_dense_TFLOPs']:g}", f"{r['dram_GBps']:g}", f"{r['dram_GB']:g}",
+                  f"{r['l2_MiB']:g}", str(r["dies"]))
+    return t
+
+
+def gpu_numbers(g: GPUSpec) -> dict[str, Any]:
+    """Every number of a GPU model with its source, and the sources (``mksim hw show --json``)."""
+    return {
+        "name": g.name, "full_name": g.full_name, "vendor": g.vendor, "architecture": g.architecture,
+        "extends": g.extends, "path": g.path,
+        "numbers": {k: {"value": v, "source": g.provenance.get(k)} for k, v in g.numbers().items()},
+        "sources": {s.id: {"kind": s.kind, "title": s.title, "url": s.url, "date": s.date,
+                           "note": s.note} for s in g.sources.values()},
+    }
+
+
+def gpu_numbers_table(g: GPUSpec) -> Table:
+    t = make_table(f"{g.full_name} ({g.name})", ("key", "value", "source"), left=("key", "value", "source"))
+    for k, v in g.numbers().items():
+        if v is None:
+            t.add_row(k, "-", "not on this GPU")
+            continue
+        s = g.source_of(k)
+        t.add_row(k, f"{v:g}", f"{s.kind}: {s.id}")
+    return t
+
+
+def source_lines(g: GPUSpec) -> list[str]:
+    """One line (rich markup) per source of a GPU model."""
+    return [f"[bold]{s.id}[/bold] ({s.kind}{', ' + s.date if s.date else ''}): {s.title}"
+            f"{' <' + s.url + '>' if s.url else ''}" for s in g.sources.values()]
+
+
+# -- models and workloads ----------------------------------------------------------------------
+def models_table(rows: list[dict[str, Any]]) -> Table:
+    t = make_table("Built-in models", ("name", "params", "layers", "hidden", "ffn", "heads", "kv heads", "head dim",
+                                       "vocab", "tied"), left=("name",))
+    for r in rows:
+        t.add_row(r["name"], f"{r['params'] / 1e9:.2f} B", str(r["num_layers"]), str(r["hidden_size"]),
+                  str(r["intermediate_size"]), str(r["num_heads"]), str(r["num_kv_heads"]),
+                  str(r["head_dim"]), str(r["vocab_size"]), "yes" if r["tie_word_embeddings"] else "no")
+    return t
+
+
+def workload_summary(wl: Workload, g: GPUSpec, tasks_per_sm: float) -> tuple[dict[str, Any], TaskGraph]:
+    """``mksim workload --json``'s summary of ``wl`` tiled on ``g``, and the task graph it counts."""
+    graph = TaskGraph(wl, Tiling.for_sms(g.sm.count, tasks_per_sm))
+    summary = wl.summary()
+    summary.update(gpu=g.name, tasks=len(graph), task_edges=graph.n_edges(),
+                   bandwidth_floor_us=wl.bandwidth_floor_us(g.dram.bandwidth_spec_GBps * 1e9),
+                   bandwidth_floor_reachable_us=wl.bandwidth_floor_us(g.hbm_bandwidth_Bps),
+                   params=wl.model.param_count() if wl.model is not None else None)
+    return summary, graph
+
+
+def workload_table(wl: Workload, g: GPUSpec, graph: TaskGraph) -> Table:
+    t = make_table(f"{wl.name} on {g.full_name}", ("op kind", "ops", "tasks", "weights", "KV cache", "FLOPs"),
+                   left=("op kind",))
+    by_kind: dict[str, list[float]] = {}
+    for i, op in enumerate(wl.ops):
+        acc = by_kind.setdefault(op.kind, [0, 0, 0.0, 0.0, 0.0])
+        acc[0] += 1
+        acc[1] += int(graph.n_tiles[i])
+        acc[2] += op.weight_bytes
+        acc[3] += op.kv_read_bytes + op.kv_write_bytes
+        acc[4] += op.flops
+    for kind, (n, tasks, wb, kv, fl) in by_kind.items():
+        t.add_row(kind, str(n), str(tasks), si(wb, "B"), si(kv, "B"), si(fl, "FLOP"))
+    t.add_row("total", str(len(wl.ops)), str(len(graph)), si(wl.weight_bytes, "B"), si(wl.kv_bytes, "B"),
+              si(wl.flops, "FLOP"), style="bold")
+    return t
+
+
+def floor_line(wl: Workload, g: GPUSpec, summary: dict[str, Any]) -> str:
+    return (f"bytes a step must move: {si(wl.min_dram_bytes, 'B')}; bandwidth floor on {g.name}: "
+            f"{summary['bandwidth_floor_us']:.1f} µs at the spec {g.dram.bandwidth_spec_GBps:g} GB/s, "
+            f"{summary['bandwidth_floor_reachable_us']:.1f} µs at the reachable "
+            f"{g.hbm_bandwidth_Bps / 1e9:.0f} GB/s")
+
+
+# -- simulation ---------------------------------------------------------------------------------
+def compare_table(d: dict[str, Any]) -> Table:
+    """:func:`mksim.compare.compare_modes`'s result as a table, a row per mode and design."""
+    t = make_table(f"{d['workload']} on {d['gpu']} (bandwidth floor {d['bandwidth_floor_us']:.1f} µs)",
+                   ("mode", "latency µs", "tokens/s", "HBM util", "vs stream", *CATEGORIES), left=("mode",))
+    for mode, row in d["modes"].items():
+        label = mode + (f" ({row['policy']})" if row["policy"] and mode.startswith("megakernel") else "")
+        t.add_row(label, f"{row['latency_us']:.1f}", f"{row['tokens_per_s']:.0f}", f"{row['hbm_util']:.0%}",
+                  f"{row['speedup_vs_stream']:.2f}×", *(f"{row['breakdown_us'][c]:.1f}" for c in CATEGORIES))
+    return t
+
+
+def simulate_line(res: SimResult) -> str:
+    return (f"{res.workload} on {res.gpu}, {res.mode}" + (f" ({res.policy})" if res.policy else "")
+            + f": [bold]{res.latency_us:.1f} µs[/bold], {res.tokens_per_s:.0f} tokens/s, HBM {res.hbm_util:.0%}"
+            f" (floor {res.bandwidth_floor_us:.1f} µs)")
+
+
+def breakdown_table(res: SimResult) -> Table:
+    t = make_table("where the time went (µs, averaged over SMs)", ("category", "µs", "share"), left=("category",))
+    for k, v in res.breakdown_us.items():
+        t.add_row(k, f"{v:.1f}", f"{v / res.latency_us:.0%}")
+    return t
+
+
+def sweep_table(rows: list[dict[str, Any]], model: str, gpu: str) -> Table:
+    cols = ["batch", "kv_len", "stream_us", "graph_us", "graph_pdl_us", "persistent_barrier_us", "megakernel_us",
+            "megakernel_speedup_vs_graph_pdl"]
+    t = make_table(f"{model} on {gpu}: latency (µs) by batch and context",
+                   [c.replace("_us", "").replace("megakernel_speedup_vs_graph_pdl", "MK vs PDL") for c in cols])
+    for r in rows:
+        t.add_row(*(str(r[c]) if isinstance(r[c], int) else (f"{r[c]:.2f}×" if "speedup" in c else f"{r[c]:.1f}")
+                    for c in cols))
+    return t
+
+
+# -- search ---------------------------------------------------------------------------------------
+def search_table(res: SearchResult, shape: str) -> Table:
+    fixed = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in res.fixed.items())
+    t = make_table(f"{shape}{', fixed ' + fixed if fixed else ''}: search ({res.n_complete} complete, "
+                   f"{res.n_pruned} pruned trials in study {res.study_name!r})",
+                   ("schedule", "latency µs", "smem KiB/SM", "best's speed-up"), left=("schedule",))
+    for r in report_rows(res):
+        t.add_row(r["schedule"], f"{r['latency_us']:.1f}", f"{r['smem_KiB']:g}", f"{r['speedup']:.3f}×")
+    return t
+
+
+def search_lines(res: SearchResult) -> list[str]:
+    """The best candidate in words, then the Pareto front if there is one."""
+    c = res.best["candidate"]
+    lines = [f"best: mode {c['mode']}" + (f", policy {c['policy']} {c['policy_options'] or ''}" if c["policy"] else "")
+             + f", options {c['options']}" + (f", grain {c['grain']}" if c["grain"] else "")
+             + (f", small ops {c['small_grain']}x" if c["small_grain"] != 1.0 else "")
+             + (f", KV splits {c['kv_split_mult']}x" if c["kv_split_mult"] != 1.0 else "")]
+    if res.pareto:
+        lines.append("Pareto front (latency µs, smem KiB): " + ", ".join(f"({p['latency_us']:.1f}, {p['smem_KiB']:g})"
+                                                                         for p in res.pareto))
+    return lines

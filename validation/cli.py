@@ -1,0 +1,233 @@
+"""``mksim validate`` and ``mksim calibrate``: the GPU lab's command lines.
+
+``mksim`` mounts :data:`validate_app` and :data:`calibrate_app` by name and imports this module only
+when one of them is invoked or listed; ``python -m validation.calibrate`` runs :data:`calibrate_app`
+on its own. Errors in input print one line and exit with status 2, as every ``mksim`` command.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+import validation.calibrate as cal
+import validation.suite as vs
+from mksim import models
+from mksim.console import emit_json, make_table, out, say
+from mksim.errors import MksimError, UnknownNameError
+from mksim.schedule import MODES, Schedule
+from validation.suite_schedules import SCHEDULES, search_schedules
+
+try:  # typer >= 0.20 vendors click as typer._click
+    from typer._click.core import ParameterSource
+except ImportError:  # pragma: no cover - older typer uses click itself
+    from click.core import ParameterSource  # type: ignore[assignment]
+
+__all__ = ["calibrate_app", "validate_app"]
+
+calibrate_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+validate_app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+                           help="Run schedules on this machine's GPU and hold them against their predictions (one "
+                                "case, the suite, its report).")
+PRED_GPU = "h200-mk-kernels"  # the hardware model the suite's predictions come from
+JSON = typer.Option(False, "--json", help="Print JSON.")
+WATCHDOG = typer.Option(60.0, "--watchdog-s", help="A kernel still running after this is an error.")
+
+
+# -- calibration -------------------------------------------------------------------------
+@calibrate_app.command("calibrate")
+def calibrate_cmd(
+    out_file: str | None = typer.Option(None, "--out", "-o",
+                                        help="Overlay to write (default ./<gpu>-calibrated.toml); raw results "
+                                             "and plots go beside it."),
+    quick: bool = typer.Option(False, "--quick", help="Fewer sizes and repeats (about a minute)."),
+    base: str | None = typer.Option(None, "--base", help="Built-in model to extend (default: from the GPU's name)."),
+    from_raw: list[str] | None = typer.Option(None, "--from-raw",  # noqa: B008
+                                              help="Fit saved .raw.json results instead of measuring (repeat the "
+                                                   "option to merge runs); needs no GPU."),
+    results: str | None = typer.Option(None, "--results",
+                                       help="Folder for the fits summary and plots (default: beside --out)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the fitted parameters as JSON."),
+) -> None:
+    """Measure this GPU with microbenchmarks and write a calibrated hardware model."""
+    tell = (lambda _msg: None) if as_json else (lambda msg: out.print(msg))
+    if from_raw:
+        if not out_file:
+            raise MksimError("--from-raw needs --out FILE.toml for the overlay it writes")
+        ps, spread = cal.finish([Path(p) for p in from_raw], Path(out_file), base=base,
+                                results_dir=Path(results) if results else None, say=tell)
+    else:
+        ps, spread = cal.calibrate(Path(out_file) if out_file else None, quick=quick, base=base, say=tell)
+    if as_json:
+        return emit_json({"params": {p.key: {"value": p.value, "spread": p.spread, "note": p.note} for p in ps},
+                          "run_to_run": spread})
+    t = make_table("calibrated parameters", ("key", "value", "spread", "run-to-run"), left=("key",))
+    for p in ps:
+        t.add_row(p.key, f"{p.value:g}", f"{p.spread:.1%}", f"{spread[p.key]:.1%}" if p.key in spread else "-")
+    out.print(t)
+
+
+# -- validation on the GPU --------------------------------------------------------------------
+def _check_out(out_dir: str, resume: bool, force: bool) -> None:
+    if (Path(out_dir) / vs.MEASURED).is_file() and not (resume or force):
+        raise MksimError(f"{Path(out_dir) / vs.MEASURED} exists; --resume to go on with it or --force to start over")
+
+
+def case_line(r: dict[str, Any]) -> str:
+    """One summary row of a case in words: predicted, measured, error, correctness."""
+    def f(v: Any, fmt: str, unit: str = "") -> str:
+        return "-" if v is None else f"{format(v, fmt)}{unit}"
+
+    return (f"{r['name']}: predicted {f(r['predicted_us'], '.1f', ' µs')}, measured {f(r['measured_us'], '.1f', ' µs')}"
+            f" (p10-p90 {f(r['measured_spread_us'], '.1f', ' µs')}), error {f(r['error_pct'], '+.1f', ' %')}, "
+            f"max rel err {f(r['max_rel_err'], '.1e')}"
+            + (f", {r['achieved_GBps'] / 1e3:.2f} TB/s ({r['bandwidth_fraction']:.0%} of HBM read)"
+               if r.get("achieved_GBps") else "") + (" [WRONG OUTPUT]" if r.get("correct") is False else ""))
+
+
+def _dry_run(cases: list[vs.Case], gpu: str, as_json: bool) -> None:
+    """Build and predict every case, on the CPU: what a GPU run would run."""
+    rows = []
+    for c in cases:
+        row: dict[str, Any] = {"name": c.name, "predicted_us": None, "error": None}
+        try:
+            sched = vs.build(c, gpu)
+            o = sched.options
+            row.update(predicted_us=vs.predicted_us(sched), smem_reserve_KiB=o.smem_reserve_KiB,
+                       prefetch=f"{o.prefetch_depth}x{o.page_KiB:g} KiB", policy=sched.policy)
+        except MksimError as exc:
+            row["error"] = str(exc)
+        rows.append(row)
+    if as_json:
+        return emit_json(rows)
+    t = make_table(f"validation cases (dry run: predictions by {gpu}, nothing measured)",
+                   ("case", "predicted µs", "reserve KiB", "pages", "policy"), left=("case", "policy"))
+    for r in rows:
+        if r["error"]:
+            t.add_row(r["name"], "-", "-", "-", f"error: {r['error']}")
+        else:
+            t.add_row(r["name"], f"{r['predicted_us']:.1f}", f"{r['smem_reserve_KiB']:g}", r["prefetch"],
+                      r["policy"] or "-")
+    out.print(t)
+
+
+@validate_app.callback(invoke_without_command=True)
+def validate_cmd(
+    ctx: typer.Context,
+    schedule: str | None = typer.Option(None, "--schedule", help="Run this schedule JSON file."),
+    model: str | None = typer.Option(None, "--model", "-m", help="Built-in model (with --mode)."),
+    mode: str | None = typer.Option(None, "--mode", help="stream, graph, graph_pdl, persistent_barrier, megakernel."),
+    batch: int = typer.Option(1, "--batch", "-b"),
+    kv_len: int = typer.Option(1024, "--kv-len"),
+    policy: str | None = typer.Option(None, "--policy", help="Megakernel placement policy."),
+    out_dir: str | None = typer.Option(None, "--out", help="Write measured.json, summary.json, sources here."),
+    reps: int = typer.Option(20, "--reps", help="Timed runs (median and p10-p90 reported)."),
+    watchdog_s: float = WATCHDOG,
+    gpu: str = typer.Option(PRED_GPU, "--gpu", help="Hardware model the prediction comes from."),
+    force: bool = typer.Option(False, "--force", help="Overwrite the measured.json in --out."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Build and predict only (no GPU)."),
+    as_json: bool = JSON,
+) -> None:
+    """Run one schedule on this machine's GPU: its output checked against torch, its time against
+    the prediction. Subcommands: suite, report, schedules."""
+    if ctx.invoked_subcommand is not None:
+        given = [p.opts[0] for p in ctx.command.params
+                 if ctx.get_parameter_source(p.name) == ParameterSource.COMMANDLINE]
+        if given:
+            raise MksimError(f"{given[0]} goes after the subcommand: mksim validate {ctx.invoked_subcommand} "
+                             f"{given[0]} ...")
+        return
+    if schedule and (model or mode or policy):
+        raise MksimError("give --schedule FILE, or --model NAME --mode MODE, not both")
+    if schedule:
+        s = Schedule.from_json(schedule)
+        name = s.workload_spec["model"] if isinstance(s.workload_spec["model"], str) else "custom"
+        case = vs.Case(name, s.workload.batch, s.mode, Path(schedule).stem, s.workload.kv_len, schedule_file=schedule)
+    elif model and mode:
+        if mode not in MODES:
+            raise UnknownNameError("mode", mode, MODES)
+        models.get(model)
+        case = vs.Case(model, batch, mode, policy or "default", kv_len, policy=policy)
+    else:
+        raise MksimError("give --schedule FILE, or --model NAME and --mode MODE (or a subcommand: suite, report, "
+                         "schedules)")
+    vs.build(case, gpu)  # a schedule that cannot be built: one line, before any GPU work
+    if dry_run:
+        return _dry_run([case], gpu, as_json)
+    if out_dir:
+        _check_out(out_dir, False, force)
+        vs.run_suite([case], out_dir, reps=reps, watchdog_s=watchdog_s, gpu=gpu)
+        row = vs.write_summary(out_dir, gpu)["summary"]["cases"][0]
+    else:
+        rec = vs.run_case(case, vs.real_measure(), reps=reps, watchdog_s=watchdog_s, gpu=gpu)
+        row = vs.summarize({"cases": [rec]}, gpu)["cases"][0]
+    if row["error"]:
+        raise MksimError(f"{case.name}: {row['error']}")
+    if as_json:
+        return emit_json(row)
+    say(case_line(row))
+
+
+@validate_app.command("suite")
+def validate_suite_cmd(
+    out_dir: str | None = typer.Option(None, "--out", help="Results folder (default validation/results/h200)."),
+    only: list[str] = typer.Option([], "--only", help="Run the cases whose name contains this (repeatable)."),  # noqa: B008
+    reps: int = typer.Option(20, "--reps", help="Timed runs per case."),
+    watchdog_s: float = WATCHDOG,
+    gpu: str = typer.Option(PRED_GPU, "--gpu", help="Hardware model the predictions come from."),
+    resume: bool = typer.Option(False, "--resume", help="Keep the cases an earlier run in --out measured."),
+    force: bool = typer.Option(False, "--force", help="Start over, replacing measured.json in --out."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the cases with their predictions (no GPU)."),
+    as_json: bool = JSON,
+) -> None:
+    """Run the standard suite in one process, then write summary.json, plots and a markdown table."""
+    cases = vs.select(vs.CASES, only)
+    if dry_run:
+        return _dry_run(cases, gpu, as_json)
+    out_dir = out_dir or str(vs.RESULTS)
+    _check_out(out_dir, resume, force)
+    vs.run_suite(cases, out_dir, reps=reps, watchdog_s=watchdog_s, gpu=gpu, resume=resume,
+                 say=(lambda _m: None) if as_json else say)
+    _report(out_dir, gpu, None, None, as_json)
+
+
+def _report(measured_dir: str, gpu: str, out_dir: str | None, docs: str | None, as_json: bool) -> None:
+    res = vs.write_summary(measured_dir, gpu, out_dir)
+    changed = vs.splice_docs(docs, vs.markdown_table(res["summary"])) if docs else False
+    if as_json:
+        return emit_json(res["summary"])
+    sys.stdout.write(vs.markdown_table(res["summary"]))
+    say("wrote " + ", ".join(str(p) for p in res["files"])
+        + (f"; table put in {docs}" if changed else (f"; {docs} already current" if docs else "")))
+
+
+@validate_app.command("report")
+def validate_report_cmd(
+    measured_dir: str = typer.Argument(..., help="Folder with the measured.json of a run."),
+    gpu: str = typer.Option(PRED_GPU, "--gpu", help="Hardware model the predictions come from."),
+    out_dir: str | None = typer.Option(None, "--out", help="Where summary.json, plots, table.md go (default: "
+                                                           "the folder)."),
+    docs: str | None = typer.Option(None, "--docs", help="Also put the table in this page, between its markers."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Predict again (CPU only) and rebuild summary.json, plots and the markdown table of a run."""
+    _report(measured_dir, gpu, out_dir, docs, as_json)
+
+
+@validate_app.command("schedules")
+def validate_schedules_cmd(
+    only: list[str] = typer.Option([], "--only", help="Models and batches whose name (llama-3.2-1b/b1) contains "  # noqa: B008
+                                                      "this (repeatable)."),
+    trials: int = typer.Option(200, "--trials"),
+    seed: int = typer.Option(0, "--seed"),
+    storage: str = typer.Option("memory", "--storage", help="Optuna storage URL; 'memory' keeps nothing."),
+    workers: int = typer.Option(1, "--workers", "-j"),
+    out_dir: str | None = typer.Option(None, "--out", help="Folder (default validation/schedules)."),
+    gpu: str = typer.Option(PRED_GPU, "--gpu"),
+) -> None:
+    """Search the suite's megakernel schedules with the kernel's options fixed, and store them."""
+    search_schedules(only, trials=trials, seed=seed, storage=storage, workers=workers, out_dir=out_dir or SCHEDULES,
+                     gpu=gpu, say=say)
