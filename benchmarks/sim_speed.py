@@ -12,7 +12,8 @@ import time
 
 import mksim
 from mksim.schedule import build_schedule
-from mksim.sim._engine import _Engine, gc_paused
+from mksim.schedule import gc_paused
+from mksim.sim._engine import _Engine
 
 
 def one(model: str, mode: str, tasks_per_sm: float) -> dict:

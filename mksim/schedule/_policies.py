@@ -6,7 +6,7 @@ task graph (tasks numbered in a topological order, op by op) and the GPU's rates
 returns one queue of task ids per SM. Every task must appear exactly once; the order of a
 queue is the order the SM executes it, so a policy must not put a task before one of its
 (transitive) producers on the same SM — :meth:`Schedule.validate` rejects that as a
-deadlock. Policies estimate task times with :func:`task_costs`.
+deadlock. Policies estimate task times with :func:`mksim.costs.task_costs`.
 """
 
 from __future__ import annotations
@@ -19,21 +19,8 @@ from typing import Any
 import numpy as np
 
 from mksim.errors import ScheduleError, UnknownNameError
-from mksim.sim._costs import Rates, die_of_sm, flop_rate
+from mksim.costs import Rates, die_of_sm, task_costs
 from mksim.workload import TaskGraph
-
-
-def task_costs(graph: TaskGraph, r: Rates, active_sms: int | None = None) -> np.ndarray:
-    """Estimated time (µs) of every task when all SMs share DRAM fairly and latency is hidden: the
-    slowest of its DRAM bytes at its share, its L2 bytes at its SM's L2 share, and its arithmetic.
-    Placement uses it to balance load; the simulator computes the real thing."""
-    n = active_sms or r.n_sms
-    bw = min(r.sm_cap_Bpus, r.hbm_Bpus / n)
-    dram = graph.weight_bytes + graph.kv_read_bytes
-    l2 = graph.in_bytes + graph.out_bytes + graph.kv_write_bytes
-    rate = np.repeat([flop_rate(op.unit, op.dtype, r) for op in graph.ops], graph.n_tiles)
-    comp = np.where(graph.flops > 0, graph.flops / rate, 0.0)
-    return np.maximum(np.maximum(dram / bw, np.where(l2 > 0, l2 / r.l2_per_sm_Bpus, 0.0)), comp)
 
 
 ORDERS = ("op", "level")

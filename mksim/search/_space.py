@@ -40,9 +40,8 @@ from typing import Any
 from hwmodels import GPUSpec
 from mksim import models
 from mksim.errors import MksimError
-from mksim.workload import Tiling
-from mksim.schedule._policies import ORDERS
-from mksim.workload._llm import default_kv_splits
+from mksim.schedule import MODE_DEFAULTS, ORDERS, Options, build_schedule, design_names, dispatch_layout
+from mksim.workload import Tiling, default_kv_splits
 
 SPACE_VERSION = 3  # bump when a parameter is added or changes meaning: old studies cannot be resumed
 SEARCH_MODES = ("megakernel", "graph_pdl", "graph")
@@ -64,7 +63,7 @@ ALL_SYNCS = ("counter", "flag", "sentinel")
 # - dynamic: ``dispatch`` static or dynamic (MPK), with ``schedulers`` and ``prelaunch``;
 # - dies: every megakernel pays for dependencies across dies (``dies``), and ``policy`` may be ``die``;
 # - movement: every megakernel moves data as its generation does (``movement="native"``).
-DESIGNS = ("sentinel", "dynamic", "dies", "movement")
+DESIGNS = design_names()  # the registered designs (mksim.schedule.design_names)
 SCHEDULERS = (0, 4, 8, 16, 32)  # scheduler warps (0: MPK's rule)
 PRELAUNCH = (0, 1, 2)
 FUSE = (False, True)
@@ -83,8 +82,6 @@ def check_fixed(fixed: dict[str, Any] | None) -> dict[str, Any]:
     >>> check_fixed({"smem_reserve_KiB": "80", "blocks_per_sm": 1.0})
     {'blocks_per_sm': 1, 'smem_reserve_KiB': 80.0}
     """
-    from mksim.schedule import Options
-
     types = {f.name: type(f.default) for f in fields(Options) if f.name != "record"}
     out: dict[str, Any] = {}
     for k, v in sorted((fixed or {}).items()):
@@ -164,8 +161,6 @@ class Candidate:
 
     def smem_KiB(self) -> float:
         """Shared memory per SM the schedule reserves (loader pages and the fixed reserve)."""
-        from mksim.schedule import MODE_DEFAULTS, Options
-
         o = Options(**{**MODE_DEFAULTS[self.mode], **self.options})
         return o.prefetch_bytes / 1024 + o.smem_reserve_KiB
 
@@ -310,13 +305,9 @@ def candidate_from_params(params: dict[str, Any], gpu: GPUSpec, fixed: dict[str,
 
 def build(c: Candidate, problem: Problem):
     """The :class:`Schedule` of a candidate (validated; raises ScheduleError/DeadlockError)."""
-    from mksim.schedule import build_schedule
-
     wl = problem.workload(c.kv_split_mult, c.fuse_norm, c.split_qkv, c.split_gate_up)
     n = problem.gpu.sm.count
     if c.options.get("dispatch") == "dynamic":  # grains count the worker SMs
-        from mksim.schedule import dispatch_layout
-
         n = dispatch_layout(problem.gpu, c.options.get("schedulers", 0))[0]
     tiling = None
     if c.mode == "megakernel" and (c.grain or c.small_grain != 1.0):

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from mksim.workload import TaskGraph
 
-from ._costs import die_of_sm
+from mksim.costs import die_of_sm
 
 
 def die_traffic(graph: TaskGraph, lane_of: Sequence[int], n_sms: int, dies: int) -> dict[str, Any]:

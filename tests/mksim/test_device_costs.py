@@ -12,7 +12,7 @@ import pytest
 
 import hwmodels
 import mksim
-from mksim.sim._costs import DeviceCost, device_costs, device_task_us, rates, resident_blocks
+from mksim.costs import DeviceCost, device_costs, device_task_us, rates, resident_blocks
 from mksim.workload import Op, Tiling, Workload
 
 from .simkit import chain, mem_op, toy_gpu
@@ -182,5 +182,5 @@ def test_under_pdl_the_fixed_part_starts_at_the_release_while_the_prologue_strea
 def test_the_cost_functions_examples_hold():
     import doctest
 
-    from mksim.sim import _costs
-    assert doctest.testmod(_costs).failed == 0
+    from mksim import costs
+    assert doctest.testmod(costs).failed == 0
