@@ -34,7 +34,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from hwmodels import GPUSpec
-from mksim.costs import Rates, sync_ready_us, sync_us
+from mksim import costs
+from mksim.costs import Rates
 from mksim.errors import ScheduleError, UnknownNameError
 
 from ._modes import Names
@@ -51,11 +52,11 @@ class BaseSync:
     def ready_us(self, last_end_us: float, n_producer_tiles: int, r: Rates) -> float:
         """When a task may start whose last producer (of ``n_producer_tiles``) ended at
         ``last_end_us`` (:func:`mksim.costs.sync_ready_us`)."""
-        return sync_ready_us(self.name, last_end_us, n_producer_tiles, r)
+        return costs.sync_ready_us(self.name, last_end_us, n_producer_tiles, r)
 
     def visible_us(self, r: Rates) -> float:
         """How long after a producer ends its waiting consumers wake (:func:`mksim.costs.sync_us`)."""
-        return sync_us(self.name, 0, r)
+        return costs.sync_us(self.name, 0, r)
 
 
 class BaseDesign:
