@@ -12,6 +12,7 @@ import pytest
 
 import hwmodels
 import mksim
+from mksim.schedule import MODES
 from mksim.costs import DeviceCost, device_costs, device_task_us, rates, resident_blocks
 from mksim.workload import Op, Tiling, Workload
 
@@ -73,8 +74,8 @@ def test_resident_blocks():
 # -- stories ---------------------------------------------------------------------------------------
 def test_absent_keys_change_nothing(tmp_path):
     wl = chain(2e6, 1e6)
-    for mode, opts in (("graph", {"blocks_per_sm": 2}), ("graph_pdl", {}), ("megakernel", {"policy": "rr"}),
-                       ("persistent_barrier", {})):
+    for mode in MODES:
+        opts = {"policy": "rr"} if mode == "megakernel" else {}
         plain = run(tmp_path, wl, mode, **opts)
         other = run(tmp_path, wl, mode, kernels={"rmsnorm_task_fixed_us": 5.0}, **opts)  # no rmsnorm here
         assert other.latency_us == plain.latency_us
