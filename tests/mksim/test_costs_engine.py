@@ -76,3 +76,13 @@ def test_chain_launches_follow_the_modes_hooks(tmp_path, monkeypatch):
         after = mksim.simulate(s).per_op[1]["start_us"]
         monkeypatch.undo()
         assert after >= before + 7 - 1e-9, name
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_without_the_timeline_every_number_is_the_same(mode):
+    s = mksim.build_schedule("llama-3.2-1b", "h200", mode)
+    full, fast = mksim.simulate(s), mksim.simulate(s, timeline=False)
+    assert fast.latency_us == full.latency_us and fast.breakdown_us == full.breakdown_us
+    assert fast.per_op == full.per_op and fast.dram_bytes == full.dram_bytes
+    assert (fast.task_end_us == full.task_end_us).all() and (fast.task_lane == full.task_lane).all()
+    assert fast.timeline == [] and fast.task_names == [] and len(full.timeline) > len(s.graph)
