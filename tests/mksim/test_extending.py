@@ -125,3 +125,33 @@ def test_every_registered_mode_runs_the_conformance_basics(tmp_path, eager):
         opts: dict[str, Any] = {"blocks_per_sm": 1} if mode in CHAIN_MODES else {}
         r = mksim.simulate(mksim.build_schedule(chain(2e6, 1e6), gpu, mode, tiling=Tiling(default=2), **opts))
         assert sorted(t for (lane, _, _, t, c) in r.timeline if c == "task" and lane >= 0) == [0, 1, 2, 3], mode
+
+
+def test_a_mode_file_dropped_into_the_modes_package_is_all_it_takes(tmp_path):
+    # the file list docs/extending.md gives for a mode: mksim/schedule/modes/<name>.py, nothing else
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import mksim as pkg
+
+    root = Path(pkg.__file__).parent
+    shutil.copytree(root, tmp_path / "mksim", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(root.parent / "hwmodels", tmp_path / "hwmodels", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "mksim" / "schedule" / "modes" / "graph_eager.py").write_text(
+        "from mksim.costs import Rates\n"
+        "from mksim.schedule import ChainMode, register_mode\n\n\n"
+        "@register_mode\n"
+        "class GraphEager(ChainMode):\n"
+        "    name = 'graph_eager'\n"
+        "    defaults = {'tasks_per_sm': 2.0, 'blocks_per_sm': 2, 'prefetch_depth': 0}\n\n"
+        "    def dispatch_us(self, k: int, prev_start_us: float, prev_end_us: float, r: Rates) -> float:\n"
+        "        return r.launch_latency_us if k == 0 else prev_end_us\n")
+    code = ("import mksim; from mksim.schedule import MODES; "
+            "g = [mksim.simulate(mksim.build_schedule('llama-3.2-1b', 'h200', m)).latency_us "
+            "for m in ('graph', 'graph_eager')]; print(MODES[-1], g[1] < g[0])")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                       env={"PYTHONPATH": str(tmp_path), "PATH": ""})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["graph_eager", "True"]
