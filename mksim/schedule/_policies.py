@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from mksim.errors import ScheduleError, UnknownNameError
-from mksim.costs import Rates, die_of_sm, task_costs
+from mksim.costs import Rates, die_of_sm, seen_on_die_us, task_costs
 from mksim.workload import TaskGraph
 
 
@@ -189,7 +189,7 @@ class DieAware(BasePolicy):
     def place(self, graph, r, n_sms):
         sync = self.options["sync_us"] if self.options["sync_us"] is not None else r.flag_latency_us
         cost = task_costs(graph, r).tolist()
-        dies, xdie = max(1, min(r.dies, n_sms)), r.cross_die_latency_us
+        dies = max(1, min(r.dies, n_sms))
         die_sm = [[s for s in range(n_sms) if die_of_sm(s, n_sms, dies) == d] for d in range(dies)]
         heaps = [[(0.0, s) for s in sms] for sms in die_sm]
         for h in heaps:
@@ -206,14 +206,13 @@ class DieAware(BasePolicy):
                     m = op_die_max[p]
                     top = max(m)
                     for d in range(dies):
-                        other = max((v for e, v in enumerate(m) if e != d), default=-math.inf)
-                        e = max(m[d], other + xdie) if top > -math.inf else 0.0
+                        e = max(seen_on_die_us(v, f, d, r) for f, v in enumerate(m)) if top > -math.inf else 0.0
                         if e > ready[d]:
                             ready[d] = e
                 else:
                     for k in range(op_first[p] + t0, op_first[p] + t1):
                         for d in range(dies):
-                            e = finish[k] + (xdie if die_t[k] != d else 0.0)
+                            e = seen_on_die_us(finish[k], die_t[k], d, r)
                             if e > ready[d]:
                                 ready[d] = e
             best = min(range(dies), key=lambda d: (max(heaps[d][0][0], ready[d] + sync), d))

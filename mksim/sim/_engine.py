@@ -20,9 +20,11 @@ import numpy as np
 import simpy
 
 from mksim import costs
-from mksim.costs import block_dram_cap_Bpus, copy_issue_Bpus, die_of_sm, dispatch_times_us, first_byte_us, rates
+from mksim.costs import (block_dram_cap_Bpus, copy_issue_Bpus, die_of_sm, dispatch_times_us, first_byte_us, rates,
+                         seen_on_die_us)
 from mksim.errors import DeadlockError
-from mksim.schedule import ChainMode, PersistentMode, Schedule, active_designs, dispatch_layout, gc_paused, get_mode, get_sync
+from mksim.schedule import (ChainMode, PersistentMode, Schedule, active_designs, dispatch_layout, gc_paused, get_mode,
+                            get_sync)
 
 from ._actors import Chain, Loader, Signal
 from ._dies import die_traffic
@@ -191,19 +193,8 @@ class _Engine:
         self.visible_us = 0.0 if barrier else sync.visible_us(r)
         dies = "dies" in self.designs and not barrier
         if dies:  # a producer on another die is seen cross_die_latency later
-            n_d = r.dies
-            self.die_of_lane = die_of = [die_of_sm(sm, r.n_sms, n_d) for sm in range(r.n_sms)]
-            self.op_end_die = [[-math.inf] * n_d for _ in g.ops]
-            xdie, lane_of, op_end_die = r.cross_die_latency_us, self.lane_of, self.op_end_die
-
-            def die_end(p: int, d: int) -> float:
-                """When op ``p``'s last task is visible on die ``d`` (before the sync latency)."""
-                ends = op_end_die[p]
-                m = ends[d]
-                for e, v in enumerate(ends):
-                    if e != d and v + xdie > m:
-                        m = v + xdie
-                return m
+            die_end = self._die_view()
+            die_of, lane_of = self.die_of_lane, self.lane_of
         dynamic = "dynamic" in self.designs
         prelaunched = dynamic and s.options.prelaunch > 0
         if dynamic:  # workers see their tasks when schedulers hand them out (_dispatcher)
@@ -220,14 +211,6 @@ class _Engine:
         deps_of = g.deps
         timeout, event = env.timeout, env.event
         op_signal, task_signal, finish = self._op_signal, self._task_signal, self._finish
-
-        def barriers():
-            barrier_done[0].succeed()
-            for j in range(1, n_ops):
-                if op_done_n[j - 1] < n_tiles[j - 1]:
-                    yield op_signal(j - 1)
-                yield env.timeout(r.grid_barrier_us)
-                barrier_done[j].succeed()
 
         def executor(sm, q, ld):
             yield env.timeout(self.t0)
@@ -260,7 +243,7 @@ class _Engine:
                             if not dies:
                                 e = max(end[base + a:base + b])
                             else:
-                                e = max(end[k] + (xdie if die_of[lane_of[k]] != die_of[sm] else 0.0)
+                                e = max(seen_on_die_us(end[k], die_of[lane_of[k]], die_of[sm], r)
                                         for k in range(base + a, base + b))
                         if e > ready:
                             ready = e
@@ -291,7 +274,7 @@ class _Engine:
                 finish(t, sm)
 
         if barrier:
-            env.process(barriers())
+            env.process(self._barriers(barrier_done))
         for sm, q in enumerate(s.queues or []):
             ld = Loader(self, sm, q, buf_B, page_B)
             if dynamic:  # a loader cannot stream a task's weights before the task is in its queue
@@ -301,6 +284,30 @@ class _Engine:
                 ld.cap = min(ld.cap, copy_issue_Bpus(r))
             env.timeout(self.t0).callbacks.append(ld.run)
             env.process(executor(sm, q, ld))
+
+    def _barriers(self, barrier_done: list):
+        """persistent_barrier: op ``j``'s tasks may start once every task of op ``j - 1`` is done
+        and a grid barrier later."""
+        env, n_tiles, op_done_n = self.env, self.n_tiles, self.op_done_n
+        barrier_done[0].succeed()
+        for j in range(1, len(barrier_done)):
+            if op_done_n[j - 1] < n_tiles[j - 1]:
+                yield self._op_signal(j - 1)
+            yield env.timeout(self.r.grid_barrier_us)
+            barrier_done[j].succeed()
+
+    def _die_view(self):
+        """The dies design: note each lane's die and each op's latest end on each die (``_finish``
+        keeps them); returns ``die_end(p, d)``, when op ``p``'s last task is visible on die ``d``
+        (before the sync latency)."""
+        r = self.r
+        n_d = r.dies
+        self.die_of_lane = [die_of_sm(sm, r.n_sms, n_d) for sm in range(r.n_sms)]
+        self.op_end_die = op_end_die = [[-math.inf] * n_d for _ in self.g.ops]
+
+        def die_end(p: int, d: int) -> float:
+            return max(seen_on_die_us(v, e, d, r) for e, v in enumerate(op_end_die[p]))
+        return die_end
 
     def _dispatcher(self) -> tuple[bytearray, object]:
         """Dynamic dispatch (MPK): each op's tasks wait for one event, fired by the last of their
