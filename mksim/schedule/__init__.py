@@ -11,21 +11,47 @@ registered (docs/extending.md: how to add one).
 (True, 'sentinel')
 """
 
+from importlib import import_module
+
 from mksim.costs import task_costs
 
-from ._designs import (SYNCS, BaseDesign, BaseSync, active_designs, design_names, design_rows, get_design,
-                       get_sync, register_design, register_sync, registered_designs, unregister_design)
-from ._modes import (CHAIN_MODES, MODE_DEFAULTS, MODES, PERSISTENT_MODES, BaseMode, ChainMode, Names, PersistentMode,
-                     get_mode, register_mode, unregister_mode)
+from ._build import build_schedule, gc_paused
+from ._designs import (
+    SYNCS,
+    BaseDesign,
+    BaseSync,
+    active_designs,
+    design_names,
+    design_rows,
+    get_design,
+    get_sync,
+    register_design,
+    register_sync,
+    registered_designs,
+    unregister_design,
+)
+from ._modes import (
+    CHAIN_MODES,
+    MODE_DEFAULTS,
+    MODES,
+    PERSISTENT_MODES,
+    BaseMode,
+    ChainMode,
+    Names,
+    PersistentMode,
+    get_mode,
+    register_mode,
+    unregister_mode,
+)
 from ._policies import ORDERS, POLICIES, BasePolicy, get_policy, task_order
 from ._schedule import Options, Schedule, find_deadlock, workload_from_spec
 
-# isort: off  (registering the built-in modes and designs needs the registries above)
-from . import designs, modes  # noqa: E402,F401  (registers the built-in ones)
-from .designs.dynamic import DISPATCHES, dispatch_layout  # noqa: E402
-from .designs.movement import MOVEMENTS  # noqa: E402
-from ._build import build_schedule, gc_paused  # noqa: E402
-# isort: on
+# The built-in designs and modes, and any file added beside them, register as they are imported: last,
+# so that such a file can import what it needs from mksim.schedule.
+designs = import_module(f"{__name__}.designs")
+modes = import_module(f"{__name__}.modes")
+DISPATCHES, dispatch_layout = designs.dynamic.DISPATCHES, designs.dynamic.dispatch_layout
+MOVEMENTS = designs.movement.MOVEMENTS
 
 __all__ = ["BaseDesign", "BaseMode", "BasePolicy", "BaseSync", "CHAIN_MODES", "ChainMode", "DISPATCHES", "MODES",
            "MODE_DEFAULTS", "MOVEMENTS", "Names", "ORDERS", "Options", "PERSISTENT_MODES", "POLICIES", "PersistentMode",

@@ -12,11 +12,11 @@ import hwmodels
 from hwmodels import GPUSpec
 from mksim import models
 from mksim.costs import rates
-from mksim.errors import ScheduleError, UnknownNameError, WorkloadError
+from mksim.errors import ScheduleError, WorkloadError
 from mksim.workload import TaskGraph, Tiling, Workload
 
 from ._designs import active_designs, with_defaults
-from ._modes import MODE_DEFAULTS, MODES, PersistentMode, get_mode
+from ._modes import MODE_DEFAULTS, PersistentMode, get_mode
 from ._policies import get_policy
 from ._schedule import Options, Schedule
 
@@ -61,9 +61,7 @@ def build_schedule(workload: Workload | str, gpu: GPUSpec | str, mode: str, *, p
 def _build(workload: Workload | str, gpu: GPUSpec | str, mode_name: str, policy: str | None,
            policy_options: dict[str, Any] | None, tiling: Tiling | None, queues: list[list[int]] | None,
            options: dict[str, Any]) -> Schedule:
-    if mode_name not in MODES:
-        raise UnknownNameError("mode", mode_name, MODES)
-    mode = get_mode(mode_name)
+    mode = get_mode(mode_name)  # UnknownNameError
     g = hwmodels.load(gpu) if isinstance(gpu, str) else gpu
     if isinstance(workload, str):
         workload = models.workload(workload, n_sms=g.sm.count)

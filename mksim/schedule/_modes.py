@@ -25,12 +25,13 @@ spread over ``blocks_per_sm`` slots per SM. The launcher asks, for each kernel `
 A **persistent** mode (:class:`PersistentMode`) launches once; each SM runs its own queue of tasks
 with a loader prefetching weights into shared-memory pages. ``build_schedule`` calls
 :meth:`~PersistentMode.place` once to make the queues (from a placement policy, ``default_policy``
-unless the caller or a design names another, on the SMs the designs leave for tasks). Before each task the executor waits for what
-``waits_for`` says: ``"barrier"`` (a grid barrier after every op, ``grid_barrier_us``) or
-``"dependencies"`` (its own producers, seen as the schedule's sync says).
+unless the caller or a design names another, on the SMs the designs leave for tasks). Before each
+task the executor waits for what ``waits_for`` says: ``"barrier"`` (a grid barrier after every op,
+``grid_barrier_us``) or ``"dependencies"`` (its own producers, seen as the schedule's sync says).
 
-A new mode is one file that subclasses :class:`ChainMode` or :class:`PersistentMode`, decorated
-with :func:`register_mode`, and imported in ``mksim/schedule/modes/__init__.py``.
+A new mode is one file in ``mksim/schedule/modes/`` that subclasses :class:`ChainMode` or
+:class:`PersistentMode`, decorated with :func:`register_mode`; that package imports every module
+in it.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 KINDS = ("chain", "persistent")
 
 
-class BaseMode(ABC):
+class BaseMode:
     """An execution mode (see the module's documentation for when each hook is called)."""
 
     name: ClassVar[str] = ""
@@ -62,7 +63,7 @@ class BaseMode(ABC):
         mode; the common checks have passed."""
 
 
-class ChainMode(BaseMode):
+class ChainMode(BaseMode, ABC):
     """A mode of one kernel per op, launched in op order."""
 
     kind = "chain"

@@ -18,10 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from mksim.errors import ScheduleError, UnknownNameError
 from mksim.costs import Rates, die_of_sm, seen_on_die_us, task_costs
+from mksim.errors import ScheduleError, UnknownNameError
 from mksim.workload import TaskGraph
-
 
 ORDERS = ("op", "level")
 
@@ -239,9 +238,8 @@ def _list_schedule(graph: TaskGraph, cost: np.ndarray, sms: list[int] | None, or
     op_max = [0.0] * len(graph.ops)  # running max of finish per op, for whole-op deps
     heaps: dict[int, list[tuple[float, int]]] = {}
     q: list[list[int]] = [[] for _ in range(n_sms)]
-    heap = None if pool_of else [(0.0, s) for s in sms]
-    if heap is not None:
-        heapq.heapify(heap)
+    heap: list[tuple[float, int]] = [] if pool_of else [(0.0, s) for s in sms or ()]
+    heapq.heapify(heap)
     for t in order:
         ready = 0.0
         for p, t0, t1 in graph.deps(t):
@@ -251,10 +249,11 @@ def _list_schedule(graph: TaskGraph, cost: np.ndarray, sms: list[int] | None, or
         ready += sync_us
         if pool_of:
             pool = pool_of(t)
-            heap = heaps.get(id(pool))
-            if heap is None:
-                heap = heaps[id(pool)] = [(0.0, s) for s in pool]
-                heapq.heapify(heap)
+            got = heaps.get(id(pool))
+            if got is None:
+                got = heaps[id(pool)] = [(0.0, s) for s in pool]
+                heapq.heapify(got)
+            heap = got
         free, best = heap[0]
         f = (free if free >= ready else ready) + cost_l[t]
         heapq.heapreplace(heap, (f, best))

@@ -85,7 +85,7 @@ class Schedule:
     workload_spec: dict[str, Any] = field(default_factory=dict)
 
     # -- checks -----------------------------------------------------------------------
-    def validate(self) -> "Schedule":
+    def validate(self) -> Schedule:
         """Raise :class:`ScheduleError` (or :class:`DeadlockError`) if the schedule cannot run."""
         self.validate_options()
         persistent = self.mode in PERSISTENT_MODES
@@ -118,7 +118,7 @@ class Schedule:
                                 f"{o.smem_reserve_KiB:g} KiB reserved = {need:g} KiB > {smem:g} KiB per block on "
                                 f"{self.gpu.name}; use prefetch_depth <= {most}")
 
-    def mark_validated(self) -> "Schedule":
+    def mark_validated(self) -> Schedule:
         """Note that the schedule passed :meth:`validate` as it is now, so that
         :meth:`is_validated` is true and :func:`mksim.simulate` need not walk its queues for
         deadlocks again; any change to what ``validate`` reads (mode, options, GPU, graph, queues)
@@ -179,7 +179,7 @@ class Schedule:
         return text
 
     @classmethod
-    def from_json(cls, text_or_path: str | Path) -> "Schedule":
+    def from_json(cls, text_or_path: str | Path) -> Schedule:
         """Read a schedule written by :meth:`to_json` (a JSON string or a file path)."""
         text = str(text_or_path)
         if not text.lstrip().startswith("{"):
@@ -251,7 +251,7 @@ def _in_task_order(graph: TaskGraph, queues: list[list[int]]) -> bool:
     earlier op: then running all tasks in id order is an execution, so none can deadlock (what
     every built-in policy produces; the walk below is for everything else)."""
     for q in queues:
-        if any(a >= b for a, b in zip(q, q[1:])):
+        if any(a >= b for a, b in zip(q, q[1:], strict=False)):
             return False
     op_of = graph.op_of.tolist()
     return all(p < op_of[t] for t in range(len(graph)) for p, _, _ in graph.deps(t))

@@ -74,7 +74,7 @@ class Loader:
         self.bubbles: list[tuple[float, float]] = []  # the current task's DRAM-latency bubbles
         self.last_end = -1.0     # when the last flow ended: a later start pays the DRAM latency
         self.flow_a = self.flow_d = 0.0  # the flow in progress: start, latency paid
-        self.flow_n = 0          # ... and page bytes
+        self.flow_n: float = 0   # ... and bytes (whole page bytes while filling pages)
         # dynamic dispatch: (tasks arrived, wait(task, loader)); a task not yet handed to this SM
         # cannot be loaded, and the engine runs the loader again when it arrives
         self.gate: tuple | None = None
@@ -158,7 +158,7 @@ class Loader:
         if d > 0:
             self.bubbles.append((a, a + d))
         if self.phase == _HEAD:
-            self.got += self.flow_n
+            self.got += int(self.flow_n)
         self.run()
 
 
@@ -297,8 +297,8 @@ class Slot:
                 self.since = env.now
                 ch.start[self.t] = self.since  # the dependent part starts here (PDL prologue before)
                 if ch.on_device[self.t]:  # a device function's fixed part needs only the release
-                    rel = ch.released_at[self.k]
-                    self.w0 = rel if rel > self.t_in else self.t_in
+                    rel_us = ch.released_at[self.k]
+                    self.w0 = rel_us if rel_us > self.t_in else self.t_in
                 else:
                     self.w0 = self.since
                 self.phase = _COMPUTE

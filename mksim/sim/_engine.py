@@ -20,11 +20,25 @@ import numpy as np
 import simpy
 
 from mksim import costs
-from mksim.costs import (block_dram_cap_Bpus, copy_issue_Bpus, die_of_sm, dispatch_times_us, first_byte_us, rates,
-                         seen_on_die_us)
+from mksim.costs import (
+    block_dram_cap_Bpus,
+    copy_issue_Bpus,
+    die_of_sm,
+    dispatch_times_us,
+    rates,
+    seen_on_die_us,
+)
 from mksim.errors import DeadlockError
-from mksim.schedule import (ChainMode, PersistentMode, Schedule, active_designs, dispatch_layout, gc_paused, get_mode,
-                            get_sync)
+from mksim.schedule import (
+    ChainMode,
+    PersistentMode,
+    Schedule,
+    active_designs,
+    dispatch_layout,
+    gc_paused,
+    get_mode,
+    get_sync,
+)
 
 from ._actors import Chain, Loader, Signal
 from ._dies import die_traffic
@@ -104,7 +118,7 @@ class _Engine:
         self.op_done_n[p] += 1
         if now > self.op_end[p]:
             self.op_end[p] = now
-        if self.op_end_die is not None:
+        if self.op_end_die is not None and self.die_of_lane is not None:
             ends, d = self.op_end_die[p], self.die_of_lane[lane]
             if now > ends[d]:
                 ends[d] = now
@@ -175,7 +189,8 @@ class _Engine:
             release[k].succeed()
 
         env.process(launcher())
-        Chain(self, self.n_lanes, dispatch, release, done, end_t, cap, head_B, released_at)  # its slots wake on dispatch
+        # the slots wake on dispatch
+        Chain(self, self.n_lanes, dispatch, release, done, end_t, cap, head_B, released_at)
         self.t0 = r.launch_latency_us
         self._chain_times = (start_t, end_t)
 
@@ -331,7 +346,10 @@ class _Engine:
             ev = signals.get(t)
             if ev is None:
                 ev = signals[t] = Signal(env)
-                ev.callbacks.append(lambda _e, t=t: self._arrive(t, arrived))
+
+                def arrive(_e: object, t: int = t) -> None:
+                    self._arrive(t, arrived)
+                ev.callbacks.append(arrive)
             return ev
 
         def producers(j: int) -> dict[int, tuple[int, int]]:
@@ -381,7 +399,7 @@ class _Engine:
             now = env.now
             for sc, ts in by_sched.items():
                 times, free[sc] = dispatch_times_us(seen, free[sc], len(ts), r)
-                for t, a_us in zip(ts, times):
+                for t, a_us in zip(ts, times, strict=True):
                     arrival(t).succeed_after(a_us - now)
 
         for j in range(len(g.ops)):
@@ -420,7 +438,7 @@ class _Engine:
         spans = None
         if self._chain_times is not None:
             start_t, end_t = self._chain_times
-            spans = list(zip(start_t, end_t))
+            spans = list(zip(start_t, end_t, strict=True))
         die_stats = None
         if self.die_of_lane is not None:
             die_stats = die_traffic(self.g, self.lane_of, self.r.n_sms, self.r.dies)

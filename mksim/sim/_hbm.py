@@ -15,8 +15,8 @@ wakes let it join: no event per flow.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from itertools import count
-from typing import Callable
 
 import simpy
 from simpy.events import Event, Timeout
@@ -42,10 +42,10 @@ class _Settle(Event):
 
     def __init__(self, env: simpy.Environment, callback: Callable[[Event], object]) -> None:
         self.env = env
-        self.callbacks = [callback]
+        self.callbacks = [callback]  # type: ignore[list-item]  # simpy types callbacks as returning None
         self._ok = True
         self._value = None
-        env.schedule(self, _LATE, 0)
+        env.schedule(self, _LATE, 0)  # type: ignore[arg-type]  # a priority after NORMAL, which simpy's enum lacks
 
 
 class HBM:

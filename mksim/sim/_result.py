@@ -160,8 +160,9 @@ def build_result(s, r, start, end, lane_of, timeline: Timeline, n_lanes, t0, spa
     first = g.op_first[:-1]
     op_start, op_end = np.minimum.reduceat(start, first), np.maximum.reduceat(end, first)
     per_op = [{"op": op.name, "kind": op.kind, "tasks": int(k), "start_us": float(a), "end_us": float(b),
-               "time_us": float(b - a)} for op, k, a, b in zip(g.ops, g.n_tiles, op_start, op_end)]
-    task_names = [f"{op.name}[{i}]" for op, k in zip(g.ops, g.n_tiles.tolist()) for i in range(k)] if names else []
+               "time_us": float(b - a)} for op, k, a, b in zip(g.ops, g.n_tiles, op_start, op_end, strict=True)]
+    task_names = [f"{op.name}[{i}]" for op, k in zip(g.ops, g.n_tiles.tolist(), strict=True)
+                  for i in range(k)] if names else []
     wl = s.workload
     dram = float(hbm.bytes_done)
     return SimResult(mode=s.mode, gpu=s.gpu.name, workload=wl.name, policy=s.policy, latency_us=latency,

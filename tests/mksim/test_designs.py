@@ -15,12 +15,12 @@ import pytest
 
 import hwmodels
 import mksim
+from mksim.costs import SYNCS, rates, sync_us, task_times
 from mksim.errors import ScheduleError
 from mksim.schedule import dispatch_layout
-from mksim.costs import SYNCS, rates, sync_us, task_times
 from mksim.workload import Tiling
 
-from .simkit import chain, mem_op, toy_gpu
+from .simkit import chain, toy_gpu
 
 TOL = 2e-3
 

@@ -12,8 +12,8 @@ import pytest
 
 import hwmodels
 import mksim
-from mksim.schedule import MODES
 from mksim.costs import DeviceCost, device_costs, device_task_us, rates, resident_blocks
+from mksim.schedule import MODES
 from mksim.workload import Op, Tiling, Workload
 
 from .simkit import chain, mem_op, toy_gpu

@@ -12,9 +12,22 @@ import pytest
 import mksim
 from mksim.costs import Rates
 from mksim.errors import ScheduleError
-from mksim.schedule import (CHAIN_MODES, MODE_DEFAULTS, MODES, POLICIES, BaseDesign, BasePolicy, ChainMode, Schedule,
-                            design_names, design_rows, register_design, register_mode, unregister_design,
-                            unregister_mode)
+from mksim.schedule import (
+    CHAIN_MODES,
+    MODE_DEFAULTS,
+    MODES,
+    POLICIES,
+    BaseDesign,
+    BasePolicy,
+    ChainMode,
+    Schedule,
+    design_names,
+    design_rows,
+    register_design,
+    register_mode,
+    unregister_design,
+    unregister_mode,
+)
 from mksim.workload import Tiling
 
 from .simkit import chain, toy_gpu

@@ -9,11 +9,10 @@ docs/extending.md).
 from importlib import import_module
 from pkgutil import iter_modules
 
-# isort: off  (the order of registration is design_names()' order)
-from . import sync, dynamic, dies, movement  # noqa: F401,I001
-# isort: on
+# registered in this order: design_names()' order
+BUILT_IN = ("sync", "dynamic", "dies", "movement")
 
-for _m in iter_modules(__path__):
-    import_module(f"{__name__}.{_m.name}")  # the designs added beside the built-in ones
+for _name in BUILT_IN + tuple(m.name for m in iter_modules(__path__) if m.name not in BUILT_IN):
+    import_module(f"{__name__}.{_name}")  # registers what it defines
 
 __all__: list[str] = []

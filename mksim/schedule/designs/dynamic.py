@@ -93,6 +93,6 @@ class DynamicDispatch(BaseDesign):
             raise ScheduleError(f"{len(queues)} queues, but dynamic dispatch leaves {workers} worker SMs "
                                 f"({scheds} scheduler warps take {sms} of the {schedule.gpu.sm.count} SMs)")
         for sm, q in enumerate(queues):
-            if any(a >= b for a, b in zip(q, q[1:])):
+            if any(a >= b for a, b in zip(q, q[1:], strict=False)):
                 raise ScheduleError(f"SM {sm}: with dynamic dispatch a worker gets its tasks in the order their "
                                     "events fire, so its queue must list task ids in increasing order")

@@ -9,11 +9,10 @@ imported after them, so a new mode is one file here: a subclass of
 from importlib import import_module
 from pkgutil import iter_modules
 
-# isort: off  (the order of registration is MODES' order)
-from . import stream, graph, graph_pdl, persistent_barrier, megakernel  # noqa: F401,I001
-# isort: on
+# registered in this order: MODES' order
+BUILT_IN = ("stream", "graph", "graph_pdl", "persistent_barrier", "megakernel")
 
-for _m in iter_modules(__path__):
-    import_module(f"{__name__}.{_m.name}")  # the modes added beside the built-in ones
+for _name in BUILT_IN + tuple(m.name for m in iter_modules(__path__) if m.name not in BUILT_IN):
+    import_module(f"{__name__}.{_name}")  # registers what it defines
 
 __all__: list[str] = []
