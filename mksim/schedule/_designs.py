@@ -15,9 +15,10 @@ and its hooks are called
   SMs that run tasks and the default placement policy);
 - by :meth:`Schedule.validate` on persistent schedules, for the designs that are on, after the
   queues' coverage: :meth:`~BaseDesign.check_queues`;
-- by ``mksim compare --designs`` and ``mksim search --designs``: ``compare_rows`` (the rows a
-  design adds to the comparison, each a label and the options it builds) and the design's
-  ``name`` (:func:`design_rows`, :func:`design_names`).
+- by ``mksim compare --designs``: ``compare_rows``, the rows a design adds to the comparison, each
+  a label and the options it builds (:func:`design_rows`);
+- by ``mksim search --designs`` (which takes :func:`design_names`): :meth:`~BaseDesign.search_options`,
+  the options every megakernel candidate gets.
 
 What a design changes in a run the engine (:mod:`mksim.sim`) reads from the designs that are on;
 a design that only combines existing mechanisms (a placement, options) needs no engine change.
@@ -92,6 +93,11 @@ class BaseDesign:
 
     def check_queues(self, schedule: Schedule) -> None:
         """Raise :class:`ScheduleError` if the queues cannot run with the design."""
+
+    def search_options(self) -> dict[str, Any]:
+        """The options every megakernel candidate of a search that includes the design gets (``mksim
+        search --designs``; an option the study fixes wins): by default the design is on."""
+        return {self.option: self.value}
 
 
 _DESIGNS: dict[str, BaseDesign] = {}

@@ -168,3 +168,18 @@ def test_a_mode_file_dropped_into_the_modes_package_is_all_it_takes(tmp_path):
                        env={"PYTHONPATH": str(tmp_path), "PATH": ""})
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["graph_eager", "True"]
+
+
+def test_a_registered_design_is_in_the_search_space(lean):
+    # a search that includes it gives every megakernel candidate its option (search_options)
+    pytest.importorskip("optuna")
+    import optuna
+
+    from mksim.search import suggest
+    from mksim.search._space import check_designs
+
+    assert check_designs("lean") == ("lean",)
+    gpu = mksim.build_schedule("llama-3.2-1b", "h200", "graph").gpu
+    trial = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0)).ask()
+    c = suggest(trial, gpu, designs=("lean",))
+    assert c.options["smem_reserve_KiB"] == 0.0

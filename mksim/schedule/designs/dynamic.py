@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hwmodels import GPUSpec
 from mksim.errors import ScheduleError
@@ -59,6 +59,9 @@ class DynamicDispatch(BaseDesign):
     option = "dispatch"
     value = "dynamic"
     compare_rows = (("megakernel:dynamic", {"dispatch": "dynamic"}),)
+
+    def search_options(self) -> dict[str, Any]:
+        return {}  # a study samples static or dynamic, and the schedulers (mksim.search's space)
 
     def validate(self, schedule: Schedule) -> None:
         o = schedule.options

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .._designs import BaseDesign, BaseSync, register_design, register_sync
 
 
@@ -34,3 +36,6 @@ class SentinelDesign(BaseDesign):
     option = "sync"
     value = "sentinel"
     compare_rows = (("megakernel:sentinel", {"sync": "sentinel"}),)
+
+    def search_options(self) -> dict[str, Any]:
+        return {}  # a study samples it as one more sync (mksim.search's space), not on every candidate
