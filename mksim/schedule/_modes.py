@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from ._schedule import Options, Schedule
 
 KINDS = ("chain", "persistent")
+WAITS = ("dependencies", "barrier")  # what a persistent mode's task may wait for (the engine runs both)
 
 
 class BaseMode:
@@ -109,6 +110,8 @@ def register_mode(cls: M) -> M:
     replaces it). Returns the class."""
     if not cls.name or cls.kind not in KINDS:
         raise ValueError(f"a mode needs a name and a kind in {KINDS}, got {cls.name!r}, {cls.kind!r}")
+    if issubclass(cls, PersistentMode) and cls.waits_for not in WAITS:
+        raise ValueError(f"mode {cls.name}: waits_for must be one of {WAITS}, got {cls.waits_for!r}")
     _REGISTRY[cls.name] = cls()
     return cls
 
