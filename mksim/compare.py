@@ -27,20 +27,12 @@ from hwmodels import GPUSpec
 from mksim import models
 from mksim.errors import UnknownNameError
 from mksim.models import ModelConfig
-from mksim.schedule import MODES, build_schedule
+from mksim.schedule import MODES, build_schedule, design_rows
 from mksim.sim import SimResult, simulate
 from mksim.workload import Workload
 
-__all__ = ["DESIGN_ROWS", "ModeSummary", "compare_modes", "compare_workload", "make_workload", "parallel_map",
+__all__ = ["ModeSummary", "compare_modes", "compare_workload", "make_workload", "parallel_map",
            "parse_designs", "simulate_summary"]
-
-#: Megakernel designs ``mksim compare --designs`` adds as rows: design -> [(row name, schedule options)].
-DESIGN_ROWS: dict[str, list[tuple[str, dict[str, Any]]]] = {
-    "sentinel": [("megakernel:sentinel", {"sync": "sentinel"})],
-    "dynamic": [("megakernel:dynamic", {"dispatch": "dynamic"})],
-    "dies": [("megakernel:dies", {"dies": True}), ("megakernel:die", {"dies": True, "policy": "die"})],
-    "movement": [("megakernel:native", {"movement": "native"})],
-}
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -55,11 +47,12 @@ def parse_designs(text: str | None) -> list[str]:
     if not text:
         return []
     names = [d.strip() for d in text.split(",") if d.strip()]
+    rows = design_rows()  # the registered designs (mksim.schedule.register_design)
     if names == ["all"]:
-        return list(DESIGN_ROWS)
+        return list(rows)
     for d in names:
-        if d not in DESIGN_ROWS:
-            raise UnknownNameError("design", d, [*DESIGN_ROWS, "all"])
+        if d not in rows:
+            raise UnknownNameError("design", d, [*rows, "all"])
     return list(dict.fromkeys(names))
 
 
@@ -101,7 +94,7 @@ class ModeSummary:
 def simulate_summary(job: tuple[Workload, GPUSpec, str, dict[str, Any]]) -> ModeSummary:
     """Simulate ``(workload, gpu, mode, schedule options)`` once (in a worker process, by :func:`parallel_map`)."""
     wl, g, mode, options = job
-    return ModeSummary.of(simulate(build_schedule(wl, g, mode, **options)))
+    return ModeSummary.of(simulate(build_schedule(wl, g, mode, **options), timeline=False))
 
 
 def parallel_map(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
@@ -128,14 +121,15 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
 def compare_workload(wl: Workload, g: GPUSpec, policy: str | None = None, designs: str | None = None,
                      opts: dict[str, Any] | None = None) -> dict[str, ModeSummary]:
     """Every mode (:data:`mksim.schedule.MODES`, in that order), then a megakernel row per design of
-    ``designs`` (:data:`DESIGN_ROWS`), simulated on ``wl`` and ``g``. ``policy`` and ``opts`` are the
+    ``designs`` (:func:`mksim.schedule.design_rows`), simulated on ``wl`` and ``g``. ``policy`` and ``opts`` are the
     schedule options of the megakernel rows."""
     order = sorted(MODES, key=lambda m: m != "megakernel")  # the longest job first: the pool ends sooner
     mk = {**({"policy": policy} if policy else {}), **(opts or {})}
     jobs = [(wl, g, mode, mk if mode == "megakernel" else {}) for mode in order]
     rows = list(order)
+    by_design = design_rows()
     for d in parse_designs(designs):
-        for row, kw in DESIGN_ROWS[d]:
+        for row, kw in by_design[d]:
             jobs.append((wl, g, "megakernel", {**mk, **kw}))
             rows.append(row)
     done = dict(zip(rows, parallel_map(simulate_summary, jobs), strict=True))
@@ -148,7 +142,7 @@ def compare_modes(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phas
     """Simulate every mode on one workload; returns ``{"modes": {...}, ...}`` as ``mksim compare --json`` prints.
 
     ``opts`` are schedule options of the megakernel rows; ``designs`` (``"sentinel,dynamic"``, ``"all"``)
-    adds a megakernel row per design (:data:`DESIGN_ROWS`). Raises :class:`mksim.errors.MksimError` on bad input.
+    adds a megakernel row per design (:func:`mksim.schedule.design_rows`). Raises :class:`mksim.errors.MksimError` on bad input.
     """
     g = hwmodels.load(gpu)
     wl = make_workload(model, batch, kv_len, phase, prefill_tokens, dtype, n_sms=g.sm.count)

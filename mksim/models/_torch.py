@@ -23,8 +23,7 @@ from torch import fx, nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from mksim.errors import WorkloadError
-from mksim.workload import Input, Op, Workload
-from mksim.workload._llm import ACT_BYTES, DTYPE_BYTES, MATMUL_ALIGN, VEC_ALIGN
+from mksim.workload import ACT_BYTES, DTYPE_BYTES, MATMUL_ALIGN, VEC_ALIGN, Input, Op, Workload
 
 # Nodes that only move or relabel data: their producer passes through, no op is made.
 _VIEWS = {"view", "reshape", "permute", "transpose", "t", "contiguous", "unsqueeze", "squeeze",

@@ -2,45 +2,40 @@
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import fields
 from typing import Any
 
 import hwmodels
 from hwmodels import GPUSpec
 from mksim import models
-from mksim.errors import ScheduleError, UnknownNameError, WorkloadError
-from mksim.sim._costs import rates
-from mksim.sim._engine import gc_paused, mark_validated
+from mksim.costs import rates
+from mksim.errors import ScheduleError, WorkloadError
 from mksim.workload import TaskGraph, Tiling, Workload
 
-from ._policies import POLICIES, get_policy
-from ._schedule import CHAIN_MODES, MODES, Options, Schedule, dispatch_layout
+from ._designs import active_designs, with_defaults
+from ._modes import MODE_DEFAULTS, PersistentMode, get_mode
+from ._policies import get_policy
+from ._schedule import Options, Schedule
 
-# Defaults per mode: chains launch a few blocks per SM (as libraries do) and have no
-# cross-kernel prefetch except PDL's prologue; persistent modes run one block per SM.
-MODE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "stream": {"tasks_per_sm": 2.0, "blocks_per_sm": 2, "prefetch_depth": 0},
-    "graph": {"tasks_per_sm": 2.0, "blocks_per_sm": 2, "prefetch_depth": 0},
-    "graph_pdl": {"tasks_per_sm": 2.0, "blocks_per_sm": 2, "prefetch_depth": 2},
-    "persistent_barrier": {"tasks_per_sm": 1.0, "blocks_per_sm": 1, "prefetch_depth": 0},
-    "megakernel": {"tasks_per_sm": 1.0, "blocks_per_sm": 1, "prefetch_depth": 4},
-}
-DEFAULT_POLICY = "dag"
-WORKLOAD_KEYS = ("batch", "kv_len", "phase", "prefill_tokens", "weight_dtype", "kv_splits", "fuse_norm", "split_qkv",
-                 "split_gate_up")
+DEFAULT_POLICY = "dag"  # the megakernel's (PersistentMode.default_policy)
 
 
-def workload_from_spec(spec: dict[str, Any]) -> Workload:
-    """Rebuild a workload from the spec stored in a schedule file."""
-    if not isinstance(spec, dict) or "model" not in spec:
-        raise ScheduleError("schedule workload must be an object with a 'model' (name or HF config)")
-    params = {k: spec[k] for k in WORKLOAD_KEYS if k in spec and spec[k] is not None}
-    if "n_sms" in spec:
-        params["n_sms"] = spec["n_sms"]
-    model = spec["model"]
-    if isinstance(model, dict):
-        return models.from_hf_config(model, **params)
-    return models.workload(model, **params)
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Hold off Python's cycle collector while building or simulating. A run allocates a few
+    objects per task that reference counting frees at once; the collector would still walk the
+    whole (growing) heap every few ten thousand of them, and wall time would grow faster than the
+    number of tasks."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def build_schedule(workload: Workload | str, gpu: GPUSpec | str, mode: str, *, policy: str | None = None,
@@ -63,11 +58,10 @@ def build_schedule(workload: Workload | str, gpu: GPUSpec | str, mode: str, *, p
         return _build(workload, gpu, mode, policy, policy_options, tiling, queues, options)
 
 
-def _build(workload: Workload | str, gpu: GPUSpec | str, mode: str, policy: str | None,
+def _build(workload: Workload | str, gpu: GPUSpec | str, mode_name: str, policy: str | None,
            policy_options: dict[str, Any] | None, tiling: Tiling | None, queues: list[list[int]] | None,
            options: dict[str, Any]) -> Schedule:
-    if mode not in MODES:
-        raise UnknownNameError("mode", mode, MODES)
+    mode = get_mode(mode_name)  # UnknownNameError
     g = hwmodels.load(gpu) if isinstance(gpu, str) else gpu
     if isinstance(workload, str):
         workload = models.workload(workload, n_sms=g.sm.count)
@@ -75,40 +69,31 @@ def _build(workload: Workload | str, gpu: GPUSpec | str, mode: str, policy: str 
     bad = set(options) - known
     if bad:
         raise ScheduleError(f"unknown schedule option {sorted(bad)[0]!r}; known: {', '.join(sorted(known))}")
-    opts = Options(**{**MODE_DEFAULTS[mode], **options})
-    if opts.movement == "native" and mode not in CHAIN_MODES and "prefetch_depth" not in options:
-        # a kernel of its generation fills the shared memory left beside its reserve with pages
-        room = g.sm.shared_memory_per_block_KiB - opts.smem_reserve_KiB
-        opts = replace(opts, prefetch_depth=max(0, int(room // opts.page_KiB)))
+    opts = with_defaults(Options(**{**MODE_DEFAULTS[mode_name], **options}), g, mode_name, set(options))
     if opts.tasks_per_sm <= 0:
         raise ScheduleError(f"tasks_per_sm must be positive, got {opts.tasks_per_sm}")
-    tile_sms = g.sm.count  # dynamic dispatch cuts each op for the worker SMs
-    if opts.dispatch == "dynamic" and mode == "megakernel":
-        tile_sms = dispatch_layout(g, opts.schedulers)[0]
+    tile_sms = g.sm.count
+    for d in active_designs(mode_name, opts):  # dynamic dispatch cuts each op for the worker SMs
+        tile_sms = d.tile_sms(g, opts, tile_sms)
     try:
         graph = _task_graph(workload, tiling or Tiling.for_sms(tile_sms, opts.tasks_per_sm))
     except WorkloadError as exc:
         raise ScheduleError(str(exc)) from None
     spec = _spec(workload, g) if workload.model is not None else {}
-    sched = Schedule(mode=mode, gpu=g, workload=workload, graph=graph, options=opts, workload_spec=spec)
-    if mode in CHAIN_MODES:
+    sched = Schedule(mode=mode_name, gpu=g, workload=workload, graph=graph, options=opts, workload_spec=spec)
+    if not isinstance(mode, PersistentMode):
         if policy:
-            raise ScheduleError(f"mode {mode} runs one kernel per op; policies apply to megakernel only")
-        return mark_validated(sched.validate())
+            raise ScheduleError(f"mode {mode_name} runs one kernel per op; policies apply to megakernel only")
+        return sched.validate().mark_validated()
     if queues is None:
-        n_place = g.sm.count
-        if mode == "persistent_barrier":
-            pol = get_policy(policy or "rr", **(policy_options or {}))
-        elif opts.dispatch == "dynamic":  # the worker SMs, in MPK's round robin unless told otherwise
-            sched.validate_options()
-            n_place = dispatch_layout(g, opts.schedulers)[0]
-            pol = get_policy(policy or "rr", **(policy_options or {}))
-        else:
-            pol = get_policy(policy or DEFAULT_POLICY, **(policy_options or {}))
-        queues = pol.place(graph, rates(g), n_place)
+        n_place, default = g.sm.count, mode.default_policy
+        for d in active_designs(mode_name, opts):
+            n_place, default = d.placement(sched, n_place, default)
+        pol = get_policy(policy or default, **(policy_options or {}))
+        queues = mode.place(sched, rates(g), pol, n_place)
         sched.policy, sched.policy_options = pol.name, dict(pol.options)
     sched.queues = queues
-    return mark_validated(sched.validate())  # simulate() need not check it again
+    return sched.validate().mark_validated()  # simulate() need not check it again
 
 
 _RECENT_GRAPHS: list[tuple[Workload, Tiling, TaskGraph]] = []
@@ -148,4 +133,4 @@ def _hf_dict(cfg: Any) -> dict[str, Any]:
             "max_position_embeddings": cfg.max_position_embeddings, "_name_or_path": cfg.name}
 
 
-__all__ = ["MODE_DEFAULTS", "POLICIES", "build_schedule", "workload_from_spec"]
+__all__ = ["build_schedule", "gc_paused"]

@@ -6,7 +6,7 @@ task graph (tasks numbered in a topological order, op by op) and the GPU's rates
 returns one queue of task ids per SM. Every task must appear exactly once; the order of a
 queue is the order the SM executes it, so a policy must not put a task before one of its
 (transitive) producers on the same SM — :meth:`Schedule.validate` rejects that as a
-deadlock. Policies estimate task times with :func:`task_costs`.
+deadlock. Policies estimate task times with :func:`mksim.costs.task_costs`.
 """
 
 from __future__ import annotations
@@ -18,23 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from mksim.costs import Rates, die_of_sm, seen_on_die_us, task_costs
 from mksim.errors import ScheduleError, UnknownNameError
-from mksim.sim._costs import Rates, die_of_sm, flop_rate
 from mksim.workload import TaskGraph
-
-
-def task_costs(graph: TaskGraph, r: Rates, active_sms: int | None = None) -> np.ndarray:
-    """Estimated time (µs) of every task when all SMs share DRAM fairly and latency is hidden: the
-    slowest of its DRAM bytes at its share, its L2 bytes at its SM's L2 share, and its arithmetic.
-    Placement uses it to balance load; the simulator computes the real thing."""
-    n = active_sms or r.n_sms
-    bw = min(r.sm_cap_Bpus, r.hbm_Bpus / n)
-    dram = graph.weight_bytes + graph.kv_read_bytes
-    l2 = graph.in_bytes + graph.out_bytes + graph.kv_write_bytes
-    rate = np.repeat([flop_rate(op.unit, op.dtype, r) for op in graph.ops], graph.n_tiles)
-    comp = np.where(graph.flops > 0, graph.flops / rate, 0.0)
-    return np.maximum(np.maximum(dram / bw, np.where(l2 > 0, l2 / r.l2_per_sm_Bpus, 0.0)), comp)
-
 
 ORDERS = ("op", "level")
 
@@ -202,7 +188,7 @@ class DieAware(BasePolicy):
     def place(self, graph, r, n_sms):
         sync = self.options["sync_us"] if self.options["sync_us"] is not None else r.flag_latency_us
         cost = task_costs(graph, r).tolist()
-        dies, xdie = max(1, min(r.dies, n_sms)), r.cross_die_latency_us
+        dies = max(1, min(r.dies, n_sms))
         die_sm = [[s for s in range(n_sms) if die_of_sm(s, n_sms, dies) == d] for d in range(dies)]
         heaps = [[(0.0, s) for s in sms] for sms in die_sm]
         for h in heaps:
@@ -219,14 +205,13 @@ class DieAware(BasePolicy):
                     m = op_die_max[p]
                     top = max(m)
                     for d in range(dies):
-                        other = max((v for e, v in enumerate(m) if e != d), default=-math.inf)
-                        e = max(m[d], other + xdie) if top > -math.inf else 0.0
+                        e = max(seen_on_die_us(v, f, d, r) for f, v in enumerate(m)) if top > -math.inf else 0.0
                         if e > ready[d]:
                             ready[d] = e
                 else:
                     for k in range(op_first[p] + t0, op_first[p] + t1):
                         for d in range(dies):
-                            e = finish[k] + (xdie if die_t[k] != d else 0.0)
+                            e = seen_on_die_us(finish[k], die_t[k], d, r)
                             if e > ready[d]:
                                 ready[d] = e
             best = min(range(dies), key=lambda d: (max(heaps[d][0][0], ready[d] + sync), d))
@@ -253,9 +238,8 @@ def _list_schedule(graph: TaskGraph, cost: np.ndarray, sms: list[int] | None, or
     op_max = [0.0] * len(graph.ops)  # running max of finish per op, for whole-op deps
     heaps: dict[int, list[tuple[float, int]]] = {}
     q: list[list[int]] = [[] for _ in range(n_sms)]
-    heap = None if pool_of else [(0.0, s) for s in sms]
-    if heap is not None:
-        heapq.heapify(heap)
+    heap: list[tuple[float, int]] = [] if pool_of else [(0.0, s) for s in sms or ()]
+    heapq.heapify(heap)
     for t in order:
         ready = 0.0
         for p, t0, t1 in graph.deps(t):
@@ -265,10 +249,11 @@ def _list_schedule(graph: TaskGraph, cost: np.ndarray, sms: list[int] | None, or
         ready += sync_us
         if pool_of:
             pool = pool_of(t)
-            heap = heaps.get(id(pool))
-            if heap is None:
-                heap = heaps[id(pool)] = [(0.0, s) for s in pool]
-                heapq.heapify(heap)
+            got = heaps.get(id(pool))
+            if got is None:
+                got = heaps[id(pool)] = [(0.0, s) for s in pool]
+                heapq.heapify(got)
+            heap = got
         free, best = heap[0]
         f = (free if free >= ready else ready) + cost_l[t]
         heapq.heapreplace(heap, (f, best))

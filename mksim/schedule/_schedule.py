@@ -9,19 +9,16 @@ from typing import Any
 
 import hwmodels
 from hwmodels import GPUSpec
-from mksim.errors import DeadlockError, ScheduleError, UnknownNameError
+from mksim import models
+from mksim.errors import DeadlockError, ScheduleError
 from mksim.workload import TaskGraph, Tiling, Workload
 
-MODES = ("stream", "graph", "graph_pdl", "persistent_barrier", "megakernel")
-CHAIN_MODES = ("stream", "graph", "graph_pdl")
-PERSISTENT_MODES = ("persistent_barrier", "megakernel")
-SYNCS = ("counter", "flag", "sentinel")
-DISPATCHES = ("static", "dynamic")
-MOVEMENTS = ("ideal", "native")
-# MPK's split of an NVIDIA GPU's SMs (python/mirage/utils.py, get_configurations_from_gpu): worker
-# SMs by SM count, and 4 scheduler warps on each SM left (workers + schedulers / 4 = SMs)
-MPK_WORKERS = ((160, 144), (132, 128), (108, 96), (68, 64), (40, 30), (0, 20))
+from ._designs import active_designs, get_sync, registered_designs
+from ._modes import PERSISTENT_MODES, get_mode
+
 FORMAT = "mksim-schedule"
+WORKLOAD_KEYS = ("batch", "kv_len", "phase", "prefill_tokens", "weight_dtype", "kv_splits", "fuse_norm", "split_qkv",
+                 "split_gate_up")
 
 
 @dataclass(frozen=True)
@@ -88,50 +85,26 @@ class Schedule:
     workload_spec: dict[str, Any] = field(default_factory=dict)
 
     # -- checks -----------------------------------------------------------------------
-    def validate(self) -> "Schedule":
+    def validate(self) -> Schedule:
         """Raise :class:`ScheduleError` (or :class:`DeadlockError`) if the schedule cannot run."""
         self.validate_options()
-        if self.mode in PERSISTENT_MODES:
+        persistent = self.mode in PERSISTENT_MODES
+        if persistent:
             self._check_queues()
+        get_mode(self.mode).validate(self)
+        if persistent:
+            find_deadlock(self.graph, self.queues or [])
         return self
 
     def validate_options(self) -> None:
-        """Raise :class:`ScheduleError` if the mode and options cannot go together on the GPU."""
+        """Raise :class:`ScheduleError` if the mode and options cannot go together on the GPU: the
+        mode is registered, the sync too, every design accepts its options (in registration order),
+        then the slots and the shared memory."""
         o = self.options
-        if self.mode not in MODES:
-            raise UnknownNameError("mode", self.mode, MODES)
-        if o.sync not in SYNCS:
-            raise ScheduleError(f"sync must be one of {', '.join(SYNCS)}, got {o.sync!r}")
-        if o.dispatch not in DISPATCHES:
-            raise ScheduleError(f"dispatch must be one of {', '.join(DISPATCHES)}, got {o.dispatch!r}")
-        if o.dispatch == "dynamic":
-            if self.mode != "megakernel":
-                raise ScheduleError(f"dispatch='dynamic' is a megakernel design; mode {self.mode} has no scheduler "
-                                    "warps")
-            if o.sync != "counter":
-                raise ScheduleError(f"with dispatch='dynamic' tasks wait on event counters: sync must be 'counter', "
-                                    f"not {o.sync!r}")
-            dispatch_layout(self.gpu, o.schedulers)
-        elif o.schedulers != 0 or o.prelaunch != 1:
-            raise ScheduleError(f"{'schedulers' if o.schedulers != 0 else 'prelaunch'} applies to "
-                                "dispatch='dynamic' only")
-        if o.movement not in MOVEMENTS:
-            raise ScheduleError(f"movement must be one of {', '.join(MOVEMENTS)}, got {o.movement!r}")
-        if o.movement == "native":
-            if self.mode not in PERSISTENT_MODES:
-                raise ScheduleError(f"movement='native' models the persistent modes' loader; mode {self.mode} loads in "
-                                    "its kernels' blocks")
-            mv = self.gpu.movement
-            if None in (mv.async_copy_B, mv.async_copy_issue_ns, mv.mma_latency_ns):
-                raise ScheduleError(f"{self.gpu.name} has no [chip.movement] table (async_copy_B, async_copy_issue_ns, "
-                                    "mma_latency_ns); movement='native' needs it")
-        if o.dies not in (False, True):
-            raise ScheduleError(f"dies must be true or false, got {o.dies!r}")
-        if o.dies and self.mode != "megakernel":
-            raise ScheduleError(f"dies models the megakernel's dependencies across dies; mode {self.mode} has its own "
-                                "(grid barriers, kernel boundaries)")
-        if isinstance(o.prelaunch, bool) or not isinstance(o.prelaunch, int) or o.prelaunch < 0:
-            raise ScheduleError(f"prelaunch must be a whole number of events >= 0, got {o.prelaunch!r}")
+        get_mode(self.mode)
+        get_sync(o.sync)
+        for d in registered_designs():
+            d.validate(self)
         if o.blocks_per_sm < 1 or o.blocks_per_sm > self.gpu.sm.max_blocks_per_sm_count:
             raise ScheduleError(f"blocks_per_sm must be between 1 and {self.gpu.sm.max_blocks_per_sm_count}"
                                 f" on {self.gpu.name}, got {o.blocks_per_sm}")
@@ -144,6 +117,22 @@ class Schedule:
             raise ScheduleError(f"shared memory over budget: {o.prefetch_depth} pages of {o.page_KiB:g} KiB + "
                                 f"{o.smem_reserve_KiB:g} KiB reserved = {need:g} KiB > {smem:g} KiB per block on "
                                 f"{self.gpu.name}; use prefetch_depth <= {most}")
+
+    def mark_validated(self) -> Schedule:
+        """Note that the schedule passed :meth:`validate` as it is now, so that
+        :meth:`is_validated` is true and :func:`mksim.simulate` need not walk its queues for
+        deadlocks again; any change to what ``validate`` reads (mode, options, GPU, graph, queues)
+        makes it false."""
+        self.__dict__[_VALID_AS] = self._as_validated()
+        return self
+
+    def is_validated(self) -> bool:
+        """True when :meth:`mark_validated` was called and nothing ``validate`` reads changed since."""
+        return bool(self.__dict__.get(_VALID_AS) == self._as_validated())
+
+    def _as_validated(self) -> tuple:
+        queues = None if self.queues is None else tuple(map(tuple, self.queues))
+        return (self.mode, self.options, _Same(self.gpu), _Same(self.graph), queues)
 
     def _check_queues(self) -> None:
         n, n_sms = len(self.graph), self.gpu.sm.count
@@ -163,21 +152,8 @@ class Schedule:
         if len(where) != n:
             missing = next(t for t in range(n) if t not in where)
             raise ScheduleError(f"{n - len(where)} task(s) never placed, e.g. {self.graph.name(missing)}")
-        if self.options.dispatch == "dynamic":
-            workers, scheds, sms = dispatch_layout(self.gpu, self.options.schedulers)
-            if len(self.queues) > workers:
-                raise ScheduleError(f"{len(self.queues)} queues, but dynamic dispatch leaves {workers} worker SMs "
-                                    f"({scheds} scheduler warps take {sms} of the {n_sms} SMs)")
-            for sm, q in enumerate(self.queues):
-                if any(a >= b for a, b in zip(q, q[1:])):
-                    raise ScheduleError(f"SM {sm}: with dynamic dispatch a worker gets its tasks in the order their "
-                                        "events fire, so its queue must list task ids in increasing order")
-        if self.mode == "persistent_barrier":
-            for sm, q in enumerate(self.queues):
-                ops = [int(self.graph.op_of[t]) for t in q]
-                if ops != sorted(ops):
-                    raise ScheduleError(f"SM {sm}: with a grid barrier per op, a queue must list ops in order")
-        find_deadlock(self.graph, self.queues)
+        for d in active_designs(self.mode, self.options):
+            d.check_queues(self)
 
     # -- JSON -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -203,7 +179,7 @@ class Schedule:
         return text
 
     @classmethod
-    def from_json(cls, text_or_path: str | Path) -> "Schedule":
+    def from_json(cls, text_or_path: str | Path) -> Schedule:
         """Read a schedule written by :meth:`to_json` (a JSON string or a file path)."""
         text = str(text_or_path)
         if not text.lstrip().startswith("{"):
@@ -217,8 +193,6 @@ class Schedule:
             raise ScheduleError(f"schedule is not valid JSON ({exc})") from None
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ScheduleError(f"not a mksim schedule (expected \"format\": \"{FORMAT}\")")
-        from ._build import workload_from_spec
-
         try:
             gpu = hwmodels.load(d["gpu"])
             wl = workload_from_spec(d["workload"])
@@ -244,36 +218,32 @@ class Schedule:
         return s.validate()
 
 
-def dispatch_layout(gpu: GPUSpec, schedulers: int = 0) -> tuple[int, int, int]:
-    """Dynamic dispatch on ``gpu``: ``(worker SMs, scheduler warps, scheduler SMs)``.
+_VALID_AS = "_mksim_valid_as"
 
-    A scheduler is one warp; four share an SM on NVIDIA GPUs (MPK's rule: workers + schedulers / 4
-    = SMs), one per compute unit on AMD's (MPK runs one scheduler block per XCD there).
-    ``schedulers=0`` takes MPK's choice for the GPU: on NVIDIA 128 workers on 132 to 159 SMs, 96 on
-    108 to 131 and so on (a GPU with too few SMs keeps one for 4 schedulers), on AMD one scheduler
-    per die.
 
-    >>> import hwmodels
-    >>> dispatch_layout(hwmodels.load("h100")), dispatch_layout(hwmodels.load("b200"))
-    ((128, 16, 4), (128, 80, 20))
-    >>> dispatch_layout(hwmodels.load("mi300x")), dispatch_layout(hwmodels.load("h100"), 6)
-    ((296, 8, 8), (130, 6, 2))
-    """
-    n = gpu.sm.count
-    per_sm = 1 if gpu.vendor == "amd" else 4
-    if isinstance(schedulers, bool) or not isinstance(schedulers, int) or schedulers < 0:
-        raise ScheduleError(f"schedulers must be a whole number >= 0 (0: MPK's rule), got {schedulers!r}")
-    if schedulers == 0:
-        if gpu.vendor == "amd":
-            schedulers = gpu.interconnect.dies_count
-        else:
-            workers = min(next(w for lo, w in MPK_WORKERS if n >= lo), n - 1)
-            schedulers = per_sm * (n - workers)
-    sms = -(-schedulers // per_sm)
-    if sms >= n:
-        raise ScheduleError(f"{schedulers} scheduler warps take {sms} of the {n} SMs on {gpu.name}; leave one for "
-                            "workers")
-    return n - sms, schedulers, sms
+class _Same:
+    """Compares equal to a wrapper of the very same object (GPUs and graphs are big)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: object):
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
+
+
+def workload_from_spec(spec: dict[str, Any]) -> Workload:
+    """Rebuild a workload from the spec stored in a schedule file."""
+    if not isinstance(spec, dict) or "model" not in spec:
+        raise ScheduleError("schedule workload must be an object with a 'model' (name or HF config)")
+    params = {k: spec[k] for k in WORKLOAD_KEYS if k in spec and spec[k] is not None}
+    if "n_sms" in spec:
+        params["n_sms"] = spec["n_sms"]
+    model = spec["model"]
+    if isinstance(model, dict):
+        return models.from_hf_config(model, **params)
+    return models.workload(model, **params)
 
 
 def _in_task_order(graph: TaskGraph, queues: list[list[int]]) -> bool:
@@ -281,7 +251,7 @@ def _in_task_order(graph: TaskGraph, queues: list[list[int]]) -> bool:
     earlier op: then running all tasks in id order is an execution, so none can deadlock (what
     every built-in policy produces; the walk below is for everything else)."""
     for q in queues:
-        if any(a >= b for a, b in zip(q, q[1:])):
+        if any(a >= b for a, b in zip(q, q[1:], strict=False)):
             return False
     op_of = graph.op_of.tolist()
     return all(p < op_of[t] for t in range(len(graph)) for p, _, _ in graph.deps(t))

@@ -40,9 +40,8 @@ from typing import Any
 from hwmodels import GPUSpec
 from mksim import models
 from mksim.errors import MksimError
-from mksim.workload import Tiling
-from mksim.schedule._policies import ORDERS
-from mksim.workload._llm import default_kv_splits
+from mksim.schedule import MODE_DEFAULTS, ORDERS, Options, build_schedule, design_names, dispatch_layout, get_design
+from mksim.workload import Tiling, default_kv_splits
 
 SPACE_VERSION = 3  # bump when a parameter is added or changes meaning: old studies cannot be resumed
 SEARCH_MODES = ("megakernel", "graph_pdl", "graph")
@@ -63,8 +62,9 @@ ALL_SYNCS = ("counter", "flag", "sentinel")
 # - sentinel: ``sync`` may also be ``sentinel`` (data as its own flag);
 # - dynamic: ``dispatch`` static or dynamic (MPK), with ``schedulers`` and ``prelaunch``;
 # - dies: every megakernel pays for dependencies across dies (``dies``), and ``policy`` may be ``die``;
-# - movement: every megakernel moves data as its generation does (``movement="native"``).
-DESIGNS = ("sentinel", "dynamic", "dies", "movement")
+# - movement: every megakernel moves data as its generation does (``movement="native"``);
+# - any other registered design: every megakernel has it on (BaseDesign.search_options).
+DESIGNS = design_names()  # the designs registered when mksim.search is imported (check_designs reads it anew)
 SCHEDULERS = (0, 4, 8, 16, 32)  # scheduler warps (0: MPK's rule)
 PRELAUNCH = (0, 1, 2)
 FUSE = (False, True)
@@ -83,8 +83,6 @@ def check_fixed(fixed: dict[str, Any] | None) -> dict[str, Any]:
     >>> check_fixed({"smem_reserve_KiB": "80", "blocks_per_sm": 1.0})
     {'blocks_per_sm': 1, 'smem_reserve_KiB': 80.0}
     """
-    from mksim.schedule import Options
-
     types = {f.name: type(f.default) for f in fields(Options) if f.name != "record"}
     out: dict[str, Any] = {}
     for k, v in sorted((fixed or {}).items()):
@@ -117,11 +115,12 @@ def check_designs(designs: str | tuple[str, ...] | list[str] | None) -> tuple[st
     if not designs:
         return ()
     items = [d.strip() for d in designs.split(",")] if isinstance(designs, str) else list(designs)
+    known = design_names()
     if items == ["all"]:
-        return tuple(sorted(DESIGNS))
+        return tuple(sorted(known))
     for d in items:
-        if d not in DESIGNS:
-            raise MksimError(f"unknown design {d!r}; known: {', '.join(DESIGNS)} (or all)")
+        if d not in known:
+            raise MksimError(f"unknown design {d!r}; known: {', '.join(known)} (or all)")
     return tuple(sorted(set(items)))
 
 
@@ -164,8 +163,6 @@ class Candidate:
 
     def smem_KiB(self) -> float:
         """Shared memory per SM the schedule reserves (loader pages and the fixed reserve)."""
-        from mksim.schedule import MODE_DEFAULTS, Options
-
         o = Options(**{**MODE_DEFAULTS[self.mode], **self.options})
         return o.prefetch_bytes / 1024 + o.smem_reserve_KiB
 
@@ -217,9 +214,9 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any]
     split_gu = trial.suggest_categorical("split_gate_up", FUSE)
     page = pick("page_KiB", lambda: trial.suggest_categorical("page_KiB", PAGES_KiB))
     depth = pick("prefetch_depth", lambda: trial.suggest_int("prefetch_depth", 1, MAX_PREFETCH))
-    design_opts: dict[str, Any] = {"dies": True} if "dies" in designs and "dies" not in fixed else {}
-    if "movement" in designs and "movement" not in fixed:
-        design_opts["movement"] = "native"
+    design_opts: dict[str, Any] = {}
+    for name in designs:  # what each design gives every candidate (dies=True, movement="native", ...)
+        design_opts |= {k: v for k, v in get_design(name).search_options().items() if k not in fixed}
     if "dynamic" in designs and "dispatch" not in fixed:
         design_opts["dispatch"] = trial.suggest_categorical("dispatch", ("static", "dynamic"))
     if design_opts.get("dispatch", fixed.get("dispatch")) == "dynamic":  # tasks wait on event counters
@@ -310,13 +307,9 @@ def candidate_from_params(params: dict[str, Any], gpu: GPUSpec, fixed: dict[str,
 
 def build(c: Candidate, problem: Problem):
     """The :class:`Schedule` of a candidate (validated; raises ScheduleError/DeadlockError)."""
-    from mksim.schedule import build_schedule
-
     wl = problem.workload(c.kv_split_mult, c.fuse_norm, c.split_qkv, c.split_gate_up)
     n = problem.gpu.sm.count
     if c.options.get("dispatch") == "dynamic":  # grains count the worker SMs
-        from mksim.schedule import dispatch_layout
-
         n = dispatch_layout(problem.gpu, c.options.get("schedulers", 0))[0]
     tiling = None
     if c.mode == "megakernel" and (c.grain or c.small_grain != 1.0):

@@ -130,7 +130,7 @@ class _Objective:
                        self.problem.designs)
         try:
             sched = build(cand, self.problem)
-            res = simulate(sched)
+            res = simulate(sched, timeline=False)  # a trial needs the numbers only
         except (ScheduleError, DeadlockError) as exc:
             trial.set_user_attr("pruned_reason", str(exc))
             raise optuna.TrialPruned(str(exc)) from None

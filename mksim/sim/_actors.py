@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from simpy.core import NORMAL
 from simpy.events import Event
 
-from ._costs import first_byte_us
+from mksim.costs import first_byte_us
 
 if TYPE_CHECKING:
     from ._engine import _Engine
@@ -59,7 +59,7 @@ class Loader:
         self.pre_B = eng.pre_B
         self.buf_B, self.page_B = buf_B, page_B
         self.cap, self.lat = eng.r.sm_cap_Bpus, eng.r.dram_latency_us
-        self.first_lat = eng.r.block_setup_us + eng.r.first_load_us  # the kernel's first load on this SM
+        self.first_lat = first_byte_us(True, 0.0, 0.0, 0.0, eng.r)  # the kernel's first load on this SM
         self.i = 0               # queue position being loaded
         self.phase = _NEW
         self.head = self.got = 0  # page bytes of the current task: wanted, streamed
@@ -74,7 +74,7 @@ class Loader:
         self.bubbles: list[tuple[float, float]] = []  # the current task's DRAM-latency bubbles
         self.last_end = -1.0     # when the last flow ended: a later start pays the DRAM latency
         self.flow_a = self.flow_d = 0.0  # the flow in progress: start, latency paid
-        self.flow_n = 0          # ... and page bytes
+        self.flow_n: float = 0   # ... and bytes (whole page bytes while filling pages)
         # dynamic dispatch: (tasks arrived, wait(task, loader)); a task not yet handed to this SM
         # cannot be loaded, and the engine runs the loader again when it arrives
         self.gate: tuple | None = None
@@ -158,7 +158,7 @@ class Loader:
         if d > 0:
             self.bubbles.append((a, a + d))
         if self.phase == _HEAD:
-            self.got += self.flow_n
+            self.got += int(self.flow_n)
         self.run()
 
 
@@ -172,7 +172,7 @@ class Chain:
     (every SM's first slots, then every SM's second ...), and a dispatch wakes only as many
     slots as the kernel has blocks, level by level: blocks spread over the SMs first. Per SM
     it remembers the last kernel that loaded there and when that load's first bytes arrive: a
-    kernel's first block on an SM starts cold (:func:`~mksim.sim._costs.first_byte_us`).
+    kernel's first block on an SM starts cold (:func:`~mksim.costs.first_byte_us`).
     """
 
     def __init__(self, eng: _Engine, n_lanes: int, dispatch: list[Event], release: list[Event],
@@ -185,7 +185,7 @@ class Chain:
         self.dispatch, self.release, self.done = dispatch, release, done
         self.left = list(eng.n_tiles)  # blocks of each kernel not yet finished
         self.end_t = end_t
-        self.cap, self.lat, self.head_B = cap, eng.r.dram_latency_us, head_B
+        self.cap, self.head_B = cap, head_B
         self.r = eng.r
         self.lanes_per_sm = n_lanes // eng.r.n_sms
         self.sm_kernel = [-1] * eng.r.n_sms     # the last kernel that loaded on each SM
@@ -217,8 +217,7 @@ class Chain:
         ``placed``, starts now (:func:`first_byte_us`)."""
         now = self.env.now
         if self.sm_kernel[sm] == k:  # a later block of this kernel on the SM
-            wait = self.cold_until[sm] - now
-            return wait if wait > self.lat else self.lat
+            return first_byte_us(False, now, placed, self.cold_until[sm], self.r)
         d = first_byte_us(True, now, placed, 0.0, self.r)
         self.sm_kernel[sm] = k
         self.cold_until[sm] = now + d
@@ -298,17 +297,15 @@ class Slot:
                 self.since = env.now
                 ch.start[self.t] = self.since  # the dependent part starts here (PDL prologue before)
                 if ch.on_device[self.t]:  # a device function's fixed part needs only the release
-                    rel = ch.released_at[self.k]
-                    self.w0 = rel if rel > self.t_in else self.t_in
+                    rel_us = ch.released_at[self.k]
+                    self.w0 = rel_us if rel_us > self.t_in else self.t_in
                 else:
                     self.w0 = self.since
                 self.phase = _COMPUTE
                 if self.pre > 0:
                     sm = self.sm
-                    if ch.sm_kernel[sm] == self.k:  # Chain.first_byte's common case, inline for speed
-                        d = ch.cold_until[sm] - env.now
-                        if d < ch.lat:
-                            d = ch.lat
+                    if ch.sm_kernel[sm] == self.k:  # a later block of this kernel on the SM
+                        d = first_byte_us(False, env.now, self.t_in, ch.cold_until[sm], ch.r)
                     else:
                         d = ch.first_byte(sm, self.k, self.t_in)
                     self.d = d

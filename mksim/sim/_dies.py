@@ -6,11 +6,11 @@ reader on a die of a producer task's output fetches it across; later readers on 
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
+from mksim.costs import die_of_sm
 from mksim.workload import TaskGraph
-
-from ._costs import die_of_sm
 
 
 def die_traffic(graph: TaskGraph, lane_of: Sequence[int], n_sms: int, dies: int) -> dict[str, Any]:

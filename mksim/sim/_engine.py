@@ -1,6 +1,7 @@
 """The discrete-event engine: SMs over a shared HBM, on a SimPy environment.
 
-Durations come from :mod:`._costs`. Chain modes run kernels of blocks dispatched to SM
+Durations come from :mod:`mksim.costs`, what differs between modes from their hooks
+(:mod:`mksim.schedule`). Chain modes run kernels of blocks dispatched to SM
 slots; persistent modes run per-SM queues with a loader (weight prefetch into shared-memory
 pages) and an executor. The launcher, the grid barriers and the executors are SimPy
 processes; the block slots and the loaders, which wait several times per task, are state
@@ -13,29 +14,44 @@ an event is made only when something really has to wait.
 
 from __future__ import annotations
 
-import gc
 import math
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 import simpy
 
+from mksim import costs
+from mksim.costs import (
+    block_dram_cap_Bpus,
+    copy_issue_Bpus,
+    die_of_sm,
+    dispatch_times_us,
+    rates,
+    seen_on_die_us,
+)
 from mksim.errors import DeadlockError
-
-if TYPE_CHECKING:
-    from mksim.schedule import Schedule
+from mksim.schedule import (
+    ChainMode,
+    PersistentMode,
+    Schedule,
+    active_designs,
+    dispatch_layout,
+    gc_paused,
+    get_mode,
+    get_sync,
+)
 
 from ._actors import Chain, Loader, Signal
-from ._costs import copy_issue_Bpus, die_of_sm, device_task_us, dispatch_times_us, flop_rate, host_issue_us, rates, resident_blocks
+from ._dies import die_traffic
 from ._hbm import HBM
 from ._result import CATEGORIES, SimResult, Timeline, build_result
 
-CHAIN_MODES = ("stream", "graph", "graph_pdl")
 
-
-def simulate(schedule: Schedule) -> SimResult:
+def simulate(schedule: Schedule, timeline: bool = True) -> SimResult:
     """Run ``schedule`` and return its :class:`SimResult` (latency in µs, breakdown, timeline).
+
+    With ``timeline=False`` the per-SM segments and task names are not recorded (``timeline`` and
+    ``task_names`` of the result are empty): what a caller that needs only the latency, the
+    breakdown and the per-op times saves; every number is the same.
 
     Example::
 
@@ -44,116 +60,41 @@ def simulate(schedule: Schedule) -> SimResult:
         >>> res.latency_us > res.bandwidth_floor_us
         True
     """
-    if schedule.__dict__.get(_VALID_AS) != _as_validated(schedule):
+    if not schedule.is_validated():
         schedule.validate()
     with gc_paused():
-        eng = _Engine(schedule)
+        eng = _Engine(schedule, timeline=timeline)
         eng.run()
         return eng.result()
 
 
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Hold off Python's cycle collector. A run allocates a few objects per task that reference
-    counting frees at once; the collector would still walk the whole (growing) heap every few
-    ten thousand of them, and wall time would grow faster than the number of tasks."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
-_VALID_AS = "_mksim_valid_as"
-
-
-def mark_validated(schedule: Schedule) -> Schedule:
-    """Note that ``schedule`` passed :meth:`Schedule.validate` as it is now, so that
-    :func:`simulate` need not walk its queues for deadlocks again; any change to what
-    ``validate`` reads (mode, options, GPU, graph, queues) makes ``simulate`` check anew."""
-    schedule.__dict__[_VALID_AS] = _as_validated(schedule)
-    return schedule
-
-
-def _as_validated(s: Schedule) -> tuple:
-    queues = None if s.queues is None else tuple(map(tuple, s.queues))
-    return (s.mode, s.options, _Same(s.gpu), _Same(s.graph), queues)
-
-
-class _Same:
-    """Compares equal to a wrapper of the very same object (GPUs and graphs are big)."""
-
-    __slots__ = ("obj",)
-
-    def __init__(self, obj: object):
-        self.obj = obj
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Same) and other.obj is self.obj
-
-
 class _Engine:
-    def __init__(self, s: Schedule):
+    def __init__(self, s: Schedule, timeline: bool = True):
         self.s = s
         self.g = s.graph
         self.r = rates(s.gpu)
+        self.mode = get_mode(s.mode)
+        self.designs = {d.name for d in active_designs(s.mode, s.options)}
         self.env = simpy.Environment()
         self.hbm = HBM(self.env, self.r.hbm_Bpus, record=s.options.record)
         g, r = self.g, self.r
         n = len(g)
-        pre = g.weight_bytes + g.kv_read_bytes                   # DRAM, independent of activations
-        l2_B = g.in_bytes + g.out_bytes + g.kv_write_bytes       # activations, through L2
-        native = s.options.movement == "native" and s.mode not in CHAIN_MODES
-        if native and r.multicast > 1:  # a cluster's matvecs read their common input vector once
-            in_B = g.in_bytes.copy()
-            for i, op in enumerate(g.ops):
-                if op.kind == "matmul":
-                    in_B[int(g.op_first[i]):int(g.op_first[i + 1])] /= r.multicast
-            l2_B = in_B + g.out_bytes + g.kv_write_bytes
-        comp = np.empty(n)
-        for i, op in enumerate(g.ops):
-            a, b = int(g.op_first[i]), int(g.op_first[i + 1])
-            f = g.flops[a:b]
-            comp[a:b] = np.where(f > 0, f / flop_rate(op.unit, op.dtype, r), 0.0)  # compute_us, per op
-        tail = np.maximum(comp, l2_B / r.l2_per_sm_Bpus)         # executor work once data is in
-        # a task with nothing streamed from DRAM also pays the L2 read latency
-        work = np.where(pre <= 0, tail + r.l2_latency_us, tail)
-        # device-function costs ([runtime.kernels]): work counts from when the inputs are visible
-        # and the last page's consumption follows its arrival (device_task_us)
-        self.on_device = np.zeros(n, dtype=bool)
-        consume_tail = np.zeros(n)
-        if r.device:
-            slots = s.options.blocks_per_sm if s.mode in CHAIN_MODES else 1
-            page_B = s.options.page_KiB * 1024
-            for i, op in enumerate(g.ops):
-                cost = r.device.get(op.kind)
-                if cost is None:
-                    continue
-                a, b = int(g.op_first[i]), int(g.op_first[i + 1])
-                share = resident_blocks(int(g.n_tiles[i]), r.n_sms, slots)
-                work[a:b], consume_tail[a:b] = device_task_us(work[a:b], pre[a:b], op.attrs.get("rows", g.workload.tokens),
-                                                              cost, share, page_B)
-                self.on_device[a:b] = True
-        if native:  # a tensor-core task ends its MMA latency after its work and after its last bytes are
-            for i, op in enumerate(g.ops):  # in (measured device costs include it already)
-                if op.unit == "tensor":
-                    a, b = int(g.op_first[i]), int(g.op_first[i + 1])
-                    mma = np.where(self.on_device[a:b], 0.0, r.mma_latency_us)
-                    work[a:b] += mma
-                    consume_tail[a:b] += mma
-        self.native = native
-        self.pre_B: list[float] = pre.tolist()
-        self.work_us: list[float] = work.tolist()
-        self.tail_us: list[float] = consume_tail.tolist()
+        chain = isinstance(self.mode, ChainMode)
+        self.native = "movement" in self.designs
+        # the cost model's per-task times (mksim.costs.task_times): the engine only waits them out
+        tt = costs.task_times(g, r, blocks_per_sm=s.options.blocks_per_sm if chain else 1,
+                              page_KiB=s.options.page_KiB, native=self.native)
+        self.on_device = tt.on_device
+        self.pre_B: list[float] = tt.pre_B.tolist()
+        self.work_us: list[float] = tt.work_us.tolist()
+        self.tail_us: list[float] = tt.tail_us.tolist()
         self.op_of: list[int] = g.op_of.tolist()
         self.n_tiles: list[int] = g.n_tiles.tolist()
         self.op_first: list[int] = g.op_first.tolist()
         self.start = [math.nan] * n
         self.end = [math.nan] * n
         self.lane_of = [-1] * n
-        self.timeline = Timeline()
+        self.timeline = Timeline(segments=timeline)
         self.op_done_n = [0] * len(g.ops)
         self.op_end = [0.0] * len(g.ops)
         self.op_events: dict[int, Signal] = {}
@@ -163,7 +104,7 @@ class _Engine:
         self.t0 = 0.0  # when the (first) kernel starts
         self._chain_times: tuple[list[float], list[float]] | None = None
         self.dispatch_lanes: tuple[int, int] | None = None  # dynamic dispatch: the scheduler SMs' lanes
-        # dies option: each lane's die, and each op's latest end on each die
+        # dies design: each lane's die, and each op's latest end on each die
         self.die_of_lane: list[int] | None = None
         self.op_end_die: list[list[float]] | None = None
         self._gate_wait: dict[int, Loader] = {}
@@ -177,7 +118,7 @@ class _Engine:
         self.op_done_n[p] += 1
         if now > self.op_end[p]:
             self.op_end[p] = now
-        if self.op_end_die is not None:
+        if self.op_end_die is not None and self.die_of_lane is not None:
             ends, d = self.op_end_die[p], self.die_of_lane[lane]
             if now > ends[d]:
                 ends[d] = now
@@ -205,40 +146,33 @@ class _Engine:
         return ev
 
     # -- chain modes ------------------------------------------------------------------
-    def _run_chain(self):
+    def _run_chain(self, mode: ChainMode):
         s, g, r, env = self.s, self.g, self.r, self.env
         slots = s.options.blocks_per_sm
         n_k = len(g.ops)
         self.n_lanes = r.n_sms * slots
         # an SM's bytes in flight are shared by the blocks of a kernel resident on it: one each
         # where the kernel has no more blocks than SMs (they spread over the SMs first)
-        cap = [r.sm_cap_Bpus / resident_blocks(int(b), r.n_sms, slots) for b in g.n_tiles]
+        cap = [block_dram_cap_Bpus(int(b), slots, r) for b in g.n_tiles]
         dispatch = [env.event() for _ in range(n_k)]   # blocks of kernel k may be placed
-        release = [env.event() for _ in range(n_k)]    # PDL: dependent part may run
+        release = [env.event() for _ in range(n_k)]    # dependent part may run (PDL: later than dispatch)
         done = [env.event() for _ in range(n_k)]
         start_t = [math.nan] * n_k
         end_t = [math.nan] * n_k
         released_at = [math.inf] * n_k                   # set as release[k] triggers
-        pdl = s.mode == "graph_pdl"
-        head_B = s.options.prefetch_bytes if pdl else 0.0
+        waits, separate = mode.waits_for_previous_end, mode.separate_release
+        head_B = mode.prologue_B(s.options) if separate else 0.0
 
         def launcher():
             for k in range(n_k):
-                if k == 0:
-                    at = r.launch_latency_us
-                elif pdl:
-                    at = max(start_t[k - 1] + r.pdl_node_us, r.launch_latency_us)
-                else:
-                    if not done[k - 1].triggered:
-                        yield done[k - 1]
-                    at = end_t[k - 1] + (r.stream_gap_us if s.mode == "stream" else r.graph_node_us)
-                if s.mode == "stream":
-                    at = max(at, host_issue_us(k, "stream", r) + r.launch_latency_us)
+                if k > 0 and waits and not done[k - 1].triggered:
+                    yield done[k - 1]
+                at = mode.dispatch_us(k, start_t[k - 1] if k else math.nan, end_t[k - 1] if k else math.nan, r)
                 if at > env.now:
                     yield env.timeout(at - env.now)
                 start_t[k] = env.now
                 dispatch[k].succeed()
-                if pdl:
+                if separate:
                     env.process(releaser(k))
                 else:
                     released_at[k] = env.now
@@ -248,47 +182,35 @@ class _Engine:
             if k > 0:
                 if not done[k - 1].triggered:
                     yield done[k - 1]
-                at = end_t[k - 1] + r.pdl_node_us
+                at = mode.release_us(k, end_t[k - 1], r)
                 if at > env.now:
                     yield env.timeout(at - env.now)
             released_at[k] = env.now
             release[k].succeed()
 
         env.process(launcher())
-        Chain(self, self.n_lanes, dispatch, release, done, end_t, cap, head_B, released_at)  # its slots wake on dispatch
+        # the slots wake on dispatch
+        Chain(self, self.n_lanes, dispatch, release, done, end_t, cap, head_B, released_at)
         self.t0 = r.launch_latency_us
         self._chain_times = (start_t, end_t)
 
     # -- persistent modes -------------------------------------------------------------
-    def _run_persistent(self):
+    def _run_persistent(self, mode: PersistentMode):
         s, g, r, env = self.s, self.g, self.r, self.env
         self.n_lanes = r.n_sms
         buf_B = int(s.options.prefetch_bytes)
         page_B = int(s.options.page_KiB * 1024)
-        barrier = s.mode == "persistent_barrier"
-        flag_sync = s.options.sync == "flag"
-        # a counter or flags are seen after the flag latency; data polled as its own flag (a sentinel)
-        # after the sentinel latency
-        sync_latency_us = r.sentinel_latency_us if s.options.sync == "sentinel" else r.flag_latency_us
+        barrier = mode.waits_for == "barrier"
+        sync = get_sync(s.options.sync)
+        ready_after = sync.ready_us  # mksim.costs.sync_ready_us: when a task sees its last producer
         self.t0 = r.launch_latency_us
         # consumers wake when a producer becomes visible; a grid barrier has its own cost
-        self.visible_us = 0.0 if barrier else sync_latency_us
-        dies = s.options.dies and not barrier
+        self.visible_us = 0.0 if barrier else sync.visible_us(r)
+        dies = "dies" in self.designs and not barrier
         if dies:  # a producer on another die is seen cross_die_latency later
-            n_d = r.dies
-            self.die_of_lane = die_of = [die_of_sm(sm, r.n_sms, n_d) for sm in range(r.n_sms)]
-            self.op_end_die = [[-math.inf] * n_d for _ in g.ops]
-            xdie, lane_of, op_end_die = r.cross_die_latency_us, self.lane_of, self.op_end_die
-
-            def die_end(p: int, d: int) -> float:
-                """When op ``p``'s last task is visible on die ``d`` (before the sync latency)."""
-                ends = op_end_die[p]
-                m = ends[d]
-                for e, v in enumerate(ends):
-                    if e != d and v + xdie > m:
-                        m = v + xdie
-                return m
-        dynamic = s.options.dispatch == "dynamic"
+            die_end = self._die_view()
+            die_of, lane_of = self.die_of_lane, self.lane_of
+        dynamic = "dynamic" in self.designs
         prelaunched = dynamic and s.options.prelaunch > 0
         if dynamic:  # workers see their tasks when schedulers hand them out (_dispatcher)
             arrived, arrival = self._dispatcher()
@@ -304,14 +226,6 @@ class _Engine:
         deps_of = g.deps
         timeout, event = env.timeout, env.event
         op_signal, task_signal, finish = self._op_signal, self._task_signal, self._finish
-
-        def barriers():
-            barrier_done[0].succeed()
-            for j in range(1, n_ops):
-                if op_done_n[j - 1] < n_tiles[j - 1]:
-                    yield op_signal(j - 1)
-                yield env.timeout(r.grid_barrier_us)
-                barrier_done[j].succeed()
 
         def executor(sm, q, ld):
             yield env.timeout(self.t0)
@@ -344,15 +258,13 @@ class _Engine:
                             if not dies:
                                 e = max(end[base + a:base + b])
                             else:
-                                e = max(end[k] + (xdie if die_of[lane_of[k]] != die_of[sm] else 0.0)
+                                e = max(seen_on_die_us(end[k], die_of[lane_of[k]], die_of[sm], r)
                                         for k in range(base + a, base + b))
                         if e > ready:
                             ready = e
                         n_flags += b - a
                     if ready >= 0:
-                        ready += sync_latency_us
-                        if flag_sync:  # poll one flag per producer tile, 32 per warp round trip
-                            ready += math.ceil(n_flags / 32) * r.l2_latency_us
+                        ready = ready_after(ready, n_flags, r)
                         if ready > env.now:
                             yield timeout(ready - env.now)
                     timeline.add(sm, w, env.now, t, "dependency wait")
@@ -377,7 +289,7 @@ class _Engine:
                 finish(t, sm)
 
         if barrier:
-            env.process(barriers())
+            env.process(self._barriers(barrier_done))
         for sm, q in enumerate(s.queues or []):
             ld = Loader(self, sm, q, buf_B, page_B)
             if dynamic:  # a loader cannot stream a task's weights before the task is in its queue
@@ -388,13 +300,35 @@ class _Engine:
             env.timeout(self.t0).callbacks.append(ld.run)
             env.process(executor(sm, q, ld))
 
+    def _barriers(self, barrier_done: list):
+        """persistent_barrier: op ``j``'s tasks may start once every task of op ``j - 1`` is done
+        and a grid barrier later."""
+        env, n_tiles, op_done_n = self.env, self.n_tiles, self.op_done_n
+        barrier_done[0].succeed()
+        for j in range(1, len(barrier_done)):
+            if op_done_n[j - 1] < n_tiles[j - 1]:
+                yield self._op_signal(j - 1)
+            yield env.timeout(self.r.grid_barrier_us)
+            barrier_done[j].succeed()
+
+    def _die_view(self):
+        """The dies design: note each lane's die and each op's latest end on each die (``_finish``
+        keeps them); returns ``die_end(p, d)``, when op ``p``'s last task is visible on die ``d``
+        (before the sync latency)."""
+        r = self.r
+        n_d = r.dies
+        self.die_of_lane = [die_of_sm(sm, r.n_sms, n_d) for sm in range(r.n_sms)]
+        self.op_end_die = op_end_die = [[-math.inf] * n_d for _ in self.g.ops]
+
+        def die_end(p: int, d: int) -> float:
+            return max(seen_on_die_us(v, e, d, r) for e, v in enumerate(op_end_die[p]))
+        return die_end
+
     def _dispatcher(self) -> tuple[bytearray, object]:
         """Dynamic dispatch (MPK): each op's tasks wait for one event, fired by the last of their
         producers; the scheduler warps that own the tasks' worker SMs see it and hand the tasks out
-        one by one (:func:`~mksim.sim._costs.dispatch_times_us`). Returns the tasks that have
+        one by one (:func:`~mksim.costs.dispatch_times_us`). Returns the tasks that have
         arrived and a function giving the signal of a task's arrival."""
-        from mksim.schedule import dispatch_layout
-
         s, g, r, env = self.s, self.g, self.r, self.env
         workers, n_sched, sched_sms = dispatch_layout(s.gpu, s.options.schedulers)
         self.dispatch_lanes = (workers, r.n_sms)  # scheduler SMs: no tasks, their time is dispatch
@@ -412,7 +346,10 @@ class _Engine:
             ev = signals.get(t)
             if ev is None:
                 ev = signals[t] = Signal(env)
-                ev.callbacks.append(lambda _e, t=t: self._arrive(t, arrived))
+
+                def arrive(_e: object, t: int = t) -> None:
+                    self._arrive(t, arrived)
+                ev.callbacks.append(arrive)
             return ev
 
         def producers(j: int) -> dict[int, tuple[int, int]]:
@@ -462,7 +399,7 @@ class _Engine:
             now = env.now
             for sc, ts in by_sched.items():
                 times, free[sc] = dispatch_times_us(seen, free[sc], len(ts), r)
-                for t, a_us in zip(ts, times):
+                for t, a_us in zip(ts, times, strict=True):
                     arrival(t).succeed_after(a_us - now)
 
         for j in range(len(g.ops)):
@@ -481,10 +418,12 @@ class _Engine:
 
     # -- run and collect -----------------------------------------------------------------
     def run(self) -> None:
-        if self.s.mode in CHAIN_MODES:
-            self._run_chain()
+        if isinstance(self.mode, ChainMode):
+            self._run_chain(self.mode)
+        elif isinstance(self.mode, PersistentMode):
+            self._run_persistent(self.mode)
         else:
-            self._run_persistent()
+            raise TypeError(f"mode {self.mode.name} is neither a ChainMode nor a PersistentMode")
         self.env.run()
         end = np.asarray(self.end)
         if np.isnan(end).any():
@@ -499,15 +438,13 @@ class _Engine:
         spans = None
         if self._chain_times is not None:
             start_t, end_t = self._chain_times
-            spans = list(zip(start_t, end_t))
+            spans = list(zip(start_t, end_t, strict=True))
         die_stats = None
         if self.die_of_lane is not None:
-            from ._dies import die_traffic
-
             die_stats = die_traffic(self.g, self.lane_of, self.r.n_sms, self.r.dies)
         return build_result(self.s, self.r, np.asarray(self.start), np.asarray(self.end),
                             np.asarray(self.lane_of, dtype=np.int64), self.timeline, self.n_lanes, self.t0, spans,
-                            self.hbm, die_stats=die_stats)
+                            self.hbm, die_stats=die_stats, names=self.timeline.segments)
 
 
-__all__ = ["CATEGORIES", "gc_paused", "mark_validated", "simulate"]
+__all__ = ["CATEGORIES", "simulate"]

@@ -1,7 +1,7 @@
 """DRAM as one shared bandwidth on a SimPy environment.
 
 Concurrent transfers share the chip's bandwidth max-min fairly, each capped by what its
-SM's bytes in flight allow (:func:`~mksim.sim._costs.fair_share`). Flows with the same cap
+SM's bytes in flight allow (:func:`~mksim.costs.fair_share`). Flows with the same cap
 form a class that advances one virtual clock (bytes served per flow), so a start or a
 finish costs O(classes + log flows), not O(flows).
 
@@ -15,13 +15,13 @@ wakes let it join: no event per flow.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from itertools import count
-from typing import Callable
 
 import simpy
 from simpy.events import Event, Timeout
 
-from ._costs import fair_share
+from mksim.costs import fair_share
 
 _EPS = 1e-9
 _LATE = 2  # SimPy priority after NORMAL (1): runs once everything else at this instant has
@@ -42,10 +42,10 @@ class _Settle(Event):
 
     def __init__(self, env: simpy.Environment, callback: Callable[[Event], object]) -> None:
         self.env = env
-        self.callbacks = [callback]
+        self.callbacks = [callback]  # type: ignore[list-item]  # simpy types callbacks as returning None
         self._ok = True
         self._value = None
-        env.schedule(self, _LATE, 0)
+        env.schedule(self, _LATE, 0)  # type: ignore[arg-type]  # a priority after NORMAL, which simpy's enum lacks
 
 
 class HBM:

@@ -36,7 +36,7 @@ class SimResult:
     task_start_us: np.ndarray | None = field(repr=False, default=None)
     task_end_us: np.ndarray | None = field(repr=False, default=None)
     task_lane: np.ndarray | None = field(repr=False, default=None)
-    die_stats: dict[str, Any] | None = None  # with the dies option: traffic across dies (mksim.sim._dies)
+    die_stats: dict[str, Any] | None = None  # with the dies design: traffic across dies (die_traffic)
 
     @property
     def tokens_per_s(self) -> float:
@@ -84,20 +84,24 @@ class Timeline:
     """What each stretch of each lane's time was spent on, as ``(lane, start, end, task,
     category)`` segments, and each category's total over the SM lanes (the breakdown), added up
     as the segments are recorded. Lanes are SMs (SM slots in chain modes); a persistent SM's
-    loader is lane ``-1 - sm``, and its time counts only through its executor's data waits."""
+    loader is lane ``-1 - sm``, and its time counts only through its executor's data waits.
 
-    def __init__(self) -> None:
+    With ``segments=False`` only the totals are kept (``simulate(..., timeline=False)``)."""
+
+    def __init__(self, segments: bool = True) -> None:
+        self.segments = segments
         self.segs: list[tuple[int, float, float, int, str]] = []
         self.us = dict.fromkeys(CATEGORIES, 0.0)
 
     def add(self, lane: int, a: float, b: float, t: int, cat: str) -> None:
         if b > a:
-            self.segs.append((lane, a, b, t, cat))
+            if self.segments:
+                self.segs.append((lane, a, b, t, cat))
             self.us[cat] += b - a
 
     def task(self, lane: int, a: float, b: float, t: int) -> None:
         """Task ``t`` ran on ``lane`` from ``a`` to ``b`` (spanning the categories within)."""
-        if b > a:
+        if b > a and self.segments:
             self.segs.append((lane, a, b, t, "task"))
 
     def flow(self, lane: int, a: float, lat_us: float, b: float, t: int, count: bool = True) -> None:
@@ -105,12 +109,14 @@ class Timeline:
         ended at ``b``; ``count=False`` for a loader."""
         if lat_us > 0:
             e = a + lat_us
-            self.segs.append((lane, a, e, t, "bubble"))
+            if self.segments:
+                self.segs.append((lane, a, e, t, "bubble"))
             if count:
                 self.us["bubble"] += e - a
             a = e
         if b > a:
-            self.segs.append((lane, a, b, t, "memory"))
+            if self.segments:
+                self.segs.append((lane, a, b, t, "memory"))
             if count:
                 self.us["memory"] += b - a
 
@@ -118,15 +124,17 @@ class Timeline:
         """The executor waited on its loader: bubble where the loader was in one of
         ``bubbles``, memory otherwise."""
         if b > a:
-            self.segs.append((lane, a, b, t, "data wait"))
+            if self.segments:
+                self.segs.append((lane, a, b, t, "data wait"))
             bub = sum(max(0.0, min(b, y) - max(a, x)) for x, y in bubbles)
             self.us["bubble"] += bub
             self.us["memory"] += (b - a) - bub
 
 
-def build_result(s, r, start, end, lane_of, timeline: Timeline, n_lanes, t0, spans, hbm, die_stats=None) -> SimResult:
+def build_result(s, r, start, end, lane_of, timeline: Timeline, n_lanes, t0, spans, hbm, die_stats=None,
+                 names: bool = True) -> SimResult:
     """Collect a run; the categories not on the timeline are launch (before the first kernel,
-    between kernels) and tail idle (the rest)."""
+    between kernels) and tail idle (the rest). ``names=False``: no task names (no timeline)."""
     g = s.graph
     latency = float(np.nanmax(end))
     cover = dict(timeline.us)
@@ -152,13 +160,14 @@ def build_result(s, r, start, end, lane_of, timeline: Timeline, n_lanes, t0, spa
     first = g.op_first[:-1]
     op_start, op_end = np.minimum.reduceat(start, first), np.maximum.reduceat(end, first)
     per_op = [{"op": op.name, "kind": op.kind, "tasks": int(k), "start_us": float(a), "end_us": float(b),
-               "time_us": float(b - a)} for op, k, a, b in zip(g.ops, g.n_tiles, op_start, op_end)]
-    names = [f"{op.name}[{i}]" for op, k in zip(g.ops, g.n_tiles.tolist()) for i in range(k)]
+               "time_us": float(b - a)} for op, k, a, b in zip(g.ops, g.n_tiles, op_start, op_end, strict=True)]
+    task_names = [f"{op.name}[{i}]" for op, k in zip(g.ops, g.n_tiles.tolist(), strict=True)
+                  for i in range(k)] if names else []
     wl = s.workload
     dram = float(hbm.bytes_done)
     return SimResult(mode=s.mode, gpu=s.gpu.name, workload=wl.name, policy=s.policy, latency_us=latency,
                      tokens=wl.tokens, dram_bytes=dram, hbm_spec_Bps=s.gpu.dram.bandwidth_spec_GBps * 1e9,
                      bandwidth_floor_us=wl.bandwidth_floor_us(s.gpu.dram.bandwidth_spec_GBps * 1e9),
                      breakdown_us=breakdown, per_op=per_op, n_tasks=len(g), n_lanes=n_lanes,
-                     lanes_per_sm=n_lanes // s.gpu.sm.count, timeline=timeline.segs, task_names=names,
+                     lanes_per_sm=n_lanes // s.gpu.sm.count, timeline=timeline.segs, task_names=task_names,
                      hbm_log=hbm.log, task_start_us=start, task_end_us=end, task_lane=lane_of, die_stats=die_stats)

@@ -1,8 +1,8 @@
 """Workloads: ops of a model step, and their tiling into task graphs."""
 
-from ._llm import build_llm_workload, default_kv_splits
+from ._llm import ACT_BYTES, DTYPE_BYTES, MATMUL_ALIGN, VEC_ALIGN, build_llm_workload, default_kv_splits
 from ._ops import OP_KINDS, Input, Op, Workload, check_op_graph
 from ._tasks import Dep, TaskGraph, Tiling, tile_bounds
 
-__all__ = ["Dep", "Input", "OP_KINDS", "Op", "TaskGraph", "Tiling", "Workload", "build_llm_workload",
-           "check_op_graph", "default_kv_splits", "tile_bounds"]
+__all__ = ["ACT_BYTES", "DTYPE_BYTES", "Dep", "Input", "MATMUL_ALIGN", "OP_KINDS", "Op", "TaskGraph", "Tiling",
+           "VEC_ALIGN", "Workload", "build_llm_workload", "check_op_graph", "default_kv_splits", "tile_bounds"]

@@ -13,7 +13,7 @@ import pytest
 
 import hwmodels
 import mksim
-from mksim.sim._costs import first_byte_us, rates
+from mksim.costs import first_byte_us, rates
 from mksim.workload import Tiling, Workload
 
 from .simkit import chain, mem_op, toy_gpu

@@ -15,12 +15,12 @@ import pytest
 
 import hwmodels
 import mksim
+from mksim.costs import SYNCS, rates, sync_us, task_times
 from mksim.errors import ScheduleError
 from mksim.schedule import dispatch_layout
-from mksim.sim._costs import SYNCS, rates, sync_us
 from mksim.workload import Tiling
 
-from .simkit import chain, mem_op, toy_gpu
+from .simkit import chain, toy_gpu
 
 TOL = 2e-3
 
@@ -251,17 +251,14 @@ def test_native_prefetch_fills_the_shared_memory_of_each_generation():
 
 
 def test_cluster_multicast_reads_a_matvecs_input_once_per_cluster():
-    from mksim.sim._engine import _Engine
-
-    s_ideal = mksim.build_schedule("llama-3.2-1b", "h100", "megakernel", prefetch_depth=4)
-    s_native = mksim.build_schedule("llama-3.2-1b", "h100", "megakernel", prefetch_depth=4, movement="native")
-    e_ideal, e_native = _Engine(s_ideal), _Engine(s_native)
-    r, g = e_native.r, s_native.graph
+    s = mksim.build_schedule("llama-3.2-1b", "h100", "megakernel", prefetch_depth=4, movement="native")
+    r, g = rates(s.gpu), s.graph
+    ideal, native = task_times(g, r), task_times(g, r, native=True)
     t = g.task_id("L0.gate_up_proj", 0)   # a matvec tile: its input vector is read once per 8 SMs
     l2 = (g.in_bytes[t] / 8 + g.out_bytes[t]) / r.l2_per_sm_Bpus
     comp = g.flops[t] / r.tensor_per_sm["bf16"]
-    assert e_native.work_us[t] == pytest.approx(max(l2, comp) + r.mma_latency_us, rel=1e-12)
-    assert e_ideal.work_us[t] > e_native.work_us[t] - r.mma_latency_us
+    assert native.work_us[t] == pytest.approx(max(l2, comp) + r.mma_latency_us, rel=1e-12)
+    assert ideal.work_us[t] > native.work_us[t] - r.mma_latency_us
 
 
 def test_the_same_schedule_on_three_generations():

@@ -12,7 +12,8 @@ import pytest
 
 import hwmodels
 import mksim
-from mksim.sim._costs import DeviceCost, device_costs, device_task_us, rates, resident_blocks
+from mksim.costs import DeviceCost, device_costs, device_task_us, rates, resident_blocks
+from mksim.schedule import MODES
 from mksim.workload import Op, Tiling, Workload
 
 from .simkit import chain, mem_op, toy_gpu
@@ -73,8 +74,8 @@ def test_resident_blocks():
 # -- stories ---------------------------------------------------------------------------------------
 def test_absent_keys_change_nothing(tmp_path):
     wl = chain(2e6, 1e6)
-    for mode, opts in (("graph", {"blocks_per_sm": 2}), ("graph_pdl", {}), ("megakernel", {"policy": "rr"}),
-                       ("persistent_barrier", {})):
+    for mode in MODES:
+        opts = {"policy": "rr"} if mode == "megakernel" else {}
         plain = run(tmp_path, wl, mode, **opts)
         other = run(tmp_path, wl, mode, kernels={"rmsnorm_task_fixed_us": 5.0}, **opts)  # no rmsnorm here
         assert other.latency_us == plain.latency_us
@@ -182,5 +183,5 @@ def test_under_pdl_the_fixed_part_starts_at_the_release_while_the_prologue_strea
 def test_the_cost_functions_examples_hold():
     import doctest
 
-    from mksim.sim import _costs
-    assert doctest.testmod(_costs).failed == 0
+    from mksim import costs
+    assert doctest.testmod(costs).failed == 0

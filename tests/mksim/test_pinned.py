@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 import mksim
+from mksim.schedule import MODES
 
 BEFORE = {  # llama-3.2-1b, batch 1, KV 1024, µs
     ("h200", "stream"): 862.769687111108,
@@ -30,7 +31,7 @@ def test_existing_predictions_are_unchanged(gpu, mode):
     assert mksim.simulate(mksim.build_schedule("llama-3.2-1b", gpu, mode)).latency_us == BEFORE[(gpu, mode)]
 
 
-@pytest.mark.parametrize("mode", ["graph_pdl", "persistent_barrier", "megakernel"])
+@pytest.mark.parametrize("mode", list(MODES))
 def test_the_new_options_at_their_defaults_change_nothing(mode):
     opts = {k: v for k, v in DEFAULTS.items() if mode == "megakernel" or k in ("sync", "movement", "dies")}
     plain = mksim.simulate(mksim.build_schedule("llama-3.2-1b", "b200", mode))

@@ -179,7 +179,7 @@ def test_cli_writes_a_fragment_the_calibrated_overlay_takes(tmp_path, monkeypatc
     assert g.kernels.matvec_fixed_us == hwmodels.load("h200-calibrated").kernels.matvec_fixed_us  # kept
     assert g.source_of("kernels.matmul_task_fixed_us").kind == "measured"
     # every kind's costs reach the simulator, and the hardware page renders with them
-    from mksim.sim._costs import rates
+    from mksim.costs import rates
     assert set(rates(g).device) == {"embed", "rmsnorm", "matmul", "rope_kv", "attn_partial", "attn_reduce", "silu_mul"}
     wl = mksim.models.workload("llama-3.2-1b", batch=1, kv_len=1024)
     res = mksim.simulate(mksim.build_schedule(wl, g, "megakernel"))

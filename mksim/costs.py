@@ -1,7 +1,12 @@
-"""The arithmetic of the performance model, as pure functions (no SimPy).
+"""The cost model: the arithmetic of the performance model, as pure functions (no SimPy).
 
 One time unit across the simulator: **microseconds** (``_us``). Bandwidths are bytes per
 microsecond (``_Bpus``; 1 GB/s = 1e3 B/µs), rates FLOP per microsecond.
+
+This is the one copy of every formula: the engine (:mod:`mksim.sim`) and the placement policies
+(:mod:`mksim.schedule`) call these functions, and the tests check them. :func:`task_times` gives
+the engine every task's DRAM bytes, work and consumption tail; :func:`task_costs` gives the
+policies their estimate; :func:`sync_ready_us` says when a dependency is seen.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from hwmodels import GPUSpec
+from mksim.workload import TaskGraph
 
 GBps_TO_Bpus = 1e3      # 1 GB/s = 1e9 B/s = 1e3 B/µs
 TFLOPs_TO_FLOPpus = 1e6  # 1 TFLOP/s = 1e6 FLOP/µs
@@ -132,7 +138,7 @@ def device_task_us(base_us: ArrayLike, streamed_B: ArrayLike, rows: float, cost:
 
 def resident_blocks(n_blocks: int, n_sms: int, blocks_per_sm: int) -> int:
     """Blocks of one kernel on an SM once it is placed: spread over the SMs first, at most
-    ``blocks_per_sm`` (:class:`~mksim.sim._actors.Chain`).
+    ``blocks_per_sm`` (the chain modes' block slots).
 
     >>> resident_blocks(100, 132, 2), resident_blocks(200, 132, 2), resident_blocks(1000, 132, 2)
     (1, 2, 2)
@@ -207,6 +213,18 @@ def die_of_sm(sm: int, n_sms: int, dies: int) -> int:
     return sm * dies // n_sms
 
 
+def seen_on_die_us(end_us: float, from_die: int, on_die: int, r: Rates) -> float:
+    """When the SMs of die ``on_die`` see a producer that ended at ``end_us`` on die ``from_die``
+    (before the sync's own latency): ``cross_die_latency_us`` later when the dies differ.
+
+    >>> import hwmodels
+    >>> r = rates(hwmodels.load("b200"))
+    >>> seen_on_die_us(10.0, 0, 0, r), round(seen_on_die_us(10.0, 0, 1, r), 3)
+    (10.0, 10.18)
+    """
+    return end_us + r.cross_die_latency_us if from_die != on_die else end_us
+
+
 def _or(value: float | None, default: float) -> float:
     return default if value is None else value
 
@@ -235,8 +253,8 @@ def dispatch_times_us(seen_us: float, free_us: float, n_tasks: int, r: Rates) ->
 SYNCS = ("counter", "flag", "sentinel")
 
 
-def sync_us(sync: str, n_producer_tiles: int, r: Rates) -> float:
-    """How long after its last producer ends a megakernel task may start, for each way of
+def sync_ready_us(sync: str, last_end_us: float, n_producer_tiles: int, r: Rates) -> float:
+    """When a megakernel task whose last producer ended at ``last_end_us`` sees it, for each way of
     synchronising (the grid barrier of ``persistent_barrier`` is ``r.grid_barrier_us``):
 
     - ``counter``: one counter per op range, released and observed: the flag latency;
@@ -246,18 +264,32 @@ def sync_us(sync: str, n_producer_tiles: int, r: Rates) -> float:
       itself: the producer's plain stores to the poll seeing them, with no fence, no counter and no
       reload of the data after a flag.
 
+    The engine calls this for every dependency; :func:`sync_us` is its latency alone.
+
+    >>> import hwmodels
+    >>> r = rates(hwmodels.load("h200-calibrated"))
+    >>> round(sync_ready_us("flag", 10.0, 40, r), 3)   # the flag latency and two L2 round trips
+    10.85
+    """
+    if sync == "counter":
+        return last_end_us + r.flag_latency_us
+    if sync == "flag":
+        return last_end_us + r.flag_latency_us + math.ceil(n_producer_tiles / 32) * r.l2_latency_us
+    if sync == "sentinel":
+        return last_end_us + r.sentinel_latency_us
+    raise ValueError(f"sync must be one of {', '.join(SYNCS)}, got {sync!r}")
+
+
+def sync_us(sync: str, n_producer_tiles: int, r: Rates) -> float:
+    """How long after its last producer ends a megakernel task may start (:func:`sync_ready_us`
+    from 0). With no producer tiles counted it is how long after a producer ends its consumers see it.
+
     >>> import hwmodels
     >>> r = rates(hwmodels.load("h200-calibrated"))
     >>> [round(sync_us(s, 132, r), 3) for s in SYNCS]
     [0.558, 1.287, 0.29]
     """
-    if sync == "counter":
-        return r.flag_latency_us
-    if sync == "flag":
-        return r.flag_latency_us + math.ceil(n_producer_tiles / 32) * r.l2_latency_us
-    if sync == "sentinel":
-        return r.sentinel_latency_us
-    raise ValueError(f"sync must be one of {', '.join(SYNCS)}, got {sync!r}")
+    return sync_ready_us(sync, 0.0, n_producer_tiles, r)
 
 
 def first_byte_us(fresh: bool, now_us: float, placed_us: float, cold_until_us: float, r: Rates) -> float:
@@ -320,18 +352,130 @@ def flop_rate(unit: str, dtype: str, r: Rates) -> float:
     return r.tensor_per_sm.get(dtype, r.tensor_per_sm["bf16"]) if unit == "tensor" else r.vector_per_sm
 
 
-def compute_us(flops: float, unit: str, dtype: str, r: Rates, efficiency: float = 1.0) -> float:
-    """Time for one SM to do ``flops`` on tensor cores (``unit="tensor"``) or CUDA cores."""
-    if flops <= 0:
-        return 0.0
-    return flops / (flop_rate(unit, dtype, r) * efficiency)
+def compute_us(flops: ArrayLike, unit: str, dtype: str, r: Rates, efficiency: float = 1.0) -> np.ndarray:
+    """Time for one SM to do ``flops`` on tensor cores (``unit="tensor"``) or CUDA cores
+    (element-wise; 0 for no FLOPs).
+
+    >>> import hwmodels
+    >>> r = rates(hwmodels.load("h200"))
+    >>> compute_us([0.0, 2 * r.vector_per_sm], "vector", "fp32", r).tolist()
+    [0.0, 2.0]
+    """
+    f = np.asarray(flops, dtype=float)
+    return np.where(f > 0, f / (flop_rate(unit, dtype, r) * efficiency), 0.0)
 
 
-def l2_us(nbytes: float, r: Rates) -> float:
-    """Time for one SM to move ``nbytes`` through L2 at its share of L2 bandwidth (no latency)."""
-    return nbytes / r.l2_per_sm_Bpus if nbytes > 0 else 0.0
+def l2_us(nbytes: ArrayLike, r: Rates) -> np.ndarray:
+    """Time for one SM to move ``nbytes`` through L2 at its share of L2 bandwidth (no latency;
+    element-wise)."""
+    b = np.asarray(nbytes, dtype=float)
+    return np.where(b > 0, b / r.l2_per_sm_Bpus, 0.0)
 
 
-def host_issue_us(i: int, mode: str, r: Rates) -> float:
-    """When the host has issued kernel ``i``: launches from a stream are rate-limited."""
-    return i * r.stream_launch_us if mode == "stream" else 0.0
+def host_issue_us(i: int, r: Rates) -> float:
+    """When the host has issued the ``i``-th kernel of a stream: launches are rate-limited."""
+    return i * r.stream_launch_us
+
+
+def block_dram_cap_Bpus(n_blocks: int, blocks_per_sm: int, r: Rates) -> float:
+    """The most one block of a kernel of ``n_blocks`` draws from DRAM: its SM's bytes in flight
+    are shared by the kernel's blocks resident there (:func:`resident_blocks`)."""
+    return r.sm_cap_Bpus / resident_blocks(n_blocks, r.n_sms, blocks_per_sm)
+
+
+# -- per task, over a whole task graph -------------------------------------------------------------
+def dram_bytes(graph: TaskGraph) -> np.ndarray:
+    """Each task's DRAM bytes that do not depend on this step's activations (weights, KV cache
+    read): what a loader may prefetch."""
+    return graph.weight_bytes + graph.kv_read_bytes
+
+
+def l2_bytes(graph: TaskGraph, multicast: int = 1) -> np.ndarray:
+    """Each task's activation bytes through L2: inputs read, outputs and KV written. With
+    ``multicast`` SMs fed by one load (a cluster), a matvec's input vector counts once per cluster."""
+    if multicast <= 1:
+        return graph.in_bytes + graph.out_bytes + graph.kv_write_bytes
+    in_B = graph.in_bytes.copy()
+    for i, op in enumerate(graph.ops):
+        if op.kind == "matmul":
+            in_B[int(graph.op_first[i]):int(graph.op_first[i + 1])] /= multicast
+    return in_B + graph.out_bytes + graph.kv_write_bytes
+
+
+def op_compute_us(graph: TaskGraph, r: Rates) -> np.ndarray:
+    """Each task's :func:`compute_us`, at its op's unit and dtype."""
+    comp = np.empty(len(graph))
+    for i, op in enumerate(graph.ops):
+        a, b = int(graph.op_first[i]), int(graph.op_first[i + 1])
+        comp[a:b] = compute_us(graph.flops[a:b], op.unit, op.dtype, r)
+    return comp
+
+
+def task_costs(graph: TaskGraph, r: Rates, active_sms: int | None = None) -> np.ndarray:
+    """Estimated time (µs) of every task when all SMs share DRAM fairly and latency is hidden: the
+    slowest of its DRAM bytes at its share, its L2 bytes at its SM's L2 share, and its arithmetic.
+    Placement policies use it to balance load; the engine runs :func:`task_times`."""
+    n = active_sms or r.n_sms
+    bw = min(r.sm_cap_Bpus, r.hbm_Bpus / n)
+    return np.maximum(np.maximum(dram_bytes(graph) / bw, l2_us(l2_bytes(graph), r)), op_compute_us(graph, r))
+
+
+@dataclass(frozen=True)
+class TaskTimes:
+    """What the engine needs of every task (arrays indexed by task id):
+
+    - ``pre_B``: DRAM bytes it streams (:func:`dram_bytes`);
+    - ``work_us``: its own work once its data is arriving: the slower of its math and its L2
+      traffic, plus the L2 latency for a task with nothing from DRAM, or its device function's
+      cost (:func:`device_task_us`), plus the MMA tail with native movement;
+    - ``tail_us``: what it still takes after its last bytes are in (a device function consuming its
+      last page, the MMA tail);
+    - ``on_device``: whether a device function's cost applies (its work counts from when its inputs
+      are visible, not from when its bytes are in).
+    """
+    pre_B: np.ndarray
+    work_us: np.ndarray
+    tail_us: np.ndarray
+    on_device: np.ndarray
+
+
+def task_times(graph: TaskGraph, r: Rates, *, blocks_per_sm: int = 1, page_KiB: float = 32.0,
+               native: bool = False) -> TaskTimes:
+    """Every task's :class:`TaskTimes` when ``blocks_per_sm`` blocks of a kernel may share an SM
+    (chain modes; 1 in persistent modes), pages are ``page_KiB`` and, with ``native``, data moves as
+    the GPU's generation does (``[chip.movement]``: cluster multicast, tensor-core latency).
+
+    >>> import hwmodels
+    >>> from mksim.workload import Op, TaskGraph, Tiling, Workload
+    >>> r = rates(hwmodels.load("h200"))
+    >>> op = Op(name="k", kind="matmul", out_size=4, elem_bytes=2, flops=0.0, weight_bytes=0.0, align=1)
+    >>> g = TaskGraph(Workload(name="w", ops=(op,), tokens=1), Tiling(default=1))
+    >>> tt = task_times(g, r)       # no DRAM bytes: its 8 bytes of output, then the L2 latency
+    >>> float(tt.work_us[0]) == float(l2_us(8, r)) + r.l2_latency_us
+    True
+    """
+    g = graph
+    pre = dram_bytes(g)
+    tail = np.maximum(op_compute_us(g, r), l2_us(l2_bytes(g, r.multicast if native else 1), r))
+    work = np.where(pre <= 0, tail + r.l2_latency_us, tail)  # nothing streamed: the L2 read latency
+    on_device = np.zeros(len(g), dtype=bool)
+    consume_tail = np.zeros(len(g))
+    if r.device:
+        page_B = page_KiB * 1024
+        for i, op in enumerate(g.ops):
+            cost = r.device.get(op.kind)
+            if cost is None:
+                continue
+            a, b = int(g.op_first[i]), int(g.op_first[i + 1])
+            share = resident_blocks(int(g.n_tiles[i]), r.n_sms, blocks_per_sm)
+            work[a:b], consume_tail[a:b] = device_task_us(work[a:b], pre[a:b], op.attrs.get("rows", g.workload.tokens),
+                                                          cost, share, page_B)
+            on_device[a:b] = True
+    if native:  # a tensor-core task ends its MMA latency after its work and after its last bytes are
+        for i, op in enumerate(g.ops):  # in (measured device costs include it already)
+            if op.unit == "tensor":
+                a, b = int(g.op_first[i]), int(g.op_first[i + 1])
+                extra = np.where(on_device[a:b], 0.0, r.mma_latency_us)
+                work[a:b] += extra
+                consume_tail[a:b] += extra
+    return TaskTimes(pre_B=pre, work_us=work, tail_us=consume_tail, on_device=on_device)

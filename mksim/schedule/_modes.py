@@ -1,0 +1,187 @@
+"""Execution modes: the contract every mode keeps, and the registry the rest of mksim reads.
+
+A mode is a small class registered by name with :func:`register_mode` (one file per mode in
+:mod:`mksim.schedule.modes`). There are two kinds, and the engine runs each kind with its own
+machinery; what differs between the modes of a kind is what the hooks below say.
+
+Every mode (:class:`BaseMode`) has
+
+- ``name``: what ``build_schedule``, the schedule file and the command line call it;
+- ``defaults``: the :class:`~mksim.schedule.Options` fields it sets unlike ``Options``' own
+  defaults (read by ``build_schedule`` before the caller's options are applied: ``MODE_DEFAULTS``);
+- :meth:`~BaseMode.validate`: called by :meth:`Schedule.validate` after the checks common to every
+  mode (option values, designs, shared memory) and, for persistent modes, after the queues are
+  checked for coverage; it raises :class:`~mksim.errors.ScheduleError` for what the mode forbids.
+
+A **chain** mode (:class:`ChainMode`) runs one kernel per op, in op order, each kernel's blocks
+spread over ``blocks_per_sm`` slots per SM. The launcher asks, for each kernel ``k`` in turn:
+
+1. once kernel ``k - 1`` is dispatched, and also ended if ``waits_for_previous_end``:
+   :meth:`~ChainMode.dispatch_us` — when kernel ``k``'s blocks may be placed on SMs;
+2. if ``separate_release`` (PDL), once kernel ``k - 1`` has ended: :meth:`~ChainMode.release_us` —
+   when the blocks' dependent part may run; until then a placed block streams at most
+   :meth:`~ChainMode.prologue_B` of its bytes. Without it a kernel is released as it is dispatched.
+
+A **persistent** mode (:class:`PersistentMode`) launches once; each SM runs its own queue of tasks
+with a loader prefetching weights into shared-memory pages. ``build_schedule`` calls
+:meth:`~PersistentMode.place` once to make the queues (from a placement policy, ``default_policy``
+unless the caller or a design names another, on the SMs the designs leave for tasks). Before each
+task the executor waits for what ``waits_for`` says: ``"barrier"`` (a grid barrier after every op,
+``grid_barrier_us``) or ``"dependencies"`` (its own producers, seen as the schedule's sync says).
+
+A new mode is one file in ``mksim/schedule/modes/`` that subclasses :class:`ChainMode` or
+:class:`PersistentMode`, decorated with :func:`register_mode`; that package imports every module
+in it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from mksim.costs import Rates
+from mksim.errors import UnknownNameError
+
+from ._policies import BasePolicy
+
+if TYPE_CHECKING:
+    from ._schedule import Options, Schedule
+
+KINDS = ("chain", "persistent")
+WAITS = ("dependencies", "barrier")  # what a persistent mode's task may wait for (the engine runs both)
+
+
+class BaseMode:
+    """An execution mode (see the module's documentation for when each hook is called)."""
+
+    name: ClassVar[str] = ""
+    kind: ClassVar[str] = ""
+    defaults: ClassVar[dict[str, Any]] = {}
+
+    def validate(self, schedule: Schedule) -> None:
+        """Raise :class:`ScheduleError` if ``schedule`` (its options, its queues) cannot run in this
+        mode; the common checks have passed."""
+
+
+class ChainMode(BaseMode, ABC):
+    """A mode of one kernel per op, launched in op order."""
+
+    kind = "chain"
+    waits_for_previous_end: ClassVar[bool] = True
+    separate_release: ClassVar[bool] = False
+
+    @abstractmethod
+    def dispatch_us(self, k: int, prev_start_us: float, prev_end_us: float, r: Rates) -> float:
+        """When kernel ``k``'s blocks may be placed: ``prev_start_us`` is when kernel ``k - 1`` was
+        dispatched and ``prev_end_us`` when it ended (NaN where not known: ``k = 0``, or it has not
+        ended and the mode does not wait for it)."""
+
+    def release_us(self, k: int, prev_end_us: float, r: Rates) -> float:
+        """When kernel ``k``'s dependent part may run, kernel ``k - 1`` having ended at
+        ``prev_end_us`` (``separate_release`` modes, ``k >= 1``)."""
+        return prev_end_us
+
+    def prologue_B(self, options: Options) -> float:
+        """Bytes a block may stream before its kernel is released (``separate_release``)."""
+        return 0.0
+
+
+class PersistentMode(BaseMode):
+    """A mode of one launch, each SM running a queue of tasks."""
+
+    kind = "persistent"
+    waits_for: ClassVar[str] = "dependencies"
+    default_policy: ClassVar[str] = "dag"
+
+    def place(self, schedule: Schedule, r: Rates, policy: BasePolicy, n_sms: int) -> list[list[int]]:
+        """The queues of ``schedule``: one per SM that runs tasks (``n_sms``, fewer than the GPU's
+        where a design takes SMs for itself), made by ``policy`` (the caller's, else a design's or
+        the mode's ``default_policy``)."""
+        return policy.place(schedule.graph, r, n_sms)
+
+
+_REGISTRY: dict[str, BaseMode] = {}
+M = TypeVar("M", bound=type[BaseMode])
+
+
+def register_mode(cls: M) -> M:
+    """Class decorator: register an execution mode under ``cls.name`` (a later one of the same name
+    replaces it). Returns the class."""
+    if not cls.name or cls.kind not in KINDS:
+        raise ValueError(f"a mode needs a name and a kind in {KINDS}, got {cls.name!r}, {cls.kind!r}")
+    if issubclass(cls, PersistentMode) and cls.waits_for not in WAITS:
+        raise ValueError(f"mode {cls.name}: waits_for must be one of {WAITS}, got {cls.waits_for!r}")
+    _REGISTRY[cls.name] = cls()
+    return cls
+
+
+def unregister_mode(name: str) -> None:
+    """Remove mode ``name`` from the registry (tests that register a mode of their own)."""
+    _REGISTRY.pop(name, None)
+
+
+def get_mode(name: str) -> BaseMode:
+    """The registered mode ``name``; :class:`UnknownNameError` (one line) otherwise."""
+    mode = _REGISTRY.get(name)
+    if mode is None:
+        raise UnknownNameError("mode", name, tuple(_REGISTRY))
+    return mode
+
+
+class Names(Sequence[str]):
+    """The names a registry holds (``names()`` reads them), in registration order: a live view that
+    reads like a tuple, so a mode or design registered later (a plug-in, a test) is in it too."""
+
+    def __init__(self, names: Callable[[], tuple[str, ...]]):
+        self._names = names
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self._names()[i]
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+    def __eq__(self, other: object) -> bool:
+        return self._names() == (tuple(other) if isinstance(other, (tuple, list, Names)) else other)
+
+    def __hash__(self) -> int:
+        return hash(self._names())
+
+    def __add__(self, other: Sequence[str]) -> tuple[str, ...]:
+        return self._names() + tuple(other)
+
+    def __repr__(self) -> str:
+        return repr(self._names())
+
+
+def _of_kind(kind: str | None) -> Callable[[], tuple[str, ...]]:
+    return lambda: tuple(n for n, m in _REGISTRY.items() if kind is None or m.kind == kind)
+
+
+class ModeDefaults(Mapping[str, dict[str, Any]]):
+    """``{mode name: its Options defaults}``, read from the registry."""
+
+    def __getitem__(self, name: str) -> dict[str, Any]:
+        if name not in _REGISTRY:
+            raise KeyError(name)
+        return dict(_REGISTRY[name].defaults)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(tuple(_REGISTRY))
+
+    def __len__(self) -> int:
+        return len(_REGISTRY)
+
+
+MODES = Names(_of_kind(None))
+CHAIN_MODES = Names(_of_kind("chain"))
+PERSISTENT_MODES = Names(_of_kind("persistent"))
+MODE_DEFAULTS = ModeDefaults()
+
