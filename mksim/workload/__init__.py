@@ -3,6 +3,7 @@
 from ._llm import build_llm_workload, default_kv_splits
 from ._ops import OP_KINDS, Input, Op, Workload, check_op_graph
 from ._tasks import Dep, TaskGraph, Tiling, tile_bounds
+from .kinds import KINDS, OpKind, get_kind
 
-__all__ = ["Dep", "Input", "OP_KINDS", "Op", "TaskGraph", "Tiling", "Workload", "build_llm_workload",
-           "check_op_graph", "default_kv_splits", "tile_bounds"]
+__all__ = ["KINDS", "OP_KINDS", "Dep", "Input", "Op", "OpKind", "TaskGraph", "Tiling", "Workload",
+           "build_llm_workload", "check_op_graph", "default_kv_splits", "get_kind", "tile_bounds"]

@@ -1,0 +1,47 @@
+"""mksim.workload.kinds: the one description of each op kind."""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+
+from mksim import models
+from mksim.errors import MksimError
+from mksim.workload import KINDS, OP_KINDS, Op, OpKind, get_kind, kinds
+
+
+def test_the_examples_hold():
+    assert doctest.testmod(kinds).failed == 0
+
+
+def test_names_and_opcodes_are_unique_and_op_kinds_follow():
+    codes = [k.opcode for k in KINDS.values() if k.opcode is not None]
+    assert len(codes) == len(set(codes)) and all(c > 0 for c in codes)
+    assert all(name == k.name for name, k in KINDS.items())
+    assert OP_KINDS == {k.name: k.unit for k in KINDS.values()}
+
+
+def test_every_kind_a_built_in_workload_emits_is_registered():
+    for opts in ({}, {"fuse_norm": True, "split_qkv": True, "split_gate_up": True}):
+        wl = models.workload("llama-3.2-1b", batch=2, kv_len=64, **opts)
+        assert {op.kind for op in wl.ops} <= set(KINDS)
+
+
+def test_an_ops_unit_is_its_kinds():
+    op = Op(name="m", kind="matmul", out_size=16, elem_bytes=2.0, flops=1.0)
+    assert op.unit == "tensor"
+    assert Op(name="x", kind="not_a_kind", out_size=16, elem_bytes=2.0, flops=1.0).unit == "vector"
+
+
+def test_cost_fields_follow_the_fit_form():
+    assert get_kind("attn_reduce").cost_fields == ("task_fixed_us",)
+    assert get_kind("silu_mul").cost_fields == ("task_fixed_us", "task_row_us")
+
+
+def test_bad_names_and_units_fail_in_one_line():
+    with pytest.raises(MksimError, match="unknown op kind 'matvec'; known: embed, rmsnorm, matmul") as exc:
+        get_kind("matvec")
+    assert "\n" not in str(exc.value)
+    with pytest.raises(ValueError, match="unit must be one of tensor, vector"):
+        OpKind("x", "scalar", "nothing")
