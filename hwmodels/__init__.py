@@ -6,6 +6,7 @@ True
 """
 
 from ._loader import available, load, resolve
-from ._schema import SECTIONS, GPUSpec, Source
+from ._schema import KERNEL_COST_KEYS, SECTIONS, GPUSpec, KernelCost, KernelSpec, Source
 
-__all__ = ["GPUSpec", "SECTIONS", "Source", "available", "load", "resolve"]
+__all__ = ["KERNEL_COST_KEYS", "SECTIONS", "GPUSpec", "KernelCost", "KernelSpec", "Source", "available", "load",
+           "resolve"]
