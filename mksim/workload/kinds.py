@@ -84,6 +84,8 @@ KINDS = _registry(
            opcode=5, streams=True),
     OpKind("attn_reduce", "vector", "merge of the attention partials of the KV splits", opcode=6),
     OpKind("silu_mul", "vector", "SiLU(gate) times up", opcode=7, per_row=True),
+    OpKind("softcap", "vector", "logit soft-capping, cap * tanh(x / cap) (Gemma 2's final_logit_softcapping)",
+           opcode=8, per_row=True),
     OpKind("add", "vector", "element-wise sum (traced models)"),
     OpKind("elementwise", "vector", "any other point-wise op (traced models)"),
 )

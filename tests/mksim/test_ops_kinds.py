@@ -23,7 +23,7 @@ def test_names_and_opcodes_are_unique_and_op_kinds_follow():
 
 
 def test_every_kind_a_built_in_workload_emits_is_registered():
-    for opts in ({}, {"fuse_norm": True, "split_qkv": True, "split_gate_up": True}):
+    for opts in ({}, {"fuse_norm": True, "split_qkv": True, "split_gate_up": True, "logit_softcap": 30.0}):
         wl = models.workload("llama-3.2-1b", batch=2, kv_len=64, **opts)
         assert {op.kind for op in wl.ops} <= set(KINDS)
 
@@ -45,3 +45,26 @@ def test_bad_names_and_units_fail_in_one_line():
     assert "\n" not in str(exc.value)
     with pytest.raises(ValueError, match="unit must be one of tensor, vector"):
         OpKind("x", "scalar", "nothing")
+
+
+# -- softcap: the kind added end to end as the example of docs/extending.md ---------------------------
+def test_logit_softcap_adds_one_op_after_the_lm_head():
+    import mksim
+
+    plain = models.workload("llama-3.2-1b", batch=2, kv_len=256)
+    capped = models.workload("llama-3.2-1b", batch=2, kv_len=256, logit_softcap=30.0)
+    assert capped.ops[:-1] == plain.ops and capped.name == plain.name + " softcap30"
+    op = capped.ops[-1]
+    assert (op.kind, op.unit, op.out_size, op.attrs) == ("softcap", "vector", 128256, {"rows": 2, "cap": 30.0})
+    assert op.inputs[0].op == "lm_head" and op.flops == 3.0 * 2 * 128256
+    for mode in ("graph", "megakernel"):  # costs what its bytes and FLOPs do: a little, not nothing
+        a = mksim.simulate(mksim.build_schedule(plain, "h200", mode)).latency_us
+        b = mksim.simulate(mksim.build_schedule(capped, "h200", mode)).latency_us
+        assert a < b < a + 20
+
+
+@pytest.mark.parametrize("bad", [-1.0, "30", True, float("nan")])
+def test_a_bad_softcap_is_refused_in_one_line(bad):
+    with pytest.raises(MksimError, match="logit_softcap must be a number >= 0") as exc:
+        models.workload("llama-3.2-1b", logit_softcap=bad)
+    assert "\n" not in str(exc.value)

@@ -228,3 +228,10 @@ def test_ops_timed_with_l2_flushed_are_preferred_over_warm_ones():
     cold = [{"op": "n", "kind": "silu_mul", "task_us_mean": 1.4, "task_B_mean": 0.0, "l2": "flushed"}]
     assert fit(warm)["silu_mul"]["task_fixed_us"]["value"] == 0.8
     assert fit(warm + cold)["silu_mul"]["task_fixed_us"]["value"] == 1.4
+
+
+def test_a_kind_is_fitted_in_the_form_its_description_declares():
+    # softcap (added as docs/extending.md's example) does every row: fixed + (rows - 1) * row, no rate
+    p = kc.fit([rec("softcap", 0.0, 1.2 + (b - 1) * 0.3, b) for b in (1, 4)])
+    assert values(p) == pytest.approx({"softcap.task_fixed_us": 1.2, "softcap.task_row_us": 0.3})
+    assert tuple(p["softcap"]) == mksim.workload.get_kind("softcap").cost_fields

@@ -157,7 +157,8 @@ def test_reference_rope_rotates_q_and_k_and_keeps_v():
     assert torch.equal(rope[:, Q + KV:], qkv[:, Q + KV:])
 
 
-@pytest.mark.parametrize("kw", [{}, {"fuse_norm": True}, {"split_qkv": True, "split_gate_up": True}])
+@pytest.mark.parametrize("kw", [{}, {"fuse_norm": True}, {"split_qkv": True, "split_gate_up": True},
+                                {"logit_softcap": 30.0}])
 def test_reference_local_and_end_to_end_agree_on_their_own_outputs(kw):
     """Fed the reference's own outputs as "the kernel's", the local check reproduces them exactly:
     the two modes differ only in where an op's inputs come from."""
@@ -316,3 +317,20 @@ def test_quick_look_takes_any_workload_option_typed_by_its_default():
                            ("kv_splits", "1.5", "kv_splits takes a number")):
         with pytest.raises(ValueError, match=msg):
             workload_option(key, text)
+
+
+def test_softcap_row_and_reference():
+    """The soft-capped logits: the op reads lm_head's rows, its cap travels in the row's scale."""
+    torch = pytest.importorskip("torch")
+    from validation.megakernel import reference
+    from validation.megakernel.encode import OPCODES
+
+    plan = _tiny(logit_softcap=2.0)
+    row, lm = plan.ops[-1], plan.ops[-2]
+    assert (row["kind"], row["in0"], row["ld0"], row["scale"], row["N"], row["T"]) == \
+        (OPCODES["softcap"], lm["out"], 1000, 2.0, 1000, 2)
+    assert plan.program.tasks[:, 0].tolist().count(OPCODES["softcap"]) == plan.schedule.graph.n_tiles[-1]
+    ref = reference.run(plan, _buffers(plan, torch))
+    logits, capped = ref["out:lm_head"].float(), ref["out:softcap"].float()
+    assert torch.allclose(capped, 2.0 * torch.tanh(logits / 2.0), rtol=8e-3, atol=1e-6)  # bf16 rounding
+    assert capped.abs().max() <= 2.0 < logits.abs().max()  # some logits were over the cap

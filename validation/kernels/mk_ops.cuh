@@ -115,6 +115,15 @@ __device__ void mk_silu_mul(const MkOp& o, int lo, int hi, int tid, int nw) {
         }
 }
 
+// Logit soft-capping (Gemma 2): cap * tanh(x / cap), the cap in o.scale.
+__device__ void mk_softcap(const MkOp& o, int lo, int hi, int tid, int nw) {
+    mk_bf16* out = (mk_bf16*)o.out;
+    for (int b = 0; b < o.T; ++b)
+        for (int e = lo + tid; e < hi; e += nw)
+            out[(size_t)b * o.ld_out + e] = mk_f32_to_bf16(o.scale * tanhf(mk_ld_bf16(o.in0 + (size_t)b * o.ld0 + e) /
+                                                                          o.scale));
+}
+
 // Element e of the [q; k; v] row b (three sources: one fused projection or three split ones).
 __device__ __forceinline__ float mk_qkv_at(const MkOp& o, int b, int e) {
     const int Q = o.hq * o.hd, KV = o.hkv * o.hd;
@@ -318,6 +327,7 @@ __device__ __forceinline__ bool mk_run_worker_op(const MkOp& o, int opcode, int 
     case MK_OP_ROPE_KV: mk_rope_kv(o, lo, hi, tid, nw); return true;
     case MK_OP_ATTN_REDUCE: mk_attn_reduce(o, lo, hi, tid, nw); return true;
     case MK_OP_SILU_MUL: mk_silu_mul(o, lo, hi, tid, nw); return true;
+    case MK_OP_SOFTCAP: mk_softcap(o, lo, hi, tid, nw); return true;
     default: return false;
     }
 }

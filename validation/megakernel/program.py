@@ -279,11 +279,17 @@ def _silu_mul_row(a: RowArgs) -> Buffer:
     return Buffer((a.T, I), "bf16", "poison")
 
 
+def _softcap_row(a: RowArgs) -> Buffer:
+    a.row.update(in0=a.ins[0], ld0=a.ins_op[0].out_size, scale=a.op.attrs["cap"])
+    return Buffer((a.T, a.op.out_size), "bf16", "poison")
+
+
 # op kind -> the function that fills its op-table row and adds its buffers, returning its output
 # buffer: one per kind with an opcode (a test holds this table, OPCODES and the CUDA sources together)
 ROWS: dict[str, Callable[[RowArgs], Buffer]] = {
     "embed": _embed_row, "rmsnorm": _rmsnorm_row, "matmul": _matmul_row, "rope_kv": _rope_kv_row,
     "attn_partial": _attn_partial_row, "attn_reduce": _attn_reduce_row, "silu_mul": _silu_mul_row,
+    "softcap": _softcap_row,
 }
 
 

@@ -147,11 +147,18 @@ def _silu_mul(s: Step, op: Op, row: dict, ins: list):
     return (g / (1 + torch.exp(-g)) * u).to(torch.bfloat16)
 
 
+def _softcap(s: Step, op: Op, row: dict, ins: list):
+    import torch
+
+    cap = row["scale"]
+    return (cap * torch.tanh(ins[0].float() / cap)).to(torch.bfloat16)
+
+
 # op kind -> its output from (step, op, op-table row, input tensors): one per kind with an opcode
 # (a test holds this table, program.ROWS and the opcodes together)
 REFERENCES: dict[str, Callable[[Step, Op, dict, list], Any]] = {
     "embed": _embed, "rmsnorm": _rmsnorm, "matmul": _matmul, "rope_kv": _rope_kv, "attn_partial": _attn_partial,
-    "attn_reduce": _attn_reduce, "silu_mul": _silu_mul,
+    "attn_reduce": _attn_reduce, "silu_mul": _silu_mul, "softcap": _softcap,
 }
 
 
