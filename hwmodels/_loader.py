@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -280,7 +281,7 @@ def _sources(table: Any, file: str) -> dict[str, Source]:
     return out
 
 
-def _number(entry: Any, key: str, md: dict[str, Any], sources: dict[str, Source], file: str) -> float | int:
+def _number(entry: Any, key: str, md: Mapping[str, Any], sources: dict[str, Source], file: str) -> float | int:
     if not isinstance(entry, dict) or "value" not in entry:
         raise HardwareFileError(f"{file}: {key} must be {{ value = <number>, source = \"<id>\" }}")
     extra = set(entry) - _ENTRY_KEYS

@@ -313,7 +313,8 @@ def plan(schedule, seed: int = 0) -> Plan:
         return f"out:{name}"
 
     for i, op in enumerate(wl.ops):
-        r = {f: 0 for f in OP_INT_FIELDS} | {f: 0.0 for f in OP_FLOAT_FIELDS} | {f: None for f in OP_PTR_FIELDS}
+        r: dict[str, Any] = ({f: 0 for f in OP_INT_FIELDS} | {f: 0.0 for f in OP_FLOAT_FIELDS}
+                             | {f: None for f in OP_PTR_FIELDS})
         r.update(kind=OPCODES[op.kind], n_tiles=int(g.n_tiles[i]), N=op.out_size, T=T, flag_base=int(flag_base[i]),
                  ld_out=op.out_size, bounds=f"bounds:{op.name}", out=out_name(op.name))
         buffers[f"bounds:{op.name}"] = Buffer((int(g.n_tiles[i]) + 1,), "i32", "bounds")
