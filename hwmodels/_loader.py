@@ -239,7 +239,10 @@ def _migrate_kernels(raw: dict[str, Any], path: Path) -> None:
             if kind == key or not kind:
                 continue
             kind_table = table.setdefault(kind, {})
-            if not isinstance(kind_table, dict) or cost_key in kind_table:
+            if not isinstance(kind_table, dict) or "value" in kind_table:
+                raise HardwareFileError(f"{path}: runtime.kernels.{kind} must be a table of task costs, like "
+                                        f"[runtime.kernels.{kind}] {cost_key} = {{ value = ..., source = ... }}")
+            if cost_key in kind_table:
                 raise HardwareFileError(f"{path}: runtime.kernels.{key} and [runtime.kernels.{kind}] {cost_key} "
                                         "give the same number; keep the table")
             kind_table[cost_key] = table.pop(key)

@@ -210,6 +210,8 @@ attn_partial_consume_GBps = { value = 9.4, source = "fit" }
     ('[runtime.kernels.MatMul]\ntask_fixed_us = { value = 4, source = "fit" }', "an op kind is a lower-case name"),
     ('[runtime.kernels]\nmatmul_task_fixed_us = { value = 4, source = "fit" }\n'
      '[runtime.kernels.matmul]\ntask_fixed_us = { value = 4, source = "fit" }', "give the same number; keep the table"),
+    ('[runtime.kernels]\nmatmul = { value = 4, source = "fit" }\nmatmul_task_fixed_us = { value = 4, source = "fit" }',
+     r"runtime\.kernels\.matmul must be a table of task costs"),
     ('[runtime.kernels]\nmystery_us = { value = 4, source = "fit" }',
      r"unknown key runtime\.kernels\.mystery_us; .*or a \[runtime\.kernels\.<kind>\] table"),
 ])
