@@ -32,7 +32,7 @@ def render() -> str:
     keys = dict.fromkeys(k for n in numbers for k in n)  # every GPU's keys: kinds differ between files
     for key in keys:
         cells = []
-        for g, nums in zip(gpus, numbers):
+        for g, nums in zip(gpus, numbers, strict=True):
             v = nums.get(key)
             if v is None:
                 cells.append("–")

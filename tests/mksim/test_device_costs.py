@@ -12,9 +12,9 @@ import pytest
 
 import hwmodels
 import mksim
-from mksim.sim._costs import DeviceCost, device_costs, device_task_us, rates, resident_blocks
 from hwmodels import KERNEL_COST_KEYS
 from mksim.errors import MksimError
+from mksim.sim._costs import DeviceCost, device_costs, device_task_us, rates, resident_blocks
 from mksim.workload import KINDS, Op, Tiling, Workload
 
 from .simkit import chain, mem_op, toy_gpu
@@ -45,7 +45,8 @@ def test_device_costs_read_the_kernels_table(tmp_path):
 def test_device_costs_where_the_keys_are(name):
     # datasheet files have none; the standalone-kernel efficiencies (matvec_*, ...) are not task costs
     g = hwmodels.load(name)
-    given = {kind for kind, c in g.kernels.per_kind.items() if c.task_fixed_us is not None or c.consume_GBps is not None}
+    given = {kind for kind, c in g.kernels.per_kind.items()
+             if c.task_fixed_us is not None or c.consume_GBps is not None}
     assert set(rates(g).device) == given
     if Path(g.path).parent.name == "data":  # a datasheet file
         assert given == set()

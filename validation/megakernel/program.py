@@ -271,12 +271,12 @@ def _attn_reduce_row(a: RowArgs) -> Buffer:
 
 
 def _silu_mul_row(a: RowArgs) -> Buffer:
-    I = a.op.out_size
+    n = a.op.out_size
     if len(a.ins) == 1:  # one fused gate_up projection
-        a.row.update(in0=a.ins[0], in1=a.ins[0], ld0=2 * I, ld1=2 * I, off1=I)
+        a.row.update(in0=a.ins[0], in1=a.ins[0], ld0=2 * n, ld1=2 * n, off1=n)
     else:
-        a.row.update(in0=a.ins[0], in1=a.ins[1], ld0=I, ld1=I)
-    return Buffer((a.T, I), "bf16", "poison")
+        a.row.update(in0=a.ins[0], in1=a.ins[1], ld0=n, ld1=n)
+    return Buffer((a.T, n), "bf16", "poison")
 
 
 def _softcap_row(a: RowArgs) -> Buffer:

@@ -49,7 +49,7 @@ def run(plan, bufs: dict, local: bool = False) -> dict:
     step = Step(bufs=bufs, cfg=wl.model, T=wl.batch, pos=wl.kv_len, cos=bufs["rope"][:half].float(),
                 sin=bufs["rope"][half:].float())
     out: dict = {}
-    for op, row, name in zip(wl.ops, plan.ops, plan.outputs):
+    for op, row, name in zip(wl.ops, plan.ops, plan.outputs, strict=True):
         src = bufs if local else out
         out[name] = REFERENCES[op.kind](step, op, row, [src[f"out:{i.op}"] for i in op.inputs])
     return out
@@ -128,20 +128,20 @@ def _attn_reduce(s: Step, op: Op, row: dict, ins: list):
     G = s.cfg.num_heads // nkv
     C = row["splits"]
     p = ins[0].reshape(nkv, T, C, G * (hd + 2))
-    o, m, l = p[..., :G * hd].reshape(nkv, T, C, G, hd), p[..., G * hd:G * hd + G], p[..., G * hd + G:]
+    o, m, lsum = p[..., :G * hd].reshape(nkv, T, C, G, hd), p[..., G * hd:G * hd + G], p[..., G * hd + G:]
     M = m.amax(dim=2, keepdim=True)
     w = torch.exp(m - M)                                            # [nkv, T, C, G]
     num = (o * w[..., None]).sum(dim=2)                             # [nkv, T, G, hd]
-    den = (l * w).sum(dim=2)                                        # [nkv, T, G]
+    den = (lsum * w).sum(dim=2)                                        # [nkv, T, G]
     return (num / den[..., None]).permute(1, 0, 2, 3).reshape(T, Q).to(torch.bfloat16)
 
 
 def _silu_mul(s: Step, op: Op, row: dict, ins: list):
     import torch
 
-    if len(ins) == 1:
-        I = op.out_size
-        g, u = ins[0][:, :I].float(), ins[0][:, I:].float()
+    if len(ins) == 1:  # one fused gate_up projection: [gate; up]
+        n = op.out_size
+        g, u = ins[0][:, :n].float(), ins[0][:, n:].float()
     else:
         g, u = ins[0].float(), ins[1].float()
     return (g / (1 + torch.exp(-g)) * u).to(torch.bfloat16)
