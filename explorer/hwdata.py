@@ -90,10 +90,10 @@ def hardware_table(names: list[str] | None = None) -> dict[str, Any]:
     numbers = {g.name: g.numbers() for g in gpus}
     refs: dict[tuple[str, str], int] = {}
     rows = []
-    for key in (numbers[gpus[0].name] if gpus else {}):
+    for key in dict.fromkeys(k for g in gpus for k in numbers[g.name]):  # op kinds differ between files
         cells: dict[str, Any] = {}
         for g in gpus:
-            v = numbers[g.name][key]
+            v = numbers[g.name].get(key)
             if v is None:
                 cells[g.name] = None
                 continue

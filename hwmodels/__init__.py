@@ -7,8 +7,8 @@ True
 
 from . import errors
 from ._loader import available, load, resolve
-from ._schema import SECTIONS, UNITS, GPUSpec, Source, unit_of
+from ._schema import KERNEL_COST_KEYS, SECTIONS, UNITS, GPUSpec, KernelCost, KernelSpec, Source, unit_of
 from .errors import HardwareError, HardwareFileError, UnknownGPUError
 
-__all__ = ["GPUSpec", "HardwareError", "HardwareFileError", "SECTIONS", "Source", "UNITS", "UnknownGPUError",
-           "available", "errors", "load", "resolve", "unit_of"]
+__all__ = ["GPUSpec", "HardwareError", "HardwareFileError", "KERNEL_COST_KEYS", "KernelCost", "KernelSpec", "SECTIONS",
+           "Source", "UNITS", "UnknownGPUError", "available", "errors", "load", "resolve", "unit_of"]

@@ -11,11 +11,25 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from ._schema import IDENTITY_KEYS, OPTIONAL_TABLES, SECTIONS, SOURCE_KINDS, UNITS, GPUSpec, Source, unit_of
+from ._schema import (
+    IDENTITY_KEYS,
+    KERNEL_COST_KEYS,
+    OPTIONAL_TABLES,
+    SECTIONS,
+    SOURCE_KINDS,
+    UNITS,
+    GPUSpec,
+    KernelCost,
+    KernelSpec,
+    Source,
+    section_fields,
+    unit_of,
+)
 from .errors import HardwareFileError, UnknownGPUError
 
 _HERE = Path(__file__).resolve().parent
@@ -77,6 +91,7 @@ def _merged(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
         names = " -> ".join(str(p) for p in (*chain, path.resolve()))
         raise HardwareFileError(f"{path}: 'extends' forms a cycle ({names}); remove one link")
     raw = _read(path)
+    _migrate_kernels(raw, path)
     base_name = raw.get("extends")
     if base_name is None:
         raw["_files"] = [str(path)]
@@ -150,12 +165,17 @@ def _build(raw: dict[str, Any], path: Path) -> GPUSpec:
     for attr, (dotted, cls) in SECTIONS.items():
         table = {} if dotted in OPTIONAL_TABLES and not _has_table(raw, dotted) else _table(raw, dotted, file)
         seen_tables.add(dotted)
-        expected = {f.name for f in fields(cls)}
+        expected = {f.name for f in section_fields(cls)}
         nested = {k for k in table if isinstance(table[k], dict) and "value" not in table[k]}
-        for key in sorted(set(table) - expected - (nested & subtables)):
-            raise HardwareFileError(_unknown_key(file, dotted, key, expected))
+        kinds = nested - expected if cls is KernelSpec else set()  # [runtime.kernels.<kind>] tables
+        for key in sorted(set(table) - expected - (nested & subtables) - kinds):
+            raise HardwareFileError(_unknown_key(file, dotted, key, expected)
+                                    + (", or a [runtime.kernels.<kind>] table" if cls is KernelSpec else ""))
         values: dict[str, Any] = {}
-        for f in fields(cls):
+        if kinds:
+            values["per_kind"] = {kind: _kernel_cost(table[kind], f"{dotted}.{kind}", sources, provenance, file)
+                                  for kind in table if kind in kinds}
+        for f in section_fields(cls):
             full = f"{dotted}.{f.name}"
             entry = table.get(f.name)
             if entry is None:
@@ -177,6 +197,55 @@ def _build(raw: dict[str, Any], path: Path) -> GPUSpec:
                    path=str(path), extends=raw.get("extends", ""), **sections)
     _check_consistency(spec, file)
     return spec
+
+
+def _kernel_cost(table: dict[str, Any], dotted: str, sources: dict[str, Source], provenance: dict[str, str],
+                 file: str) -> KernelCost:
+    """One ``[runtime.kernels.<kind>]`` table; any kind name is read (mksim checks them)."""
+    kind = dotted.rsplit(".", 1)[1]
+    if not kind.isidentifier() or not kind.islower():
+        raise HardwareFileError(f"{file}: [{dotted}]: an op kind is a lower-case name (matmul, rope_kv), "
+                                f"not {kind!r}")
+    for key in sorted(set(table) - set(KERNEL_COST_KEYS)):
+        raise HardwareFileError(_unknown_key(file, dotted, key, set(KERNEL_COST_KEYS)))
+    values: dict[str, Any] = {}
+    for f in fields(KernelCost):
+        entry = table.get(f.name)
+        if entry is None:
+            values[f.name] = None
+            continue
+        values[f.name] = _number(entry, f"{dotted}.{f.name}", f.metadata, sources, file)
+        provenance[f"kernels.{kind}.{f.name}"] = entry["source"]
+    return KernelCost(**values)
+
+
+def _migrate_kernels(raw: dict[str, Any], path: Path) -> None:
+    """Files written before ``[runtime.kernels.<kind>]`` tables named a kind's task costs
+    ``<kind>_task_fixed_us`` (and so on) in ``[runtime.kernels]``: move them into the kind's
+    table, in place, before the file is merged with its base (so an overlay's old key overrides
+    its base's new one)."""
+    runtime = raw.get("runtime")
+    table = runtime.get("kernels") if isinstance(runtime, dict) else None
+    if not isinstance(table, dict):
+        return
+    standalone = {f.name for f in section_fields(KernelSpec)}
+    for key in list(table):
+        entry = table[key]
+        if key in standalone or not isinstance(entry, dict) or "value" not in entry:
+            continue
+        for cost_key in KERNEL_COST_KEYS:
+            kind = key.removesuffix(f"_{cost_key}")
+            if kind == key or not kind:
+                continue
+            kind_table = table.setdefault(kind, {})
+            if not isinstance(kind_table, dict) or "value" in kind_table:
+                raise HardwareFileError(f"{path}: runtime.kernels.{kind} must be a table of task costs, like "
+                                        f"[runtime.kernels.{kind}] {cost_key} = {{ value = ..., source = ... }}")
+            if cost_key in kind_table:
+                raise HardwareFileError(f"{path}: runtime.kernels.{key} and [runtime.kernels.{kind}] {cost_key} "
+                                        "give the same number; keep the table")
+            kind_table[cost_key] = table.pop(key)
+            break
 
 
 def _unknown_key(file: str, table: str, key: str, expected: set[str]) -> str:
@@ -214,7 +283,7 @@ def _sources(table: Any, file: str) -> dict[str, Source]:
     return out
 
 
-def _number(entry: Any, key: str, md: dict[str, Any], sources: dict[str, Source], file: str) -> float | int:
+def _number(entry: Any, key: str, md: Mapping[str, Any], sources: dict[str, Source], file: str) -> float | int:
     if not isinstance(entry, dict) or "value" not in entry:
         raise HardwareFileError(f"{file}: {key} must be {{ value = <number>, source = \"<id>\" }}")
     extra = set(entry) - _ENTRY_KEYS

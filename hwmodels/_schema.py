@@ -8,15 +8,16 @@ it is a plausibility bound, not a GPU's value.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 
 def meta(lo: float, hi: float, *, optional: bool = False, integer: bool = False,
-         doc: str = "") -> Any:
+         doc: str = "", default: Any = MISSING) -> Any:
     """A numeric field with its plausible range [lo, hi]; optional fields may be absent (None)."""
-    return field(metadata={"range": (lo, hi), "optional": optional, "integer": integer,
-                           "doc": doc})
+    return field(default=default, metadata={"range": (lo, hi), "optional": optional, "integer": integer,
+                                            "doc": doc})
 
 UNITS = {
     # suffix -> human-readable unit, used in messages and docs
@@ -160,14 +161,33 @@ _CONSUME_ROW = "each row (token) of a task beyond the first adds streamed bytes 
 
 
 @dataclass(frozen=True)
+class KernelCost:
+    """What one task of one op kind costs on the device functions of mksim's generated kernels: a
+    ``[runtime.kernels.<kind>]`` table, fitted to single ops run alone by ``python -m
+    validation.kernel_costs``. For a task of r rows (tokens) that streams B bytes, once its inputs
+    are visible: fixed + (r - 1) * row + B / consume, and each row beyond the first adds
+    B / consume_row (docs/model.md, "What a task costs"). Which keys a kind has follows from how
+    its cost is fitted (``mksim.workload.OpKind.cost_fields``)."""
+    task_fixed_us: float | None = meta(0.0, 1000, optional=True, doc=_FIXED, default=None)
+    task_row_us: float | None = meta(0.0, 1000, optional=True, doc=_ROW, default=None)
+    consume_GBps: float | None = meta(0.1, 1e5, optional=True, doc=_CONSUME, default=None)
+    consume_row_GBps: float | None = meta(0.1, 1e6, optional=True, doc=_CONSUME_ROW, default=None)
+
+
+# The keys a per-kind table may hold, and the names files before [runtime.kernels.<kind>] tables
+# gave them (``<kind>_<key>`` in [runtime.kernels]), which the loader still reads.
+KERNEL_COST_KEYS = tuple(f.name for f in fields(KernelCost))
+
+
+@dataclass(frozen=True)
 class KernelSpec:
     """Measured costs of the device functions that mksim's generated kernels use.
 
     The ``matvec_*``, ``rmsnorm_*`` and ``attention_*`` efficiencies of standalone kernels are
     written by ``mksim calibrate`` (validation/kernels/mk_device.cuh) and not used by the
-    simulator; the per-task costs ``<kind>_task_*`` and ``<kind>_consume_*`` are fitted to single
-    ops by ``python -m validation.kernel_costs`` and are (``mksim.sim._costs.DeviceCost``). All are
-    absent from datasheet files.
+    simulator; ``per_kind`` holds the per-task costs of each op kind (a :class:`KernelCost` per
+    ``[runtime.kernels.<kind>]`` table), which the simulator applies. All are absent from
+    datasheet files. hwmodels reads any kind name; mksim checks them against its op kinds.
     """
     matvec_bw_fraction: float = meta(0.01, 1.0, optional=True,
                                      doc="steady bandwidth of the bf16 matvec device function over DRAM read bandwidth")
@@ -179,25 +199,8 @@ class KernelSpec:
                                         doc="steady KV-cache bandwidth of the decode-attention device function over "
                                             "DRAM read bandwidth")
     attention_fixed_us: float = meta(0.0, 100, optional=True, doc="fixed cost of a standalone decode-attention kernel")
-    # What one task of each op kind costs on the device functions of the generated kernels, fitted
-    # to single ops run alone (python -m validation.kernel_costs). For a task of r rows (tokens)
-    # that streams B bytes, once its inputs are visible: fixed + (r - 1) * row + B / consume, and each
-    # row beyond the first adds B / consume_row (docs/model.md, "What a task costs").
-    embed_task_fixed_us: float = meta(0.0, 1000, optional=True, doc=_FIXED)
-    embed_task_row_us: float = meta(0.0, 1000, optional=True, doc=_ROW)
-    rmsnorm_task_fixed_us: float = meta(0.0, 1000, optional=True, doc=_FIXED)
-    rmsnorm_task_row_us: float = meta(0.0, 1000, optional=True, doc=_ROW)
-    matmul_task_fixed_us: float = meta(0.0, 1000, optional=True, doc=_FIXED)
-    matmul_task_row_us: float = meta(0.0, 1000, optional=True, doc=_ROW)
-    matmul_consume_GBps: float = meta(0.1, 1e5, optional=True, doc=_CONSUME)
-    matmul_consume_row_GBps: float = meta(0.1, 1e6, optional=True, doc=_CONSUME_ROW)
-    rope_kv_task_fixed_us: float = meta(0.0, 1000, optional=True, doc=_FIXED)
-    rope_kv_task_row_us: float = meta(0.0, 1000, optional=True, doc=_ROW)
-    attn_partial_task_fixed_us: float = meta(0.0, 1000, optional=True, doc=_FIXED)
-    attn_partial_consume_GBps: float = meta(0.1, 1e5, optional=True, doc=_CONSUME)
-    attn_reduce_task_fixed_us: float = meta(0.0, 1000, optional=True, doc=_FIXED)
-    silu_mul_task_fixed_us: float = meta(0.0, 1000, optional=True, doc=_FIXED)
-    silu_mul_task_row_us: float = meta(0.0, 1000, optional=True, doc=_ROW)
+    # op kind -> its task costs, in file order; left out of the hash (a mapping has none)
+    per_kind: Mapping[str, KernelCost] = field(default_factory=dict, hash=False, metadata={"per_kind": True})
 
 
 @dataclass(frozen=True)
@@ -255,12 +258,17 @@ class GPUSpec:
         return self.sources[self.provenance[key]]
 
     def numbers(self) -> dict[str, float | int | None]:
-        """Every number by dotted key, in file order."""
+        """Every number by dotted key, in file order; a kind's task costs as
+        ``kernels.<kind>.<key>`` (only the kinds and keys this GPU's files give)."""
         out: dict[str, float | int | None] = {}
         for sec in SECTIONS:
             obj = getattr(self, sec)
-            for f in fields(obj):
+            for f in section_fields(type(obj)):
                 out[f"{sec}.{f.name}"] = getattr(obj, f.name)
+        for kind, cost in self.kernels.per_kind.items():
+            for f in fields(cost):
+                if getattr(cost, f.name) is not None:
+                    out[f"kernels.{kind}.{f.name}"] = getattr(cost, f.name)
         return out
 
 
@@ -278,6 +286,11 @@ SECTIONS: dict[str, tuple[str, type]] = {
     "sync": ("runtime.sync", SyncSpec),
     "kernels": ("runtime.kernels", KernelSpec),
 }
+
+def section_fields(cls: type) -> tuple[Any, ...]:
+    """The numeric fields of a section class (without ``KernelSpec.per_kind``, a table of tables)."""
+    return tuple(f for f in fields(cls) if not f.metadata.get("per_kind"))
+
 
 # Tables a file may leave out (every key in them is optional).
 OPTIONAL_TABLES = ("runtime.kernels", "chip.movement")

@@ -28,10 +28,12 @@ def render() -> str:
     lines = [INTRO, "| key | unit | " + " | ".join(g.name for g in gpus) + " |",
              "|---|---|" + "---:|" * len(gpus)]
     refs: dict[tuple[str, str], int] = {}
-    for key in gpus[0].numbers():
+    numbers = [g.numbers() for g in gpus]
+    keys = dict.fromkeys(k for n in numbers for k in n)  # every GPU's keys: kinds differ between files
+    for key in keys:
         cells = []
-        for g in gpus:
-            v = g.numbers()[key]
+        for g, nums in zip(gpus, numbers, strict=True):
+            v = nums.get(key)
             if v is None:
                 cells.append("–")
                 continue
@@ -52,7 +54,8 @@ def render() -> str:
         lines.append(f"{ref}. **{gname}** · {s.kind}{date}: {s.title}{url}{note}")
     lines += ["", "## What the numbers do", "",
               "Sections follow the chip's hierarchy: " + ", ".join(f"`{p}`" for p, _ in SECTIONS.values())
-              + ". `docs/model.md` explains how the simulator uses each of them."]
+              + "; `runtime.kernels.<kind>` holds the task costs of one op kind's device function. "
+              "`docs/model.md` explains how the simulator uses each of them."]
     return "\n".join(lines) + "\n"
 
 

@@ -12,13 +12,14 @@ policies their estimate; :func:`sync_ready_us` says when a dependency is seen.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from hwmodels import GPUSpec
-from mksim.workload import TaskGraph
+from mksim.errors import HardwareFileError
+from mksim.workload import KINDS, TaskGraph
 
 GBps_TO_Bpus = 1e3      # 1 GB/s = 1e9 B/s = 1e3 B/µs
 TFLOPs_TO_FLOPpus = 1e6  # 1 TFLOP/s = 1e6 FLOP/µs
@@ -87,27 +88,28 @@ class DeviceCost:
 
 
 def device_costs(kernels: object) -> dict[str, DeviceCost]:
-    """The :class:`DeviceCost` of every op kind for which ``kernels`` (a
-    :class:`hwmodels.KernelSpec`) gives ``<kind>_task_fixed_us`` or ``<kind>_consume_GBps``;
-    other kinds cost what their FLOPs and L2 bytes do.
+    """The :class:`DeviceCost` of every op kind whose ``[runtime.kernels.<kind>]`` table in
+    ``kernels`` (a :class:`hwmodels.KernelSpec`) gives ``task_fixed_us`` or ``consume_GBps``;
+    other kinds cost what their FLOPs and L2 bytes do. A kind that is not one of
+    :data:`mksim.workload.KINDS` is refused in one line.
 
     >>> import hwmodels
     >>> device_costs(hwmodels.load("h200").kernels)  # a datasheet file: none
     {}
+    >>> sorted(device_costs(hwmodels.load("h200-mk-kernels").kernels))[:3]
+    ['attn_partial', 'attn_reduce', 'embed']
     """
-    kinds = dict.fromkeys(f.name.removesuffix(sfx) for f in fields(kernels)  # type: ignore[arg-type]
-                          for sfx in ("_task_fixed_us", "_consume_GBps") if f.name.endswith(sfx))
     out: dict[str, DeviceCost] = {}
-    for kind in kinds:
-        fixed = getattr(kernels, f"{kind}_task_fixed_us", None)
-        rate = getattr(kernels, f"{kind}_consume_GBps", None)
-        if fixed is None and rate is None:
+    for kind, c in kernels.per_kind.items():  # type: ignore[attr-defined]
+        if kind not in KINDS:
+            raise HardwareFileError(f"[runtime.kernels.{kind}]: {kind!r} is not an op kind; known: "
+                                    f"{', '.join(KINDS)}")
+        if c.task_fixed_us is None and c.consume_GBps is None:
             continue
-        row = getattr(kernels, f"{kind}_task_row_us", None)
-        row_rate = getattr(kernels, f"{kind}_consume_row_GBps", None)
-        out[kind] = DeviceCost(fixed_us=fixed or 0.0, row_us=row or 0.0,
-                               consume_Bpus=rate * GBps_TO_Bpus if rate else math.inf,
-                               row_consume_Bpus=row_rate * GBps_TO_Bpus if row_rate else math.inf)
+        out[kind] = DeviceCost(fixed_us=c.task_fixed_us or 0.0, row_us=c.task_row_us or 0.0,
+                               consume_Bpus=c.consume_GBps * GBps_TO_Bpus if c.consume_GBps else math.inf,
+                               row_consume_Bpus=c.consume_row_GBps * GBps_TO_Bpus if c.consume_row_GBps
+                               else math.inf)
     return out
 
 

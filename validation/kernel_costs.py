@@ -9,8 +9,9 @@ keeps its tasks' compute times from the kernel's trace (``Runner.time_ops`` in
      "task_us_mean", "task_us_max", "task_B_mean", "start_spread_us"}
 
 and, added here from the case, ``"batch"`` (rows per task; 1 where absent). :func:`fit` turns them
-into the ``[runtime.kernels]`` task costs the simulator applies (docs/model.md, "What a task
-costs"), per op kind:
+into the ``[runtime.kernels.<kind>]`` task costs the simulator applies (docs/model.md, "What a task
+costs"), per op kind, in the form the kind's description declares (``mksim.workload.KINDS``:
+``streams``, ``per_row``, and so ``cost_fields``):
 
 - kinds that stream bytes (``matmul``, ``attn_partial``): the line ``task_us_mean = fixed +
   task_B_mean / consume`` over the shapes measured, by least squares on relative residuals (task
@@ -29,8 +30,8 @@ larger of the fit's largest relative residual and the median within-op spread of
 
 Never fit these to full steps: those are the held-out validation.
 
-Run ``python -m validation.kernel_costs MEASURED.json [...] --out FILE``: it writes lines for the
-``[runtime.kernels]`` table of a calibrated overlay (hwmodels/calibrated/h200-calibrated.toml).
+Run ``python -m validation.kernel_costs MEASURED.json [...] --out FILE``: it writes the
+``[runtime.kernels.<kind>]`` tables of a calibrated overlay (hwmodels/calibrated/h200-mk-kernels.toml).
 """
 
 from __future__ import annotations
@@ -46,33 +47,36 @@ from typing import Any
 import numpy as np
 
 from mksim.errors import MksimError
+from mksim.workload import KINDS as OP_KINDS
 
-STREAMING = ("matmul", "attn_partial")
-PER_ROW = ("embed", "rmsnorm", "matmul", "rope_kv", "silu_mul")
-KINDS = ("embed", "rmsnorm", "matmul", "rope_kv", "attn_partial", "attn_reduce", "silu_mul")
+# the kinds the generated kernels run (the only ones with single ops to fit), and their fit forms
+KINDS = tuple(k.name for k in OP_KINDS.values() if k.opcode is not None)
+STREAMING = tuple(k for k in KINDS if OP_KINDS[k].streams)
+PER_ROW = tuple(k for k in KINDS if OP_KINDS[k].per_row)
 NEEDED = ("op", "kind", "task_us_mean", "task_B_mean")
 
 
-def fit(single_ops: list[dict], *, dram_bound_GBps: float | None = None) -> dict[str, dict]:
-    """``[runtime.kernels]`` task costs from single-op records (see the module docstring).
+def fit(single_ops: list[dict], *, dram_bound_GBps: float | None = None) -> dict[str, dict[str, dict]]:
+    """``[runtime.kernels.<kind>]`` task costs from single-op records (see the module docstring).
 
-    Returns ``{key: {"value", "spread", "note"}}`` for the kinds present (``matmul_task_fixed_us``,
-    ``matmul_consume_GBps``, ...); records of kinds without such parameters are left out.
+    Returns ``{kind: {key: {"value", "spread", "note"}}}`` for the kinds present (keys
+    ``task_fixed_us``, ``consume_GBps``, ...: ``hwmodels.KernelCost``); records of kinds without
+    a device function are left out.
     ``dram_bound_GBps``: records whose op streamed at least this many GB/s over the whole chip are
     DRAM-bound (their tasks wait for DRAM, not for their workers) and are left out of the fits of
     the streaming kinds, named in the note.
 
     >>> recs = [{"op": f"m{b}", "kind": "matmul", "task_B_mean": b, "task_us_mean": 1.0 + b / 25e3}
     ...         for b in (65536, 262144)]
-    >>> {k: round(v["value"], 3) for k, v in fit(recs).items()}
-    {'matmul_task_fixed_us': 1.0, 'matmul_consume_GBps': 25.0}
+    >>> {k: round(v["value"], 3) for k, v in fit(recs)["matmul"].items()}
+    {'task_fixed_us': 1.0, 'consume_GBps': 25.0}
     """
     recs = [_checked(r, i) for i, r in enumerate(_as_list(single_ops))]
     # ops timed with L2 flushed before each launch (as they run in a step) are what a fit wants;
     # records without the key come from runs that timed them warm
     if any(r.get("l2") == "flushed" for r in recs):
         recs = [r for r in recs if r.get("l2") == "flushed"]
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, dict]] = {}
     for kind in KINDS:
         rs = [r for r in recs if r["kind"] == kind]
         if not rs:
@@ -84,7 +88,7 @@ def fit(single_ops: list[dict], *, dram_bound_GBps: float | None = None) -> dict
             if not rs:
                 raise MksimError(f"every {kind} record streamed at {dram_bound_GBps:g} GB/s or more (DRAM-bound); "
                                  "lower --dram-bound-GBps or measure smaller shapes")
-        out.update(_fit_kind(kind, rs, left_out))
+        out[kind] = _fit_kind(kind, rs, left_out)
     return out
 
 
@@ -171,14 +175,14 @@ def _fit_kind(kind: str, rs: list[dict], left_out: list[dict]) -> dict[str, dict
             f"task times within an op +{_pct(within)} (median of max/mean)")
     if left_out:
         note += "; left out as DRAM-bound: " + ", ".join(f"{_case(r)} at {r['GBps']:.0f} GB/s" for r in left_out)
-    out = {f"{kind}_task_fixed_us": c.get("fixed", 0.0)}
+    out = {"task_fixed_us": c.get("fixed", 0.0)}
     if by_rows:
-        out[f"{kind}_task_row_us"] = c.get("row", 0.0)
+        out["task_row_us"] = c.get("row", 0.0)
     if streams:
         if c.get("per_B", 0.0) > 0:
-            out[f"{kind}_consume_GBps"] = 1.0 / c["per_B"] / 1e3  # B/µs -> GB/s
+            out["consume_GBps"] = 1.0 / c["per_B"] / 1e3  # B/µs -> GB/s
         if by_rows and c.get("row_per_B", 0.0) > 0:
-            out[f"{kind}_consume_row_GBps"] = 1.0 / c["row_per_B"] / 1e3
+            out["consume_row_GBps"] = 1.0 / c["row_per_B"] / 1e3
     return {k: {"value": v, "spread": spread, "note": note} for k, v in out.items()}
 
 
@@ -223,13 +227,16 @@ def _num(v: float) -> str:
     return f"{v:.4g}" if abs(v) < 1e5 else f"{v:.6g}"
 
 
-def fragment(params: dict[str, dict], source: str = "calibration", header: str = "") -> str:
-    """TOML lines for the ``[runtime.kernels]`` table, in the style of the calibrated overlay."""
+def fragment(params: dict[str, dict[str, dict]], source: str = "calibration", header: str = "") -> str:
+    """TOML ``[runtime.kernels.<kind>]`` tables of :func:`fit`'s costs, in the style of the
+    calibrated overlay."""
     lines = [f"# {line}" for line in header.splitlines()] if header else []
-    for key, p in params.items():
-        note = p["note"].replace("\\", "\\\\").replace('"', '\\"')
-        lines.append(f'{key} = {{ value = {_num(p["value"])}, source = "{source}", spread = {p["spread"]:.4f}, '
-                     f'note = "{note}" }}')
+    for kind, costs in params.items():
+        lines += ["", f"[runtime.kernels.{kind}]"]
+        for key, p in costs.items():
+            note = p["note"].replace("\\", "\\\\").replace('"', '\\"')
+            lines.append(f'{key} = {{ value = {_num(p["value"])}, source = "{source}", spread = {p["spread"]:.4f}, '
+                         f'note = "{note}" }}')
     return "\n".join(lines) + "\n"
 
 
@@ -254,15 +261,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     names = ", ".join(str(p) for p in a.measured)
-    text = fragment(params, a.source, "[runtime.kernels] task costs fitted to single ops by python -m "
-                                      f"validation.kernel_costs\nfrom {names}; put them in the "
-                                      "[runtime.kernels] table of the overlay")
+    text = fragment(params, a.source, "[runtime.kernels.<kind>] task costs fitted to single ops by python -m "
+                                      f"validation.kernel_costs\nfrom {names}; put these tables in the overlay")
     if a.out:
         a.out.write_text(text)
     else:
         sys.stdout.write(text)
-    for key, p in params.items():
-        print(f"{key:30s} {p['value']:10.4g}   spread {p['spread']:.1%}", file=sys.stderr if not a.out else sys.stdout)
+    for kind, costs in params.items():
+        for key, p in costs.items():
+            print(f"{kind + '.' + key:30s} {p['value']:10.4g}   spread {p['spread']:.1%}",
+                  file=sys.stderr if not a.out else sys.stdout)
     return 0
 
 

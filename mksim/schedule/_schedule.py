@@ -238,6 +238,8 @@ def workload_from_spec(spec: dict[str, Any]) -> Workload:
     if not isinstance(spec, dict) or "model" not in spec:
         raise ScheduleError("schedule workload must be an object with a 'model' (name or HF config)")
     params = {k: spec[k] for k in WORKLOAD_KEYS if k in spec and spec[k] is not None}
+    # options a workload records beyond these (Workload.options) go back to its builder as they are
+    params.update((k, v) for k, v in spec.items() if k not in (*WORKLOAD_KEYS, "model", "n_sms") and v is not None)
     if "n_sms" in spec:
         params["n_sms"] = spec["n_sms"]
     model = spec["model"]

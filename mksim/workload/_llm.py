@@ -31,7 +31,7 @@ def default_kv_splits(kv_heads: int, batch: int, kv_total: int, n_sms: int = 132
 def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = "decode",
                        prefill_tokens: int = 0, weight_dtype: str = "bf16",
                        kv_splits: int | None = None, n_sms: int = 132, fuse_norm: bool = False,
-                       split_qkv: bool = False, split_gate_up: bool = False) -> Workload:
+                       split_qkv: bool = False, split_gate_up: bool = False, logit_softcap: float = 0.0) -> Workload:
     """The op graph of one step of ``cfg`` (a :class:`~mksim.models.ModelConfig`).
 
     ``batch`` sequences each hold ``kv_len`` tokens in the KV cache. ``decode`` makes one
@@ -39,13 +39,16 @@ def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = 
     ``fuse_norm`` folds each RMS norm into the matvec that follows it: no norm op (and no
     op boundary); the matvec reads the residual stream and the norm's weight and does its
     arithmetic. ``split_qkv`` and ``split_gate_up`` make separate q/k/v (gate/up) matvecs of the
-    fused projections: independent ops a megakernel can interleave.
+    fused projections: independent ops a megakernel can interleave. ``logit_softcap`` > 0 caps the
+    logits at ``cap * tanh(logits / cap)`` in a ``softcap`` op after the LM head (Gemma 2 uses 30).
     """
     for key, val in (("fuse_norm", fuse_norm), ("split_qkv", split_qkv), ("split_gate_up", split_gate_up)):
         if not isinstance(val, bool):
             raise WorkloadError(f"{key} must be true or false, got {val!r}")
     _check(batch=batch, kv_len=kv_len, phase=phase, prefill_tokens=prefill_tokens,
            weight_dtype=weight_dtype, kv_splits=kv_splits)
+    if isinstance(logit_softcap, bool) or not isinstance(logit_softcap, (int, float)) or not logit_softcap >= 0:
+        raise WorkloadError(f"logit_softcap must be a number >= 0 (0: no soft-capping), got {logit_softcap!r}")
     new = 1 if phase == "decode" else prefill_tokens
     T = batch * new                      # rows through the projections
     kv_total = kv_len + new              # tokens attended to, per sequence
@@ -128,14 +131,18 @@ def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = 
         resid = matmul(p + "down_proj", act, I, H, l, residual=o)
     x = norm("final_norm", resid, None)
     # prefill needs logits of each sequence's last token only
-    matmul("lm_head", x, H, V, None, rows=batch, normed=True)
+    logits = matmul("lm_head", x, H, V, None, rows=batch, normed=True)
+    if logit_softcap:  # divide, tanh, multiply per logit
+        add(name="softcap", kind="softcap", out_size=V, elem_bytes=batch * ACT_BYTES, flops=3.0 * batch * V,
+            inputs=(Input(logits),), layer=None, align=VEC_ALIGN, attrs={"rows": batch, "cap": float(logit_softcap)})
     name = (f"{cfg.name} {phase} b{batch} kv{kv_len}" + (f" n{prefill_tokens}" if phase == "prefill" else "")
             + (" fused-norm" if fuse_norm else "") + (" split-qkv" if split_qkv else "")
-            + (" split-gate-up" if split_gate_up else ""))
+            + (" split-gate-up" if split_gate_up else "") + (f" softcap{logit_softcap:g}" if logit_softcap else ""))
     return Workload(name=name, ops=tuple(ops), tokens=batch if phase == "decode" else T, batch=batch,
                     kv_len=kv_len, phase=phase, prefill_tokens=prefill_tokens if phase == "prefill" else 0,
                     weight_dtype=weight_dtype, fuse_norm=fuse_norm, split_qkv=split_qkv,
-                    split_gate_up=split_gate_up, model=cfg)
+                    split_gate_up=split_gate_up, model=cfg,
+                    options=(("logit_softcap", float(logit_softcap)),) if logit_softcap else ())
 
 
 def _check(*, batch, kv_len, phase, prefill_tokens, weight_dtype, kv_splits) -> None:

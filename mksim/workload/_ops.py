@@ -13,18 +13,10 @@ from typing import Any
 
 from mksim.errors import WorkloadError
 
-# Kinds of op, and whether their arithmetic runs on tensor cores or CUDA cores.
-OP_KINDS: dict[str, str] = {
-    "embed": "vector",
-    "rmsnorm": "vector",
-    "matmul": "tensor",
-    "rope_kv": "vector",
-    "attn_partial": "tensor",
-    "attn_reduce": "vector",
-    "silu_mul": "vector",
-    "add": "vector",
-    "elementwise": "vector",
-}
+from .kinds import KINDS
+
+# Kinds of op, and whether their arithmetic runs on tensor cores or CUDA cores (from KINDS).
+OP_KINDS: dict[str, str] = {k.name: k.unit for k in KINDS.values()}
 
 
 @dataclass(frozen=True)
@@ -87,8 +79,10 @@ class Op:
 
     @property
     def unit(self) -> str:
-        """``"tensor"`` or ``"vector"``: which arithmetic units the op uses."""
-        return OP_KINDS.get(self.kind, "vector")
+        """``"tensor"`` or ``"vector"``: which arithmetic units the op uses (a kind outside
+        :data:`~mksim.workload.KINDS` counts as vector)."""
+        k = KINDS.get(self.kind)
+        return k.unit if k is not None else "vector"
 
     @property
     def out_bytes(self) -> float:
@@ -117,6 +111,9 @@ class Workload:
     fuse_norm: bool = False          # RMS norms computed inside the next matvec (no norm ops)
     split_qkv: bool = False          # separate q, k, v projections
     split_gate_up: bool = False      # separate gate and up projections
+    # further builder options that changed the ops (name, value), e.g. (("logit_softcap", 30.0),):
+    # a schedule file stores them, so a new workload option round-trips without touching mksim.schedule
+    options: tuple[tuple[str, Any], ...] = ()
     model: Any = field(default=None, compare=False, hash=False)
 
     def __post_init__(self) -> None:

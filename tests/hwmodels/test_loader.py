@@ -167,3 +167,75 @@ def test_mksim_error_catches_hardware_errors():
     with pytest.raises(MksimError, match="unknown GPU 'h900'"):
         hwmodels.load("h900")
     assert issubclass(HardwareFileError, MksimError) and issubclass(hwmodels.UnknownGPUError, UnknownNameError)
+
+
+# -- [runtime.kernels.<kind>] tables -----------------------------------------------------
+def _kernels_overlay(tmp_path: Path, body: str, name: str = "k.toml") -> Path:
+    p = tmp_path / name
+    p.write_text(f'extends = "h200"\nname = "h200-k"\n{body}\n[sources.fit]\nkind = "measured"\ntitle = "single ops"\n'
+                 'date = "2026-11-30"\n')
+    return p
+
+
+def test_kernel_tables_are_read_for_any_kind(tmp_path):
+    g = hwmodels.load(_kernels_overlay(tmp_path, '''
+[runtime.kernels]
+matvec_fixed_us = { value = 8, source = "fit" }
+[runtime.kernels.matmul]
+task_fixed_us = { value = 4.2, source = "fit", spread = 0.2, note = "20 ops" }
+consume_GBps = { value = 31.7, source = "fit" }
+[runtime.kernels.future_kind]
+task_fixed_us = { value = 1, source = "fit" }
+'''))
+    assert g.kernels.matvec_fixed_us == 8
+    assert g.kernels.per_kind["matmul"] == hwmodels.KernelCost(task_fixed_us=4.2, consume_GBps=31.7)
+    assert list(g.kernels.per_kind) == ["matmul", "future_kind"]
+    assert g.source_of("kernels.matmul.consume_GBps").title == "single ops"
+    nums = g.numbers()
+    assert nums["kernels.matmul.task_fixed_us"] == 4.2 and "kernels.matmul.task_row_us" not in nums
+    assert isinstance(hash(g), int)  # still hashable: the per-kind mapping is left out of the hash
+
+
+def test_old_kind_prefixed_keys_are_migrated_on_load(tmp_path):
+    new = hwmodels.load(_kernels_overlay(tmp_path, '''
+[runtime.kernels.matmul]
+task_fixed_us = { value = 4.2, source = "fit" }
+consume_row_GBps = { value = 256, source = "fit" }
+[runtime.kernels.attn_partial]
+consume_GBps = { value = 9.4, source = "fit" }
+''', "new.toml"))
+    old = hwmodels.load(_kernels_overlay(tmp_path, '''
+[runtime.kernels]
+matmul_task_fixed_us = { value = 4.2, source = "fit" }
+matmul_consume_row_GBps = { value = 256, source = "fit" }
+attn_partial_consume_GBps = { value = 9.4, source = "fit" }
+''', "old.toml"))
+    assert old.kernels == new.kernels and old.numbers() == new.numbers() and old.provenance == new.provenance
+    # an old overlay over a new base overrides the base's number
+    over = tmp_path / "over.toml"
+    over.write_text(f'extends = "{tmp_path / "new.toml"}"\nname = "o"\n[runtime.kernels]\n'
+                    'matmul_task_fixed_us = { value = 5, source = "fit" }\n')
+    assert hwmodels.load(over).kernels.per_kind["matmul"].task_fixed_us == 5
+    assert hwmodels.load(over).kernels.per_kind["matmul"].consume_row_GBps == 256
+
+
+@pytest.mark.parametrize("body,match", [
+    ('[runtime.kernels.matmul]\ntask_fixed_ms = { value = 4, source = "fit" }',
+     r"runtime\.kernels\.matmul\.task_fixed_ms has unit 'ms' but mksim expects 'us'"),
+    ('[runtime.kernels.matmul]\nfixed_us = { value = 4, source = "fit" }',
+     r"unknown key runtime\.kernels\.matmul\.fixed_us; expected one of consume_GBps"),
+    ('[runtime.kernels.matmul]\ntask_fixed_us = { value = -4, source = "fit" }',
+     r"runtime\.kernels\.matmul\.task_fixed_us = -4 is negative"),
+    ('[runtime.kernels.MatMul]\ntask_fixed_us = { value = 4, source = "fit" }', "an op kind is a lower-case name"),
+    ('[runtime.kernels]\nmatmul_task_fixed_us = { value = 4, source = "fit" }\n'
+     '[runtime.kernels.matmul]\ntask_fixed_us = { value = 4, source = "fit" }', "give the same number; keep the table"),
+    ('[runtime.kernels]\nmatmul = { value = 4, source = "fit" }\nmatmul_task_fixed_us = { value = 4, source = "fit" }',
+     r"runtime\.kernels\.matmul must be a table of task costs"),
+    ('[runtime.kernels]\nmystery_us = { value = 4, source = "fit" }',
+     r"unknown key runtime\.kernels\.mystery_us; .*or a \[runtime\.kernels\.<kind>\] table"),
+])
+def test_bad_kernel_tables_fail_in_one_line(tmp_path, body, match):
+    p = _kernels_overlay(tmp_path, body)
+    with pytest.raises(HardwareFileError, match=match) as info:
+        hwmodels.load(p)
+    assert str(p) in str(info.value) and "\n" not in str(info.value)

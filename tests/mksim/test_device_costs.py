@@ -1,4 +1,4 @@
-"""Device-function costs (``[runtime.kernels]`` ``<kind>_task_*``, ``<kind>_consume_*``): what a
+"""Device-function costs (``[runtime.kernels.<kind>]`` ``task_*``, ``consume_*``): what a
 task of each kind costs once its inputs are visible, on the toy GPU of :mod:`.simkit` (times in µs:
 DRAM 1e6 B/µs shared by 2 SMs, latency 1, launch 1; math and L2 vanish).
 """
@@ -12,9 +12,11 @@ import pytest
 
 import hwmodels
 import mksim
+from hwmodels import KERNEL_COST_KEYS
 from mksim.costs import DeviceCost, device_costs, device_task_us, rates, resident_blocks
+from mksim.errors import MksimError
 from mksim.schedule import MODES
-from mksim.workload import Op, Tiling, Workload
+from mksim.workload import KINDS, Op, Tiling, Workload
 
 from .simkit import chain, mem_op, toy_gpu
 
@@ -44,11 +46,30 @@ def test_device_costs_read_the_kernels_table(tmp_path):
 def test_device_costs_where_the_keys_are(name):
     # datasheet files have none; the standalone-kernel efficiencies (matvec_*, ...) are not task costs
     g = hwmodels.load(name)
-    given = {k.rsplit("_task_fixed_us", 1)[0].rsplit("_consume_GBps", 1)[0] for k, v in vars(g.kernels).items()
-             if v is not None and (k.endswith("_task_fixed_us") or k.endswith("_consume_GBps"))}
+    given = {kind for kind, c in g.kernels.per_kind.items()
+             if c.task_fixed_us is not None or c.consume_GBps is not None}
     assert set(rates(g).device) == given
     if Path(g.path).parent.name == "data":  # a datasheet file
         assert given == set()
+
+
+def test_kinds_tables_and_the_old_prefixed_keys_cost_the_same(tmp_path):
+    old = {"matmul_task_fixed_us": 1.5, "matmul_consume_GBps": 25, "silu_mul_task_fixed_us": 0.8}
+    new = {"matmul": {"task_fixed_us": 1.5, "consume_GBps": 25}, "silu_mul": {"task_fixed_us": 0.8}}
+    a, b = toy_gpu(tmp_path, kernels=old), toy_gpu(tmp_path)
+    text = Path(b.path).read_text() + "".join(f"[runtime.kernels.{k}]\n" + "".join(
+        f'{f} = {{ value = {v}, source = "t" }}\n' for f, v in t.items()) for k, t in new.items())
+    Path(b.path).write_text(text)
+    assert device_costs(a.kernels) == device_costs(hwmodels.load(b.path).kernels) != {}
+
+
+def test_a_kind_mksim_does_not_know_is_refused_in_one_line(tmp_path):
+    gpu = toy_gpu(tmp_path, kernels={"matvec2_task_fixed_us": 1.0})
+    assert set(gpu.kernels.per_kind) == {"matvec2"}  # hwmodels reads any kind
+    with pytest.raises(MksimError, match=r"\[runtime.kernels.matvec2\]: 'matvec2' is not an op kind; known: embed, "
+                                         "rmsnorm, matmul") as exc:
+        device_costs(gpu.kernels)
+    assert "\n" not in str(exc.value)
 
 
 @pytest.mark.parametrize("base,B,rows,share,want_work,want_tail", [
@@ -143,11 +164,14 @@ def test_the_fixed_part_follows_the_dependency(tmp_path):
     assert r.latency_us == pytest.approx(3 + 0.5 + 2, abs=TOL)
 
 
-def test_every_kind_can_be_costed():
-    # a field per kind of the llm workloads' device functions; kinds elsewhere keep their FLOP/L2 cost
-    kinds = {f.removesuffix("_task_fixed_us") for f in vars(hwmodels.load("h200").kernels) if
-             f.endswith("_task_fixed_us")}
-    assert kinds == {"embed", "rmsnorm", "matmul", "rope_kv", "attn_partial", "attn_reduce", "silu_mul"}
+def test_every_kind_of_the_llm_steps_is_costed_on_the_h200():
+    # the fitted overlay has a table per kind of the llm workloads, all kinds the generated kernel runs;
+    # other kinds keep their FLOP/L2 cost
+    per_kind = hwmodels.load("h200-mk-kernels").kernels.per_kind
+    assert {op.kind for op in mksim.models.workload("llama-3.2-1b").ops} <= set(per_kind)
+    assert set(per_kind) <= {k.name for k in KINDS.values() if k.opcode is not None}
+    for kind, cost in per_kind.items():  # each with the keys its fit form declares
+        assert {f for f in KERNEL_COST_KEYS if getattr(cost, f) is not None} == set(KINDS[kind].cost_fields)
 
 
 def test_the_h200_with_task_costs_is_slower(tmp_path):

@@ -32,23 +32,28 @@ def matmul_records(fixed=1.5, row=0.4, rate=30.0, row_rate=100.0, batches=(1, 4)
     return out
 
 
+def flat(params: dict) -> dict:
+    """``{"matmul.consume_GBps": {"value", "spread", "note"}, ...}`` of :func:`kc.fit`'s tables."""
+    return {f"{kind}.{key}": v for kind, costs in params.items() for key, v in costs.items()}
+
+
 def values(params: dict) -> dict:
-    return {k: v["value"] for k, v in params.items()}
+    return {k: v["value"] for k, v in flat(params).items()}
 
 
 # -- the fit ---------------------------------------------------------------------------------------
 def test_recovers_a_streaming_kind_with_rows():
     p = values(kc.fit(matmul_records()))
-    assert p == pytest.approx({"matmul_task_fixed_us": 1.5, "matmul_task_row_us": 0.4, "matmul_consume_GBps": 30.0,
-                               "matmul_consume_row_GBps": 100.0}, rel=1e-6)
+    assert p == pytest.approx({"matmul.task_fixed_us": 1.5, "matmul.task_row_us": 0.4, "matmul.consume_GBps": 30.0,
+                               "matmul.consume_row_GBps": 100.0}, rel=1e-6)
 
 
 def test_one_batch_fits_no_row_terms():
     p = kc.fit(matmul_records(batches=(1,)))
-    assert values(p) == pytest.approx({"matmul_task_fixed_us": 1.5, "matmul_consume_GBps": 30.0}, rel=1e-6)
-    note = p["matmul_consume_GBps"]["note"]
+    assert values(p) == pytest.approx({"matmul.task_fixed_us": 1.5, "matmul.consume_GBps": 30.0}, rel=1e-6)
+    note = flat(p)["matmul.consume_GBps"]["note"]
     assert "5 single ops" in note and "m0 16x2048" in note and "residual rms 0.0%" in note
-    assert p["matmul_consume_GBps"]["spread"] == pytest.approx(0.05)  # the ops' max/mean, the fit being exact
+    assert flat(p)["matmul.consume_GBps"]["spread"] == pytest.approx(0.05)  # the ops' max/mean, the fit being exact
 
 
 def test_recovers_noisy_data_within_the_noise():
@@ -56,52 +61,52 @@ def test_recovers_noisy_data_within_the_noise():
     for i, r in enumerate(recs):
         r["task_us_mean"] *= 1 + (0.02 if i % 2 else -0.02)
     p = kc.fit(recs)
-    assert values(p)["matmul_task_fixed_us"] == pytest.approx(1.5, rel=0.1)
-    assert values(p)["matmul_consume_GBps"] == pytest.approx(30.0, rel=0.05)
-    assert p["matmul_task_fixed_us"]["spread"] == pytest.approx(0.05, abs=0.01)
+    assert values(p)["matmul.task_fixed_us"] == pytest.approx(1.5, rel=0.1)
+    assert values(p)["matmul.consume_GBps"] == pytest.approx(30.0, rel=0.05)
+    assert flat(p)["matmul.task_fixed_us"]["spread"] == pytest.approx(0.05, abs=0.01)
 
 
 def test_one_byte_size_is_taken_as_all_consumption():
     p = kc.fit([rec("attn_partial", 52428.8, 7.0, 1), rec("attn_partial", 52428.8, 7.4, 4)])
-    assert values(p) == pytest.approx({"attn_partial_task_fixed_us": 0.0, "attn_partial_consume_GBps": 52428.8 / 7.2e3},
+    assert values(p) == pytest.approx({"attn_partial.task_fixed_us": 0.0, "attn_partial.consume_GBps": 52428.8 / 7.2e3},
                                       rel=0.01)
-    assert "one byte size only" in p["attn_partial_consume_GBps"]["note"]
+    assert "one byte size only" in flat(p)["attn_partial.consume_GBps"]["note"]
 
 
 def test_attention_tasks_do_one_sequence_whatever_the_batch():
     p = kc.fit([rec("attn_partial", B, 4.0 + B / 22e3, b) for B in (52428.8, 104857.6) for b in (1, 4)])
-    assert values(p) == pytest.approx({"attn_partial_task_fixed_us": 4.0, "attn_partial_consume_GBps": 22.0})
+    assert values(p) == pytest.approx({"attn_partial.task_fixed_us": 4.0, "attn_partial.consume_GBps": 22.0})
 
 
 def test_other_kinds_take_the_mean_and_a_line_in_rows():
     p = kc.fit([rec("attn_reduce", 0, 1.8), rec("attn_reduce", 0, 3.0)])
-    assert values(p) == pytest.approx({"attn_reduce_task_fixed_us": 2.4})
-    assert "mean of the task times" in p["attn_reduce_task_fixed_us"]["note"]
+    assert values(p) == pytest.approx({"attn_reduce.task_fixed_us": 2.4})
+    assert "mean of the task times" in flat(p)["attn_reduce.task_fixed_us"]["note"]
     p = kc.fit([rec("rmsnorm", 128, 1.3, 1), rec("rmsnorm", 128, 3.5, 4), rec("rmsnorm", 128, 1.32, 1)])
-    assert values(p) == pytest.approx({"rmsnorm_task_fixed_us": 1.31, "rmsnorm_task_row_us": (3.5 - 1.31) / 3})
+    assert values(p) == pytest.approx({"rmsnorm.task_fixed_us": 1.31, "rmsnorm.task_row_us": (3.5 - 1.31) / 3})
 
 
 def test_kinds_without_parameters_are_left_out():
-    assert kc.fit([rec("add", 0, 1.0), rec("silu_mul", 0, 0.8)]).keys() == {"silu_mul_task_fixed_us"}
+    assert flat(kc.fit([rec("add", 0, 1.0), rec("silu_mul", 0, 0.8)])).keys() == {"silu_mul.task_fixed_us"}
 
 
 def test_a_negative_coefficient_is_fixed_at_zero():
     # time falls with bytes: no consumption limit is seen, the fixed part is the mean
     p = kc.fit([rec("matmul", 65536, 4.0), rec("matmul", 262144, 3.0)])
-    assert "matmul_consume_GBps" not in p
-    assert values(p)["matmul_task_fixed_us"] == pytest.approx(3.4, rel=0.05)  # relative weights: nearer 3
+    assert "matmul.consume_GBps" not in flat(p)
+    assert values(p)["matmul.task_fixed_us"] == pytest.approx(3.4, rel=0.05)  # relative weights: nearer 3
     # a line through the origin or below: no fixed part
     p = kc.fit([rec("matmul", 65536, 1.0), rec("matmul", 262144, 5.0)])
-    assert values(p)["matmul_task_fixed_us"] == 0.0 and values(p)["matmul_consume_GBps"] > 0
+    assert values(p)["matmul.task_fixed_us"] == 0.0 and values(p)["matmul.consume_GBps"] > 0
 
 
 def test_dram_bound_records_are_left_out_of_the_rates():
     recs = matmul_records(batches=(1,))
     recs.append(rec("matmul", 3979823, 116.0, op="lm_head", GBps=4246.0))  # DRAM-bound: faster than the line
-    assert values(kc.fit(recs))["matmul_consume_GBps"] != pytest.approx(30.0, rel=0.01)
+    assert values(kc.fit(recs))["matmul.consume_GBps"] != pytest.approx(30.0, rel=0.01)
     p = kc.fit(recs, dram_bound_GBps=3500)
-    assert values(p)["matmul_consume_GBps"] == pytest.approx(30.0, rel=1e-6)
-    assert "left out as DRAM-bound: lm_head" in p["matmul_consume_GBps"]["note"]
+    assert values(p)["matmul.consume_GBps"] == pytest.approx(30.0, rel=1e-6)
+    assert "left out as DRAM-bound: lm_head" in flat(p)["matmul.consume_GBps"]["note"]
     with pytest.raises(MksimError, match="every matmul record streamed at 1 GB/s or more"):
         kc.fit(recs, dram_bound_GBps=1)
 
@@ -171,13 +176,15 @@ def test_cli_writes_a_fragment_the_calibrated_overlay_takes(tmp_path, monkeypatc
     out = tmp_path / "kernels.toml-fragment"
     assert kc.main([str(src), "--out", str(out)]) == 0
     frag = out.read_text()
-    assert frag.startswith("# [runtime.kernels] task costs fitted to single ops")
+    assert frag.startswith("# [runtime.kernels.<kind>] task costs fitted to single ops")
+    assert "\n[runtime.kernels.matmul]\ntask_fixed_us = { value = " in frag
     g = hwmodels.load(with_fragment(tmp_path, frag))
-    assert g.kernels.matmul_consume_GBps == pytest.approx(30.0, rel=1e-3)
-    assert g.kernels.attn_partial_task_fixed_us == pytest.approx(4.9, rel=1e-3)
-    assert g.kernels.rope_kv_task_row_us == pytest.approx(0.54, rel=1e-3)
+    costs = g.kernels.per_kind
+    assert costs["matmul"].consume_GBps == pytest.approx(30.0, rel=1e-3)
+    assert costs["attn_partial"].task_fixed_us == pytest.approx(4.9, rel=1e-3)
+    assert costs["rope_kv"].task_row_us == pytest.approx(0.54, rel=1e-3)
     assert g.kernels.matvec_fixed_us == hwmodels.load("h200-calibrated").kernels.matvec_fixed_us  # kept
-    assert g.source_of("kernels.matmul_task_fixed_us").kind == "measured"
+    assert g.source_of("kernels.matmul.task_fixed_us").kind == "measured"
     # every kind's costs reach the simulator, and the hardware page renders with them
     from mksim.costs import rates
     assert set(rates(g).device) == {"embed", "rmsnorm", "matmul", "rope_kv", "attn_partial", "attn_reduce", "silu_mul"}
@@ -187,7 +194,7 @@ def test_cli_writes_a_fragment_the_calibrated_overlay_takes(tmp_path, monkeypatc
     import hwmodels.docs as docs
     monkeypatch.setattr(docs, "available", lambda: ["h200", str(tmp_path / "h200-costed.toml")])
     page = docs.render()
-    assert "| `kernels.matmul_consume_GBps` | GB/s (1e9 B/s) | – | 30 [" in page
+    assert "| `kernels.matmul.consume_GBps` | GB/s (1e9 B/s) | – | 30 [" in page
 
 
 def test_cli_bad_input_is_one_line(tmp_path, capsys):
@@ -203,9 +210,10 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys):
 @pytest.mark.skipif(not MEASURED.is_file(), reason="no H200 suite results in this checkout")
 def test_the_h200_single_ops_fit_within_the_schema(tmp_path):
     params = kc.fit(kc.records([json.loads(MEASURED.read_text())]))
-    assert {"matmul_task_fixed_us", "matmul_consume_GBps", "attn_partial_task_fixed_us"} <= params.keys()
+    assert {"matmul.task_fixed_us", "matmul.consume_GBps", "attn_partial.task_fixed_us"} <= flat(params).keys()
     g = hwmodels.load(with_fragment(tmp_path, kc.fragment(params)))  # every value within its plausible range
-    assert g.kernels.matmul_task_fixed_us == pytest.approx(params["matmul_task_fixed_us"]["value"], rel=1e-3)
+    assert g.kernels.per_kind["matmul"].task_fixed_us == pytest.approx(params["matmul"]["task_fixed_us"]["value"],
+                                                                      rel=1e-3)
 
 
 def test_the_examples_hold():
@@ -218,5 +226,12 @@ def test_ops_timed_with_l2_flushed_are_preferred_over_warm_ones():
 
     warm = [{"op": "n", "kind": "silu_mul", "task_us_mean": 0.8, "task_B_mean": 0.0}]
     cold = [{"op": "n", "kind": "silu_mul", "task_us_mean": 1.4, "task_B_mean": 0.0, "l2": "flushed"}]
-    assert fit(warm)["silu_mul_task_fixed_us"]["value"] == 0.8
-    assert fit(warm + cold)["silu_mul_task_fixed_us"]["value"] == 1.4
+    assert fit(warm)["silu_mul"]["task_fixed_us"]["value"] == 0.8
+    assert fit(warm + cold)["silu_mul"]["task_fixed_us"]["value"] == 1.4
+
+
+def test_a_kind_is_fitted_in_the_form_its_description_declares():
+    # softcap (added as docs/extending.md's example) does every row: fixed + (rows - 1) * row, no rate
+    p = kc.fit([rec("softcap", 0.0, 1.2 + (b - 1) * 0.3, b) for b in (1, 4)])
+    assert values(p) == pytest.approx({"softcap.task_fixed_us": 1.2, "softcap.task_row_us": 0.3})
+    assert tuple(p["softcap"]) == mksim.workload.get_kind("softcap").cost_fields

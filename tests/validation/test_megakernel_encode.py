@@ -68,8 +68,10 @@ def test_cuda_sources_compile_for_sm90(source, extra, tmp_path):
     import subprocess
     from pathlib import Path
 
+    from validation.megakernel.gpu import compile_options
+
     root = Path(__file__).resolve().parents[2]
-    r = subprocess.run([NVCC, "-arch=sm_90", "-std=c++17", f"-I{root / 'validation' / 'kernels'}", "-c",
-                        str(root / source), "-o", str(tmp_path / "out.o"), *extra], capture_output=True, text=True,
-                       timeout=300)
+    flags = [f for f in compile_options() if not f.startswith("-DMK_CONSUMERS")]  # as the runner passes them
+    r = subprocess.run([NVCC, "-arch=sm_90", *flags, "-c", str(root / source), "-o", str(tmp_path / "out.o"),
+                        *extra], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr

@@ -157,7 +157,8 @@ def test_reference_rope_rotates_q_and_k_and_keeps_v():
     assert torch.equal(rope[:, Q + KV:], qkv[:, Q + KV:])
 
 
-@pytest.mark.parametrize("kw", [{}, {"fuse_norm": True}, {"split_qkv": True, "split_gate_up": True}])
+@pytest.mark.parametrize("kw", [{}, {"fuse_norm": True}, {"split_qkv": True, "split_gate_up": True},
+                                {"logit_softcap": 30.0}])
 def test_reference_local_and_end_to_end_agree_on_their_own_outputs(kw):
     """Fed the reference's own outputs as "the kernel's", the local check reproduces them exactly:
     the two modes differ only in where an op's inputs come from."""
@@ -251,3 +252,85 @@ def test_task_slots_hold_an_op_description_and_a_task_row():
     assert int(re.search(r"#define MK_SLOT_B (\d+)", src).group(1)) == P.SLOT_B
     assert P.SLOT_B >= P.OP_FIELDS.itemsize + 8 * 4
     assert int(re.search(r"#define MK_THREADS \(MK_NW \+ (\d+)\)", src).group(1)) == P.THREADS - 32 * P.CONSUMERS
+
+
+# -- one description per op kind ----------------------------------------------------------------------
+CUDA = (ROOT / "validation/megakernel/mk_kernel.cu", ROOT / "validation/kernels/mk_ops.cuh")
+
+
+def test_every_kind_with_an_opcode_has_an_encoder_a_reference_a_device_function_and_a_cost_fit():
+    from mksim.workload import KINDS
+    from validation import kernel_costs
+    from validation.megakernel import reference
+    from validation.megakernel.encode import OPCODES
+
+    run = {k.name for k in KINDS.values() if k.opcode is not None}
+    assert set(OPCODES) == set(P.ROWS) == set(reference.REFERENCES) == set(kernel_costs.KINDS) == run
+    src = "\n".join(p.read_text() for p in CUDA)
+    cases = re.findall(r"case (MK_OP_\w+):", src)
+    assert sorted(cases) == sorted(KINDS[k].define for k in run)  # one case each, none unregistered
+    assert set(re.findall(r"\bMK_OP_\w+", src)) == {KINDS[k].define for k in run}
+    assert not re.search(r"#define MK_OP_", src)  # the numbers come from the descriptions only
+    for kind in run:  # the fit writes what the hardware schema reads
+        assert set(KINDS[kind].cost_fields) <= set(__import__("hwmodels").KERNEL_COST_KEYS)
+
+
+def test_opcodes_reach_the_compiler_from_the_descriptions():
+    from mksim.workload import KINDS
+    from validation.megakernel.encode import OPCODES, opcode_defines
+    from validation.megakernel.gpu import compile_options
+
+    assert OPCODES == {k.name: k.opcode for k in KINDS.values() if k.opcode is not None}
+    assert set(opcode_defines()) == {f"-D{KINDS[k].define}={c}" for k, c in OPCODES.items()}
+    assert set(opcode_defines()) <= set(compile_options())
+
+
+def test_a_kind_without_a_device_function_is_refused_in_one_line():
+    from mksim.workload import Input, Op, Workload
+
+    wl = build_llm_workload(TINY, batch=1, kv_len=70, n_sms=8)
+    extra = Op(name="twice", kind="elementwise", out_size=1000, elem_bytes=2.0, flops=1000.0,
+               inputs=(Input("lm_head"),))
+    wl = Workload(name="x", ops=(*wl.ops, extra), tokens=1, batch=1, kv_len=70, model=TINY)
+    with pytest.raises(ScheduleError, match="no device function for op kind 'elementwise'; the generated "
+                                            "kernel runs embed, rmsnorm") as exc:
+        P.plan(mksim.build_schedule(wl, "h200", "megakernel", blocks_per_sm=1))
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc not installed")
+def test_the_kernel_without_the_opcode_defines_says_where_they_come_from(tmp_path):
+    import shutil
+    import subprocess
+
+    r = subprocess.run([shutil.which("nvcc"), "-arch=sm_90", "-std=c++17", f"-I{ROOT / 'validation/kernels'}", "-E",
+                        str(CUDA[0]), "-o", str(tmp_path / "out.i")], capture_output=True, text=True, timeout=120,
+                       check=False)
+    assert r.returncode != 0 and "opcode_defines()" in r.stderr
+
+
+def test_quick_look_takes_any_workload_option_typed_by_its_default():
+    from validation.megakernel.__main__ import workload_option
+
+    assert workload_option("split_qkv", "0") is False and workload_option("kv_splits", "8") == 8
+    for key, text, msg in (("fuse_norm", "yes", "fuse_norm takes 0 or 1"), ("batch", "2", "unknown workload option"),
+                           ("kv_splits", "1.5", "kv_splits takes a number")):
+        with pytest.raises(ValueError, match=msg):
+            workload_option(key, text)
+
+
+def test_softcap_row_and_reference():
+    """The soft-capped logits: the op reads lm_head's rows, its cap travels in the row's scale."""
+    torch = pytest.importorskip("torch")
+    from validation.megakernel import reference
+    from validation.megakernel.encode import OPCODES
+
+    plan = _tiny(logit_softcap=2.0)
+    row, lm = plan.ops[-1], plan.ops[-2]
+    assert (row["kind"], row["in0"], row["ld0"], row["scale"], row["N"], row["T"]) == \
+        (OPCODES["softcap"], lm["out"], 1000, 2.0, 1000, 2)
+    assert plan.program.tasks[:, 0].tolist().count(OPCODES["softcap"]) == plan.schedule.graph.n_tiles[-1]
+    ref = reference.run(plan, _buffers(plan, torch))
+    logits, capped = ref["out:lm_head"].float(), ref["out:softcap"].float()
+    assert torch.allclose(capped, 2.0 * torch.tanh(logits / 2.0), rtol=8e-3, atol=1e-6)  # bf16 rounding
+    assert capped.abs().max() <= 2.0 < logits.abs().max()  # some logits were over the cap

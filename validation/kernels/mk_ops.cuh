@@ -9,13 +9,11 @@
 #pragma once
 #include "mk_device.cuh"
 
-#define MK_OP_EMBED 1
-#define MK_OP_RMSNORM 2
-#define MK_OP_MATMUL 3
-#define MK_OP_ROPE_KV 4
-#define MK_OP_ATTN_PARTIAL 5
-#define MK_OP_ATTN_REDUCE 6
-#define MK_OP_SILU_MUL 7
+// Opcodes (MK_OP_MATMUL, ...) come from the op kinds' descriptions (mksim/workload/kinds.py),
+// passed as -D flags by the runner: validation.megakernel.encode.opcode_defines().
+#ifndef MK_OP_MATMUL
+#error "compile with the opcode defines of validation.megakernel.encode.opcode_defines()"
+#endif
 
 #define MK_OPT_FUSED_NORM 1  // matmul: x = rmsnorm(in0) * w2 before the product
 #define MK_OPT_RESIDUAL 2    // matmul: out = W x + in1
@@ -115,6 +113,15 @@ __device__ void mk_silu_mul(const MkOp& o, int lo, int hi, int tid, int nw) {
             const float u = mk_ld_bf16(o.in1 + (size_t)b * o.ld1 + o.off1 + e);
             out[(size_t)b * o.ld_out + e] = mk_f32_to_bf16(g / (1.f + __expf(-g)) * u);
         }
+}
+
+// Logit soft-capping (Gemma 2): cap * tanh(x / cap), the cap in o.scale.
+__device__ void mk_softcap(const MkOp& o, int lo, int hi, int tid, int nw) {
+    mk_bf16* out = (mk_bf16*)o.out;
+    for (int b = 0; b < o.T; ++b)
+        for (int e = lo + tid; e < hi; e += nw)
+            out[(size_t)b * o.ld_out + e] = mk_f32_to_bf16(o.scale * tanhf(mk_ld_bf16(o.in0 + (size_t)b * o.ld0 + e) /
+                                                                          o.scale));
 }
 
 // Element e of the [q; k; v] row b (three sources: one fused projection or three split ones).
@@ -304,5 +311,23 @@ __device__ void mk_attn_reduce(const MkOp& o, int lo, int hi, int tid, int nw) {
             }
             out[(size_t)b * o.ld_out + g * G * D + k] = mk_f32_to_bf16(O / L);
         }
+    }
+}
+
+// ---------------------------------------------------------------- dispatch
+// The ops whose device function needs nothing of the block but its workers and the reduction
+// scratch red (>= 32 floats): a new op kind adds its function above and its case here. False:
+// not one of them (mk_run_task in mk_kernel.cu runs the matmul and attention partials, which use
+// the block's weight pages and input region).
+__device__ __forceinline__ bool mk_run_worker_op(const MkOp& o, int opcode, int lo, int hi, int tid, int nw,
+                                                 float* red) {
+    switch (opcode) {
+    case MK_OP_EMBED: mk_embed(o, lo, hi, tid, nw); return true;
+    case MK_OP_RMSNORM: mk_rmsnorm(o, lo, hi, tid, nw, red); return true;
+    case MK_OP_ROPE_KV: mk_rope_kv(o, lo, hi, tid, nw); return true;
+    case MK_OP_ATTN_REDUCE: mk_attn_reduce(o, lo, hi, tid, nw); return true;
+    case MK_OP_SILU_MUL: mk_silu_mul(o, lo, hi, tid, nw); return true;
+    case MK_OP_SOFTCAP: mk_softcap(o, lo, hi, tid, nw); return true;
+    default: return false;
     }
 }

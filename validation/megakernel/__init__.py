@@ -8,6 +8,6 @@
 - :mod:`.gpu`: allocate, launch (stream, CUDA graph, graph + PDL, persistent), check, time.
 """
 
-from .encode import OPCODES, Program, decode, encode
+from .encode import OPCODES, Program, decode, encode, opcode_defines
 
-__all__ = ["OPCODES", "Program", "decode", "encode"]
+__all__ = ["OPCODES", "Program", "decode", "encode", "opcode_defines"]

@@ -7,11 +7,39 @@ Run: python -m validation.megakernel [--model llama-3.2-1b] [--batch 1] [--modes
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import sys
 
 from mksim.errors import MksimError
+from mksim.workload import build_llm_workload
+
+# the options of build_llm_workload a quick look may set (the rest are its own arguments)
+_FIXED = ("cfg", "batch", "kv_len", "phase", "prefill_tokens", "weight_dtype", "n_sms")
+
+
+def workload_option(key: str, text: str) -> int | float | bool:
+    """``--wl KEY=VALUE`` as the keyword argument of :func:`mksim.workload.build_llm_workload`,
+    typed by the argument's default: 0|1 for a flag, a number otherwise.
+
+    >>> workload_option("fuse_norm", "1"), workload_option("kv_splits", "16")
+    (True, 16)
+    """
+    params = inspect.signature(build_llm_workload).parameters
+    known = [n for n in params if n not in _FIXED]
+    if key not in known:
+        raise ValueError(f"unknown workload option {key!r}; give one of {', '.join(known)}")
+    default = params[key].default
+    try:
+        if isinstance(default, bool):
+            if text not in ("0", "1"):
+                raise ValueError
+            return text == "1"
+        return float(text) if isinstance(default, float) else int(text)
+    except ValueError:
+        kind = "0 or 1" if isinstance(default, bool) else "a number"
+        raise ValueError(f"{key} takes {kind}, not {text!r}") from None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -27,7 +55,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--single-ops", action="store_true", help="also time each op alone (chain modes)")
     ap.add_argument("--opt", action="append", default=[], help="schedule option KEY=VALUE")
     ap.add_argument("--wl", action="append", default=[],
-                    help="workload option KEY=VALUE (kv_splits=16, fuse_norm=1, split_qkv=1, ...)")
+                    help="workload option KEY=VALUE of mksim.workload.build_llm_workload (kv_splits=16, fuse_norm=1, "
+                         "split_qkv=1, ...)")
     a = ap.parse_args(argv)
     import mksim
 
@@ -40,9 +69,10 @@ def main(argv: list[str] | None = None) -> None:
     wl_opts = {}
     for kv in a.wl:
         k, _, v = kv.partition("=")
-        if k not in ("kv_splits", "fuse_norm", "split_qkv", "split_gate_up") or not v.isdigit():
-            ap.error(f"--wl {kv}: give kv_splits=N, fuse_norm=0|1, split_qkv=0|1 or split_gate_up=0|1")
-        wl_opts[k] = int(v) if k == "kv_splits" else bool(int(v))
+        try:
+            wl_opts[k] = workload_option(k, v)
+        except ValueError as exc:
+            ap.error(f"--wl {kv}: {exc}")
     rows = []
     for mode in a.modes.split(","):
         try:

@@ -3,7 +3,8 @@
 The generated kernel runs one block per SM. Block ``s`` reads its queue, ``queue_start[s]`` to
 ``queue_start[s + 1]`` in ``tasks``; each task is one row of ``TASK_FIELDS`` int32 words:
 
-- ``opcode``: what device function runs (:data:`OPCODES`), ``op``: the op index (its buffers and
+- ``opcode``: what device function runs (:data:`OPCODES`, the ``opcode`` of each kind of
+  ``mksim.workload.KINDS`` that has one), ``op``: the op index (its buffers and
   sizes live in the op table the code generator writes), ``tile``: the tile of that op;
 - ``lo``, ``hi``: the output elements the tile writes (the op's tile bounds);
 - ``dep_start``, ``dep_count``: the task's rows in ``deps``;
@@ -24,9 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from mksim.errors import ScheduleError
+from mksim.workload import KINDS
 
-OPCODES: dict[str, int] = {"embed": 1, "rmsnorm": 2, "matmul": 3, "rope_kv": 4, "attn_partial": 5,
-                           "attn_reduce": 6, "silu_mul": 7}
+OPCODES: dict[str, int] = {k.name: k.opcode for k in KINDS.values() if k.opcode is not None}
 TASK_FIELDS = ("opcode", "op", "tile", "lo", "hi", "dep_start", "dep_count", "weight_units")
 DEP_OP, DEP_TILES = 0, 1
 WEIGHT_UNIT_B = 256
@@ -45,6 +46,16 @@ class Program:
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self.tasks, self.queue_start, self.deps, self.op_tiles))
+
+
+def opcode_defines() -> tuple[str, ...]:
+    """The compiler flags that give the CUDA sources their opcodes (``-DMK_OP_MATMUL=3``): the
+    kernels name opcodes only, their numbers come from the op kinds' descriptions.
+
+    >>> opcode_defines()[:2]
+    ('-DMK_OP_EMBED=1', '-DMK_OP_RMSNORM=2')
+    """
+    return tuple(f"-D{KINDS[name].define}={code}" for name, code in OPCODES.items())
 
 
 def encode(schedule) -> Program:

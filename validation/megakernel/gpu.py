@@ -26,6 +26,7 @@ from mksim.errors import MksimError
 
 from . import program as P
 from . import reference
+from .encode import opcode_defines
 
 HERE = Path(__file__).resolve().parent
 KERNELS = HERE.parent / "kernels"
@@ -40,6 +41,14 @@ ERRORS = {1: "an op counter was not reached in 2 s (a dependency never finished)
 WARMUP_MS = 20.0
 L2_FLUSH_B = 256 << 20  # written before each single-op launch: over four times the H200's 60 MB L2
 kernel_options = P.kernel_options
+
+
+def compile_options() -> tuple[str, ...]:
+    """The flags the kernels are compiled with (NVRTC here; ``nvcc -arch=sm_90 -c`` takes the same):
+    C++17, the include path, the worker warps, the op kinds' opcodes (:func:`.encode.opcode_defines`)
+    and an experiment's ``MKSIM_KERNEL_DEFINES`` (``-DNAME=VALUE ...``)."""
+    extra = tuple(os.environ.get("MKSIM_KERNEL_DEFINES", "").split())
+    return ("-std=c++17", f"-I{KERNELS}", f"-DMK_CONSUMERS={P.CONSUMERS}", *opcode_defines(), *extra)
 
 
 def _cupy():
@@ -109,9 +118,11 @@ class Runner:
             for src in SOURCES:
                 (source_dir / src.name).write_text(src.read_text())
                 self.sources.append(str(source_dir / src.name))
-        extra = tuple(os.environ.get("MKSIM_KERNEL_DEFINES", "").split())  # experiments: -DNAME=VALUE ...
-        mod = cp.RawModule(code=SOURCES[0].read_text(), options=("-std=c++17", f"-I{KERNELS}",
-                                                                   f"-DMK_CONSUMERS={P.CONSUMERS}") + extra)
+        options = compile_options()
+        if source_dir is not None:  # the flags too: the opcodes are not in the sources
+            (source_dir / "compile_options.txt").write_text(" ".join(options) + "\n")
+            self.sources.append(str(source_dir / "compile_options.txt"))
+        mod = cp.RawModule(code=SOURCES[0].read_text(), options=options)
         self.k_persistent = mod.get_function("mk_persistent")
         self.k_chain = mod.get_function("mk_chain")
         for k in (self.k_persistent, self.k_chain):

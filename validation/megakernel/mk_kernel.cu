@@ -591,15 +591,11 @@ __device__ int mk_run_task(const MkParams& P, MkBlock& k, const MkOp& o, int opc
         default: return MK_ERR_BATCH;
         }
         return 0;
-    case MK_OP_EMBED: mk_embed(o, lo, hi, tid, MK_NW); return 0;
-    case MK_OP_RMSNORM: mk_rmsnorm(o, lo, hi, tid, MK_NW, k.red); return 0;
-    case MK_OP_ROPE_KV: mk_rope_kv(o, lo, hi, tid, MK_NW); return 0;
     case MK_OP_ATTN_PARTIAL:
         k.x_of = -1;  // the scratch overwrites xs
         return mk_attn_partial(o, lo, hi, tid, MK_NW, reinterpret_cast<float*>(k.xs)) ? 0 : MK_ERR_ATTN;
-    case MK_OP_ATTN_REDUCE: mk_attn_reduce(o, lo, hi, tid, MK_NW); return 0;
-    case MK_OP_SILU_MUL: mk_silu_mul(o, lo, hi, tid, MK_NW); return 0;
-    default: return MK_ERR_OPCODE;
+    default:  // the ops that need only the workers (mk_ops.cuh)
+        return mk_run_worker_op(o, opcode, lo, hi, tid, MK_NW, k.red) ? 0 : MK_ERR_OPCODE;
     }
 }
 

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from mksim.errors import ScheduleError
+from mksim.workload import Op
 
 from .encode import OPCODES, Program, encode, encode_queues
 
@@ -168,6 +171,10 @@ def _check_supported(schedule) -> None:
         raise ScheduleError(f"the generated kernel streams bf16 weights, not {wl.weight_dtype}")
     if wl.batch not in BATCHES:
         raise ScheduleError(f"the generated kernel handles batch {', '.join(map(str, BATCHES))}, not {wl.batch}")
+    missing = sorted({op.kind for op in wl.ops} - set(ROWS), key=[op.kind for op in wl.ops].index)
+    if missing:
+        raise ScheduleError(f"no device function for op kind {missing[0]!r}; the generated kernel runs "
+                            f"{', '.join(ROWS)}")
     if cfg.qk_norm or cfg.attention_bias:
         raise ScheduleError(f"{cfg.name}: q/k norms and attention biases have no device function yet")
     G = cfg.num_heads // cfg.num_kv_heads
@@ -184,18 +191,117 @@ def _check_supported(schedule) -> None:
         raise ScheduleError(f"page_KiB must be a multiple of 0.5 KiB, got {schedule.options.page_KiB}")
 
 
+@dataclass
+class RowArgs:
+    """One op as its kind's row function (:data:`ROWS`) sees it: the op, its op-table row to fill
+    (``OP_FIELDS``; pointer fields name buffers), its inputs' buffer names and ops, and the plan's
+    buffers, to which it adds the weights and caches it reads."""
+    op: Op
+    row: dict
+    ins: list[str]
+    ins_op: list[Op]
+    buffers: dict[str, Buffer]
+    cfg: Any          # the model config
+    T: int            # rows (sequences)
+    kv_len: int       # tokens in the KV cache before the step
+    bounds: np.ndarray  # the op's tile bounds
+    page_B: int
+
+
+def _embed_row(a: RowArgs) -> Buffer:
+    a.buffers[f"w:{a.op.name}"] = Buffer((a.cfg.vocab_size, a.cfg.hidden_size), "bf16", "normal", 1.0)
+    a.row.update(W=f"w:{a.op.name}", tokens="tokens")
+    return Buffer((a.T, a.cfg.hidden_size), "bf16", "poison")
+
+
+def _rmsnorm_row(a: RowArgs) -> Buffer:
+    H = a.cfg.hidden_size
+    a.buffers[f"w:{a.op.name}"] = Buffer((H,), "bf16", "norm")
+    a.row.update(K=H, W=f"w:{a.op.name}", in0=a.ins[0], ld0=a.ins_op[0].out_size, eps=a.cfg.rms_norm_eps)
+    return Buffer((a.T, H), "bf16", "poison")
+
+
+def _matmul_row(a: RowArgs) -> Buffer:
+    op, r = a.op, a.row
+    K = op.attrs["k"]
+    mma = mma_ok(op, a.bounds, a.page_B)
+    a.buffers[f"w:{op.name}"] = Buffer((op.out_size, K), "bf16", "normal", K ** -0.5, "mma" if mma else "rows")
+    r.update(K=K, W=f"w:{op.name}", in0=a.ins[0], ld0=K, opt=OPT_MMA if mma else 0)
+    if op.attrs.get("fused_norm"):
+        a.buffers[f"w2:{op.name}"] = Buffer((K,), "bf16", "norm")
+        r.update(opt=r["opt"] | OPT_FUSED_NORM, w2=f"w2:{op.name}", eps=a.cfg.rms_norm_eps)
+    if len(op.inputs) > 1:
+        r.update(opt=r["opt"] | OPT_RESIDUAL, in1=a.ins[1], ld1=a.ins_op[1].out_size)
+    return Buffer((a.T, op.out_size), "bf16", "poison")
+
+
+def _kv_cache(a: RowArgs) -> dict:
+    """The op's layer's K and V caches (added once per layer), and the row fields naming them."""
+    hd, nkv, layer, s_max = a.cfg.head_dim, a.cfg.num_kv_heads, a.op.layer, a.kv_len + 1
+    for c in ("kc", "vc"):
+        a.buffers.setdefault(f"{c}:{layer}", Buffer((a.T, nkv, s_max, hd), "bf16", "normal", 1.0))
+    return {"hq": a.cfg.num_heads, "hkv": nkv, "hd": hd, "s_max": s_max, "pos": a.kv_len, "kc": f"kc:{layer}",
+            "vc": f"vc:{layer}"}
+
+
+def _rope_kv_row(a: RowArgs) -> Buffer:
+    Q, KV = a.cfg.num_heads * a.cfg.head_dim, a.cfg.num_kv_heads * a.cfg.head_dim
+    a.row.update(_kv_cache(a), rope="rope")
+    if len(a.ins) == 1:  # one fused projection [q; k; v]
+        ld = a.ins_op[0].out_size
+        a.row.update(in0=a.ins[0], in1=a.ins[0], in2=a.ins[0], ld0=ld, ld1=ld, ld2=ld, off1=Q, off2=Q + KV)
+    else:
+        a.row.update(in0=a.ins[0], in1=a.ins[1], in2=a.ins[2], ld0=Q, ld1=KV, ld2=KV)
+    return Buffer((a.T, a.op.out_size), "bf16", "poison")
+
+
+def _attn_partial_row(a: RowArgs) -> Buffer:
+    cfg, hd = a.cfg, a.cfg.head_dim
+    a.row.update(_kv_cache(a), splits=a.op.attrs["kv_splits"], kv_total=a.op.attrs["kv_total"], in0=a.ins[0],
+                 ld0=a.ins_op[0].out_size, scale=hd ** -0.5)
+    return Buffer((a.op.out_size, (cfg.num_heads // cfg.num_kv_heads) * (hd + 2)), "f32", "poison")
+
+
+def _attn_reduce_row(a: RowArgs) -> Buffer:
+    cfg = a.cfg
+    Q = cfg.num_heads * cfg.head_dim
+    a.row.update(hq=cfg.num_heads, hkv=cfg.num_kv_heads, hd=cfg.head_dim, splits=a.op.attrs["kv_splits"],
+                 in0=a.ins[0], ld_out=Q)
+    return Buffer((a.T, Q), "bf16", "poison")
+
+
+def _silu_mul_row(a: RowArgs) -> Buffer:
+    n = a.op.out_size
+    if len(a.ins) == 1:  # one fused gate_up projection
+        a.row.update(in0=a.ins[0], in1=a.ins[0], ld0=2 * n, ld1=2 * n, off1=n)
+    else:
+        a.row.update(in0=a.ins[0], in1=a.ins[1], ld0=n, ld1=n)
+    return Buffer((a.T, n), "bf16", "poison")
+
+
+def _softcap_row(a: RowArgs) -> Buffer:
+    a.row.update(in0=a.ins[0], ld0=a.ins_op[0].out_size, scale=a.op.attrs["cap"])
+    return Buffer((a.T, a.op.out_size), "bf16", "poison")
+
+
+# op kind -> the function that fills its op-table row and adds its buffers, returning its output
+# buffer: one per kind with an opcode (a test holds this table, OPCODES and the CUDA sources together)
+ROWS: dict[str, Callable[[RowArgs], Buffer]] = {
+    "embed": _embed_row, "rmsnorm": _rmsnorm_row, "matmul": _matmul_row, "rope_kv": _rope_kv_row,
+    "attn_partial": _attn_partial_row, "attn_reduce": _attn_reduce_row, "silu_mul": _silu_mul_row,
+    "softcap": _softcap_row,
+}
+
+
 def plan(schedule, seed: int = 0) -> Plan:
     """The buffers, op table and instruction tables of ``schedule`` (any mode)."""
     _check_supported(schedule)
     wl, g = schedule.workload, schedule.graph
     cfg = wl.model
     T, kv_len = wl.batch, wl.kv_len
-    H, hd, nq, nkv = cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
-    Q, KV = nq * hd, nkv * hd
-    s_max = kv_len + 1
     buffers: dict[str, Buffer] = {
         "tokens": Buffer((T,), "i32", "tokens", cfg.vocab_size),
-        "rope": Buffer((hd,), "f32", "rope", cfg.rope_theta),
+        "rope": Buffer((cfg.head_dim,), "f32", "rope", cfg.rope_theta),
     }
     index = wl.index
     page_B = int(schedule.options.page_KiB * 1024)
@@ -207,60 +313,15 @@ def plan(schedule, seed: int = 0) -> Plan:
         return f"out:{name}"
 
     for i, op in enumerate(wl.ops):
-        r = {f: 0 for f in OP_INT_FIELDS} | {f: 0.0 for f in OP_FLOAT_FIELDS} | {f: None for f in OP_PTR_FIELDS}
+        r: dict[str, Any] = ({f: 0 for f in OP_INT_FIELDS} | {f: 0.0 for f in OP_FLOAT_FIELDS}
+                             | {f: None for f in OP_PTR_FIELDS})
         r.update(kind=OPCODES[op.kind], n_tiles=int(g.n_tiles[i]), N=op.out_size, T=T, flag_base=int(flag_base[i]),
                  ld_out=op.out_size, bounds=f"bounds:{op.name}", out=out_name(op.name))
         buffers[f"bounds:{op.name}"] = Buffer((int(g.n_tiles[i]) + 1,), "i32", "bounds")
-        ins = [out_name(inp.op) for inp in op.inputs]
-        ins_op = [wl.ops[index[inp.op]] for inp in op.inputs]
-        if op.kind == "embed":
-            buffers[f"w:{op.name}"] = Buffer((cfg.vocab_size, H), "bf16", "normal", 1.0)
-            r.update(W=f"w:{op.name}", tokens="tokens")
-            out = Buffer((T, H), "bf16", "poison")
-        elif op.kind == "rmsnorm":
-            buffers[f"w:{op.name}"] = Buffer((H,), "bf16", "norm")
-            r.update(K=H, W=f"w:{op.name}", in0=ins[0], ld0=ins_op[0].out_size, eps=cfg.rms_norm_eps)
-            out = Buffer((T, H), "bf16", "poison")
-        elif op.kind == "matmul":
-            K = op.attrs["k"]
-            mma = mma_ok(op, g.bounds[i], page_B)
-            buffers[f"w:{op.name}"] = Buffer((op.out_size, K), "bf16", "normal", K ** -0.5, "mma" if mma else "rows")
-            r.update(K=K, W=f"w:{op.name}", in0=ins[0], ld0=K, opt=OPT_MMA if mma else 0)
-            if op.attrs.get("fused_norm"):
-                buffers[f"w2:{op.name}"] = Buffer((K,), "bf16", "norm")
-                r.update(opt=r["opt"] | OPT_FUSED_NORM, w2=f"w2:{op.name}", eps=cfg.rms_norm_eps)
-            if len(op.inputs) > 1:
-                r.update(opt=r["opt"] | OPT_RESIDUAL, in1=ins[1], ld1=ins_op[1].out_size)
-            out = Buffer((T, op.out_size), "bf16", "poison")
-        elif op.kind == "rope_kv":
-            layer = op.layer
-            buffers[f"kc:{layer}"] = Buffer((T, nkv, s_max, hd), "bf16", "normal", 1.0)
-            buffers[f"vc:{layer}"] = Buffer((T, nkv, s_max, hd), "bf16", "normal", 1.0)
-            r.update(hq=nq, hkv=nkv, hd=hd, pos=kv_len, s_max=s_max, kc=f"kc:{layer}", vc=f"vc:{layer}", rope="rope")
-            if len(ins) == 1:  # one fused projection [q; k; v]
-                ld = ins_op[0].out_size
-                r.update(in0=ins[0], in1=ins[0], in2=ins[0], ld0=ld, ld1=ld, ld2=ld, off1=Q, off2=Q + KV)
-            else:
-                r.update(in0=ins[0], in1=ins[1], in2=ins[2], ld0=Q, ld1=KV, ld2=KV)
-            out = Buffer((T, op.out_size), "bf16", "poison")
-        elif op.kind == "attn_partial":
-            layer = op.layer
-            C = op.attrs["kv_splits"]
-            r.update(hq=nq, hkv=nkv, hd=hd, splits=C, kv_total=op.attrs["kv_total"], s_max=s_max, pos=kv_len,
-                     in0=ins[0], ld0=ins_op[0].out_size, kc=f"kc:{layer}", vc=f"vc:{layer}", scale=hd ** -0.5)
-            out = Buffer((op.out_size, (nq // nkv) * (hd + 2)), "f32", "poison")
-        elif op.kind == "attn_reduce":
-            r.update(hq=nq, hkv=nkv, hd=hd, splits=op.attrs["kv_splits"], in0=ins[0], ld_out=Q)
-            out = Buffer((T, Q), "bf16", "poison")
-        elif op.kind == "silu_mul":
-            I = op.out_size
-            if len(ins) == 1:  # one fused gate_up projection
-                r.update(in0=ins[0], in1=ins[0], ld0=2 * I, ld1=2 * I, off1=I)
-            else:
-                r.update(in0=ins[0], in1=ins[1], ld0=I, ld1=I)
-            out = Buffer((T, I), "bf16", "poison")
-        else:  # _check_supported and OPCODES keep this unreachable
-            raise ScheduleError(f"no device function for op kind {op.kind!r}")
+        args = RowArgs(op=op, row=r, ins=[out_name(inp.op) for inp in op.inputs],
+                       ins_op=[wl.ops[index[inp.op]] for inp in op.inputs], buffers=buffers, cfg=cfg, T=T,
+                       kv_len=kv_len, bounds=g.bounds[i], page_B=page_B)
+        out = ROWS[op.kind](args)  # _check_supported has refused kinds without one
         buffers[out_name(op.name)] = out
         outputs.append(out_name(op.name))
         rows.append(r)

@@ -4,9 +4,37 @@ Same inputs (the plan's buffers), same formulas and the same roundings as the de
 (``validation/kernels/mk_ops.cuh``): fp32 arithmetic, every bf16 output rounded to nearest even,
 attention partials in fp32 over the same KV splits. Each op reads the *reference's* outputs of its
 producers, so the comparison is end to end. Runs on whatever device the tensors live on.
+
+One function per op kind (:data:`REFERENCES`), called with the step's shapes (:class:`Step`), the
+op, its op-table row and its input tensors.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from mksim.workload import Op
+
+
+@dataclass(frozen=True)
+class Step:
+    """What every op's reference needs of the step: the buffers, the model's shapes, the RoPE table."""
+    bufs: dict
+    cfg: Any
+    T: int       # rows (sequences)
+    pos: int     # tokens in the KV cache before the step
+    cos: Any     # fp32 [head_dim / 2]
+    sin: Any
+
+    @property
+    def Q(self) -> int:
+        return self.cfg.num_heads * self.cfg.head_dim
+
+    @property
+    def KV(self) -> int:
+        return self.cfg.num_kv_heads * self.cfg.head_dim
 
 
 def run(plan, bufs: dict, local: bool = False) -> dict:
@@ -16,83 +44,122 @@ def run(plan, bufs: dict, local: bool = False) -> dict:
     ``local``: each op reads its inputs from ``bufs`` (the kernel's outputs) rather than from the
     reference's own, so that an op's error is its own and not the amplified rounding of all the
     layers before it (a random network amplifies a one-ulp difference layer after layer)."""
+    wl = plan.schedule.workload
+    half = wl.model.head_dim // 2
+    step = Step(bufs=bufs, cfg=wl.model, T=wl.batch, pos=wl.kv_len, cos=bufs["rope"][:half].float(),
+                sin=bufs["rope"][half:].float())
+    out: dict = {}
+    for op, row, name in zip(wl.ops, plan.ops, plan.outputs, strict=True):
+        src = bufs if local else out
+        out[name] = REFERENCES[op.kind](step, op, row, [src[f"out:{i.op}"] for i in op.inputs])
+    return out
+
+
+def _norm(x, w, eps: float):
     import torch
 
-    wl = plan.schedule.workload
-    cfg = wl.model
-    T, hd, nq, nkv = wl.batch, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
-    G, Q, KV, pos = nq // nkv, nq * hd, nkv * hd, wl.kv_len
-    half = hd // 2
-    cos, sin = bufs["rope"][:half].float(), bufs["rope"][half:].float()
-    out: dict[str, torch.Tensor] = {}
-    bf = torch.bfloat16
+    x = x.float()
+    inv = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return ((x * inv).to(torch.bfloat16).float() * w.float()).to(torch.bfloat16)
 
-    def norm(x, w, eps):
-        x = x.float()
-        inv = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
-        return ((x * inv).to(bf).float() * w.float()).to(bf)
+
+def _embed(s: Step, op: Op, row: dict, ins: list):
+    return s.bufs[row["W"]][s.bufs["tokens"].long()]
+
+
+def _rmsnorm(s: Step, op: Op, row: dict, ins: list):
+    return _norm(ins[0], s.bufs[row["W"]], row["eps"])
+
+
+def _matmul(s: Step, op: Op, row: dict, ins: list):
+    import torch
+
+    x = _norm(ins[0], s.bufs[row["w2"]], row["eps"]) if row["w2"] else ins[0]
+    acc = x.float() @ s.bufs[row["W"]].float().t()
+    if len(ins) > 1:
+        acc = acc + ins[1].float()
+    return acc.to(torch.bfloat16)
+
+
+def _rope_kv(s: Step, op: Op, row: dict, ins: list):
+    import torch
+
+    T, hd, nq, nkv, Q, KV = s.T, s.cfg.head_dim, s.cfg.num_heads, s.cfg.num_kv_heads, s.Q, s.KV
+    half = hd // 2
 
     def rot(x):  # x: [T, heads, hd] fp32
         a, b = x[..., :half], x[..., half:]
-        return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
+        return torch.cat([a * s.cos - b * s.sin, b * s.cos + a * s.sin], dim=-1)
 
-    for op, row, name in zip(wl.ops, plan.ops, plan.outputs):
-        src = bufs if local else out
-        ins = [src[f"out:{i.op}"] for i in op.inputs]
-        if op.kind == "embed":
-            y = bufs[row["W"]][bufs["tokens"].long()]
-        elif op.kind == "rmsnorm":
-            y = norm(ins[0], bufs[row["W"]], row["eps"])
-        elif op.kind == "matmul":
-            x = norm(ins[0], bufs[row["w2"]], row["eps"]) if row["w2"] else ins[0]
-            acc = x.float() @ bufs[row["W"]].float().t()
-            if len(ins) > 1:
-                acc = acc + ins[1].float()
-            y = acc.to(bf)
-        elif op.kind == "rope_kv":
-            qkv = ins[0] if len(ins) == 1 else torch.cat(ins, dim=1)
-            qkv = qkv.float()
-            q = rot(qkv[:, :Q].reshape(T, nq, hd)).reshape(T, Q)
-            k = rot(qkv[:, Q:Q + KV].reshape(T, nkv, hd)).reshape(T, KV)
-            y = torch.cat([q, k, qkv[:, Q + KV:]], dim=1).to(bf)
-        elif op.kind == "attn_partial":
-            C, total = row["splits"], row["kv_total"]
-            rope = ins[0]
-            q = rope[:, :Q].float().reshape(T, nkv, G, hd) * row["scale"]
-            k_new = rope[:, Q:Q + KV].reshape(T, nkv, 1, hd)
-            v_new = rope[:, Q + KV:].reshape(T, nkv, 1, hd)
-            K = torch.cat([bufs[row["kc"]][:, :, :pos], k_new], dim=2).float()  # [T, nkv, total, hd]
-            V = torch.cat([bufs[row["vc"]][:, :, :pos], v_new], dim=2).float()
-            parts = []
-            for c in range(C):
-                p0, p1 = c * total // C, (c + 1) * total // C
-                s = torch.einsum("tgjd,tgpd->tgjp", q, K[:, :, p0:p1])
-                m = s.amax(dim=-1)
-                p = torch.exp(s - m[..., None])
-                parts.append(torch.cat([torch.einsum("tgjp,tgpd->tgjd", p, V[:, :, p0:p1]).reshape(T, nkv, G * hd),
-                                        m, p.sum(dim=-1)], dim=-1))
-            # partial i = (g, b, c), g-major
-            y = torch.stack(parts, dim=2).permute(1, 0, 2, 3).reshape(nkv * T * C, G * (hd + 2)).contiguous()
-        elif op.kind == "attn_reduce":
-            C = row["splits"]
-            p = ins[0].reshape(nkv, T, C, G * (hd + 2))
-            o, m, l = p[..., :G * hd].reshape(nkv, T, C, G, hd), p[..., G * hd:G * hd + G], p[..., G * hd + G:]
-            M = m.amax(dim=2, keepdim=True)
-            w = torch.exp(m - M)                                            # [nkv, T, C, G]
-            num = (o * w[..., None]).sum(dim=2)                             # [nkv, T, G, hd]
-            den = (l * w).sum(dim=2)                                        # [nkv, T, G]
-            y = (num / den[..., None]).permute(1, 0, 2, 3).reshape(T, Q).to(bf)
-        elif op.kind == "silu_mul":
-            if len(ins) == 1:
-                I = op.out_size
-                g, u = ins[0][:, :I].float(), ins[0][:, I:].float()
-            else:
-                g, u = ins[0].float(), ins[1].float()
-            y = (g / (1 + torch.exp(-g)) * u).to(bf)
-        else:
-            raise ValueError(f"no reference for op kind {op.kind}")
-        out[name] = y
-    return out
+    qkv = (ins[0] if len(ins) == 1 else torch.cat(ins, dim=1)).float()
+    q = rot(qkv[:, :Q].reshape(T, nq, hd)).reshape(T, Q)
+    k = rot(qkv[:, Q:Q + KV].reshape(T, nkv, hd)).reshape(T, KV)
+    return torch.cat([q, k, qkv[:, Q + KV:]], dim=1).to(torch.bfloat16)
+
+
+def _attn_partial(s: Step, op: Op, row: dict, ins: list):
+    import torch
+
+    T, hd, nkv, Q, KV, pos = s.T, s.cfg.head_dim, s.cfg.num_kv_heads, s.Q, s.KV, s.pos
+    G = s.cfg.num_heads // nkv
+    C, total = row["splits"], row["kv_total"]
+    rope = ins[0]
+    q = rope[:, :Q].float().reshape(T, nkv, G, hd) * row["scale"]
+    k_new = rope[:, Q:Q + KV].reshape(T, nkv, 1, hd)
+    v_new = rope[:, Q + KV:].reshape(T, nkv, 1, hd)
+    K = torch.cat([s.bufs[row["kc"]][:, :, :pos], k_new], dim=2).float()  # [T, nkv, total, hd]
+    V = torch.cat([s.bufs[row["vc"]][:, :, :pos], v_new], dim=2).float()
+    parts = []
+    for c in range(C):
+        p0, p1 = c * total // C, (c + 1) * total // C
+        sc = torch.einsum("tgjd,tgpd->tgjp", q, K[:, :, p0:p1])
+        m = sc.amax(dim=-1)
+        p = torch.exp(sc - m[..., None])
+        parts.append(torch.cat([torch.einsum("tgjp,tgpd->tgjd", p, V[:, :, p0:p1]).reshape(T, nkv, G * hd),
+                                m, p.sum(dim=-1)], dim=-1))
+    # partial i = (g, b, c), g-major
+    return torch.stack(parts, dim=2).permute(1, 0, 2, 3).reshape(nkv * T * C, G * (hd + 2)).contiguous()
+
+
+def _attn_reduce(s: Step, op: Op, row: dict, ins: list):
+    import torch
+
+    T, hd, nkv, Q = s.T, s.cfg.head_dim, s.cfg.num_kv_heads, s.Q
+    G = s.cfg.num_heads // nkv
+    C = row["splits"]
+    p = ins[0].reshape(nkv, T, C, G * (hd + 2))
+    o, m, lsum = p[..., :G * hd].reshape(nkv, T, C, G, hd), p[..., G * hd:G * hd + G], p[..., G * hd + G:]
+    M = m.amax(dim=2, keepdim=True)
+    w = torch.exp(m - M)                                            # [nkv, T, C, G]
+    num = (o * w[..., None]).sum(dim=2)                             # [nkv, T, G, hd]
+    den = (lsum * w).sum(dim=2)                                        # [nkv, T, G]
+    return (num / den[..., None]).permute(1, 0, 2, 3).reshape(T, Q).to(torch.bfloat16)
+
+
+def _silu_mul(s: Step, op: Op, row: dict, ins: list):
+    import torch
+
+    if len(ins) == 1:  # one fused gate_up projection: [gate; up]
+        n = op.out_size
+        g, u = ins[0][:, :n].float(), ins[0][:, n:].float()
+    else:
+        g, u = ins[0].float(), ins[1].float()
+    return (g / (1 + torch.exp(-g)) * u).to(torch.bfloat16)
+
+
+def _softcap(s: Step, op: Op, row: dict, ins: list):
+    import torch
+
+    cap = row["scale"]
+    return (cap * torch.tanh(ins[0].float() / cap)).to(torch.bfloat16)
+
+
+# op kind -> its output from (step, op, op-table row, input tensors): one per kind with an opcode
+# (a test holds this table, program.ROWS and the opcodes together)
+REFERENCES: dict[str, Callable[[Step, Op, dict, list], Any]] = {
+    "embed": _embed, "rmsnorm": _rmsnorm, "matmul": _matmul, "rope_kv": _rope_kv, "attn_partial": _attn_partial,
+    "attn_reduce": _attn_reduce, "silu_mul": _silu_mul, "softcap": _softcap,
+}
 
 
 def rel_err(got, ref) -> float:

@@ -1,0 +1,104 @@
+"""Op kinds: one description per kind of op, which every layer reads.
+
+An :class:`OpKind` says what the simulator needs (which arithmetic units the op uses), how the
+validation side fits the cost of its device function (:attr:`OpKind.cost_fields`, the keys of its
+``[runtime.kernels.<kind>]`` table in a hardware file) and which opcode the generated kernel
+runs it under (``MK_OP_<NAME>``, injected into the CUDA sources at compile time). :data:`KINDS`
+lists them all; the workload builders, ``mksim.sim``'s device costs, the instruction encoder,
+the cost fit and the torch reference of ``validation.megakernel`` all take kinds from it.
+
+>>> from mksim.workload import KINDS, get_kind
+>>> get_kind("matmul").unit, get_kind("matmul").cost_fields
+('tensor', ('task_fixed_us', 'task_row_us', 'consume_GBps', 'consume_row_GBps'))
+>>> [k.name for k in KINDS.values() if k.opcode is None]   # simulated only: no device function
+['add', 'elementwise']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from mksim.errors import UnknownNameError
+
+UNITS = ("tensor", "vector")
+
+
+@dataclass(frozen=True)
+class OpKind:
+    """One kind of op.
+
+    - ``unit``: ``"tensor"`` (tensor cores) or ``"vector"`` (CUDA cores): the rate the simulator
+      divides the op's FLOPs by;
+    - ``opcode``: the number the generated kernel dispatches on (``MK_OP_<NAME>``); ``None``: the
+      generated kernel has no device function for it (simulated only);
+    - ``streams``: a task's time has a part proportional to the bytes it streams from DRAM
+      (weights, KV cache): its cost is fitted as ``fixed + bytes / consume``, else as ``fixed``;
+    - ``per_row``: a task does every row (token) of the batch, so each row beyond the first adds
+      ``row`` (and, if it streams, ``bytes / consume_row``) to its cost.
+    """
+    name: str
+    unit: str
+    description: str
+    opcode: int | None = None
+    streams: bool = False
+    per_row: bool = False
+
+    def __post_init__(self) -> None:
+        if self.unit not in UNITS:
+            raise ValueError(f"op kind {self.name}: unit must be one of {', '.join(UNITS)}, got {self.unit!r}")
+
+    @property
+    def cost_fields(self) -> tuple[str, ...]:
+        """The keys of ``[runtime.kernels.<kind>]`` its cost fit writes (``hwmodels.KernelCost``).
+
+        >>> get_kind("rmsnorm").cost_fields, get_kind("attn_partial").cost_fields
+        (('task_fixed_us', 'task_row_us'), ('task_fixed_us', 'consume_GBps'))
+        """
+        out = ["task_fixed_us"] + (["task_row_us"] if self.per_row else [])
+        if self.streams:
+            out += ["consume_GBps"] + (["consume_row_GBps"] if self.per_row else [])
+        return tuple(out)
+
+    @property
+    def define(self) -> str:
+        """The name of its opcode in the CUDA sources (``MK_OP_ROPE_KV``)."""
+        return f"MK_OP_{self.name.upper()}"
+
+
+def _registry(*kinds: OpKind) -> MappingProxyType[str, OpKind]:
+    codes = [k.opcode for k in kinds if k.opcode is not None]
+    if len(set(codes)) != len(codes) or len({k.name for k in kinds}) != len(kinds):
+        raise ValueError("op kinds need unique names and opcodes")
+    return MappingProxyType({k.name: k for k in kinds})
+
+
+KINDS = _registry(
+    OpKind("embed", "vector", "one embedding row per token", opcode=1, per_row=True),
+    OpKind("rmsnorm", "vector", "RMS norm of each row, times a weight", opcode=2, per_row=True),
+    OpKind("matmul", "tensor", "rows times a weight matrix (a matvec in decode), optionally + a residual",
+           opcode=3, streams=True, per_row=True),
+    OpKind("rope_kv", "vector", "rotary embedding of q and k; k and v appended to the KV cache", opcode=4,
+           per_row=True),
+    OpKind("attn_partial", "tensor", "decode attention over one split of the KV cache (flash-decoding)",
+           opcode=5, streams=True),
+    OpKind("attn_reduce", "vector", "merge of the attention partials of the KV splits", opcode=6),
+    OpKind("silu_mul", "vector", "SiLU(gate) times up", opcode=7, per_row=True),
+    OpKind("softcap", "vector", "logit soft-capping, cap * tanh(x / cap) (Gemma 2's final_logit_softcapping)",
+           opcode=8, per_row=True),
+    OpKind("add", "vector", "element-wise sum (traced models)"),
+    OpKind("elementwise", "vector", "any other point-wise op (traced models)"),
+)
+"""Every op kind, by name, in a fixed order."""
+
+
+def get_kind(name: str) -> OpKind:
+    """The :class:`OpKind` called ``name``; an unknown name lists the known ones in one line.
+
+    >>> get_kind("rope_kv").define
+    'MK_OP_ROPE_KV'
+    """
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise UnknownNameError("op kind", name, list(KINDS)) from None
