@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import inspect
 import json
 import math
 import os
@@ -39,6 +38,8 @@ from mksim.errors import MksimError
 from mksim.schedule import MODE_DEFAULTS, Schedule
 from mksim.sim import simulate
 from validation.calibrate import NoGPUError, driver_string
+from validation.megakernel.gpu import measure
+from validation.megakernel.program import kernel_options as program_kernel_options
 from validation.suite_plots import write_plots
 
 HERE = Path(__file__).resolve().parent
@@ -104,7 +105,7 @@ def select(cases: list[Case], only: list[str] | None) -> list[Case]:
 
 # -- what the kernel needs --------------------------------------------------------------------------
 def _formula_kernel_options(model: str, batch: int, kv_len: int = KV_LEN, gpu: str = GPU) -> dict:
-    """The first draft of the kernel's needs, used when validation.megakernel.gpu is absent: the
+    """The first draft of the kernel's needs, now the floor of a searched schedule's reserve: the
     largest matmul input (``intermediate_size``) of every sequence in bf16 plus 16 KiB of scratch."""
     max_k = models.get(model).intermediate_size
     return {"smem_reserve_KiB": math.ceil((batch * max_k * 2 + 16384) / 1024)}
@@ -112,17 +113,9 @@ def _formula_kernel_options(model: str, batch: int, kv_len: int = KV_LEN, gpu: s
 
 def kernel_options(model: str, batch: int, kv_len: int = KV_LEN, gpu: str = GPU, mode: str = "megakernel") -> dict:
     """Schedule options the generated kernels need for this model and batch, with the prefetch
-    depth of ``mode``'s default clamped to the shared memory left beside the reserve.
-
-    From :func:`validation.megakernel.gpu.kernel_options` when present; otherwise a formula
-    (the draft it replaces)."""
-    try:
-        from validation.megakernel.gpu import kernel_options as real
-    except ImportError:
-        opts = _formula_kernel_options(model, batch, kv_len, gpu)
-    else:
-        kw = {"mode": mode} if "mode" in inspect.signature(real).parameters else {}
-        opts = dict(real(model, batch, kv_len, gpu, **kw))
+    depth of ``mode``'s default clamped to the shared memory left beside the reserve
+    (from :func:`validation.megakernel.program.kernel_options`)."""
+    opts = dict(program_kernel_options(model, batch, kv_len, gpu, mode=mode))
     if "prefetch_depth" not in opts:
         d = MODE_DEFAULTS[mode]
         room = hwmodels.load(gpu).sm.shared_memory_per_block_KiB - opts.get("smem_reserve_KiB", 32.0)
@@ -210,12 +203,8 @@ def schedule_for_gpu(schedule_json: dict, gpu: str):
 
 # -- running --------------------------------------------------------------------------------------
 def real_measure() -> Measure:
-    """The GPU runner's measurement (:func:`validation.megakernel.gpu.measure`); NoGPUError where it cannot load."""
-    try:
-        from validation.megakernel.gpu import measure
-    except ImportError as exc:
-
-        raise NoGPUError(f"the GPU runner (validation.megakernel.gpu) cannot be imported here ({exc})") from None
+    """The GPU runner's measurement (:func:`validation.megakernel.gpu.measure`; it raises NoGPUError
+    without a GPU)."""
     return measure
 
 
@@ -481,7 +470,8 @@ def markdown_table(summary: dict) -> str:
         bw = (f"{r['achieved_GBps'] / 1e3:.2f} TB/s ({r['bandwidth_fraction']:.0%})"
               if r["achieved_GBps"] else "–")
         err = f"{r['error_pct']:+.1f} %" if r["error_pct"] is not None else ("failed" if r["error"] else "–")
-        lines.append(f"| {r['model']} | {r['batch']} | {r['mode']} | {r['schedule']} | {_f(r['predicted_us'], '.1f')} | "
+        lines.append(f"| {r['model']} | {r['batch']} | {r['mode']} | {r['schedule']} | "
+                     f"{_f(r['predicted_us'], '.1f')} | "
                      f"{_f(r['measured_us'], '.1f')} | {_f(r['measured_spread_us'], '.1f')} | {err} | {bw} | "
                      f"{_f(r['max_rel_err'], '.1e')} |")
     m = summary["metrics"]

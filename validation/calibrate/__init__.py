@@ -14,14 +14,17 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import platform
+import subprocess
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
 import hwmodels
 from mksim.errors import MksimError
 
+from ._gpu import Gpu, launch_harness
 from ._params import Param, base_model, combine, overlay_text, params, run_to_run
+from .plots import write_plots
 
 __all__ = ["NoGPUError", "base_model", "calibrate", "driver_string", "finish"]
 
@@ -42,7 +45,6 @@ def _open_gpu(quick: bool):
         raise NoGPUError(f"mksim calibrate needs a CUDA GPU and none is usable here ({exc})") from None
     if n < 1:
         raise NoGPUError("mksim calibrate needs a CUDA GPU and none is visible here")
-    from ._gpu import Gpu
     return Gpu(quick=quick)
 
 
@@ -54,8 +56,6 @@ def calibrate(out: Path | None = None, *, quick: bool = False, base: str | None 
     Returns what :func:`finish` returns. Raises :class:`NoGPUError` without a GPU.
     """
     gpu = _open_gpu(quick)
-    from ._gpu import launch_harness
-
     base = base or base_model(gpu.name)
     raw: dict = {"meta": {"device": gpu.name, "sms": gpu.sms, "l2_bytes": gpu.l2_B, "cc": gpu.cc,
                           "driver_version": gpu.driver, "runtime_version": gpu.runtime, "quick": quick,
@@ -85,7 +85,6 @@ def driver_string(v: int) -> str:
     """A CUDA driver API version (12080) as text ("CUDA 12.8"); nvidia-smi's driver when present."""
     text = f"CUDA {v // 1000}.{v % 1000 // 10}"
     try:
-        import subprocess
         smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=20)
         if smi.returncode == 0 and smi.stdout.strip():
@@ -133,7 +132,6 @@ def finish(raw_paths: list[Path], out: Path, *, base: str | None = None, results
     results = Path(results_dir) if results_dir else out.parent
     results.mkdir(parents=True, exist_ok=True)
     (results / f"{out.stem}.fits.json").write_text(json.dumps(summary, indent=1) + "\n")
-    from .plots import write_plots
     made = write_plots(raws, [f[1] for f in fitted], results, out.stem)
     say(f"wrote {out}" + (f" and {len(made)} plots" if made else " (no plots: matplotlib is not installed)"))
     return combined, spread

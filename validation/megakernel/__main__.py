@@ -12,8 +12,11 @@ import json
 import os
 import sys
 
+import mksim
 from mksim.errors import MksimError
 from mksim.workload import build_llm_workload
+
+from .gpu import kernel_options, measure
 
 # the options of build_llm_workload a quick look may set (the rest are its own arguments)
 _FIXED = ("cfg", "batch", "kv_len", "phase", "prefill_tokens", "weight_dtype", "n_sms")
@@ -58,10 +61,6 @@ def main(argv: list[str] | None = None) -> None:
                     help="workload option KEY=VALUE of mksim.workload.build_llm_workload (kv_splits=16, fuse_norm=1, "
                          "split_qkv=1, ...)")
     a = ap.parse_args(argv)
-    import mksim
-
-    from .gpu import kernel_options, measure
-
     base = kernel_options(a.model, a.batch, a.kv_len, a.gpu)
     for kv in a.opt:
         k, v = kv.split("=", 1)

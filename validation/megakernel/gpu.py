@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from mksim.errors import MksimError
+from validation.calibrate import NoGPUError
 
 from . import program as P
 from . import reference
@@ -59,8 +60,6 @@ def _cupy():
             raise RuntimeError
         return cp
     except Exception:
-        from validation.calibrate import NoGPUError
-
         raise NoGPUError("no CUDA GPU (or no CuPy) here; run validation on a machine with an NVIDIA GPU") from None
 
 

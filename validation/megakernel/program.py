@@ -24,7 +24,9 @@ from typing import Any
 
 import numpy as np
 
+import mksim
 from mksim.errors import ScheduleError
+from mksim.schedule import MODE_DEFAULTS
 from mksim.workload import Op
 
 from .encode import OPCODES, Program, encode, encode_queues
@@ -143,9 +145,6 @@ def kernel_options(model: str, batch: int, kv_len: int = 1024, gpu: str = "h200-
     """Schedule options the generated kernels need for ``model`` at ``batch``: one block per SM,
     the shared memory they keep besides the weight pages (``smem_reserve_KiB``) and, where the
     default depth of ``mode`` (or of the megakernel) does not fit beside it, ``prefetch_depth``."""
-    import mksim
-    from mksim.schedule import MODE_DEFAULTS
-
     probe = mksim.build_schedule(mksim.models.workload(model, batch=batch, kv_len=kv_len), gpu, "graph",
                                  blocks_per_sm=1)
     x_B = x_region_bytes(probe)
