@@ -142,7 +142,8 @@ def compare_modes(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phas
     """Simulate every mode on one workload; returns ``{"modes": {...}, ...}`` as ``mksim compare --json`` prints.
 
     ``opts`` are schedule options of the megakernel rows; ``designs`` (``"sentinel,dynamic"``, ``"all"``)
-    adds a megakernel row per design (:func:`mksim.schedule.design_rows`). Raises :class:`mksim.errors.MksimError` on bad input.
+    adds a megakernel row per design (:func:`mksim.schedule.design_rows`).
+    Raises :class:`mksim.errors.MksimError` on bad input.
     """
     g = hwmodels.load(gpu)
     wl = make_workload(model, batch, kv_len, phase, prefill_tokens, dtype, n_sms=g.sm.count)

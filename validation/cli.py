@@ -45,7 +45,7 @@ def calibrate_cmd(
                                              "and plots go beside it."),
     quick: bool = typer.Option(False, "--quick", help="Fewer sizes and repeats (about a minute)."),
     base: str | None = typer.Option(None, "--base", help="Built-in model to extend (default: from the GPU's name)."),
-    from_raw: list[str] | None = typer.Option(None, "--from-raw",  # noqa: B008
+    from_raw: list[str] | None = typer.Option(None, "--from-raw",
                                               help="Fit saved .raw.json results instead of measuring (repeat the "
                                                    "option to merge runs); needs no GPU."),
     results: str | None = typer.Option(None, "--results",
@@ -174,7 +174,7 @@ def validate_cmd(
 @validate_app.command("suite")
 def validate_suite_cmd(
     out_dir: str | None = typer.Option(None, "--out", help="Results folder (default validation/results/h200)."),
-    only: list[str] = typer.Option([], "--only", help="Run the cases whose name contains this (repeatable)."),  # noqa: B008
+    only: list[str] = typer.Option([], "--only", help="Run the cases whose name contains this (repeatable)."),
     reps: int = typer.Option(20, "--reps", help="Timed runs per case."),
     watchdog_s: float = WATCHDOG,
     gpu: str = typer.Option(PRED_GPU, "--gpu", help="Hardware model the predictions come from."),
@@ -219,7 +219,7 @@ def validate_report_cmd(
 
 @validate_app.command("schedules")
 def validate_schedules_cmd(
-    only: list[str] = typer.Option([], "--only", help="Models and batches whose name (llama-3.2-1b/b1) contains "  # noqa: B008
+    only: list[str] = typer.Option([], "--only", help="Models and batches whose name (llama-3.2-1b/b1) contains "
                                                       "this (repeatable)."),
     trials: int = typer.Option(200, "--trials"),
     seed: int = typer.Option(0, "--seed"),

@@ -127,9 +127,9 @@ def _lstsq(cols: dict[str, np.ndarray], t: np.ndarray, w: np.ndarray) -> dict[st
             names.pop()
             continue
         coef = np.linalg.lstsq(A, t * w, rcond=None)[0]
-        neg = [n for n, c in zip(names, coef) if c < 0]
+        neg = [n for n, c in zip(names, coef, strict=True) if c < 0]
         if not neg:
-            return {n: float(c) for n, c in zip(names, coef)} | {n: 0.0 for n in cols if n not in names}
+            return {n: float(c) for n, c in zip(names, coef, strict=True)} | {n: 0.0 for n in cols if n not in names}
         names.remove(min(neg, key=lambda n: coef[names.index(n)]))
         if not names:
             return {n: 0.0 for n in cols}

@@ -42,7 +42,7 @@ def error_data(summary: dict) -> dict[str, dict]:
     """``{mode: {"mape_pct", "max_abs_error_pct", "errors_pct": [signed, one per case]}}``."""
     out: dict[str, dict] = {}
     for label, s in scatter_data(summary).items():
-        errs = [(p - m) / m * 100 for p, m in zip(s["predicted_us"], s["measured_us"])]
+        errs = [(p - m) / m * 100 for p, m in zip(s["predicted_us"], s["measured_us"], strict=True)]
         out[label] = {"mape_pct": sum(abs(e) for e in errs) / len(errs), "max_abs_error_pct": max(map(abs, errs)),
                       "errors_pct": errs}
     return out

@@ -127,7 +127,7 @@ def upload_config(contents: str | None, filename: str | None) -> tuple:
 
 def roofline(result: dict[str, Any] | None, mode: str | None) -> go.Figure:
     """The roofline figure of a stored comparison in ``mode`` (empty before the first good Run)."""
-    if not result or mode not in result.get("modes", {}):
+    if not result or mode is None or mode not in result.get("modes", {}):
         return _empty()
     return figures.roofline_figure(data.roofline_data(result, mode))
 

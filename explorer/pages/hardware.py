@@ -101,7 +101,7 @@ def gpu_table(names: list[str] | None) -> tuple:
     table = html.Table([html.Thead(head), html.Tbody(rows)], id="hardware-numbers",
                        style={"borderCollapse": "collapse", "fontSize": "90%"})
     sources = [html.Li([html.B(s["gpu"]), f" · {s['kind']}{', ' + s['date'] if s['date'] else ''}: {s['title']}",
-                        *([" ", html.A(s["url"], href=s["url"], target="_blank")] if s["url"] else []),
+                        *((" ", html.A(s["url"], href=s["url"], target="_blank")) if s["url"] else ()),
                         f" — {s['note']}" if s["note"] else ""], value=s["ref"], id=f"hardware-source-{s['ref']}")
                for s in d["sources"]]
     return table, sources
@@ -143,6 +143,7 @@ def run_whatif(model: str | None, gpu: str | None, batch: Any, kv_len: Any, laun
         d = data.whatif_data(model, gpu, w, b, kv)
     except MksimError as exc:
         return f"error: {exc}", None, None, go.Figure()
+    changes: html.Ul | html.P
     if d["changes"]:
         changes = html.Ul([html.Li([html.Code(c["key"]), f": {_fmt(c['base'])} → {c['new']:.4g} {c['unit']}"])
                            for c in d["changes"]], id="hardware-changed")

@@ -72,7 +72,7 @@ def start_or_open(trigger: str | None, model: str | None, gpu: str | None, batch
             return jobs.start_search(model, gpu, _int(batch, "batch"), _int(kv_len, "KV length"),
                                      _int(trials, "trials"), objectives or "latency", storage, study)
         if trigger == "search-open":
-            if not (study or "").strip():
+            if study is None or not study.strip():
                 raise MksimError("give the name of the study to open")
             return {"job": None, "storage": data.storage_url(storage or ""), "study": study.strip(), "trials": None}
     except MksimError as exc:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import copy
 import functools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 from torch import fx, nn
@@ -150,8 +151,7 @@ class _Builder:
             self.refs[n] = _Act(None, None)
         elif n.op == "get_attr":  # buffers (rotary tables, masks) are constants, not weights
             obj = functools.reduce(getattr, str(n.target).split("."), self.gm)
-            is_param = isinstance(obj, nn.Parameter)
-            self.refs[n] = _Param(str(n.target), obj.numel(), obj.dim()) if is_param else None
+            self.refs[n] = _Param(str(n.target), obj.numel(), obj.dim()) if isinstance(obj, nn.Parameter) else None
         elif n.op in ("call_module", "call_function", "call_method"):
             m = self.gm.get_submodule(str(n.target)) if n.op == "call_module" else None
             name = _name(n) if m is None else _MODULE_FNS.get(type(m).__name__, "")
@@ -171,8 +171,9 @@ class _Builder:
             self.matmul(n, out, _last(a) or 1, inputs,
                         sum(p.numel * (self.wb if p.ndim >= 2 else ACT_BYTES) for p in params))
         elif name == "embedding":
-            inputs, _ = self.gather([n.args[0]], out, False)
-            rows = self.val(n.args[0]).numel()
+            idx = n.args[0]
+            inputs, _ = self.gather([idx] if isinstance(idx, fx.Node) else [], out, False)
+            rows = self.val(idx).numel()
             self.emit(n, "embed", out, inputs, 0.0, rows * (_last(out) or 1) * ACT_BYTES)
         elif name in ("layer_norm", "rms_norm", "group_norm"):
             inputs, params = self.gather(data, out, False)
@@ -272,7 +273,8 @@ class _Builder:
         pairs = lq * lk if not causal else \
             lq * (lq + 1) // 2 if lq <= lk else lk * (lk + 1) // 2 + (lq - lk) * lk
         # K/V handed in as graph inputs are a KV cache: read from memory, not made by an op
-        kv = sum(self.val(a).numel() * ACT_BYTES for a in arg[1:3] if self.refs.get(a) == _Act(None, None))
+        kv = sum(self.val(a).numel() * ACT_BYTES for a in arg[1:3]
+                 if isinstance(a, fx.Node) and self.refs.get(a) == _Act(None, None))
         self.kv_len = max(self.kv_len, lk - lq)
         inputs, _ = self.gather(n.all_input_nodes, out, False)
         bh = q.numel() // (lq * hd)  # batch x heads
@@ -284,7 +286,7 @@ class _Builder:
         """What a view's output refers to: the producer, with the last-dim offset if still known."""
         src = n.args[0] if n.args and isinstance(n.args[0], fx.Node) else None
         r = self.refs.get(src) if src is not None else None
-        if r is None or isinstance(r, _Silu) or not _tensors(out) or isinstance(out, dict):
+        if src is None or r is None or isinstance(r, _Silu) or not _tensors(out) or isinstance(out, dict):
             return None
         args = self.val(n.args)
         if isinstance(r, tuple):  # picking from a multi-output node

@@ -71,10 +71,10 @@ class RoundRobin(BasePolicy):
     name = "rr"
 
     @classmethod
-    def params(cls):
+    def params(cls) -> dict[str, Any]:
         return {"order": "op"}
 
-    def place(self, graph, r, n_sms):
+    def place(self, graph: TaskGraph, r: Rates, n_sms: int) -> list[list[int]]:
         q: list[list[int]] = [[] for _ in range(n_sms)]
         for i, t in enumerate(task_order(graph, self.options["order"])):
             q[i % n_sms].append(t)
@@ -87,7 +87,7 @@ class ZigZag(BasePolicy):
 
     name = "zigzag"
 
-    def place(self, graph, r, n_sms):
+    def place(self, graph: TaskGraph, r: Rates, n_sms: int) -> list[list[int]]:
         q: list[list[int]] = [[] for _ in range(n_sms)]
         pos, step = 0, 1
         for i in range(len(graph.ops)):
@@ -106,7 +106,7 @@ class Wave(BasePolicy):
 
     name = "wave"
 
-    def place(self, graph, r, n_sms):
+    def place(self, graph: TaskGraph, r: Rates, n_sms: int) -> list[list[int]]:
         cost = task_costs(graph, r)
         load = [(0.0, s) for s in range(n_sms)]
         q: list[list[int]] = [[] for _ in range(n_sms)]
@@ -133,11 +133,11 @@ class DagList(BasePolicy):
     name = "dag"
 
     @classmethod
-    def params(cls):
+    def params(cls) -> dict[str, Any]:
         # sync_us: dependency latency assumed (default: the GPU's flag latency); order: task_order
         return {"sync_us": None, "order": "op"}
 
-    def place(self, graph, r, n_sms):
+    def place(self, graph: TaskGraph, r: Rates, n_sms: int) -> list[list[int]]:
         cost = task_costs(graph, r)
         sync = self.options["sync_us"] if self.options["sync_us"] is not None else r.flag_latency_us
         return _list_schedule(graph, cost, list(range(n_sms)), task_order(graph, self.options["order"]), sync,
@@ -151,10 +151,10 @@ class Pools(BasePolicy):
     name = "pool"
 
     @classmethod
-    def params(cls):
+    def params(cls) -> dict[str, Any]:
         return {"compute_fraction": 0.25}
 
-    def place(self, graph, r, n_sms):
+    def place(self, graph: TaskGraph, r: Rates, n_sms: int) -> list[list[int]]:
         frac = self.options["compute_fraction"]
         if not 0 < frac < 1:
             raise ScheduleError(f"pool: compute_fraction must be between 0 and 1, got {frac}")
@@ -182,10 +182,10 @@ class DieAware(BasePolicy):
     name = "die"
 
     @classmethod
-    def params(cls):
+    def params(cls) -> dict[str, Any]:
         return {"sync_us": None, "order": "op"}
 
-    def place(self, graph, r, n_sms):
+    def place(self, graph: TaskGraph, r: Rates, n_sms: int) -> list[list[int]]:
         sync = self.options["sync_us"] if self.options["sync_us"] is not None else r.flag_latency_us
         cost = task_costs(graph, r).tolist()
         dies = max(1, min(r.dies, n_sms))

@@ -99,7 +99,8 @@ def check_fixed(fixed: dict[str, Any] | None) -> dict[str, Any]:
             else:
                 val = float(v)
         except (TypeError, ValueError):
-            raise MksimError(f"fixed option {k} needs {'an integer' if want is int else 'a number'}, got {v!r}") from None
+            need = "an integer" if want is int else "a number"
+            raise MksimError(f"fixed option {k} needs {need}, got {v!r}") from None
         if k == "sync" and val not in ALL_SYNCS:
             raise MksimError(f"fixed option sync must be one of {', '.join(ALL_SYNCS)}, got {val!r}")
         out[k] = val

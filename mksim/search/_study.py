@@ -158,8 +158,9 @@ def _open_study(problem: Problem, objectives: tuple[str, ...], storage, study_na
                if len(objectives) == 1 else optuna.samplers.NSGAIISampler(seed=seed))
     study = optuna.create_study(study_name=study_name, storage=storage, directions=directions, sampler=sampler,
                                 load_if_exists=True)
-    want = {"model": problem.model, "gpu": problem.gpu.name, "batch": problem.batch, "kv_len": problem.kv_len,
-            "phase": problem.phase, "objectives": list(objectives), "space": SPACE_VERSION}
+    want: dict[str, Any] = {"model": problem.model, "gpu": problem.gpu.name, "batch": problem.batch,
+                            "kv_len": problem.kv_len, "phase": problem.phase, "objectives": list(objectives),
+                            "space": SPACE_VERSION}
     if problem.fixed:  # recorded only when given: studies made before fixed options still resume
         want["fixed"] = dict(problem.fixed)
     if problem.designs:  # likewise
@@ -261,7 +262,7 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
         waiting = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
         if waiting:
             _work(problem, objs, url, name, seed, min(trials, _counted(study) + waiting), timeout, progress)
-        ctx = mp.get_context("fork" if os.name == "posix" else "spawn")
+        ctx = mp.get_context("fork") if os.name == "posix" else mp.get_context("spawn")
         procs = [ctx.Process(target=_work, args=(problem, objs, url, name, seed + i, trials, timeout,
                                                   progress and i == 0)) for i in range(workers)]
         for p in procs:

@@ -99,7 +99,8 @@ def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = 
             q = matmul(p + "q_proj", x, H, Q, l, bias=cfg.attention_bias, normed=True)
             k = matmul(p + "k_proj", x, H, KV, l, bias=cfg.attention_bias, normed=True)
             v = matmul(p + "v_proj", x, H, KV, l, bias=cfg.attention_bias, normed=True)
-            rope_in = (Input(q), Input(k, segments=((-Q, 1, 1),)), Input(v, segments=((-Q - KV, 1, 1),)))
+            rope_in: tuple[Input, ...] = (Input(q), Input(k, segments=((-Q, 1, 1),)),
+                                          Input(v, segments=((-Q - KV, 1, 1),)))
         else:
             rope_in = (Input(matmul(p + "qkv_proj", x, H, Q + 2 * KV, l, bias=cfg.attention_bias, normed=True)),)
         rope = add(name=p + "rope_kv", kind="rope_kv", out_size=Q + 2 * KV, elem_bytes=T * ACT_BYTES,
@@ -121,8 +122,8 @@ def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = 
         o = matmul(p + "o_proj", red, Q, H, l, residual=resid)
         x = norm(p + "mlp_norm", o, l)
         if split_gate_up:
-            act_in = (Input(matmul(p + "gate_proj", x, H, I, l, normed=True)),
-                      Input(matmul(p + "up_proj", x, H, I, l, normed=True)))
+            act_in: tuple[Input, ...] = (Input(matmul(p + "gate_proj", x, H, I, l, normed=True)),
+                                         Input(matmul(p + "up_proj", x, H, I, l, normed=True)))
         else:
             gu = matmul(p + "gate_up_proj", x, H, 2 * I, l, normed=True)
             act_in = (Input(gu, segments=((0, 1, 1), (I, 1, 1))),)

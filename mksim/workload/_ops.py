@@ -38,7 +38,7 @@ class Input:
         if self.full:
             return [(0, producer_size)]
         k0, k1 = lo // self.group, (hi - 1) // self.group
-        out = []
+        out: list[tuple[int, int]] = []
         for off, stride, width in self.segments:
             if stride > width:  # groups leave gaps: list each group's range
                 out.extend((off + k * stride, off + k * stride + width) for k in range(k0, k1 + 1))

@@ -9,8 +9,8 @@ attention partial its head's q/k/v tiles, a reduction its head's partials.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
 
 import numpy as np
 
@@ -41,7 +41,7 @@ class Tiling:
         return steps if want == 0 else max(1, min(want, steps))
 
     @classmethod
-    def for_sms(cls, n_sms: int, tasks_per_sm: float = 1.0) -> "Tiling":
+    def for_sms(cls, n_sms: int, tasks_per_sm: float = 1.0) -> Tiling:
         """About ``tasks_per_sm`` tasks per SM for every op (attention split as flash-decoding)."""
         if tasks_per_sm <= 0:
             raise WorkloadError(f"tasks per SM must be positive, got {tasks_per_sm}")
@@ -83,7 +83,7 @@ class TaskGraph:
         self.n_tiles = np.array([self.tiling.tiles_for(op) for op in ops], dtype=np.int64)
         self.op_first = np.concatenate([[0], np.cumsum(self.n_tiles)]).astype(np.int64)
         n = int(self.op_first[-1])
-        self.bounds = [tile_bounds(op, int(k)) for op, k in zip(ops, self.n_tiles)]
+        self.bounds = [tile_bounds(op, int(k)) for op, k in zip(ops, self.n_tiles, strict=True)]
         self.op_of = np.repeat(np.arange(len(ops)), self.n_tiles)
         self.tile_of = np.arange(n) - self.op_first[self.op_of]
         frac = np.empty(n)

@@ -51,7 +51,8 @@ def test_compare_run_is_remembered_and_copied(run):
     again = data.compare_run("llama-3.2-1b", "h200")
     assert again == run and again is not run
     again["modes"]["stream"]["latency_us"] = -1.0  # a caller's change does not reach the remembered run
-    assert data.compare_run("llama-3.2-1b", "h200")["modes"]["stream"]["latency_us"] == run["modes"]["stream"]["latency_us"]
+    remembered = data.compare_run("llama-3.2-1b", "h200")
+    assert remembered["modes"]["stream"]["latency_us"] == run["modes"]["stream"]["latency_us"]
 
 
 def test_compare_run_bad_input_raises():

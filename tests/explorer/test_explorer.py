@@ -88,7 +88,7 @@ def test_scatter_has_band_identity_and_a_trace_per_mode():
     fig = figures.scatter_figure(d)
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
     lower, upper, ident = fig.data[:3]
-    for x, yl, yu, yi in zip(lower.x, lower.y, upper.y, ident.y):
+    for x, yl, yu, yi in zip(lower.x, lower.y, upper.y, ident.y, strict=True):
         assert yl == pytest.approx(0.9 * x) and yu == pytest.approx(1.1 * x) and yi == pytest.approx(x)
     assert upper.fill == "tonexty"
     assert [t.name for t in fig.data[3:]] == ["stream", "megakernel"]

@@ -35,7 +35,7 @@ def _check_tracks(d):
     assert len({len(v) for v in t.values()}) == 1 and len({len(v) for v in w.values()}) == 1
     assert d["tracks"] == sorted(set(t["sm"]))
     for cols in (t, w):
-        for a, b in zip(cols["start_us"], cols["end_us"]):
+        for a, b in zip(cols["start_us"], cols["end_us"], strict=True):
             assert -EPS_US <= a < b <= d["latency_us"] + EPS_US
         assert all(0 <= s < d["lanes_per_sm"] for s in cols["slot"])
         assert set(cols["sm"]) <= set(range(d["n_sms"]))

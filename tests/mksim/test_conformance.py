@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -65,7 +67,7 @@ def test_an_sm_never_runs_more_than_its_slots(results, case):
     assert max(by_lane) < s.gpu.sm.count * s.options.blocks_per_sm
     for ivs in by_lane.values():
         ivs.sort()
-        for (a0, b0), (a1, b1) in zip(ivs, ivs[1:]):
+        for (_a0, b0), (a1, _b1) in itertools.pairwise(ivs):
             assert a1 >= b0 - 1e-9  # one task at a time per lane
 
 
@@ -113,7 +115,7 @@ def test_one_kernel_costs_the_same_in_every_mode_up_to_launch(tmp_path):
 
 
 def test_schedule_json_round_trip_reproduces_latency(results):
-    for (mode, pol, _), (s, r) in results.items():
+    for (mode, _pol, _), (s, r) in results.items():
         s2 = Schedule.from_json(s.to_json())
         assert s2.queues == s.queues and s2.mode == mode
         assert mksim.simulate(s2).latency_us == pytest.approx(r.latency_us, rel=1e-12)
@@ -159,7 +161,8 @@ def test_deadlock_names_sms_and_tasks(tmp_path):
     ew = Workload(name="ew", ops=(wl.ops[0], Op(name="o1", kind="add", out_size=8, elem_bytes=1, flops=1,
                                                  inputs=(Input("o0"),), align=1)), tokens=1)
     with pytest.raises(DeadlockError, match=r"SM 0 runs o1\[0\], which waits for o0\[0\] queued behind it on "
-                                            r"SM 1; SM 1 runs o1\[1\], which waits for o0\[1\]|SM 1 runs o1\[1\].*SM 0"):
+                                            r"SM 1; SM 1 runs o1\[1\], which waits for o0\[1\]"
+                                            r"|SM 1 runs o1\[1\].*SM 0"):
         mksim.build_schedule(ew, gpu, "megakernel", tiling=Tiling(default=2), queues=[[2, 1], [3, 0]])
 
 

@@ -74,10 +74,11 @@ def test_shared_memory_overflow_is_pruned_with_its_reason():
 def test_grain_choices_change_the_tiling():
     gpu = hwmodels.load("h200")
     p = {"mode": "megakernel", "policy": "dag", "order": "op", "dag_sync_scale": 1.0, "page_KiB": 32,
-         "prefetch_depth": 4, "sync": "flag", "fuse_norm": False, "split_qkv": False, "split_gate_up": False, "kv_split_mult": 2.0, "grain_small": 0.5, "grain_qkv_proj": 3.0, "grain_o_proj": 1.0,
+         "prefetch_depth": 4, "sync": "flag", "fuse_norm": False, "split_qkv": False, "split_gate_up": False,
+         "kv_split_mult": 2.0, "grain_small": 0.5, "grain_qkv_proj": 3.0, "grain_o_proj": 1.0,
          "grain_gate_up_proj": 1.0, "grain_down_proj": 0.5, "grain_lm_head": 4.0}
     s = build(suggest(optuna.trial.FixedTrial(p), gpu), Problem("llama-3.2-1b", gpu))
-    tiles = {op.name: int(n) for op, n in zip(s.graph.ops, s.graph.n_tiles)}
+    tiles = {op.name: int(n) for op, n in zip(s.graph.ops, s.graph.n_tiles, strict=True)}
     steps = {op.name: -(-op.out_size // op.align) for op in s.graph.ops}
     for name, want in (("L0.qkv_proj", 396), ("L0.down_proj", 66), ("lm_head", 528), ("L0.attn_norm", 66),
                        ("L0.o_proj", 132)):
@@ -85,7 +86,7 @@ def test_grain_choices_change_the_tiling():
     assert tiles["L0.qkv_proj"] > 132 and s.options.sync == "flag"
     base = build(suggest(optuna.trial.FixedTrial({**p, "kv_split_mult": 1.0}), gpu), Problem("llama-3.2-1b", gpu))
     assert tiles["L0.attn_partial"] == 2 * int(dict(zip([o.name for o in base.graph.ops],
-                                                        base.graph.n_tiles))["L0.attn_partial"])
+                                                        base.graph.n_tiles, strict=True))["L0.attn_partial"])
 
 
 def test_fused_norm_candidates_drop_the_norm_ops():

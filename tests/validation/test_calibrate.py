@@ -92,7 +92,8 @@ def synthetic_parts(node=0.6, pdl_node=0.65, start=3.0, setup=0.3, first=0.6, re
 
 def test_boundary_parts_give_the_set_up_and_the_first_load():
     f = fit.fit_boundary_parts(synthetic_parts()["boundary_parts"]["rows"], 4800.0)
-    assert f.node_us["graph"] == pytest.approx(0.6, rel=0.02) and f.node_us["pdl_wait_first"] == pytest.approx(0.65, rel=0.02)
+    assert f.node_us["graph"] == pytest.approx(0.6, rel=0.02)
+    assert f.node_us["pdl_wait_first"] == pytest.approx(0.65, rel=0.02)
     assert f.graph_start_us["graph"] == pytest.approx(3.0, rel=0.03)
     assert (f.block_setup_us, f.first_load_us) == (pytest.approx(0.3, abs=0.02), pytest.approx(0.6, abs=0.02))
     ps, fits = params(synthetic_parts(), 4800.0)
@@ -341,7 +342,7 @@ def test_microchain_check_is_reproduced_by_its_script():
     rows = microchain.compare([json.loads(p.read_text()) for p in microchain.DEFAULT_RAW], committed["gpu"])
     key = ("machine", "kernel", "mode", "bytes", "set")
     assert [tuple(r[k] for k in key) for r in rows] == [tuple(r[k] for k in key) for r in committed["rows"]]
-    for got, want in zip(rows, committed["rows"]):
+    for got, want in zip(rows, committed["rows"], strict=True):
         assert got["predicted_us"] == pytest.approx(want["predicted_us"], rel=1e-9)
         assert got["measured_us"] == want["measured_us"]
     summary = microchain.summary(rows)

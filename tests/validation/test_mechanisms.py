@@ -37,8 +37,9 @@ def bw_raw() -> dict:
         for sms in (1, 8, 132):
             gbps = min(sms * min(inflight / 600.0, 80.0), 4000.0)
             nbytes = gbps * 1e3 * 250
-            pts.append({"set": "smem_pad", "smem_per_sm_B": 225 << 10, "ilp": ilp, "minb": 2, "threads": threads, "bps": bps, "sms": sms, "stride": 1, "regs": 32,
-                        "resident_bps": bps, "inflight_per_sm_B": inflight, "bytes": nbytes, "us": [250.0, 251.0, 249.0]})
+            pts.append({"set": "smem_pad", "smem_per_sm_B": 225 << 10, "ilp": ilp, "minb": 2, "threads": threads,
+                        "bps": bps, "sms": sms, "stride": 1, "regs": 32, "resident_bps": bps,
+                        "inflight_per_sm_B": inflight, "bytes": nbytes, "us": [250.0, 251.0, 249.0]})
     pts.append({"set": "smem_pad", "smem_per_sm_B": 225 << 10, "ilp": 8, "minb": 1, "threads": 1024, "bps": 2,
                 "sms": 1, "stride": 1, "regs": 56,
                 "resident_bps": 1, "inflight_per_sm_B": 262144})
@@ -82,7 +83,8 @@ def cost_raw() -> dict:
 
 def chain_raw() -> dict:
     pts = []
-    for mode, per in (("graph", 5.0), ("pdl_never", 4.8), ("pdl_late", 4.7), ("pdl_early", 5.5), ("pdl_early_readfirst", 4.5)):
+    for mode, per in (("graph", 5.0), ("pdl_never", 4.8), ("pdl_late", 4.7), ("pdl_early", 5.5),
+                      ("pdl_early_readfirst", 4.5)):
         pts.append({"bytes": 4 << 20, "shape": "1/SM", "mode": mode, "blocks": 132, "threads": 512, "kernels": 32,
                     "us": [32 * per]})
     return {"sweep": "chain", **HEAD, "points": pts}
@@ -257,7 +259,8 @@ def test_committed_results_and_their_readme_agree():
     assert all(c["pdl_early_delta_pct"] < 0 for c in chain.values())  # early trigger never lost here
     slower = {k for k, c in chain.items() if c["pdl_late_delta_pct"] > 3}
     assert slower == {("2/SM", 16), ("2/SM", 64), ("4/SM", 64)}
-    placed = {(p["shape"], round(p["bytes"] / 2**20), p["mode"]): p["max_blocks_per_sm"] for p in raws["chain"]["points"]}
+    placed = {(p["shape"], round(p["bytes"] / 2**20), p["mode"]): p["max_blocks_per_sm"]
+              for p in raws["chain"]["points"]}
     assert all(placed[(sh, mib, "pdl_late")] > placed[(sh, mib, "graph")] + 1 for sh, mib in slower)
     one_sm = [r for r in s["bwl1"]["rows"] if r["sms"] == 1 and r["ilp"] == 4 and r["bps"] >= 2]
     assert max(r["GBps"] for r in one_sm) > 1.5 * 94.66  # well over the calibrated per-SM cap

@@ -28,7 +28,7 @@ def test_rows_carry_the_tile_and_what_it_streams():
     s = mksim.build_schedule("llama-3.2-1b", "h200", "megakernel")
     prog = encode(s)
     g = s.graph
-    for row, t in zip(prog.tasks[:500].tolist(), prog.task_id[:500].tolist()):
+    for row, t in zip(prog.tasks[:500].tolist(), prog.task_id[:500].tolist(), strict=True):
         op = g.ops[g.op_of[t]]
         assert row[0] == OPCODES[op.kind] and row[1] == g.op_of[t] and row[2] == g.tile_of[t]
         b = g.bounds[g.op_of[t]]

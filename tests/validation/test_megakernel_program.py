@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _struct_fields(path: Path, name: str) -> list[str]:
     """Member names of ``struct name { ... };`` in a CUDA source, in order."""
-    body = re.search(r"struct %s \{(.*?)\n\};" % name, path.read_text(), re.S).group(1)
+    body = re.search(rf"struct {name} \{{(.*?)\n\}};", path.read_text(), re.S).group(1)
     names = []
     for line in body.splitlines():
         decl = line.split("//")[0].strip()
@@ -229,7 +229,8 @@ def test_the_kernels_fragment_walk_computes_the_product(T):
         w1 = [words[q * 64 + 32 + lane] for lane in range(32)]
         xv = [xw[(kb * T + lane // 4) * 4 + lane % 4] if lane // 4 < T else np.zeros(8) for lane in range(32)]
         for s in range(2):
-            a = [[w0[l][4 * s:4 * s + 2], w1[l][4 * s:4 * s + 2], w0[l][4 * s + 2:4 * s + 4], w1[l][4 * s + 2:4 * s + 4]]
+            a = [[w0[l][4 * s:4 * s + 2], w1[l][4 * s:4 * s + 2],
+                  w0[l][4 * s + 2:4 * s + 4], w1[l][4 * s + 2:4 * s + 4]]
                  for l in range(32)]
             bb = [[xv[l][4 * s:4 * s + 2], xv[l][4 * s + 2:4 * s + 4]] for l in range(32)]
             y[rg * 16:rg * 16 + 16] += _mma(a, bb)[:, :T]
@@ -240,11 +241,11 @@ def test_llama_matmuls_run_on_the_tensor_cores():
     wl = mksim.models.workload("llama-3.2-1b", batch=1, kv_len=128)
     s = mksim.build_schedule(wl, "h200", "megakernel", **P.kernel_options("llama-3.2-1b", 1))
     plan = P.plan(s)
-    mm = [r for r, op in zip(plan.ops, wl.ops) if op.kind == "matmul"]
+    mm = [r for r, op in zip(plan.ops, wl.ops, strict=True) if op.kind == "matmul"]
     assert mm and all(r["opt"] & P.OPT_MMA for r in mm)
     assert all(plan.buffers[r["W"]].layout == "mma" for r in mm)
     s2 = mksim.build_schedule(wl, "h200", "megakernel", **(P.kernel_options("llama-3.2-1b", 1) | {"page_KiB": 2.5}))
-    assert not any(r["opt"] & P.OPT_MMA for r, op in zip(P.plan(s2).ops, wl.ops) if op.kind == "matmul")
+    assert not any(r["opt"] & P.OPT_MMA for r, op in zip(P.plan(s2).ops, wl.ops, strict=True) if op.kind == "matmul")
 
 
 def test_task_slots_hold_an_op_description_and_a_task_row():

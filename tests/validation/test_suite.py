@@ -308,7 +308,8 @@ def _between(text: str, begin: str, end: str) -> str:
 
 def test_docs_schedules_table_is_current():
     assert _between(PAGE.read_text(), "<!-- validation-schedules:begin -->", "<!-- validation-schedules:end -->") \
-        == schedules_table(), "regenerate with: python -c 'import validation.suite_schedules as v; print(v.schedules_table())'"
+        == schedules_table(), \
+        "regenerate with: python -c 'import validation.suite_schedules as v; print(v.schedules_table())'"
 
 
 def test_docs_results_table_is_current():
@@ -316,7 +317,8 @@ def test_docs_results_table_is_current():
     if not summary.is_file():
         pytest.skip("the suite has not run on the H200 yet")
     assert _between(PAGE.read_text(), vs.DOCS_BEGIN, vs.DOCS_END) == vs.markdown_table(
-        json.loads(summary.read_text())), "regenerate with: mksim validate report validation/results/h200 --docs docs/validation.md"
+        json.loads(summary.read_text())), \
+        "regenerate with: mksim validate report validation/results/h200 --docs docs/validation.md"
 
 
 def _doc_commands() -> list[str]:

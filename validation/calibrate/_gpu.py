@@ -44,7 +44,8 @@ class Gpu:
         self.sms = int(props["multiProcessorCount"])
         self.l2_B = int(props["l2CacheSize"])
         self.cc = f"{props['major']}.{props['minor']}"
-        self.smem_optin_B = int(props.get("sharedMemPerBlockOptin") or props.get("sharedMemPerMultiprocessor", 0) - 1024)
+        self.smem_optin_B = int(props.get("sharedMemPerBlockOptin")
+                                or props.get("sharedMemPerMultiprocessor", 0) - 1024)
         self.driver = cp.cuda.runtime.driverGetVersion()
         self.runtime = cp.cuda.runtime.runtimeGetVersion()
         src = (HERE / "kernels.cu").read_text()
@@ -384,8 +385,8 @@ class Gpu:
                 err = float(cp.linalg.norm(y - ref) / cp.linalg.norm(ref))
                 bad = cp.where(~cp.isfinite(y))[0]
                 self.check(err < 1e-4, f"matvec {N}x{K} relative error {err:.2e}; {bad.size} rows not finite "
-                                       f"(first {bad[:4].tolist()}), grid {grid} x {rows_per_block} rows, inputs finite: "
-                                       f"{bool(cp.isfinite(Wf).all())}, {bool(cp.isfinite(x).all())}")
+                                       f"(first {bad[:4].tolist()}), grid {grid} x {rows_per_block} rows, "
+                                       f"inputs finite: {bool(cp.isfinite(Wf).all())}, {bool(cp.isfinite(x).all())}")
                 rows.append({"fn": "matvec", "N": N, "K": K, "bytes": N * K * 2 + K * 4 + N * 4, "us": t,
                              "rel_err": err, "grid": grid})
         rn = self.fn("rmsnorm")
@@ -427,7 +428,8 @@ class Gpu:
                 o = cp.empty(BG * splits * R * D, dtype=cp.float32)
                 m = cp.empty(BG * splits * R, dtype=cp.float32)
                 lsum = cp.empty_like(m)
-                t = self.time_us(lambda: k((BG, splits), (threads,), (q, K, V, o, m, lsum, np.int32(L), np.int32(chunk)),
+                t = self.time_us(lambda: k((BG, splits), (threads,),
+                                           (q, K, V, o, m, lsum, np.int32(L), np.int32(chunk)),
                                            stream=self.stream, shared_mem=smem))
                 f64 = lambda a: (a.astype(cp.uint32) << 16).view(cp.float32).astype(cp.float64)  # noqa: E731
                 Kf, Vf = f64(K).reshape(BG, L, D), f64(V).reshape(BG, L, D)

@@ -71,16 +71,16 @@ def params(raw: dict, spec_GBps: float) -> tuple[list[Param], dict]:
                       f"repeated passes over {mem['l2_region_bytes'] / 2**20:.0f} MiB, all SMs"))
     lat = raw.get("latency")
     if lat:
-        rows = {r["size_bytes"]: r["ns_per_load"] for r in lat["chase"]}
-        fits["chase_ns"] = {str(k): _med(v) for k, v in rows.items()}
-        l2_size = 8 << 20 if (8 << 20) in rows else min(rows)
-        dram_size = 1 << 30 if (1 << 30) in rows else max(rows)
-        out.append(_p("memory.l2.latency_ns", _med(rows[l2_size]), rows[l2_size],
+        chase = {r["size_bytes"]: r["ns_per_load"] for r in lat["chase"]}
+        fits["chase_ns"] = {str(k): _med(v) for k, v in chase.items()}
+        l2_size = 8 << 20 if (8 << 20) in chase else min(chase)
+        dram_size = 1 << 30 if (1 << 30) in chase else max(chase)
+        out.append(_p("memory.l2.latency_ns", _med(chase[l2_size]), chase[l2_size],
                       f"pointer chase over {l2_size >> 20} MiB (L2-resident), one dependent load per 128 B line"))
-        big = max(rows)
-        out.append(_p("memory.dram.latency_ns", _med(rows[dram_size]), rows[dram_size],
+        big = max(chase)
+        out.append(_p("memory.dram.latency_ns", _med(chase[dram_size]), chase[dram_size],
                       f"pointer chase over {dram_size >> 20} MiB after an L2 flush; over {big >> 20} MiB "
-                      f"{_med(rows[big]):.0f} ns (TLB misses)"))
+                      f"{_med(chase[big]):.0f} ns (TLB misses)"))
     conc = raw.get("concurrency")
     if conc:
         # The same bytes in flight can come from more warps or more loads per warp; the fit takes the
@@ -89,9 +89,9 @@ def params(raw: dict, spec_GBps: float) -> tuple[list[Param], dict]:
         for p in conc["points"]:
             st = stat(p["us"])
             bw = _gbps(p["bytes"], st.median)
-            key = (p["sms"], p["inflight_bytes"])
-            if bw > best.get(key, (0.0, 0.0))[0]:
-                best[key] = (bw, st.spread)
+            point = (p["sms"], p["inflight_bytes"])
+            if bw > best.get(point, (0.0, 0.0))[0]:
+                best[point] = (bw, st.spread)
         keys = sorted(best)
         fit = fit_concurrency([k[0] for k in keys], [k[1] for k in keys], [best[k][0] for k in keys])
         fits["concurrency"] = {**asdict(fit), "knee_KiB": fit.knee_KiB}
@@ -115,10 +115,10 @@ def params(raw: dict, spec_GBps: float) -> tuple[list[Param], dict]:
         bp = fit_boundary_parts(parts["rows"], spec_GBps)
         fits["boundary_parts"] = asdict(bp)
         where = f"{raw['meta'].get('host', 'another GPU')}, boundary_parts.cu"
-        graph = bp.block_setup_us + bp.first_load_us
+        plain = bp.block_setup_us + bp.first_load_us
         out.append(_p("runtime.launch.block_setup_us", bp.block_setup_us, bp.block_setup_spread,
                       f"{where}: 16-kernel chains reading {bp.read_bytes / 1024:.0f} KiB per kernel, each minus 16 "
-                      f"empty kernels: {graph:.2f} us in a plain graph, {bp.first_load_us:.2f} us under PDL with the "
+                      f"empty kernels: {plain:.2f} us in a plain graph, {bp.first_load_us:.2f} us under PDL with the "
                       "blocks resident and waiting; the difference is a block's set-up before its first load",
                       digits=3))
         out.append(_p("runtime.launch.first_load_us", bp.first_load_us, bp.first_load_spread,
@@ -145,11 +145,11 @@ def params(raw: dict, spec_GBps: float) -> tuple[list[Param], dict]:
         for mode, rows in chains.items():
             if len(rows) >= 2:
                 fits[f"chain_{mode}"] = asdict(fit_boundary([r["bytes"] for r in rows], [_med(r["us"]) for r in rows]))
-        sync = {r["blocks_per_sm"]: r["us"] for r in launch.get("grid_sync", [])}
-        fits["grid_sync_us"] = {str(k): _med(v) for k, v in sync.items()}
-        if 1 in sync:
-            more = ", ".join(f"{k}/SM {_med(v):.2f}" for k, v in sorted(sync.items()) if k > 1)
-            out.append(_p("runtime.sync.grid_barrier_us", _med(sync[1]), sync[1],
+        grid_sync = {r["blocks_per_sm"]: r["us"] for r in launch.get("grid_sync", [])}
+        fits["grid_sync_us"] = {str(k): _med(v) for k, v in grid_sync.items()}
+        if 1 in grid_sync:
+            more = ", ".join(f"{k}/SM {_med(v):.2f}" for k, v in sorted(grid_sync.items()) if k > 1)
+            out.append(_p("runtime.sync.grid_barrier_us", _med(grid_sync[1]), grid_sync[1],
                           f"cooperative grid.sync() with 1 block per SM ({more} us)"))
     sync = raw.get("sync")
     if sync:

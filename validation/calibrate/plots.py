@@ -61,7 +61,8 @@ def write_plots(raws: list[dict], fits: list[dict], out_dir: Path, stem: str) ->
     if "concurrency" in raw:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         c = fit.get("concurrency")
-        model = ConcurrencyFit(c["latency_ns"], c["per_sm_max_GBps"], c["chip_max_GBps"], c["rms_log_err"]) if c else None
+        model = (ConcurrencyFit(c["latency_ns"], c["per_sm_max_GBps"], c["chip_max_GBps"], c["rms_log_err"])
+                 if c else None)
         for i, (inflight, (xs, ys)) in enumerate(concurrency_series(raw).items()):
             color = plt.cm.viridis(i / max(len(concurrency_series(raw)) - 1, 1))
             ax.plot(xs, ys, "o", color=color, ms=3, label=f"{inflight / 1024:g} KiB/SM")
@@ -107,8 +108,8 @@ def write_plots(raws: list[dict], fits: list[dict], out_dir: Path, stem: str) ->
 
     if "latency" in raw:
         fig, ax = plt.subplots(figsize=(6, 4))
-        x, y = latency_series(raw)
-        ax.plot(x, y, "o-")
+        mib, ns = latency_series(raw)
+        ax.plot(mib, ns, "o-")
         ax.set_xscale("log")
         ax.set_xlabel("pointer-chase footprint (MiB)")
         ax.set_ylabel("ns per dependent load")

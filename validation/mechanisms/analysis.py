@@ -113,7 +113,8 @@ def bw_rows(raw: dict[str, Any]) -> list[dict[str, Any]]:
         gbps = p["bytes"] / median(p["us"]) / 1e3
         per_sm = gbps / p["sms"]
         rows.append({
-            "set": p["set"], "smem_per_sm_KiB": p["smem_per_sm_B"] / 1024, "ilp": p["ilp"], "minb": p["minb"], "regs": p["regs"], "threads": p["threads"], "bps": p["bps"],
+            "set": p["set"], "smem_per_sm_KiB": p["smem_per_sm_B"] / 1024, "ilp": p["ilp"], "minb": p["minb"],
+            "regs": p["regs"], "threads": p["threads"], "bps": p["bps"],
             "sms": p["sms"], "stride": p["stride"], "inflight_per_sm_KiB": p["inflight_per_sm_B"] / 1024,
             "GBps": gbps, "GBps_per_sm": per_sm, "spread": spread(p["us"]),
             "little_latency_ns": p["inflight_per_sm_B"] / per_sm,
@@ -190,10 +191,12 @@ def summarize_cost(raw: dict[str, Any]) -> dict[str, Any]:
     for name, rows in shapes.items():
         rows.sort(key=lambda r: r["bytes"])
         x = [r["bytes"] for r in rows]
-        fits = {k: fit_line(x, [r[k] for r in rows]).__dict__ for k in ("graph_per_kernel_us", "marginal_us", "event_us")}
+        fits = {k: fit_line(x, [r[k] for r in rows]).__dict__
+                for k in ("graph_per_kernel_us", "marginal_us", "event_us")}
         big = [r for r in rows if r["bytes"] >= 16 << 20]
         if len(big) >= 2:
-            fits["marginal_us_from_16MiB"] = fit_line([r["bytes"] for r in big], [r["marginal_us"] for r in big]).__dict__
+            fits["marginal_us_from_16MiB"] = fit_line([r["bytes"] for r in big],
+                                                      [r["marginal_us"] for r in big]).__dict__
         out[name] = {"rows": rows, "fits": fits}
     return out
 
@@ -204,7 +207,8 @@ def summarize_chain(raw: dict[str, Any]) -> list[dict[str, Any]]:
     graph (negative: PDL saves time)."""
     cells: dict[tuple[float, str], dict[str, Any]] = {}
     for p in raw["points"]:
-        c = cells.setdefault((p["bytes"], p["shape"]), {"bytes": p["bytes"], "shape": p["shape"], "blocks": p["blocks"]})
+        c = cells.setdefault((p["bytes"], p["shape"]),
+                             {"bytes": p["bytes"], "shape": p["shape"], "blocks": p["blocks"]})
         c[p["mode"]] = median(p["us"]) / p["kernels"]
     out = []
     for (_, _), c in sorted(cells.items()):
@@ -279,7 +283,8 @@ def summarize_tma(raw: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-SUMMARIZERS = {"bw": summarize_bw, "bwl1": summarize_bwl1, "tma": summarize_tma, "cost": summarize_cost, "chain": summarize_chain, "opb": summarize_opb}
+SUMMARIZERS = {"bw": summarize_bw, "bwl1": summarize_bwl1, "tma": summarize_tma, "cost": summarize_cost,
+               "chain": summarize_chain, "opb": summarize_opb}
 
 
 def summarize(raws: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -307,7 +312,8 @@ def table(summary: dict[str, Any]) -> str:
         for r in s["rows"]:
             if r["stride"] == 1:
                 by.setdefault((r["ilp"], r["minb"], r["threads"], r["bps"]), {})[r["sms"]] = r
-        for (ilp, _minb, thr, bps), d in sorted(by.items(), key=lambda kv: (kv[1][min(kv[1])]["inflight_per_sm_KiB"], kv[0])):
+        for (ilp, _minb, thr, bps), d in sorted(by.items(),
+                                                key=lambda kv: (kv[1][min(kv[1])]["inflight_per_sm_KiB"], kv[0])):
             any_r = next(iter(d.values()))
             top = d[max(d)]
             one = f"{d[1]['GBps']:7.1f}" if 1 in d else "      -"
@@ -315,9 +321,10 @@ def table(summary: dict[str, Any]) -> str:
             lines.append(f"{ilp:4d} {any_r['regs']:4d} {thr:5d} {bps:3d} {any_r['inflight_per_sm_KiB']:6.0f} {one} "
                          f"{eight} {top['GBps']:7.0f}")
         for k in s["knee_all_sms"]:
-            lines.append(f"knee: {100 * k['fraction']:.0f}% of {k['max_GBps']:.0f} GB/s from {k['inflight_per_sm_KiB']:.0f} KiB/SM")
+            lines.append(f"knee: {100 * k['fraction']:.0f}% of {k['max_GBps']:.0f} GB/s "
+                         f"from {k['inflight_per_sm_KiB']:.0f} KiB/SM")
         for d in s.get("l1", []):
-            pts = " ".join(f"{m:.0f}:{g:.0f}" for m, g in zip(d["smem_per_sm_KiB"], d["GBps_per_sm"]))
+            pts = " ".join(f"{m:.0f}:{g:.0f}" for m, g in zip(d["smem_per_sm_KiB"], d["GBps_per_sm"], strict=True))
             lines.append(f"  l1 ilp {d['ilp']} {d['threads']}x{d['bps']} ({d['inflight_per_sm_KiB']:.0f} KiB) on "
                          f"{d['sms']} SMs, smem KiB:GB/s per SM  {pts}")
     if "tma" in summary:
@@ -328,9 +335,11 @@ def table(summary: dict[str, Any]) -> str:
         for (kib, depth), d in sorted(by_cfg.items(), key=lambda kv: (kv[0][0] * kv[0][1], kv[0])):
             one = f"{d[1]['GBps']:7.1f}" if 1 in d else "      -"
             top = d[max(d)]
-            lines.append(f"  {kib:4.0f} KiB x {depth:2d} = {kib * depth:4.0f} KiB: 1 SM {one}  {max(d)} SMs {top['GBps']:7.0f}")
+            lines.append(f"  {kib:4.0f} KiB x {depth:2d} = {kib * depth:4.0f} KiB: "
+                         f"1 SM {one}  {max(d)} SMs {top['GBps']:7.0f}")
     if "cost" in summary:
-        lines.append("cost: fits t = a + bytes/BW (marginal time per kernel in a 16-kernel graph; one launch with events)")
+        lines.append("cost: fits t = a + bytes/BW "
+                     "(marginal time per kernel in a 16-kernel graph; one launch with events)")
         for name, c in summary["cost"].items():
             m, e = c["fits"]["marginal_us"], c["fits"]["event_us"]
             lines.append(f"  {name:12s} graph a={m['intercept_us']:6.2f} us BW={m['bandwidth_GBps']:6.0f} "
@@ -338,15 +347,18 @@ def table(summary: dict[str, Any]) -> str:
                          f"BW={e['bandwidth_GBps']:6.0f}")
     if "chain" in summary:
         lines.append("chain: us per kernel (32-kernel graph); PDL modes as % vs plain graph")
-        lines.append(f"{'MiB':>4} {'shape':12s} {'graph':>7} {'never':>7} {'late':>7} {'early':>7} {'e+read':>7}")
+        lines.append(f"{'MiB':>4} {'shape':12s} {'graph':>7} {'never':>7} {'late':>7} {'early':>7} "
+                     f"{'e+read':>7}")
         for c in summary["chain"]:
             pct = [f"{c.get(m + '_delta_pct', float('nan')):+7.1f}" for m in PDL_MODES]
-            lines.append(f"{c['bytes'] / 2**20:4.0f} {c['shape']:12s} {c.get('graph', float('nan')):7.2f} {' '.join(pct)}")
+            lines.append(f"{c['bytes'] / 2**20:4.0f} {c['shape']:12s} {c.get('graph', float('nan')):7.2f} "
+                         f"{' '.join(pct)}")
     if "opb" in summary:
         s = summary["opb"]
         lines.append(f"opb: op boundary (globaltimer step {s['globaltimer_step_ns']} ns)")
         for r in s["rows"]:
-            lat = (f" lat first {r['lat_first_ns']:6.0f} last {r['lat_last_ns']:6.0f} ns" if "lat_first_ns" in r else "")
+            lat = (f" lat first {r['lat_first_ns']:6.0f} last {r['lat_last_ns']:6.0f} ns"
+                   if "lat_first_ns" in r else "")
             lines.append(f"  {r['mode']:7s} work {r['work_ns']:5.0f} ns region {r['region_B'] / 1024:5.0f} KiB: "
                          f"{r['per_op_us']:7.2f} us/op bg {r['bg_GBps']:6.0f} GB/s{lat}")
         for d in s["drained_boundary"]:
@@ -394,7 +406,7 @@ def headline_rows(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
                  f"{_lo_hi(lat1)} / {_lo_hi(latk)} ns"))
     for d in summary["bwl1"]["l1"]:
         if d["sms"] == 1 and (d["ilp"], d["threads"], d["bps"]) == (4, 1024, 2):
-            pts = ", ".join(f"{m:.0f}: {g:.0f}" for m, g in zip(d["smem_per_sm_KiB"], d["GBps_per_sm"]))
+            pts = ", ".join(f"{m:.0f}: {g:.0f}" for m, g in zip(d["smem_per_sm_KiB"], d["GBps_per_sm"], strict=True))
             rows.append(("L1 bounds bytes in flight", "1 SM, 2 x 1024 threads x 4 loads; shared KiB/SM: GB/s", pts))
     for d in summary["tma"]:
         if d["sms"] == 1 and d["depth"] == 4:

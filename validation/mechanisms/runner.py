@@ -89,7 +89,8 @@ def sass_loads(binary: Path) -> dict[str, int]:
     """``ldg_runs`` of the built binary, or {} where cuobjdump is absent."""
     if shutil.which("cuobjdump") is None:
         return {}
-    r = subprocess.run(["cuobjdump", "--dump-sass", str(binary)], check=False, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(["cuobjdump", "--dump-sass", str(binary)], check=False, capture_output=True, text=True,
+                       timeout=120)
     return ldg_runs(r.stdout) if r.returncode == 0 else {}
 
 

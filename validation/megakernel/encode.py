@@ -75,7 +75,8 @@ def encode_queues(g, queues: list[list[int]], sync: str = "counter") -> Program:
     op_of, tile_of = g.op_of.tolist(), g.tile_of.tolist()
     bounds = [b.tolist() for b in g.bounds]
     stream_B = (g.weight_bytes + g.kv_read_bytes).tolist()
-    rows, deps, ids, starts = [], [], [], [0]
+    rows, ids, starts = [], [], [0]
+    deps: list[tuple[int, int, int, int]] = []
     for q in queues:
         for t in q:
             op = op_of[t]
@@ -101,7 +102,7 @@ def decode(program: Program) -> tuple[list[list[int]], dict[int, tuple[tuple[int
     qs = program.queue_start.tolist()
     for s in range(len(qs) - 1):
         queues.append(program.task_id[qs[s]:qs[s + 1]].tolist())
-    for row, t in zip(program.tasks.tolist(), program.task_id.tolist()):
+    for row, t in zip(program.tasks.tolist(), program.task_id.tolist(), strict=True):
         d0, n = row[5], row[6]
         deps[t] = tuple((p, t0, t1) for _kind, p, t0, t1 in program.deps[d0:d0 + n].tolist())
     return queues, deps

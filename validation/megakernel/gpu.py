@@ -19,6 +19,7 @@ import os
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -80,13 +81,14 @@ _PROGRAMMATIC_STREAM_SERIALIZATION = 6
 class _Launch:
     """One prepared launch of a kernel: its config and argument block, kept alive together."""
 
-    _lib = None
+    _lib: ctypes.CDLL | None = None
 
     def __init__(self, func_ptr: int, grid: int, threads: int, smem: int, stream_ptr: int, args: list, pdl: bool):
         if _Launch._lib is None:
             _Launch._lib = ctypes.CDLL("libcuda.so.1")
             _Launch._lib.cuLaunchKernelEx.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                                       ctypes.c_void_p]
+        self.lib = _Launch._lib
         self.attr = _Attr()
         self.attr.id = _PROGRAMMATIC_STREAM_SERIALIZATION
         self.attr.val[0] = 1  # programmaticStreamSerializationAllowed
@@ -96,7 +98,7 @@ class _Launch:
         self.func = func_ptr
 
     def __call__(self) -> None:
-        rc = _Launch._lib.cuLaunchKernelEx(ctypes.byref(self.cfg), self.func, self.argv, None)
+        rc = self.lib.cuLaunchKernelEx(ctypes.byref(self.cfg), self.func, self.argv, None)
         if rc != 0:
             raise MksimError(f"cuLaunchKernelEx failed with CUDA error {rc}")
 
@@ -146,13 +148,15 @@ class Runner:
         self.trace = cp.zeros((len(prog.tasks), 4), dtype=cp.uint64)
         params = np.zeros(1, dtype=P.PARAM_FIELDS)
         for f, a in zip(P.PARAM_PTR_FIELDS, (self.d_tasks, self.d_qs, self.d_deps, self.d_tiles, self.d_ops,
-                                             self.counters, self.flags, self.barrier, self.error, self.trace)):
+                                             self.counters, self.flags, self.barrier, self.error, self.trace),
+                        strict=True):
             params[0][f] = a.data.ptr
-        for f, v in zip(P.PARAM_INT_FIELDS, (n_ops, plan.page_B, plan.depth, plan.x_B, schedule.workload.batch * plan.acc_rows,
-                                             plan.acc_rows, int(plan.ahead), 0)):
+        for f, v in zip(P.PARAM_INT_FIELDS, (n_ops, plan.page_B, plan.depth, plan.x_B,
+                                             schedule.workload.batch * plan.acc_rows, plan.acc_rows, int(plan.ahead),
+                                             0), strict=True):
             params[0][f] = v
         self.d_params = cp.asarray(params.view(np.uint8))
-        self.graph = None
+        self.graph: Any = None  # a cupy.cuda.graph.Graph once captured (cupy ships no type stubs)
         self.launches: list[_Launch] = []
         if schedule.mode in ("stream", "graph", "graph_pdl"):
             func = self.k_chain.kernel.ptr
@@ -262,10 +266,10 @@ class Runner:
         tb = self.torch_buffers()
         ops = self.schedule.workload.ops
         local = reference.run(self.plan, tb, local=True)
-        e_local = {op.name: reference.rel_err(tb[n], local[n]) for op, n in zip(ops, self.plan.outputs)}
+        e_local = {op.name: reference.rel_err(tb[n], local[n]) for op, n in zip(ops, self.plan.outputs, strict=True)}
         del local
         e2e = reference.run(self.plan, tb)
-        e_e2e = {op.name: reference.rel_err(tb[n], e2e[n]) for op, n in zip(ops, self.plan.outputs)}
+        e_e2e = {op.name: reference.rel_err(tb[n], e2e[n]) for op, n in zip(ops, self.plan.outputs, strict=True)}
         return e_local, e_e2e
 
     def trace_summary(self) -> dict:
@@ -356,7 +360,7 @@ def measure(schedule, *, reps: int = 20, watchdog_s: float = 60.0, source_dir: P
     r = Runner(schedule, source_dir=source_dir)
     try:
         errs, e2e = r.check(watchdog_s)
-        worst = max(errs, key=errs.get)
+        worst = max(errs, key=errs.__getitem__)
         times = r.time(reps, watchdog_s)
         trace = r.trace_summary()
         if raw_trace is not None:  # the last run's stamps, with the task rows they belong to
