@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mksim.extras import require
 from mksim.workload import Workload, build_llm_workload
 
 from ._config import ModelConfig, builtin_names, config_from_hf, get
@@ -40,6 +41,7 @@ def from_hf_config(path_or_dict: str | Path | Mapping[str, Any], **params: Any) 
 
 def from_torch(module: Any, example_inputs: Any, **params: Any) -> Workload:
     """A workload from a torch ``nn.Module`` traced on the meta device (see :mod:`mksim.models._torch`)."""
+    require("torch", "torch", "mksim.models.from_torch")  # one line naming the extra if torch is missing
     from ._torch import from_torch as _from_torch  # torch loads only here
 
     return _from_torch(module, example_inputs, **params)
