@@ -2,7 +2,7 @@
 // Each prints one JSON object on stdout (raw samples, no fitting; validation/mechanisms/run.py fits).
 //
 //   nvcc -O3 -arch=sm_90 -std=c++17 -o mech_bench mech_bench.cu
-//   mech_bench bw|bwl1|tma|chain|cost|opb [--quick]
+//   mech_bench bw|bwl1|tma|tma_nofence|chain|cost|opb [--quick]
 //
 // bw     DRAM read bandwidth vs bytes in flight: blocks per SM (1..8, forced exactly by shared memory),
 //        threads per block, 16-byte loads in flight per thread (ILP 1..16), active SMs (blocks whose
@@ -254,7 +254,7 @@ __device__ __forceinline__ bool mbar_try(unsigned long long* b, unsigned parity)
 constexpr int TMA_MAX_DEPTH = 16;
 __global__ void __launch_bounds__(256, 1) k_tma(const unsigned char* __restrict__ a, size_t chunk_B, unsigned stage_B,
                                                 int depth, int n_active, unsigned* slots, unsigned* part,
-                                                unsigned* errors) {
+                                                unsigned* errors, int fence) {
     extern __shared__ __align__(128) unsigned char stages[];
     __shared__ __align__(8) unsigned long long full[TMA_MAX_DEPTH];
     __shared__ int rank_s;
@@ -293,7 +293,9 @@ __global__ void __launch_bounds__(256, 1) k_tma(const unsigned char* __restrict_
             // Orders the generic-proxy reads above before the async-proxy refill. Measured on the
             // H200 (results/h200-mechanisms/raw/README.md, item 3), refills did not overlap: one
             // stage per ~380 ns + bytes / 118 GB/s at every depth >= 2; this fence is the suspect.
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            // `tma_nofence` leaves it out (the block barrier alone orders the reads, which have
+            // returned their values; the XOR check would show a stage overwritten too early).
+            if (fence) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             issue(it + depth);
         }
     }
@@ -597,7 +599,7 @@ static std::string run_bw(Ctx& c, bool l1) {
 }
 
 // tma: one SM's draw and the chip's versus the bytes a TMA pipeline keeps in flight.
-static std::string run_tma(Ctx& c) {
+static std::string run_tma(Ctx& c, bool fence) {
     BwBufs bb;
     CHECK(cudaMalloc(&bb.slots, c.sms * sizeof(unsigned)));
     CHECK(cudaMalloc(&bb.part, 8 * c.sms * sizeof(unsigned)));
@@ -613,11 +615,12 @@ static std::string run_tma(Ctx& c) {
             for (int n : sms_list) {
                 j.open();
                 j.num("stage_B", kib << 10); j.num("depth", depth); j.num("sms", n); j.num("threads", 256);
+                j.num("fence", fence ? 1 : 0);
                 j.num("inflight_per_sm_B", (double)smem);
                 const unsigned stage_B = kib << 10;
                 measure_point(c, j, bb, n, stage_B / 16, [&](const uint4* base, size_t chunk_vec) {
                     k_tma<<<c.sms, 256, smem, c.s>>>(reinterpret_cast<const unsigned char*>(base), chunk_vec * 16, stage_B,
-                                                    depth, n, bb.slots, bb.part, c.scratch + 1);
+                                                    depth, n, bb.slots, bb.part, c.scratch + 1, fence ? 1 : 0);
                 });
                 j.close();
             }
@@ -897,7 +900,7 @@ static std::string run_opb(Ctx& c) {
 // ------------------------------------------------------------------------------------ main
 int main(int argc, char** argv) {
     if (argc < 2) {
-        std::fprintf(stderr, "usage: mech_bench bw|bwl1|tma|chain|cost|opb [--quick]\n");
+        std::fprintf(stderr, "usage: mech_bench bw|bwl1|tma|tma_nofence|chain|cost|opb [--quick]\n");
         return 2;
     }
     const std::string what = argv[1];
@@ -922,7 +925,8 @@ int main(int argc, char** argv) {
     std::string body;
     if (what == "bw") body = run_bw(c, false);
     else if (what == "bwl1") body = run_bw(c, true);
-    else if (what == "tma") body = run_tma(c);
+    else if (what == "tma") body = run_tma(c, true);
+    else if (what == "tma_nofence") body = run_tma(c, false);
     else if (what == "chain") body = run_chain(c);
     else if (what == "cost") body = run_cost(c);
     else if (what == "opb") body = run_opb(c);
