@@ -10,7 +10,8 @@ scheduled with the overlay ``h200-mk-kernels-smNNN.toml`` of this folder (``h200
 generated kernel launches a persistent grid of N blocks, one per SM, on the real 132-SM chip.
 ``run`` checks every op against torch and times the step (:func:`validation.megakernel.gpu.measure`),
 writing ``DIR/measured.json`` (compact) after every case; ``summarize`` predicts the same schedules
-with mksim on this machine and writes ``summary.json`` with the MAPE.
+with mksim on this machine and writes ``summary.json`` with the MAPE (every ``DIR/measured*.json``: a
+case measured in several runs counts with the mean of its runs).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mksim.errors import MksimError
+from validation.megakernel.gpu import measure
 from validation.suite import Case, build, predicted_us
 
 HERE = Path(__file__).resolve().parent
@@ -53,8 +55,6 @@ def schedule(model: str, batch: int, mode: str, sms: int):
 
 
 def run(out: Path, only: list[str] | None = None, reps: int = 20) -> list[dict]:
-    from validation.megakernel.gpu import measure  # CuPy and the GPU only here
-
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     for model, batch, mode, sms in cases(only):
@@ -86,26 +86,72 @@ def run(out: Path, only: list[str] | None = None, reps: int = 20) -> list[dict]:
     return rows
 
 
-def summarize(measured: list[dict]) -> dict:
-    """The cases measured without error, each predicted on this machine, and their MAPE."""
+def summarize(runs: list[list[dict]]) -> dict:
+    """Every case measured correctly in at least one run, predicted on this machine: the mean of its
+    runs against the prediction, and the MAPE (overall, per SM count)."""
+    seen: dict[str, list[dict]] = {}
+    for rows in runs:
+        for r in rows:
+            if not r.get("error") and r.get("correct"):
+                seen.setdefault(r["name"], []).append(r)
     out = []
-    for r in measured:
-        if r.get("error") or not r.get("correct"):
-            continue
+    order = [case_name(*c) for c in cases()]
+    for name in sorted(seen, key=lambda n: order.index(n) if n in order else len(order)):
+        rs = seen[name]
+        r = rs[0]
         s = schedule(r["model"], r["batch"], r["mode"], r["sms"])
-        if len(s.queues) != r["kernel"]["blocks"]:
-            raise MksimError(f"{r['name']}: {len(s.queues)} queues predicted but {r['kernel']['blocks']} blocks ran")
+        blocks = {x["kernel"]["blocks"] for x in rs}
+        if blocks != {len(s.queues)}:
+            raise MksimError(f"{name}: {len(s.queues)} queues predicted but {sorted(blocks)} blocks ran")
         pred = predicted_us(s)
-        out.append({"name": r["name"], "model": r["model"], "batch": r["batch"], "mode": r["mode"],
-                    "sms": r["sms"], "hardware": overlay(r["sms"]).stem, "predicted_us": round(pred, 1),
-                    "measured_us": round(r["measured_us"], 1),
-                    "error_pct": round(100 * (pred / r["measured_us"] - 1), 2)})
-    errs = [abs(c["error_pct"]) for c in out]
-    by_sms = {str(n): round(sum(abs(c["error_pct"]) for c in out if c["sms"] == n)
-                            / max(1, sum(c["sms"] == n for c in out)), 2) for n in SMS}
+        meas = [x["measured_us"] for x in rs]
+        mean = sum(meas) / len(meas)
+        out.append({"name": name, "model": r["model"], "batch": r["batch"], "mode": r["mode"], "sms": r["sms"],
+                    "hardware": overlay(r["sms"]).stem, "predicted_us": round(pred, 1), "measured_us": round(mean, 1),
+                    "measured_runs_us": [round(m, 1) for m in meas],
+                    "error_pct": round(100 * (pred / mean - 1), 2)})
+
+    def mape(sel: list[dict]) -> float | None:
+        return round(sum(abs(c["error_pct"]) for c in sel) / len(sel), 2) if sel else None
+
     return {"what": "issue 16 what-if on silicon: persistent modes on N SMs of the H200, predicted with "
-                    "h200-mk-kernels and chip.sm.count = N", "target_mape_pct": 10.0, "cases": out,
-            "mape_pct": round(sum(errs) / len(errs), 2) if errs else None, "mape_pct_by_sms": by_sms}
+                    "h200-mk-kernels and chip.sm.count = N", "target_mape_pct": 10.0, "runs": len(runs),
+            "cases": out, "mape_pct": mape(out),
+            "mape_pct_by_sms": {str(n): mape([c for c in out if c["sms"] == n]) for n in SMS},
+            "mape_pct_by_mode": {m: mape([c for c in out if c["mode"] == m]) for m in MODES},
+            "mean_error_pct": round(sum(c["error_pct"] for c in out) / len(out), 2) if out else None,
+            "matmul_task_lines": matmul_task_lines(runs)}
+
+
+def matmul_task_lines(runs: list[list[dict]]) -> list[dict]:
+    """Per model, batch and mode, the line ``compute_us = fixed_us + bytes / GBps`` through the mean
+    matmul task of each SM count (from the kernel's trace; least squares over the runs' points): what
+    a matmul task costs in the generated kernel as its size changes with N (the tasks of N SMs are
+    132 / N times those of 132).
+
+    >>> r = lambda n, us: {"model": "m", "batch": 1, "mode": "x", "correct": True,
+    ...                    "trace": {"kinds": {"matmul": {"compute_us": us, "GBps_per_sm": 1e-3 * 1e6 / n / us}}}}
+    >>> matmul_task_lines([[r(33, 2 + 1e6 / 33 / 1e3), r(132, 2 + 1e6 / 132 / 1e3)]])[0]["fixed_us"]
+    2.0
+    """
+    pts: dict[tuple, list[tuple[float, float]]] = {}
+    for rows in runs:
+        for r in rows:
+            if r.get("error") or not r.get("correct"):
+                continue
+            m = r["trace"]["kinds"]["matmul"]
+            pts.setdefault((r["model"], r["batch"], r["mode"]), []).append(
+                (m["GBps_per_sm"] * m["compute_us"] * 1e3, m["compute_us"]))  # (bytes, us)
+    out = []
+    for (model, batch, mode), xy in pts.items():
+        if len({round(b) for b, _ in xy}) < 2:
+            continue
+        n = len(xy)
+        mb, mu = sum(b for b, _ in xy) / n, sum(u for _, u in xy) / n
+        slope = sum((b - mb) * (u - mu) for b, u in xy) / sum((b - mb) ** 2 for b, _ in xy)  # us per byte
+        out.append({"model": model, "batch": batch, "mode": mode, "points": n,
+                    "fixed_us": round(mu - slope * mb, 2), "GBps": round(1e-3 / slope, 1)})
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -123,12 +169,17 @@ def main(argv: list[str] | None = None) -> None:
         if a.cmd == "run":
             rows = run(a.out, a.only, a.reps)
             sys.exit(0 if rows and all("error" not in x and x["correct"] for x in rows) else 1)
-        summary = summarize(json.loads((a.dir / MEASURED).read_text()))
+        files = sorted(a.dir.glob("measured*.json"))
+        if not files:
+            raise MksimError(f"{a.dir}: no measured*.json (write them with: python -m validation.whatif run)")
+        summary = summarize([json.loads(f.read_text()) for f in files])
         (a.out or a.dir / SUMMARY).write_text(json.dumps(summary, indent=1) + "\n")
         for c in summary["cases"]:
             print(f"{c['name']:44s} predicted {c['predicted_us']:8.1f} measured {c['measured_us']:8.1f} "
                   f"{c['error_pct']:+6.1f} %")
-        print(f"MAPE {summary['mape_pct']} % over {len(summary['cases'])} cases; by SMs {summary['mape_pct_by_sms']}")
+        print(f"MAPE {summary['mape_pct']} % over {len(summary['cases'])} cases ({summary['runs']} runs); "
+              f"by SMs {summary['mape_pct_by_sms']}; by mode {summary['mape_pct_by_mode']}; "
+              f"mean signed {summary['mean_error_pct']} %")
     except (MksimError, OSError, json.JSONDecodeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
