@@ -2,7 +2,7 @@
 // Each prints one JSON object on stdout (raw samples, no fitting; validation/mechanisms/run.py fits).
 //
 //   nvcc -O3 -arch=sm_90 -std=c++17 -o mech_bench mech_bench.cu
-//   mech_bench bw|bwl1|tma|chain|cost|opb [--quick]
+//   mech_bench bw|bwl1|tma|tma_nofence|tma_bps|chain|cost|opb [--quick]
 //
 // bw     DRAM read bandwidth vs bytes in flight: blocks per SM (1..8, forced exactly by shared memory),
 //        threads per block, 16-byte loads in flight per thread (ILP 1..16), active SMs (blocks whose
@@ -252,16 +252,17 @@ __device__ __forceinline__ bool mbar_try(unsigned long long* b, unsigned parity)
     return ok != 0;
 }
 constexpr int TMA_MAX_DEPTH = 16;
-__global__ void __launch_bounds__(256, 1) k_tma(const unsigned char* __restrict__ a, size_t chunk_B, unsigned stage_B,
+__global__ void __launch_bounds__(256) k_tma(const unsigned char* __restrict__ a, size_t chunk_B, unsigned stage_B,
                                                 int depth, int n_active, unsigned* slots, unsigned* part,
-                                                unsigned* errors) {
+                                                unsigned* errors, int fence, int bps) {
     extern __shared__ __align__(128) unsigned char stages[];
     __shared__ __align__(8) unsigned long long full[TMA_MAX_DEPTH];
     __shared__ int rank_s;
     const unsigned sm = smid();
     if (sm >= (unsigned)n_active) return;
     if (threadIdx.x == 0) {
-        rank_s = atomicAdd(slots + sm, 1u) == 0 ? (int)sm : -1;
+        const unsigned slot = atomicAdd(slots + sm, 1u);  // bps blocks per SM, ranks sm * bps + slot
+        rank_s = slot < (unsigned)bps ? (int)(sm * bps + slot) : -1;
         if (rank_s < 0) atomicAdd(errors, 1u);
         for (int s = 0; s < depth; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem_addr(full + s)));
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -293,7 +294,9 @@ __global__ void __launch_bounds__(256, 1) k_tma(const unsigned char* __restrict_
             // Orders the generic-proxy reads above before the async-proxy refill. Measured on the
             // H200 (results/h200-mechanisms/raw/README.md, item 3), refills did not overlap: one
             // stage per ~380 ns + bytes / 118 GB/s at every depth >= 2; this fence is the suspect.
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            // `tma_nofence` leaves it out (the block barrier alone orders the reads, which have
+            // returned their values; the XOR check would show a stage overwritten too early).
+            if (fence) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             issue(it + depth);
         }
     }
@@ -597,7 +600,9 @@ static std::string run_bw(Ctx& c, bool l1) {
 }
 
 // tma: one SM's draw and the chip's versus the bytes a TMA pipeline keeps in flight.
-static std::string run_tma(Ctx& c) {
+// tma_bps: the same without the fence, with 1, 2 or 4 blocks (pipelines) per SM, each padded to
+// a 1/bps share of the shared memory: do copies overlap across blocks where they did not within one?
+static std::string run_tma(Ctx& c, bool fence, bool vary_bps = false) {
     BwBufs bb;
     CHECK(cudaMalloc(&bb.slots, c.sms * sizeof(unsigned)));
     CHECK(cudaMalloc(&bb.part, 8 * c.sms * sizeof(unsigned)));
@@ -605,23 +610,30 @@ static std::string run_tma(Ctx& c) {
     set_smem_attrs(c, k_tma, false);
     Json j;
     std::vector<int> sms_list = {1, 8, 33, 132};
-    if (c.quick) sms_list = {1, 132};
-    for (unsigned kib : {4u, 8u, 16u, 32u}) {
+    if (c.quick || vary_bps) sms_list = {1, 132};
+    const std::vector<int> bps_list = vary_bps ? std::vector<int>{1, 2, 4} : std::vector<int>{1};
+    for (int bps : bps_list) {
+      for (unsigned kib : {4u, 8u, 16u, 32u}) {
         for (int depth : {1, 2, 4, 8, 12, 16}) {
-            const size_t smem = (size_t)depth * (kib << 10);
-            if (smem > 200u << 10) continue;
+            if (vary_bps && depth != 2 && depth != 4) continue;
+            const size_t stages = (size_t)depth * (kib << 10);
+            const size_t smem = bps == 1 ? stages : pad_for(c, k_tma, bps);
+            if (stages > 200u << 10 || stages > smem) continue;
             for (int n : sms_list) {
                 j.open();
                 j.num("stage_B", kib << 10); j.num("depth", depth); j.num("sms", n); j.num("threads", 256);
-                j.num("inflight_per_sm_B", (double)smem);
+                j.num("fence", fence ? 1 : 0); j.num("bps", bps);
+                j.num("inflight_per_sm_B", (double)stages * bps);
                 const unsigned stage_B = kib << 10;
-                measure_point(c, j, bb, n, stage_B / 16, [&](const uint4* base, size_t chunk_vec) {
-                    k_tma<<<c.sms, 256, smem, c.s>>>(reinterpret_cast<const unsigned char*>(base), chunk_vec * 16, stage_B,
-                                                    depth, n, bb.slots, bb.part, c.scratch + 1);
+                measure_point(c, j, bb, n * bps, stage_B / 16, [&](const uint4* base, size_t chunk_vec) {
+                    k_tma<<<c.sms * bps, 256, smem, c.s>>>(reinterpret_cast<const unsigned char*>(base), chunk_vec * 16,
+                                                          stage_B, depth, n, bb.slots, bb.part, c.scratch + 1,
+                                                          fence ? 1 : 0, bps);
                 });
                 j.close();
             }
         }
+      }
     }
     CHECK(cudaFree(bb.slots));
     CHECK(cudaFree(bb.part));
@@ -897,7 +909,7 @@ static std::string run_opb(Ctx& c) {
 // ------------------------------------------------------------------------------------ main
 int main(int argc, char** argv) {
     if (argc < 2) {
-        std::fprintf(stderr, "usage: mech_bench bw|bwl1|tma|chain|cost|opb [--quick]\n");
+        std::fprintf(stderr, "usage: mech_bench bw|bwl1|tma|tma_nofence|tma_bps|chain|cost|opb [--quick]\n");
         return 2;
     }
     const std::string what = argv[1];
@@ -922,7 +934,9 @@ int main(int argc, char** argv) {
     std::string body;
     if (what == "bw") body = run_bw(c, false);
     else if (what == "bwl1") body = run_bw(c, true);
-    else if (what == "tma") body = run_tma(c);
+    else if (what == "tma") body = run_tma(c, true);
+    else if (what == "tma_nofence") body = run_tma(c, false);
+    else if (what == "tma_bps") body = run_tma(c, false, true);
     else if (what == "chain") body = run_chain(c);
     else if (what == "cost") body = run_cost(c);
     else if (what == "opb") body = run_opb(c);
