@@ -194,6 +194,8 @@ def breakdown_table(res: SimResult) -> Table:
 def sweep_table(rows: list[dict[str, Any]], model: str, gpu: str) -> Table:
     cols = ["batch", "kv_len", "stream_us", "graph_us", "graph_pdl_us", "persistent_barrier_us", "megakernel_us",
             "megakernel_speedup_vs_graph_pdl"]
+    if rows and "graph_pdl_us" not in rows[0]:  # a GPU without graph_pdl (compare_modes' "absent")
+        cols = [c for c in cols if "graph_pdl" not in c]
     t = make_table(f"{model} on {gpu}: latency (µs) by batch and context",
                    [c.replace("_us", "").replace("megakernel_speedup_vs_graph_pdl", "MK vs PDL") for c in cols])
     for r in rows:

@@ -104,3 +104,39 @@ def test_the_main_jobs_table_reads_well_at_80_columns():
             assert f" {row['latency_us']:.1f} " in main and f" {row['tokens_per_s']:.0f} " in main
             part = next(line for line in lines if line.startswith(f"{mode} "))
             assert [float(x) for x in part.split()[1:]] == [round(v, 1) for v in row["breakdown_us"].values()]
+
+
+def test_a_search_never_picks_a_mode_the_gpu_lacks():
+    from mksim.search import baseline_params
+    from mksim.search._space import chain_modes
+
+    assert chain_modes(hwmodels.load("h200")) == ("graph_pdl", "graph")
+    for name in sorted(NO_PDL) + ["mi300x"]:
+        g = hwmodels.load(name)
+        assert chain_modes(g) == ("graph",)
+        assert not [k for k in baseline_params(g) if "graph_pdl" in k]
+
+
+def test_a_search_on_a_gpu_without_pdl_runs_without_graph_pdl():
+    pytest.importorskip("optuna")
+    from mksim.search import baseline_params, search
+
+    n = len(baseline_params(hwmodels.load("l40s")))
+    res = search("llama-3.2-1b", "l40s", trials=n + 2, storage="memory")
+    assert "graph" in res.baselines and not [k for k in res.baselines if "graph_pdl" in k]
+    assert res.best["candidate"]["mode"] != "graph_pdl"
+
+
+def test_sweep_on_a_gpu_without_pdl():
+    from mksim.report import sweep_rows, sweep_series
+
+    rows = sweep_rows("llama-3.2-1b", "l40s", [1], [1024])
+    assert "graph_pdl_us" not in rows[0] and rows[0]["megakernel_speedup_vs_graph_pdl"] is None
+    assert "graph_pdl" not in sweep_series(rows)["latency_us"]
+    assert "graph_pdl" not in _render_table(tables.sweep_table(rows, "llama-3.2-1b", "l40s"))
+
+
+def _render_table(t) -> str:
+    con = Console(width=80, record=True, file=io.StringIO(), highlight=False)
+    con.print(t)
+    return con.export_text()
