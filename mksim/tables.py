@@ -17,13 +17,15 @@ from rich.text import Text
 import hwmodels
 from hwmodels import GPUSpec
 from mksim.console import make_table, si
+from mksim.schedule import modes_on
 from mksim.search import SearchResult, report_rows
 from mksim.sim import CATEGORIES, SimResult
 from mksim.workload import TaskGraph, Tiling, Workload
 
 __all__ = ["SHORT_CATEGORIES", "TABLE_WIDTH", "absent_lines", "breakdown_table", "compare_table", "floor_line",
-           "gpu_numbers", "gpu_numbers_table", "gpu_rows", "gpu_table", "models_table", "search_lines",
-           "search_table", "simulate_line", "source_lines", "sweep_table", "workload_summary", "workload_table"]
+           "gpu_absent_lines", "gpu_numbers", "gpu_numbers_table", "gpu_rows", "gpu_table", "models_table",
+           "search_lines", "search_table", "simulate_line", "source_lines", "sweep_table", "workload_summary",
+           "workload_table"]
 
 
 # -- hw --------------------------------------------------------------------------------------
@@ -153,6 +155,17 @@ def absent_lines(d: dict[str, Any], width: int = TABLE_WIDTH) -> list[str]:
     return lines
 
 
+def gpu_absent_lines(gpu: str | GPUSpec, width: int = TABLE_WIDTH) -> list[str]:
+    """:func:`absent_lines` for every mode ``gpu`` cannot run (what ``mksim search`` and ``mksim sweep``
+    leave out there).
+
+    >>> gpu_absent_lines("h200"), len(gpu_absent_lines("l40s"))
+    ([], 2)
+    """
+    g = hwmodels.load(gpu) if isinstance(gpu, str) else gpu
+    return absent_lines({"absent": modes_on(g)[1]}, width)
+
+
 def compare_table(d: dict[str, Any]) -> RenderableType:
     """:func:`mksim.compare.compare_modes`'s result as two tables that fit 80 columns: a row per mode
     and design (latency, tokens/s, HBM utilisation, speed-up), the modes the GPU lacks with the
@@ -191,7 +204,8 @@ def breakdown_table(res: SimResult) -> Table:
     return t
 
 
-def sweep_table(rows: list[dict[str, Any]], model: str, gpu: str) -> Table:
+def sweep_table(rows: list[dict[str, Any]], model: str, gpu: str) -> RenderableType:
+    """The sweep's latencies (:func:`mksim.report.sweep_rows`), then the modes ``gpu`` lacks and why."""
     cols = ["batch", "kv_len", "stream_us", "graph_us", "graph_pdl_us", "persistent_barrier_us", "megakernel_us",
             "megakernel_speedup_vs_graph_pdl"]
     if rows and "graph_pdl_us" not in rows[0]:  # a GPU without graph_pdl (compare_modes' "absent")
@@ -201,7 +215,8 @@ def sweep_table(rows: list[dict[str, Any]], model: str, gpu: str) -> Table:
     for r in rows:
         t.add_row(*(str(r[c]) if isinstance(r[c], int) else (f"{r[c]:.2f}×" if "speedup" in c else f"{r[c]:.1f}")
                     for c in cols))
-    return t
+    absent = gpu_absent_lines(gpu)
+    return Group(t, Text("\n".join(absent), no_wrap=True)) if absent else t
 
 
 # -- search ---------------------------------------------------------------------------------------

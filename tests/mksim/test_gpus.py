@@ -133,7 +133,10 @@ def test_sweep_on_a_gpu_without_pdl():
     rows = sweep_rows("llama-3.2-1b", "l40s", [1], [1024])
     assert "graph_pdl_us" not in rows[0] and rows[0]["megakernel_speedup_vs_graph_pdl"] is None
     assert "graph_pdl" not in sweep_series(rows)["latency_us"]
-    assert "graph_pdl" not in _render_table(tables.sweep_table(rows, "llama-3.2-1b", "l40s"))
+    text = _render_table(tables.sweep_table(rows, "llama-3.2-1b", "l40s"))
+    assert "graph_pdl left out: l40s has no programmatic dependent launch" in text and "MK vs PDL" not in text
+    assert max(map(len, text.splitlines())) <= 80
+    assert tables.gpu_absent_lines("l40s") == tables.absent_lines(compare_modes("llama-3.2-1b", "l40s"))
 
 
 def _render_table(t) -> str:
