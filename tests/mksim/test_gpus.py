@@ -5,6 +5,9 @@ well at 80 columns."""
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 
 import pytest
 from rich.console import Console
@@ -143,3 +146,23 @@ def _render_table(t) -> str:
     con = Console(width=80, record=True, file=io.StringIO(), highlight=False)
     con.print(t)
     return con.export_text()
+
+
+def _mksim(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mksim", *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "COLUMNS": "200"})
+
+
+def test_the_main_job_through_a_pipe_fits_80_columns():
+    r = _mksim("compare", "--model", "llama-3.2-1b", "--gpu", "h200")
+    assert r.returncode == 0, r.stderr
+    assert max(map(len, r.stdout.splitlines())) <= 80
+    for mode in MODES:
+        assert mode in r.stdout
+
+
+def test_simulate_graph_pdl_without_pdl_is_one_line():
+    r = _mksim("simulate", "--mode", "graph_pdl", "--gpu", "l40s")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith("error: mode graph_pdl: l40s has no programmatic dependent launch")
+    assert r.stderr.count("\n") == 1
