@@ -32,7 +32,7 @@ from hwmodels import GPUSpec
 from mksim import models
 from mksim.errors import UnknownNameError
 from mksim.models import ModelConfig
-from mksim.schedule import build_schedule, design_rows, modes_on
+from mksim.schedule import build_schedule, design_rows, get_design, modes_on
 from mksim.sim import SimResult, simulate
 from mksim.workload import Workload
 
@@ -123,22 +123,29 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
     return [fn(j) for j in jobs]
 
 
-def absent_rows(g: GPUSpec) -> dict[str, str]:
-    """``{mode: why}`` for the modes ``g`` cannot run (:func:`mksim.schedule.modes_on`): a comparison
-    leaves them out and says why.
+def absent_rows(g: GPUSpec, designs: str | None = None) -> dict[str, str]:
+    """``{row: why}`` for the modes ``g`` cannot run (:func:`mksim.schedule.modes_on`) and the rows of
+    the designs of ``designs`` it cannot have (:meth:`mksim.schedule.BaseDesign.available_on`): a
+    comparison leaves them out and says why.
 
     >>> import hwmodels
-    >>> absent_rows(hwmodels.load("h200"))
+    >>> absent_rows(hwmodels.load("h200"), "all")
     {}
     """
-    return modes_on(g)[1]
+    absent = dict(modes_on(g)[1])
+    by_design = design_rows()
+    for d in parse_designs(designs):
+        why = get_design(d).available_on(g)
+        if why is not None:
+            absent.update((row, why) for row, _ in by_design[d])
+    return absent
 
 
 def compare_workload(wl: Workload, g: GPUSpec, policy: str | None = None, designs: str | None = None,
                      opts: dict[str, Any] | None = None) -> dict[str, ModeSummary]:
-    """Every mode ``g`` can run (:data:`mksim.schedule.MODES`, in that order; :func:`absent_rows` says
-    why the others are left out), then a megakernel row per design of ``designs``
-    (:func:`mksim.schedule.design_rows`), simulated on ``wl`` and ``g``. ``policy`` and ``opts`` are the
+    """Every mode ``g`` can run (:data:`mksim.schedule.MODES`, in that order), then a megakernel row per
+    design of ``designs`` (:func:`mksim.schedule.design_rows`) that ``g`` can have, simulated on ``wl``
+    and ``g`` (:func:`absent_rows` says why the others are left out). ``policy`` and ``opts`` are the
     schedule options of the megakernel rows."""
     have = modes_on(g)[0]
     order = sorted(have, key=lambda m: m != "megakernel")  # the longest job first: the pool ends sooner
@@ -147,6 +154,8 @@ def compare_workload(wl: Workload, g: GPUSpec, policy: str | None = None, design
     rows = list(order)
     by_design = design_rows()
     for d in parse_designs(designs):
+        if get_design(d).available_on(g) is not None:
+            continue
         for row, kw in by_design[d]:
             jobs.append((wl, g, "megakernel", {**mk, **kw}))
             rows.append(row)
@@ -170,4 +179,4 @@ def compare_modes(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phas
     base = results["stream"].latency_us if "stream" in results else next(iter(results.values())).latency_us
     return {"model": model, "gpu": g.name, "workload": wl.name, "batch": batch, "kv_len": kv_len,
             "phase": phase, "bandwidth_floor_us": wl.bandwidth_floor_us(g.dram.bandwidth_spec_GBps * 1e9),
-            "modes": {mode: r.row(base) for mode, r in results.items()}, "absent": absent_rows(g)}
+            "modes": {mode: r.row(base) for mode, r in results.items()}, "absent": absent_rows(g, designs)}

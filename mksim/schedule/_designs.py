@@ -76,6 +76,11 @@ class BaseDesign:
         """Whether the design can be on in ``mode`` (:meth:`validate` says why not)."""
         return mode == "megakernel"
 
+    def available_on(self, gpu: GPUSpec) -> str | None:
+        """``None`` when the design can be on for ``gpu``; otherwise why not (``mksim compare --designs``
+        leaves its rows out with the reason; :meth:`validate` refuses it)."""
+        return None
+
     def validate(self, schedule: Schedule) -> None:
         """Raise :class:`ScheduleError` if the design's options are bad or the mode forbids them."""
 

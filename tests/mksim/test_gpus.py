@@ -166,3 +166,19 @@ def test_simulate_graph_pdl_without_pdl_is_one_line():
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.startswith("error: mode graph_pdl: l40s has no programmatic dependent launch")
     assert r.stderr.count("\n") == 1
+
+
+def test_designs_all_leaves_out_a_design_the_gpu_cannot_have():
+    from dataclasses import replace
+
+    from mksim.compare import absent_rows, compare_workload, make_workload
+
+    h = hwmodels.load("h200")
+    g = replace(h, name="no-movement", movement=replace(h.movement, mma_latency_ns=None))
+    rows = compare_workload(make_workload("llama-3.2-1b", n_sms=g.sm.count), g, designs="all")
+    assert "megakernel:native" not in rows and "megakernel:sentinel" in rows
+    assert absent_rows(g, "all") == {"megakernel:native": "no-movement has no [chip.movement] table "
+                                     "(async_copy_B, async_copy_issue_ns, mma_latency_ns)"}
+    assert absent_rows(g) == {}
+    with pytest.raises(ScheduleError, match=r"no-movement has no \[chip.movement\] table .*; movement='native' "):
+        mksim.build_schedule("llama-3.2-1b", g, "megakernel", movement="native")
