@@ -18,7 +18,7 @@ import hwmodels
 import mksim.models
 import validation
 from explorer.hwdata import WhatIf, whatif_changes
-from mksim.compare import compare_modes, compare_workload, make_workload
+from mksim.compare import absent_rows, compare_modes, compare_workload, make_workload
 from mksim.errors import MksimError, UnknownNameError
 from mksim.extras import require
 from mksim.schedule import Schedule, build_schedule
@@ -44,6 +44,7 @@ def compare_data(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase
     Keys: ``model gpu workload batch kv_len phase bandwidth_floor_us modes categories``; ``modes`` maps each
     mode to ``latency_us tokens_per_s hbm_util speedup_vs_stream policy breakdown_us``. Raises
     :class:`mksim.errors.MksimError` on bad input (batch 0, a KV length past the model's context, ...).
+    A mode the GPU cannot run is not in ``modes``: ``absent`` maps it to the reason.
     """
     d = compare_modes(model, gpu, batch, kv_len, phase)
     return {**d, "categories": list(CATEGORIES)}
@@ -274,13 +275,13 @@ def _compare_run(model: str, gpu: str, batch: int, kv_len: int, phase: str, conf
     g = whatif.apply(hwmodels.load(gpu))
     spec = model if config_json is None else mksim.models.config_from_hf(json.loads(config_json), name=model)
     wl = make_workload(spec, batch, kv_len, phase, n_sms=g.sm.count)  # what `mksim compare` simulates
-    done = compare_workload(wl, g)
-    base = done["stream"].latency_us
+    done = compare_workload(wl, g)  # the modes the GPU can run; absent_rows(g) says why not the others
+    base = (done["stream"] if "stream" in done else next(iter(done.values()))).latency_us
     modes = {mode: {**r.row(base), "op_time_us": r.op_time_us} for mode, r in done.items()}
     c = g.compute
     return {"model": model, "gpu": g.name, "workload": wl.name, "batch": batch, "kv_len": kv_len, "phase": phase,
             "bandwidth_floor_us": wl.bandwidth_floor_us(g.dram.bandwidth_spec_GBps * 1e9), "modes": modes,
-            "categories": list(CATEGORIES),
+            "absent": absent_rows(g), "categories": list(CATEGORIES),
             "ops": [{"op": op.name, "kind": op.kind, "unit": op.unit, "dtype": op.dtype, "flops": op.flops,
                      "bytes": op.weight_bytes + op.kv_read_bytes + op.kv_write_bytes + op.out_bytes}
                     for op in wl.ops],

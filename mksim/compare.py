@@ -10,6 +10,11 @@ again in the caller, with its one-line message.
 ['stream', 'graph', 'graph_pdl', 'persistent_barrier', 'megakernel']
 >>> d["modes"]["stream"]["speedup_vs_stream"]
 1.0
+
+A mode the GPU lacks is left out, with the reason in ``"absent"``:
+
+>>> compare_modes("llama-3.2-1b", "l40s")["absent"]
+{'graph_pdl': 'l40s has no programmatic dependent launch (compute capability 8.9; PDL needs 9.0 or later)'}
 """
 
 from __future__ import annotations
@@ -27,11 +32,11 @@ from hwmodels import GPUSpec
 from mksim import models
 from mksim.errors import UnknownNameError
 from mksim.models import ModelConfig
-from mksim.schedule import MODES, build_schedule, design_rows
+from mksim.schedule import build_schedule, design_rows, get_design, modes_on
 from mksim.sim import SimResult, simulate
 from mksim.workload import Workload
 
-__all__ = ["ModeSummary", "compare_modes", "compare_workload", "make_workload", "parallel_map",
+__all__ = ["ModeSummary", "absent_rows", "compare_modes", "compare_workload", "make_workload", "parallel_map",
            "parse_designs", "simulate_summary"]
 
 T = TypeVar("T")
@@ -118,22 +123,44 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
     return [fn(j) for j in jobs]
 
 
+def absent_rows(g: GPUSpec, designs: str | None = None) -> dict[str, str]:
+    """``{row: why}`` for the modes ``g`` cannot run (:func:`mksim.schedule.modes_on`) and the rows of
+    the designs of ``designs`` it cannot have (:meth:`mksim.schedule.BaseDesign.available_on`): a
+    comparison leaves them out and says why.
+
+    >>> import hwmodels
+    >>> absent_rows(hwmodels.load("h200"), "all")
+    {}
+    """
+    absent = dict(modes_on(g)[1])
+    by_design = design_rows()
+    for d in parse_designs(designs):
+        why = get_design(d).available_on(g)
+        if why is not None:
+            absent.update((row, why) for row, _ in by_design[d])
+    return absent
+
+
 def compare_workload(wl: Workload, g: GPUSpec, policy: str | None = None, designs: str | None = None,
                      opts: dict[str, Any] | None = None) -> dict[str, ModeSummary]:
-    """Every mode (:data:`mksim.schedule.MODES`, in that order), then a megakernel row per design of
-    ``designs`` (:func:`mksim.schedule.design_rows`), simulated on ``wl`` and ``g``. ``policy`` and ``opts`` are the
+    """Every mode ``g`` can run (:data:`mksim.schedule.MODES`, in that order), then a megakernel row per
+    design of ``designs`` (:func:`mksim.schedule.design_rows`) that ``g`` can have, simulated on ``wl``
+    and ``g`` (:func:`absent_rows` says why the others are left out). ``policy`` and ``opts`` are the
     schedule options of the megakernel rows."""
-    order = sorted(MODES, key=lambda m: m != "megakernel")  # the longest job first: the pool ends sooner
+    have = modes_on(g)[0]
+    order = sorted(have, key=lambda m: m != "megakernel")  # the longest job first: the pool ends sooner
     mk = {**({"policy": policy} if policy else {}), **(opts or {})}
     jobs = [(wl, g, mode, mk if mode == "megakernel" else {}) for mode in order]
     rows = list(order)
     by_design = design_rows()
     for d in parse_designs(designs):
+        if get_design(d).available_on(g) is not None:
+            continue
         for row, kw in by_design[d]:
             jobs.append((wl, g, "megakernel", {**mk, **kw}))
             rows.append(row)
     done = dict(zip(rows, parallel_map(simulate_summary, jobs), strict=True))
-    return {m: done[m] for m in [*MODES, *rows[len(order):]]}
+    return {m: done[m] for m in [*have, *rows[len(order):]]}
 
 
 def compare_modes(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase: str = "decode",
@@ -143,12 +170,13 @@ def compare_modes(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phas
 
     ``opts`` are schedule options of the megakernel rows; ``designs`` (``"sentinel,dynamic"``, ``"all"``)
     adds a megakernel row per design (:func:`mksim.schedule.design_rows`).
+    ``"absent"`` maps each mode the GPU cannot run (left out of ``"modes"``) to the reason.
     Raises :class:`mksim.errors.MksimError` on bad input.
     """
     g = hwmodels.load(gpu)
     wl = make_workload(model, batch, kv_len, phase, prefill_tokens, dtype, n_sms=g.sm.count)
     results = compare_workload(wl, g, policy, designs, opts)
-    base = results["stream"].latency_us
+    base = results["stream"].latency_us if "stream" in results else next(iter(results.values())).latency_us
     return {"model": model, "gpu": g.name, "workload": wl.name, "batch": batch, "kv_len": kv_len,
             "phase": phase, "bandwidth_floor_us": wl.bandwidth_floor_us(g.dram.bandwidth_spec_GBps * 1e9),
-            "modes": {mode: r.row(base) for mode, r in results.items()}}
+            "modes": {mode: r.row(base) for mode, r in results.items()}, "absent": absent_rows(g, designs)}

@@ -15,12 +15,13 @@ __all__ = ["sweep_figure_html", "sweep_rows", "sweep_series"]
 
 def sweep_rows(model: str, gpu: str, batches: list[int], kv_lens: list[int]) -> list[dict[str, Any]]:
     """One row per batch and KV length: each mode's latency (``<mode>_us``) and the megakernel's
-    speed-up over graph_pdl (``megakernel_speedup_vs_graph_pdl``)."""
+    speed-up over graph_pdl (``megakernel_speedup_vs_graph_pdl``; ``None`` on a GPU without graph_pdl, whose
+    ``graph_pdl_us`` is left out as the comparison leaves it out)."""
     rows = []
     for b in batches:
         for kv in kv_lens:
             m = compare_modes(model, gpu, b, kv)["modes"]
-            speedup = m["graph_pdl"]["latency_us"] / m["megakernel"]["latency_us"]
+            speedup = m["graph_pdl"]["latency_us"] / m["megakernel"]["latency_us"] if "graph_pdl" in m else None
             rows.append({"batch": b, "kv_len": kv, **{f"{k}_us": v["latency_us"] for k, v in m.items()},
                          "megakernel_speedup_vs_graph_pdl": speedup})
     return rows
@@ -29,7 +30,7 @@ def sweep_rows(model: str, gpu: str, batches: list[int], kv_lens: list[int]) -> 
 def sweep_series(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The data behind the sweep chart: x labels and one latency series per mode."""
     x = [f"b{r['batch']} kv{r['kv_len']}" for r in rows]
-    return {"x": x, "latency_us": {m: [r[f"{m}_us"] for r in rows] for m in MODES},
+    return {"x": x, "latency_us": {m: [r[f"{m}_us"] for r in rows] for m in MODES if rows and f"{m}_us" in rows[0]},
             "speedup": [r["megakernel_speedup_vs_graph_pdl"] for r in rows]}
 
 

@@ -6,20 +6,26 @@ prints; the ``*_table`` functions draw them as rich tables.
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
+from rich import box
+from rich.console import Group, RenderableType
 from rich.table import Table
+from rich.text import Text
 
 import hwmodels
 from hwmodels import GPUSpec
 from mksim.console import make_table, si
+from mksim.schedule import modes_on
 from mksim.search import SearchResult, report_rows
 from mksim.sim import CATEGORIES, SimResult
 from mksim.workload import TaskGraph, Tiling, Workload
 
-__all__ = ["breakdown_table", "compare_table", "floor_line", "gpu_numbers", "gpu_numbers_table", "gpu_rows",
-           "gpu_table", "models_table", "search_lines", "search_table", "simulate_line", "source_lines",
-           "sweep_table", "workload_summary", "workload_table"]
+__all__ = ["SHORT_CATEGORIES", "TABLE_WIDTH", "absent_lines", "breakdown_table", "compare_table", "floor_line",
+           "gpu_absent_lines", "gpu_numbers", "gpu_numbers_table", "gpu_rows", "gpu_table", "models_table",
+           "search_lines", "search_table", "simulate_line", "source_lines", "sweep_table", "workload_summary",
+           "workload_table"]
 
 
 # -- hw --------------------------------------------------------------------------------------
@@ -123,15 +129,66 @@ def floor_line(wl: Workload, g: GPUSpec, summary: dict[str, Any]) -> str:
 
 
 # -- simulation ---------------------------------------------------------------------------------
-def compare_table(d: dict[str, Any]) -> Table:
-    """:func:`mksim.compare.compare_modes`'s result as a table, a row per mode and design."""
+#: The breakdown categories' column headings in :func:`compare_table` (short, on two lines, so the
+#: breakdown fits 80 columns beside the longest mode name).
+SHORT_CATEGORIES = {"memory": "memory", "compute": "compute", "launch": "launch", "barrier wait": "barrier\nwait",
+                    "dependency wait": "dep.\nwait", "bubble": "bubble", "tail idle": "tail\nidle"}
+#: The width :func:`compare_table` keeps to: a terminal's, whatever the console's.
+TABLE_WIDTH = 80
+
+
+def _us(v: float) -> str:
+    """µs in at most 6 characters up to a second (one decimal below 10 ms)."""
+    return f"{v:.1f}" if abs(v) < 1e4 else f"{v:.0f}"
+
+
+def absent_lines(d: dict[str, Any], width: int = TABLE_WIDTH) -> list[str]:
+    """The modes a comparison left out (``d["absent"]``) and why, in lines of at most ``width``
+    characters (a mode's reason goes on indented).
+
+    >>> absent_lines({"absent": {"graph_pdl": "l40s has no programmatic dependent launch"}})
+    ['graph_pdl left out: l40s has no programmatic dependent launch']
+    """
+    lines: list[str] = []
+    for mode, why in d.get("absent", {}).items():
+        lines += textwrap.wrap(f"{mode} left out: {why}", width, subsequent_indent="  ", break_on_hyphens=False)
+    return lines
+
+
+def gpu_absent_lines(gpu: str | GPUSpec, width: int = TABLE_WIDTH) -> list[str]:
+    """:func:`absent_lines` for every mode ``gpu`` cannot run (what ``mksim search`` and ``mksim sweep``
+    leave out there).
+
+    >>> gpu_absent_lines("h200"), len(gpu_absent_lines("l40s"))
+    ([], 2)
+    """
+    g = hwmodels.load(gpu) if isinstance(gpu, str) else gpu
+    return absent_lines({"absent": modes_on(g)[1]}, width)
+
+
+def compare_table(d: dict[str, Any]) -> RenderableType:
+    """:func:`mksim.compare.compare_modes`'s result as two tables that fit 80 columns: a row per mode
+    and design (latency, tokens/s, HBM utilisation, speed-up), the modes the GPU lacks with the
+    reason, then where each row's time went (µs per category, averaged over SMs)."""
     t = make_table(f"{d['workload']} on {d['gpu']} (bandwidth floor {d['bandwidth_floor_us']:.1f} µs)",
-                   ("mode", "latency µs", "tokens/s", "HBM util", "vs stream", *CATEGORIES), left=("mode",))
+                   ("mode", "latency µs", "tokens/s", "HBM util", "vs stream"), left=("mode",))
     for mode, row in d["modes"].items():
         label = mode + (f" ({row['policy']})" if row["policy"] and mode.startswith("megakernel") else "")
-        t.add_row(label, f"{row['latency_us']:.1f}", f"{row['tokens_per_s']:.0f}", f"{row['hbm_util']:.0%}",
-                  f"{row['speedup_vs_stream']:.2f}×", *(f"{row['breakdown_us'][c]:.1f}" for c in CATEGORIES))
-    return t
+        t.add_row(label, _us(row["latency_us"]), f"{row['tokens_per_s']:.0f}", f"{row['hbm_util']:.0%}",
+                  f"{row['speedup_vs_stream']:.2f}×")
+    parts: list[RenderableType] = [t]
+    absent = absent_lines(d)
+    if absent:
+        parts.append(Text("\n".join(absent), no_wrap=True))
+    b = Table(title="where the time went (µs, averaged over SMs)", box=box.SIMPLE_HEAD, show_edge=False,
+              padding=(0, 1, 0, 0), pad_edge=False)
+    b.add_column("mode", justify="left")
+    for c in CATEGORIES:
+        b.add_column(SHORT_CATEGORIES.get(c, c), justify="right")
+    for mode, row in d["modes"].items():
+        b.add_row(mode, *(_us(row["breakdown_us"][c]) for c in CATEGORIES))
+    parts.append(b)
+    return Group(*parts)
 
 
 def simulate_line(res: SimResult) -> str:
@@ -147,15 +204,19 @@ def breakdown_table(res: SimResult) -> Table:
     return t
 
 
-def sweep_table(rows: list[dict[str, Any]], model: str, gpu: str) -> Table:
+def sweep_table(rows: list[dict[str, Any]], model: str, gpu: str) -> RenderableType:
+    """The sweep's latencies (:func:`mksim.report.sweep_rows`), then the modes ``gpu`` lacks and why."""
     cols = ["batch", "kv_len", "stream_us", "graph_us", "graph_pdl_us", "persistent_barrier_us", "megakernel_us",
             "megakernel_speedup_vs_graph_pdl"]
+    if rows and "graph_pdl_us" not in rows[0]:  # a GPU without graph_pdl (compare_modes' "absent")
+        cols = [c for c in cols if "graph_pdl" not in c]
     t = make_table(f"{model} on {gpu}: latency (µs) by batch and context",
                    [c.replace("_us", "").replace("megakernel_speedup_vs_graph_pdl", "MK vs PDL") for c in cols])
     for r in rows:
         t.add_row(*(str(r[c]) if isinstance(r[c], int) else (f"{r[c]:.2f}×" if "speedup" in c else f"{r[c]:.1f}")
                     for c in cols))
-    return t
+    absent = gpu_absent_lines(gpu)
+    return Group(t, Text("\n".join(absent), no_wrap=True)) if absent else t
 
 
 # -- search ---------------------------------------------------------------------------------------

@@ -65,8 +65,18 @@ def _empty() -> go.Figure:
     return go.Figure()
 
 
-def results_table(d: dict[str, Any]) -> html.Table:
-    """The comparison as an accessible table: one row per mode (latency, tokens/s, HBM utilisation, speed-up)."""
+def absent_note(d: dict[str, Any]) -> html.Ul | None:
+    """The modes the GPU cannot run and why (``d["absent"]``), as a list under the table; ``None`` if none."""
+    absent = d.get("absent") or {}
+    if not absent:
+        return None
+    return html.Ul([html.Li([html.Code(mode), f" left out: {why}"], **{"data-mode": mode})
+                    for mode, why in absent.items()], id="compare-absent", style={"margin": "0.2em 0"})
+
+
+def results_table(d: dict[str, Any]) -> html.Div:
+    """The comparison as an accessible table: one row per mode (latency, tokens/s, HBM utilisation, speed-up),
+    then the modes the GPU cannot run, with the reason (:func:`absent_note`)."""
     head = ("mode", "latency (µs)", "tokens/s", "HBM utilisation", "vs stream")
     cell = {"padding": "0.2em 0.8em", "textAlign": "right"}
     rows = [html.Tr([html.Th(mode, scope="row", style={"textAlign": "left"}),
@@ -74,12 +84,14 @@ def results_table(d: dict[str, Any]) -> html.Table:
                                                         f"{r['hbm_util']:.1%}", f"{r['speedup_vs_stream']:.2f}×"))],
                     **{"data-mode": mode})
             for mode, r in d["modes"].items()]
-    return html.Table([
+    table = html.Table([
         html.Caption(f"{d['workload']} on {d['gpu']}: bandwidth floor {d['bandwidth_floor_us']:.1f} µs",
                      style={"textAlign": "left", "fontWeight": "bold"}),
         html.Thead(html.Tr([html.Th(h, scope="col", style=cell) for h in head])),
         html.Tbody(rows),
     ], id="compare-results", style={"borderCollapse": "collapse", "margin": "0.5em 0"})
+    note = absent_note(d)
+    return html.Div([table] if note is None else [table, note])
 
 
 def run_compare(n_clicks: int | None, model: str | None, gpu: str | None, batch: Any, kv_len: Any,
@@ -130,6 +142,20 @@ def roofline(result: dict[str, Any] | None, mode: str | None) -> go.Figure:
     if not result or mode is None or mode not in result.get("modes", {}):
         return _empty()
     return figures.roofline_figure(data.roofline_data(result, mode))
+
+
+def roofline_modes(result: dict[str, Any] | None, mode: str | None) -> tuple[list[str], str]:
+    """The roofline's mode choices (those the comparison ran, in :data:`ROOFLINE_MODES`' order) and its
+    value (``mode``, or the first choice where the GPU lacks ``mode``)."""
+    ran = (result or {}).get("modes")
+    choices = [m for m in ROOFLINE_MODES if ran is None or m in ran]
+    return choices, mode if mode in choices else choices[0]
+
+
+@callback(Output("compare-roofline-mode", "options"), Output("compare-roofline-mode", "value"),
+          Input("compare-result", "data"), State("compare-roofline-mode", "value"))
+def _on_result(result, mode):
+    return roofline_modes(result, mode)
 
 
 @callback(Output("compare-message", "children"), *(Output(g, "figure") for g in GRAPHS),

@@ -40,6 +40,7 @@ from ._modes import (
     Names,
     PersistentMode,
     get_mode,
+    modes_on,
     register_mode,
     unregister_mode,
 )
@@ -57,5 +58,6 @@ __all__ = ["BaseDesign", "BaseMode", "BasePolicy", "BaseSync", "CHAIN_MODES", "C
            "MODE_DEFAULTS", "MOVEMENTS", "Names", "ORDERS", "Options", "PERSISTENT_MODES", "POLICIES", "PersistentMode",
            "SYNCS", "Schedule", "active_designs", "build_schedule", "design_names", "design_rows", "designs",
            "dispatch_layout", "find_deadlock", "gc_paused", "get_design", "get_mode", "get_policy", "get_sync", "modes",
+           "modes_on",
            "register_design", "register_mode", "register_sync", "registered_designs", "task_costs", "task_order",
            "unregister_design", "unregister_mode", "workload_from_spec"]

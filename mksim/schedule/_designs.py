@@ -39,7 +39,7 @@ from mksim import costs
 from mksim.costs import Rates
 from mksim.errors import ScheduleError, UnknownNameError
 
-from ._modes import Names
+from ._modes import Names, check_available, get_mode
 
 if TYPE_CHECKING:
     from ._schedule import Options, Schedule
@@ -75,6 +75,11 @@ class BaseDesign:
     def applies_to(self, mode: str) -> bool:
         """Whether the design can be on in ``mode`` (:meth:`validate` says why not)."""
         return mode == "megakernel"
+
+    def available_on(self, gpu: GPUSpec) -> str | None:
+        """``None`` when the design can be on for ``gpu``; otherwise why not (``mksim compare --designs``
+        leaves its rows out with the reason; :meth:`validate` refuses it)."""
+        return None
 
     def validate(self, schedule: Schedule) -> None:
         """Raise :class:`ScheduleError` if the design's options are bad or the mode forbids them."""
@@ -177,7 +182,12 @@ SYNCS = Names(lambda: tuple(_SYNCS))
 
 
 def with_defaults(options: Options, gpu: GPUSpec, mode: str, given: set[str]) -> Options:
-    """``options`` after every design that is on has set what it sets (:meth:`BaseDesign.adjust`)."""
+    """``options`` after the mode has fitted its defaults to ``gpu`` (:meth:`BaseMode.fit_defaults`; a
+    mode the GPU lacks is refused here, :meth:`BaseMode.available_on`) and every design that is on has
+    set what it sets (:meth:`BaseDesign.adjust`)."""
+    m = get_mode(mode)
+    check_available(m, gpu)
+    options = m.fit_defaults(options, gpu, given)
     for d in active_designs(mode, options):
         options = d.adjust(options, gpu, mode, given)
     return options

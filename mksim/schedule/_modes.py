@@ -9,9 +9,18 @@ Every mode (:class:`BaseMode`) has
 - ``name``: what ``build_schedule``, the schedule file and the command line call it;
 - ``defaults``: the :class:`~mksim.schedule.Options` fields it sets unlike ``Options``' own
   defaults (read by ``build_schedule`` before the caller's options are applied: ``MODE_DEFAULTS``);
+- :meth:`~BaseMode.available_on`: ``None`` when the mode can run on a GPU, else the reason it
+  cannot (``graph_pdl`` needs programmatic dependent launch); ``build_schedule`` and
+  :meth:`~BaseMode.validate` refuse the mode there in one line, and ``mksim compare``, the search
+  and the explorer leave it out with that reason as a note (:func:`modes_on`);
+- :meth:`~BaseMode.fit_defaults`: called by ``build_schedule`` with the mode's defaults and the
+  caller's options merged, before the designs' own defaults and validation: the options with the
+  defaults fitted to the GPU (by default a ``prefetch_depth`` the caller did not give is lowered to
+  the pages that fit beside the reserve in the GPU's shared memory; options that fit are kept);
 - :meth:`~BaseMode.validate`: called by :meth:`Schedule.validate` after the checks common to every
   mode (option values, designs, shared memory) and, for persistent modes, after the queues are
-  checked for coverage; it raises :class:`~mksim.errors.ScheduleError` for what the mode forbids.
+  checked for coverage; it raises :class:`~mksim.errors.ScheduleError` for what the mode forbids
+  (the base class refuses a GPU :meth:`~BaseMode.available_on` rules out: an override calls it).
 
 A **chain** mode (:class:`ChainMode`) runs one kernel per op, in op order, each kernel's blocks
 spread over ``blocks_per_sm`` slots per SM. The launcher asks, for each kernel ``k`` in turn:
@@ -36,12 +45,15 @@ in it.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from hwmodels import GPUSpec
 from mksim.costs import Rates
-from mksim.errors import UnknownNameError
+from mksim.errors import ScheduleError, UnknownNameError
 
 from ._policies import BasePolicy
 
@@ -59,9 +71,27 @@ class BaseMode:
     kind: ClassVar[str] = ""
     defaults: ClassVar[dict[str, Any]] = {}
 
+    def available_on(self, gpu: GPUSpec) -> str | None:
+        """``None`` when the mode can run on ``gpu``; otherwise why not, as a clause that reads after
+        the mode's name (``"l40s has no programmatic dependent launch (compute capability 8.9)"``)."""
+        return None
+
+    def fit_defaults(self, options: Options, gpu: GPUSpec, given: set[str]) -> Options:
+        """``options`` (the mode's defaults under the caller's, ``given`` naming the caller's) fitted
+        to ``gpu``: a ``prefetch_depth`` not given is lowered to the pages of ``page_KiB`` that fit
+        beside ``smem_reserve_KiB`` in the shared memory of a block; what fits is left as it is."""
+        depth, page, reserve = options.prefetch_depth, options.page_KiB, options.smem_reserve_KiB
+        numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                      for x in (depth, page, reserve))
+        if "prefetch_depth" in given or not numbers or page <= 0 or reserve < 0:
+            return options  # validation says what is wrong with them
+        fits = max(0, int((gpu.sm.shared_memory_per_block_KiB - reserve) // page))
+        return options if depth <= fits else replace(options, prefetch_depth=fits)
+
     def validate(self, schedule: Schedule) -> None:
         """Raise :class:`ScheduleError` if ``schedule`` (its options, its queues) cannot run in this
-        mode; the common checks have passed."""
+        mode; the common checks have passed. The base refuses a GPU :meth:`available_on` rules out."""
+        check_available(self, schedule.gpu)
 
 
 class ChainMode(BaseMode, ABC):
@@ -99,6 +129,34 @@ class PersistentMode(BaseMode):
         where a design takes SMs for itself), made by ``policy`` (the caller's, else a design's or
         the mode's ``default_policy``)."""
         return policy.place(schedule.graph, r, n_sms)
+
+
+def check_available(mode: BaseMode, gpu: GPUSpec) -> None:
+    """Raise :class:`ScheduleError` (one line, naming the modes the GPU has) if ``mode`` cannot run
+    on ``gpu`` (:meth:`BaseMode.available_on`)."""
+    reason = mode.available_on(gpu)
+    if reason is not None:
+        have = ", ".join(modes_on(gpu)[0])
+        raise ScheduleError(f"mode {mode.name}: {reason}; modes on {gpu.name}: {have}")
+
+
+def modes_on(gpu: GPUSpec, names: Sequence[str] | None = None) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The modes of ``names`` (default: every registered mode, in order) that ``gpu`` can run, and
+    ``{mode: why not}`` for the others (:meth:`BaseMode.available_on`).
+
+    >>> import hwmodels
+    >>> modes_on(hwmodels.load("l40s"))[1]
+    {'graph_pdl': 'l40s has no programmatic dependent launch (compute capability 8.9; PDL needs 9.0 or later)'}
+    """
+    have: list[str] = []
+    absent: dict[str, str] = {}
+    for name in (MODES if names is None else names):
+        reason = get_mode(name).available_on(gpu)
+        if reason is None:
+            have.append(name)
+        else:
+            absent[name] = reason
+    return tuple(have), absent
 
 
 _REGISTRY: dict[str, BaseMode] = {}

@@ -24,7 +24,8 @@ Megakernel choices (conditional on ``mode = megakernel``):
 Chain choices (``mode`` = graph or graph_pdl, for comparison): ``chain_tasks_per_sm`` and
 ``chain_blocks_per_sm``, and ``fuse_norm`` at the default sizes. They are few (20), so every
 study enqueues them all at its start rather than letting the sampler choose a mode: sampled
-trials are all megakernels.
+trials are all megakernels. A chain mode the GPU lacks (graph_pdl without programmatic
+dependent launch: :func:`chain_modes`) is never a candidate there.
 
 Fixed options: a study can fix :class:`~mksim.schedule.Options` fields (``fixed``, e.g. the
 shared memory a generated kernel reserves, ``{"smem_reserve_KiB": 80}``). A fixed field is
@@ -40,7 +41,16 @@ from typing import Any
 from hwmodels import GPUSpec
 from mksim import models
 from mksim.errors import MksimError
-from mksim.schedule import MODE_DEFAULTS, ORDERS, Options, build_schedule, design_names, dispatch_layout, get_design
+from mksim.schedule import (
+    MODE_DEFAULTS,
+    ORDERS,
+    Options,
+    build_schedule,
+    design_names,
+    dispatch_layout,
+    get_design,
+    modes_on,
+)
 from mksim.workload import Tiling, default_kv_splits
 
 SPACE_VERSION = 3  # bump when a parameter is added or changes meaning: old studies cannot be resumed
@@ -75,6 +85,16 @@ BASELINE_PAGE_KiB, BASELINE_DEPTH = 32, 4  # the megakernel baselines' loader (b
 # search parameters that set an Options field: a fixed field is not sampled
 SAMPLED_OPTION = {"page_KiB": "page_KiB", "prefetch_depth": "prefetch_depth", "sync": "sync",
                   "chain_tasks_per_sm": "tasks_per_sm", "chain_blocks_per_sm": "blocks_per_sm"}
+
+
+def chain_modes(gpu: GPUSpec) -> tuple[str, ...]:
+    """The chain modes of :data:`CHAIN_MODES` that ``gpu`` can run (:func:`mksim.schedule.modes_on`).
+
+    >>> import hwmodels
+    >>> chain_modes(hwmodels.load("h200")), chain_modes(hwmodels.load("l40s"))
+    (('graph_pdl', 'graph'), ('graph',))
+    """
+    return modes_on(gpu, CHAIN_MODES)[0]
 
 
 def check_fixed(fixed: dict[str, Any] | None) -> dict[str, Any]:
@@ -188,7 +208,7 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any]
         return fixed[SAMPLED_OPTION[param]] if SAMPLED_OPTION[param] in fixed else choose()
 
     if mode != "megakernel":
-        mode = trial.suggest_categorical("mode", CHAIN_MODES)
+        mode = trial.suggest_categorical("mode", chain_modes(gpu))
         return Candidate(mode=mode, policy=None, options={
             "tasks_per_sm": pick("chain_tasks_per_sm", lambda: trial.suggest_categorical("chain_tasks_per_sm",
                                                                                           CHAIN_TASKS)),
@@ -246,7 +266,8 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any]
 def baseline_params(gpu: GPUSpec, fixed: dict[str, Any] | None = None,
                     designs: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
     """Optuna parameters of the trials every study starts with: each policy with its defaults,
-    and every chain candidate (``graph`` and ``graph_pdl`` at the defaults are the baselines).
+    and every chain candidate (``graph`` and ``graph_pdl`` at the defaults are the baselines) of
+    the chain modes ``gpu`` can run (:func:`chain_modes`).
 
     With ``fixed`` options, their parameters are left out (chain candidates that become the same
     are listed once), and the megakernel baselines keep as many of their 4 pages as fit."""
@@ -279,7 +300,7 @@ def baseline_params(gpu: GPUSpec, fixed: dict[str, Any] | None = None,
                                               "sync": "sentinel"})
     tasks = (fixed["tasks_per_sm"],) if "tasks_per_sm" in fixed else CHAIN_TASKS
     blocks = (fixed["blocks_per_sm"],) if "blocks_per_sm" in fixed else CHAIN_BLOCKS
-    for m in CHAIN_MODES:
+    for m in chain_modes(gpu):
         for t in tasks:
             for b in blocks:
                 default = (t == 2.0 or "tasks_per_sm" in fixed) and (b == 2 or "blocks_per_sm" in fixed)

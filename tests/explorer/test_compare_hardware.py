@@ -213,8 +213,9 @@ def test_whatif_figure(run):
 def test_compare_callback_returns_table_and_result(run):
     from explorer.pages.compare import roofline, run_compare
 
-    msg, lat, _tok, _hbm, _brk, table, result = run_compare(1, "llama-3.2-1b", "h200", 1, 1024, "decode")
+    msg, lat, _tok, _hbm, _brk, div, result = run_compare(1, "llama-3.2-1b", "h200", 1, 1024, "decode")
     assert msg == "" and result == run
+    table, = div.children  # h200 has every mode: no note under the table
     assert table.id == "compare-results"
     body = table.children[-1].children
     assert [r.children[0].children for r in body] == MODES
@@ -279,3 +280,17 @@ def test_app_serves_hardware_and_the_compare_additions():
     for out in ("hardware-whatif.figure", "hardware-table.children", "compare-roofline.figure",
                 "compare-model.options", "compare-table.children"):
         assert out in got["outputs"]
+
+
+def test_compare_page_leaves_out_what_the_gpu_lacks_with_a_note():
+    from explorer.pages.compare import roofline_modes, run_compare
+
+    msg, *_figs, div, result = run_compare(1, "llama-3.2-1b", "l40s", 1, 1024, "decode")
+    assert msg == "" and "graph_pdl" not in result["modes"]
+    table, note = div.children
+    assert [r.children[0].children for r in table.children[-1].children] == [m for m in MODES if m != "graph_pdl"]
+    assert note.id == "compare-absent" and note.children[0].children[0].children == "graph_pdl"
+    assert note.children[0].children[1] == f" left out: {result['absent']['graph_pdl']}"
+    assert "no programmatic dependent launch" in result["absent"]["graph_pdl"]
+    assert roofline_modes(result, "graph_pdl") == (["graph", "stream", "persistent_barrier", "megakernel"], "graph")
+    assert roofline_modes(None, "graph_pdl")[1] == "graph_pdl"

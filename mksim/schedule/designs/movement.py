@@ -39,10 +39,15 @@ class NativeMovement(BaseDesign):
             if not self.applies_to(schedule.mode):
                 raise ScheduleError(f"movement='native' models the persistent modes' loader; mode {schedule.mode} "
                                     "loads in its kernels' blocks")
-            mv = schedule.gpu.movement
-            if None in (mv.async_copy_B, mv.async_copy_issue_ns, mv.mma_latency_ns):
-                raise ScheduleError(f"{schedule.gpu.name} has no [chip.movement] table (async_copy_B, "
-                                    "async_copy_issue_ns, mma_latency_ns); movement='native' needs it")
+            why = self.available_on(schedule.gpu)
+            if why is not None:
+                raise ScheduleError(f"{why}; movement='native' needs it")
+
+    def available_on(self, gpu: GPUSpec) -> str | None:
+        mv = gpu.movement
+        if None in (mv.async_copy_B, mv.async_copy_issue_ns, mv.mma_latency_ns):
+            return f"{gpu.name} has no [chip.movement] table (async_copy_B, async_copy_issue_ns, mma_latency_ns)"
+        return None
 
     def adjust(self, options: Options, gpu: GPUSpec, mode: str, given: set[str]) -> Options:
         if "prefetch_depth" in given:

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hwmodels import GPUSpec
 from mksim.costs import Rates
 
 from .._modes import ChainMode, register_mode
 
 if TYPE_CHECKING:
     from .._schedule import Options
+
+
+# compute capability of the NVIDIA generations before Hopper that a hardware file may describe
+COMPUTE_CAPABILITY = {"volta": "7.0", "turing": "7.5", "ampere": "8.0", "ada": "8.9"}
 
 
 @register_mode
@@ -22,6 +27,20 @@ class GraphPDL(ChainMode):
     defaults = {"tasks_per_sm": 2.0, "blocks_per_sm": 2, "prefetch_depth": 2}
     waits_for_previous_end = False
     separate_release = True
+
+    def available_on(self, gpu: GPUSpec) -> str | None:
+        """PDL is a launch attribute of compute capability 9.0 and later (Hopper, Blackwell); HIP has
+        none. A hardware file without ``launch.pdl_node_us`` says the GPU has none."""
+        if gpu.launch.pdl_node_us is not None:
+            return None
+        arch = gpu.architecture.lower()
+        if gpu.vendor == "amd":
+            why = f"AMD {gpu.architecture}: HIP has no PDL"
+        elif arch in COMPUTE_CAPABILITY:
+            why = f"compute capability {COMPUTE_CAPABILITY[arch]}; PDL needs 9.0 or later"
+        else:
+            why = "its hardware file gives no launch.pdl_node_us"
+        return f"{gpu.name} has no programmatic dependent launch ({why})"
 
     def dispatch_us(self, k: int, prev_start_us: float, prev_end_us: float, r: Rates) -> float:
         return r.launch_latency_us if k == 0 else max(prev_start_us + r.pdl_node_us, r.launch_latency_us)

@@ -23,6 +23,7 @@ class PersistentBarrier(PersistentMode):
     default_policy = "rr"
 
     def validate(self, schedule: Schedule) -> None:
+        super().validate(schedule)
         op_of = schedule.graph.op_of
         for sm, q in enumerate(schedule.queues or []):
             ops = [int(op_of[t]) for t in q]
