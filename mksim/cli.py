@@ -17,7 +17,7 @@ import typer
 from typer.core import TyperGroup
 
 import hwmodels
-from mksim import models, tables
+from mksim import __version__, models, tables
 from mksim.compare import compare_modes, make_workload
 from mksim.console import emit_json, out, parse_ints, parse_options, run_app
 from mksim.errors import MksimError, OutputError, check_writable
@@ -62,6 +62,18 @@ class LazyGroup(TyperGroup):
 
 app = typer.Typer(cls=LazyGroup, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None, help="Simulate GPU megakernels and kernel chains.")
+
+
+def _print_version(value: bool) -> None:
+    if value:  # eager: before click asks for a command
+        out.print(f"mksim {__version__}", markup=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                       help="Print mksim's version and exit.")) -> None:
+    """Simulate GPU megakernels and kernel chains."""
 hw_app = typer.Typer(no_args_is_help=True, help="Hardware models of GPU generations.")
 app.add_typer(hw_app, name="hw")
 JSON = typer.Option(False, "--json", help="Print JSON.")
