@@ -272,9 +272,13 @@ def check_fits(workload: Workload, gpu: GPUSpec) -> None:
                else workload.weight_bytes)
     kv = workload.kv_bytes
     if weights + kv > cap:
-        raise WorkloadError(f"the step needs {(weights + kv) / 1e9:.1f} GB (weights {weights / 1e9:.1f} GB + KV cache "
-                            f"{kv / 1e9:.1f} GB) but {gpu.name} has {gpu.dram.capacity_GB:g} GB of memory; use a "
-                            "smaller --batch or --kv-len, or a larger GPU")
+        raise WorkloadError(f"the step needs {_gb(weights + kv)} (weights {_gb(weights)} + KV cache {_gb(kv)}) but "
+                            f"{gpu.name} has {gpu.dram.capacity_GB:g} GB of memory; use a smaller --batch or --kv-len, "
+                            "or a larger GPU")
+
+
+def _gb(n_bytes: float) -> str:
+    return f"{n_bytes / 1e9:.1f} GB" if n_bytes < 1e15 else f"{n_bytes / 1e9:.3g} GB"
 
 
 _VALID_AS = "_mksim_valid_as"

@@ -33,6 +33,7 @@ from mksim.errors import (
     check_writable,
 )
 from mksim.extras import require
+from mksim.schedule import check_fits
 from mksim.sim import simulate
 
 from ._report import write_report
@@ -303,7 +304,7 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
     if workers < 1:
         raise MksimError("--workers must be at least 1")
     problem = Problem(model=model, gpu=spec, batch=batch, kv_len=kv_len, fixed=fixed, designs=designs_t)
-    problem.workload()  # unknown model or impossible shape: one line, before any study is made
+    check_fits(problem.workload(), spec)  # unknown model, impossible shape or too big: before any study is made
     name = study_name or default_study_name(problem, objs)
     if storage == MEMORY and workers > 1:
         raise MksimError("--storage memory runs in one process; give a sqlite:/// or postgresql:// URL for --workers")

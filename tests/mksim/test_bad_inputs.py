@@ -129,6 +129,7 @@ def bad(tmp_path_factory: pytest.TempPathFactory) -> Path:
     sched("wl-negbatch", workload={**good["workload"], "batch": -4})
     sched("wl-strbatch", workload={**good["workload"], "batch": "abc"})
     sched("wl-model", workload={**good["workload"], "model": "gpt-9"})
+    sched("wl-huge", workload={**good["workload"], "batch": 100000})
     sched("tiling-str", tiling={**good["tiling"], "per_op": {"embed": "abc"}})
     sched("tiling-list", tiling=[1])
     sched("mode", mode="warp9")
@@ -237,6 +238,11 @@ CLI_CASES: list[tuple[str, list[str], str]] = [
     ("mem-batch-1e9", ["workload", "-m", "llama-3.2-1b", "--batch", "1000000000"], "GB"),
     ("mem-compare-1e5", ["compare", "--batch", "100000"], "GB"),
     ("mem-simulate-1e5", ["simulate", "--batch", "100000"], "GB"),
+    ("mem-compare-1e30", ["compare", "--batch", str(10**30)], "e+28 GB"),
+    ("mem-sweep-1e5", ["sweep", "--batch", "1,100000"], "GB"),
+    ("mem-search-1e5", ["search", "--batch", "100000", "--storage", "memory"], "GB"),
+    ("mem-prefill", ["compare", "--phase", "prefill", "--prefill-tokens", "100000", "--batch", "64"], "GB"),
+    ("mem-schedule-file", ["simulate", "--schedule", "{d}/sched-wl-huge.json"], "GB"),
     # output paths are checked before the work
     ("save-missing-dir", ["simulate", "--save", "/nonexistent/dir/s.json"], "/nonexistent/dir"),
     ("trace-missing-dir", ["simulate", "--trace", "/nonexistent/dir/t.json"], "/nonexistent/dir"),
