@@ -7,12 +7,14 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+import pydantic
 
 import hwmodels
 from hwmodels import GPUSpec
 from mksim import models
-from mksim.errors import DeadlockError, ScheduleError, UnknownNameError, WorkloadError
+from mksim.errors import DeadlockError, ScheduleError, WorkloadError
 from mksim.workload import DTYPE_BYTES, TaskGraph, Tiling, Workload
 
 from ._designs import active_designs, get_sync, registered_designs
@@ -221,37 +223,80 @@ class Schedule:
             raise ScheduleError(f"schedule is not valid JSON ({exc})") from None
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ScheduleError(f"not a mksim schedule (expected \"format\": \"{FORMAT}\")")
-        if d.get("version", VERSION) != VERSION or isinstance(d.get("version"), bool):
-            raise ScheduleError(f"schedule format version {d.get('version')!r} is not one this mksim reads "
-                                f"(version {VERSION}); write it again with this mksim")
-        if not isinstance(d.get("tiling", {}), dict):
-            raise ScheduleError("schedule tiling must be an object with default, per_kind and per_op")
-        policy_options = d.get("policy_options") or {}
-        if not isinstance(policy_options, dict):
-            raise ScheduleError(f"schedule policy_options must be an object of name: value, got {policy_options!r}")
         try:
-            gpu = hwmodels.load(d["gpu"])
-            wl = workload_from_spec(d["workload"])
-            tl = d["tiling"]
-            tiling = Tiling(default=tl["default"], per_kind=tl.get("per_kind", {}), per_op=tl.get("per_op", {}))
-            opts = Options.checked(d.get("options", {}))
-            check_fits(wl, gpu)
-        except UnknownNameError:
-            raise
-        except KeyError as exc:
-            raise ScheduleError(f"schedule is missing key {exc}") from None
-        except TypeError as exc:
-            raise ScheduleError(f"schedule has a malformed field ({exc})") from None
-        queues = d.get("queues")
-        if queues is not None and not (isinstance(queues, list) and all(
-                isinstance(q, list) and all(type(t) is int for t in q) for q in queues)):
-            raise ScheduleError("schedule queues must be lists of integer task ids, one list per SM")
-        if not isinstance(d.get("mode"), str):
-            raise ScheduleError("schedule is missing key 'mode' (a mode name, e.g. \"megakernel\")")
-        s = cls(mode=d["mode"], gpu=gpu, workload=wl, graph=TaskGraph(wl, tiling), options=opts,
-                queues=queues, policy=d.get("policy"), policy_options=policy_options,
-                workload_spec=d["workload"])
+            f = _ScheduleFile.model_validate(d)
+        except pydantic.ValidationError as exc:
+            raise ScheduleError(_file_error(exc)) from None
+        gpu = hwmodels.load(f.gpu)
+        wl = workload_from_spec(f.workload)
+        tl = f.tiling
+        tiling = Tiling(default=tl.default, per_kind=tl.per_kind, per_op=tl.per_op)
+        opts = Options.checked(f.options)
+        check_fits(wl, gpu)
+        s = cls(mode=f.mode, gpu=gpu, workload=wl, graph=TaskGraph(wl, tiling), options=opts,
+                queues=f.queues, policy=f.policy, policy_options=f.policy_options, workload_spec=f.workload)
         return s.validate()
+
+
+class _FileTiling(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(strict=True, extra="forbid")
+    default: Any  # tile counts are checked by Tiling, which names the op
+    per_kind: dict[str, Any] = {}
+    per_op: dict[str, Any] = {}
+
+
+class _ScheduleFile(pydantic.BaseModel):
+    """The fields of a schedule file (what :meth:`Schedule.to_dict` writes), checked by type; the
+    workload, tiling counts and options are then checked by their own readers."""
+
+    model_config = pydantic.ConfigDict(strict=True)
+    format: Literal["mksim-schedule"]
+    version: Literal[1] = 1  # VERSION
+    mode: str
+    gpu: str
+    workload: Any
+    tiling: _FileTiling
+    options: dict[str, Any] = {}
+    policy: str | None = None
+    policy_options: dict[str, Any] = {}
+    queues: list[list[int]] | None = None
+
+    @pydantic.field_validator("version", mode="before")
+    @classmethod
+    def _not_bool(cls, v: Any) -> Any:
+        if isinstance(v, bool):  # JSON true == 1 to Python
+            raise ValueError("a boolean")
+        return v
+
+    @pydantic.field_validator("policy_options", mode="before")
+    @classmethod
+    def _null_is_empty(cls, v: Any) -> Any:
+        return {} if v is None else v
+
+
+#: What a schedule file's field must hold, said when it does not (the first bad field is reported).
+_FIELD_NEEDS = {
+    "version": f"schedule format version {{got!r}} is not one this mksim reads (version {VERSION}); write it "
+               "again with this mksim",
+    "mode": "schedule mode must be a mode name (e.g. \"megakernel\"), got {got!r}",
+    "gpu": "schedule gpu must be a GPU name or a .toml path, got {got!r}",
+    "tiling": "schedule tiling must be an object with default, per_kind and per_op",
+    "options": "schedule options must be an object of name: value, got {got!r}",
+    "policy": "schedule policy must be a policy name or null, got {got!r}",
+    "policy_options": "schedule policy_options must be an object of name: value, got {got!r}",
+    "queues": "schedule queues must be lists of integer task ids, one list per SM",
+}
+
+
+def _file_error(exc: pydantic.ValidationError) -> str:
+    err = exc.errors()[0]
+    key = str(err["loc"][0]) if err["loc"] else ""
+    if err["type"] == "missing":
+        where = ".".join(map(str, err["loc"]))
+        return f"schedule is missing key {where!r}"
+    got = exc.errors()[0]["input"] if len(err["loc"]) == 1 else None
+    return _FIELD_NEEDS.get(key, "schedule field {key} is malformed ({msg})").format(got=got, key=key,
+                                                                                        msg=err["msg"])
 
 
 def check_fits(workload: Workload, gpu: GPUSpec) -> None:
