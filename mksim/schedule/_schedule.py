@@ -294,7 +294,7 @@ def _file_error(exc: pydantic.ValidationError) -> str:
     if err["type"] == "missing":
         where = ".".join(map(str, err["loc"]))
         return f"schedule is missing key {where!r}"
-    got = exc.errors()[0]["input"] if len(err["loc"]) == 1 else None
+    got = err["input"] if len(err["loc"]) == 1 else None
     return _FIELD_NEEDS.get(key, "schedule field {key} is malformed ({msg})").format(got=got, key=key,
                                                                                         msg=err["msg"])
 
