@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import errno
+import socket
+
 import typer
 
 from mksim.console import out
+from mksim.errors import MksimError
 from mksim.extras import require
 
 __all__ = ["app"]
@@ -19,6 +23,14 @@ def explore_cmd(
     debug: bool = typer.Option(False, "--debug", help="Dash debug mode (reloads on code changes)."),
 ) -> None:
     """Start the web explorer (Compare, Timeline, Search, Validation, Hardware) at http://HOST:PORT/."""
+    if not 0 <= port <= 65535:
+        raise MksimError(f"--port must be between 0 and 65535, got {port}")
+    try:  # a bad host or a busy port: one line now, not a server that prints its URL and then dies
+        with socket.create_server((host, port)):
+            pass
+    except OSError as exc:
+        why = "already in use" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
+        raise MksimError(f"cannot listen on {host}:{port} ({why}); give another --host or --port") from None
     for module in ("dash", "plotly"):
         require(module, "explorer", "mksim explore")
     app_module = require("explorer.app", "explorer", "mksim explore")

@@ -81,6 +81,9 @@ def _read(path: Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise HardwareFileError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
+    except UnicodeDecodeError as exc:  # binary or UTF-16: TOML is UTF-8 text
+        raise HardwareFileError(f"{path}: not valid TOML (not UTF-8 text: {exc.reason} at byte {exc.start}); "
+                                "save it as UTF-8") from None
     except OSError as exc:
         raise HardwareFileError(f"{path}: cannot read ({exc.strerror})") from None
 
@@ -154,8 +157,10 @@ def _build(raw: dict[str, Any], path: Path) -> GPUSpec:
         raise HardwareFileError(f"{here}: unknown top-level key {key!r}; expected one of "
                                 f"{', '.join(sorted(_TOP_KEYS))}")
     for key in IDENTITY_KEYS:
-        if not isinstance(raw.get(key), str) or not raw[key]:
+        if key not in raw:
             raise HardwareFileError(f"{file}: missing key {key!r} (a non-empty string)")
+        if not isinstance(raw[key], str) or not raw[key]:
+            raise HardwareFileError(f"{file}: {key} = {raw[key]!r}; expected a non-empty string")
 
     sources = _sources(raw.get("sources", {}), file)
     provenance: dict[str, str] = {}

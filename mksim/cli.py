@@ -17,13 +17,13 @@ import typer
 from typer.core import TyperGroup
 
 import hwmodels
-from mksim import models, tables
+from mksim import __version__, models, tables
 from mksim.compare import compare_modes, make_workload
 from mksim.console import emit_json, out, parse_ints, parse_options, run_app
-from mksim.errors import MksimError
+from mksim.errors import MksimError, OutputError, check_writable
 from mksim.report import sweep_figure_html, sweep_rows
-from mksim.schedule import Schedule, build_schedule
-from mksim.search import search
+from mksim.schedule import Schedule, build_schedule, check_fits
+from mksim.search import SearchResult, search
 from mksim.sim import simulate
 
 try:  # typer >= 0.20 vendors click as typer._click
@@ -62,6 +62,18 @@ class LazyGroup(TyperGroup):
 
 app = typer.Typer(cls=LazyGroup, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None, help="Simulate GPU megakernels and kernel chains.")
+
+
+def _print_version(value: bool) -> None:
+    if value:  # eager: before click asks for a command
+        out.print(f"mksim {__version__}", markup=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                       help="Print mksim's version and exit.")) -> None:
+    """Simulate GPU megakernels and kernel chains."""
 hw_app = typer.Typer(no_args_is_help=True, help="Hardware models of GPU generations.")
 app.add_typer(hw_app, name="hw")
 JSON = typer.Option(False, "--json", help="Print JSON.")
@@ -122,6 +134,7 @@ def workload_cmd(
     """Summarise a workload: bytes, FLOPs, ops, tasks and the bandwidth floor on a GPU."""
     g = hwmodels.load(gpu)
     wl = make_workload(model, batch, kv_len, phase, prefill_tokens, dtype, n_sms=g.sm.count)
+    check_fits(wl, g)
     summary, graph = tables.workload_summary(wl, g, tasks_per_sm)
     if as_json:
         return emit_json(summary)
@@ -171,6 +184,9 @@ def simulate_cmd(
     as_json: bool = JSON,
 ) -> None:
     """Simulate one mode (or a schedule file) and show where the time went."""
+    for path, flag in ((save, "--save"), (trace, "--trace")):
+        if path:
+            check_writable(path, flag)
     if schedule:
         sched = Schedule.from_json(schedule)
     else:
@@ -205,6 +221,8 @@ def sweep_cmd(
     html: str | None = typer.Option(None, "--html", help="Write a plotly chart here."),
 ) -> None:
     """Each mode's latency and the megakernel's speed-up over graph_pdl as batch (or context) grows."""
+    if html:
+        check_writable(html, "--html")
     rows = sweep_rows(model, gpu, parse_ints(batch, "--batch"), parse_ints(kv_len, "--kv-len"))
     if html:
         sweep_figure_html(rows, model, gpu, html)
@@ -239,19 +257,33 @@ def search_cmd(
     as_json: bool = JSON,
 ) -> None:
     """Search megakernel schedules with Optuna; report the best against every baseline."""
-    res = search(model, gpu, batch=batch, kv_len=kv_len, trials=trials, timeout=timeout, seed=seed,
-                 storage=storage, study_name=study, objectives=objective, workers=workers, out=out_file,
-                 report=report, progress=not as_json and sys.stderr.isatty(), fixed=parse_options(fix, "--fix"),
-                 designs=designs)
+    try:
+        res = search(model, gpu, batch=batch, kv_len=kv_len, trials=trials, timeout=timeout, seed=seed,
+                     storage=storage, study_name=study, objectives=objective, workers=workers, out=out_file,
+                     report=report, progress=not as_json and sys.stderr.isatty(), fixed=parse_options(fix, "--fix"),
+                     designs=designs, say=_note)
+    except OutputError as exc:  # the search finished but a file could not be written: show its result
+        if exc.result is not None:
+            _show_search(exc.result, as_json, model, gpu, batch, kv_len)
+        raise
+    _show_search(res, as_json, model, gpu, batch, kv_len)
+    if out_file and not as_json:
+        out.print(f"best schedule written to {out_file} (mksim simulate --schedule {out_file})")
+    if report and not as_json:
+        out.print(f"report written to {report}")
+
+
+def _note(msg: str) -> None:
+    """A line of information on stderr, not an error (stdout stays data for --json)."""
+    sys.stderr.write(msg + "\n")
+
+
+def _show_search(res: SearchResult, as_json: bool, model: str, gpu: str, batch: int, kv_len: int) -> None:
     if as_json:
         return emit_json(res.to_dict())
     out.print(tables.search_table(res, f"{model} on {gpu}, batch {batch}, KV {kv_len}"))
-    for line in tables.search_lines(res):
+    for line in [*tables.search_lines(res), *tables.gpu_absent_lines(gpu)]:  # and the modes it left out
         out.print(line)
-    if out_file:
-        out.print(f"best schedule written to {out_file} (mksim simulate --schedule {out_file})")
-    if report:
-        out.print(f"report written to {report}")
 
 
 # -- entry point ---------------------------------------------------------------------

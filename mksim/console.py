@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any, NoReturn
 
@@ -27,8 +28,26 @@ except ImportError:  # pragma: no cover - older typer uses click itself
 
 __all__ = ["emit_json", "make_table", "out", "parse_ints", "parse_options", "run_app", "say", "si", "to_json"]
 
+class _Console(Console):
+    """Rich's console, except that a closed pipe (``mksim hw show h200 | head -2``) ends the command
+    quietly with status 0 (:func:`run_app`) instead of rich's exit status 1."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
 #: The terminal. Wide enough that tables do not wrap when printed to a pipe or a log file.
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+out = _Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so that Python's flush at exit does not hit the closed pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout replaced (tests) or already closed
+        pass
 
 
 def _json_default(o: Any) -> Any:
@@ -104,6 +123,7 @@ def run_app(app: typer.Typer, argv: list[str] | None, prog_name: str) -> NoRetur
     cmd = typer.main.get_command(app)
     try:
         rv = cmd.main(args=argv, prog_name=prog_name, standalone_mode=False)
+        sys.stdout.flush()  # a closed pipe shows here, not in the flush at exit
     except MksimError as exc:
         _fail(str(exc))
     except click_exc.NoArgsIsHelpError as exc:  # help printed by click
@@ -115,6 +135,7 @@ def run_app(app: typer.Typer, argv: list[str] | None, prog_name: str) -> NoRetur
     except click_exc.ClickException as exc:
         _fail(exc.format_message().replace("\n", " "))
     except BrokenPipeError:  # output piped into `head`: not an error
+        _stdout_to_devnull()
         sys.exit(0)
     except KeyboardInterrupt:
         _fail("interrupted")

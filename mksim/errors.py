@@ -19,6 +19,10 @@ UnknownGPUError
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import Any
+
 from hwmodels.errors import HardwareError, HardwareFileError, UnknownGPUError, UnknownNameError
 from hwmodels.errors import InputError as MksimError
 
@@ -30,9 +34,10 @@ __all__ = [
     "MksimError",
     "ScheduleError",
     "UnknownGPUError",
+    "OutputError",
     "UnknownNameError",
     "WorkloadError",
-]
+]  # and check_writable, a helper rather than an error
 
 
 class WorkloadError(MksimError, ValueError):
@@ -49,3 +54,36 @@ class DeadlockError(ScheduleError):
 
 class MissingExtraError(MksimError, ImportError):
     """An optional dependency (an extra of the mksim package) is not installed."""
+
+
+class OutputError(MksimError):
+    """A result could not be written where asked. ``result``, when set, is the finished work that the
+    file was to hold, so that a caller can still show it (nothing finished is lost)."""
+
+    def __init__(self, message: str, result: Any = None):
+        super().__init__(message)
+        self.result = result
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.result))
+
+
+def check_writable(path: str | Path, flag: str) -> Path:
+    """``path`` as a :class:`Path` if a file can be written there (its folder exists and is writable, and
+    it is not a folder), else :class:`OutputError` naming ``flag``: checked before the work, so that a
+    typo does not cost a finished run. Creates nothing.
+
+    >>> check_writable("/nonexistent/dir/x.json", "--out")
+    Traceback (most recent call last):
+    ...
+    mksim.errors.OutputError: --out /nonexistent/dir/x.json: folder /nonexistent/dir does not exist; create it first
+    """
+    p = Path(path)
+    folder = p.parent
+    if p.is_dir():
+        raise OutputError(f"{flag} {p}: is a folder; give a file name")
+    if not folder.is_dir():
+        raise OutputError(f"{flag} {p}: folder {folder} does not exist; create it first")
+    if not os.access(folder, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise OutputError(f"{flag} {p}: cannot write there (permission denied); choose another path")
+    return p

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -100,6 +101,9 @@ def config_from_hf(path_or_dict: str | Path | Mapping[str, Any], *, name: str | 
         name = name or (path.parent.name if path.name == "config.json" else path.stem)
     # Multimodal/composite configs nest the language model's config.
     if "text_config" in raw and "hidden_size" not in raw:
+        if not isinstance(raw["text_config"], Mapping):
+            raise WorkloadError(f"{where}: text_config = {raw['text_config']!r}; expected an object (the language "
+                                "model's config)")
         raw = dict(raw["text_config"])
     model_type = str(raw.get("model_type", "llama"))
     if model_type not in _LLAMA_LIKE:
@@ -107,19 +111,33 @@ def config_from_hf(path_or_dict: str | Path | Mapping[str, Any], *, name: str | 
                             f"importer (supported: {', '.join(sorted(_LLAMA_LIKE))}); use "
                             "mksim.models.from_torch for other architectures")
 
+    def positive(k: str, v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise WorkloadError(f"{where}: {k} = {v!r}; expected a positive integer")
+        return v
+
     def need(key: str, *alts: str) -> int:
         for k in (key, *alts):
-            v = raw.get(k)
-            if v is not None:
-                if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                    raise WorkloadError(f"{where}: {k} = {v!r}; expected a positive integer")
-                return v
+            if raw.get(k) is not None:
+                return positive(k, raw[k])
         raise WorkloadError(f"{where}: missing key {key!r} in the config")
+
+    def maybe(key: str, default: int) -> int:
+        return default if raw.get(key) is None else positive(key, raw[key])
+
+    def number(key: str, default: float) -> float:
+        v = default if raw.get(key) is None else raw[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+            raise WorkloadError(f"{where}: {key} = {v!r}; expected a positive number")
+        return float(v)
 
     hidden = need("hidden_size", "n_embd", "d_model")
     heads = need("num_attention_heads", "n_head")
-    kv_heads = raw.get("num_key_value_heads") or heads
-    head_dim = raw.get("head_dim") or hidden // heads
+    kv_heads = maybe("num_key_value_heads", heads)
+    if raw.get("head_dim") is None and hidden % heads:
+        raise WorkloadError(f"{where}: hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads}); "
+                            "give head_dim, or a head count that divides hidden_size")
+    head_dim = maybe("head_dim", hidden // heads)
     if heads % kv_heads:
         raise WorkloadError(f"{where}: num_attention_heads ({heads}) is not a multiple of "
                             f"num_key_value_heads ({kv_heads})")
@@ -132,14 +150,14 @@ def config_from_hf(path_or_dict: str | Path | Mapping[str, Any], *, name: str | 
         intermediate_size=need("intermediate_size", "n_inner"),
         num_layers=need("num_hidden_layers", "n_layer"),
         num_heads=heads,
-        num_kv_heads=int(kv_heads),
-        head_dim=int(head_dim),
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
         vocab_size=need("vocab_size"),
         tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
         qk_norm=model_type == "qwen3",
         attention_bias=bool(raw.get("attention_bias", model_type == "qwen2")),
-        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
-        rope_theta=float(raw.get("rope_theta", 10000.0)),
-        max_position_embeddings=int(raw.get("max_position_embeddings", 4096)),
+        rms_norm_eps=number("rms_norm_eps", 1e-5),
+        rope_theta=number("rope_theta", 10000.0),
+        max_position_embeddings=maybe("max_position_embeddings", 4096),
         model_type=model_type,
     )

@@ -15,7 +15,7 @@ from importlib import import_module
 
 from mksim.costs import task_costs
 
-from ._build import build_schedule, gc_paused
+from ._build import build_schedule, check_fits, gc_paused
 from ._designs import (
     SYNCS,
     BaseDesign,
@@ -56,8 +56,7 @@ MOVEMENTS = designs.movement.MOVEMENTS
 
 __all__ = ["BaseDesign", "BaseMode", "BasePolicy", "BaseSync", "CHAIN_MODES", "ChainMode", "DISPATCHES", "MODES",
            "MODE_DEFAULTS", "MOVEMENTS", "Names", "ORDERS", "Options", "PERSISTENT_MODES", "POLICIES", "PersistentMode",
-           "SYNCS", "Schedule", "active_designs", "build_schedule", "design_names", "design_rows", "designs",
-           "dispatch_layout", "find_deadlock", "gc_paused", "get_design", "get_mode", "get_policy", "get_sync", "modes",
-           "modes_on",
-           "register_design", "register_mode", "register_sync", "registered_designs", "task_costs", "task_order",
-           "unregister_design", "unregister_mode", "workload_from_spec"]
+           "SYNCS", "Schedule", "active_designs", "build_schedule", "check_fits", "design_names", "design_rows",
+           "designs", "dispatch_layout", "find_deadlock", "gc_paused", "get_design", "get_mode", "get_policy",
+           "get_sync", "modes", "modes_on", "register_design", "register_mode", "register_sync", "registered_designs",
+           "task_costs", "task_order", "unregister_design", "unregister_mode", "workload_from_spec"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import fields
 from typing import Any
 
 import hwmodels
@@ -18,7 +17,7 @@ from mksim.workload import TaskGraph, Tiling, Workload
 from ._designs import active_designs, with_defaults
 from ._modes import MODE_DEFAULTS, PersistentMode, get_mode
 from ._policies import get_policy
-from ._schedule import Options, Schedule
+from ._schedule import Options, Schedule, check_fits
 
 DEFAULT_POLICY = "dag"  # the megakernel's (PersistentMode.default_policy)
 
@@ -65,13 +64,12 @@ def _build(workload: Workload | str, gpu: GPUSpec | str, mode_name: str, policy:
     g = hwmodels.load(gpu) if isinstance(gpu, str) else gpu
     if isinstance(workload, str):
         workload = models.workload(workload, n_sms=g.sm.count)
-    known = {f.name for f in fields(Options)}
-    bad = set(options) - known
-    if bad:
-        raise ScheduleError(f"unknown schedule option {sorted(bad)[0]!r}; known: {', '.join(sorted(known))}")
-    opts = with_defaults(Options(**{**MODE_DEFAULTS[mode_name], **options}), g, mode_name, set(options))
-    if opts.tasks_per_sm <= 0:
-        raise ScheduleError(f"tasks_per_sm must be positive, got {opts.tasks_per_sm}")
+    opts = with_defaults(Options.checked(options, MODE_DEFAULTS[mode_name]), g, mode_name, set(options))
+    if not 0 < opts.tasks_per_sm < float("inf"):
+        raise ScheduleError(f"tasks_per_sm must be a positive finite number, got {opts.tasks_per_sm}")
+    if policy_options is not None and not isinstance(policy_options, dict):
+        raise ScheduleError(f"policy_options must be a dict of name: value, got {policy_options!r}")
+    check_fits(workload, g)  # before the task graph, which grows with the batch
     tile_sms = g.sm.count
     for d in active_designs(mode_name, opts):  # dynamic dispatch cuts each op for the worker SMs
         tile_sms = d.tile_sms(g, opts, tile_sms)
@@ -133,4 +131,4 @@ def _hf_dict(cfg: Any) -> dict[str, Any]:
             "max_position_embeddings": cfg.max_position_embeddings, "_name_or_path": cfg.name}
 
 
-__all__ = ["build_schedule", "gc_paused"]
+__all__ = ["build_schedule", "check_fits", "gc_paused"]

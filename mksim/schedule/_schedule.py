@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+import pydantic
 
 import hwmodels
 from hwmodels import GPUSpec
 from mksim import models
-from mksim.errors import DeadlockError, ScheduleError
-from mksim.workload import TaskGraph, Tiling, Workload
+from mksim.errors import DeadlockError, ScheduleError, WorkloadError
+from mksim.workload import DTYPE_BYTES, TaskGraph, Tiling, Workload
 
 from ._designs import active_designs, get_sync, registered_designs
 from ._modes import PERSISTENT_MODES, get_mode
 
 FORMAT = "mksim-schedule"
+VERSION = 1  # the schedule file format this code reads and writes
 WORKLOAD_KEYS = ("batch", "kv_len", "phase", "prefill_tokens", "weight_dtype", "kv_splits", "fuse_norm", "split_qkv",
                  "split_gate_up")
 
@@ -65,6 +70,26 @@ class Options:
     @property
     def prefetch_bytes(self) -> float:
         return self.prefetch_depth * self.page_KiB * 1024
+
+    @classmethod
+    def checked(cls, values: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> Options:
+        """``Options(**base, **values)`` after checking every name and value type: the one place where
+        ``--opt``, ``--fix``, ``build_schedule(**options)`` and a schedule file's options are read.
+
+        >>> Options.checked({"blocks_per_sm": "abc"})
+        Traceback (most recent call last):
+        ...
+        mksim.errors.ScheduleError: schedule option blocks_per_sm must be an integer, got 'abc'
+        """
+        if not isinstance(values, Mapping):
+            raise ScheduleError(f"schedule options must be an object of name: value, got {values!r}")
+        types = {f.name: f.type for f in fields(cls)}
+        for key, val in values.items():
+            kind = types.get(key)
+            if kind is None:
+                raise ScheduleError(f"unknown schedule option {key!r}; known: {', '.join(sorted(types))}")
+            _check_option(key, kind, val)
+        return cls(**{**(base or {}), **values})
 
 
 @dataclass
@@ -162,7 +187,7 @@ class Schedule:
                                 "hand-made ops), so its schedule cannot be saved as JSON")
         t = self.graph.tiling
         return {
-            "format": FORMAT, "version": 1, "mode": self.mode,
+            "format": FORMAT, "version": VERSION, "mode": self.mode,
             "gpu": self.gpu.name if not self.gpu.path or Path(self.gpu.path).parent.name in ("data", "calibrated")
             else self.gpu.path,
             "workload": self.workload_spec,
@@ -186,39 +211,134 @@ class Schedule:
             p = Path(text)
             if not p.is_file():
                 raise ScheduleError(f"{p}: no such schedule file")
-            text = p.read_text()
+            try:
+                text = p.read_text()
+            except UnicodeDecodeError as exc:
+                raise ScheduleError(f"{p}: schedule is not valid JSON (not UTF-8 text: {exc.reason})") from None
+            except OSError as exc:
+                raise ScheduleError(f"{p}: cannot read the schedule ({exc.strerror})") from None
         try:
             d = json.loads(text)
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:  # JSONDecodeError, or a number too long to convert
             raise ScheduleError(f"schedule is not valid JSON ({exc})") from None
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ScheduleError(f"not a mksim schedule (expected \"format\": \"{FORMAT}\")")
         try:
-            gpu = hwmodels.load(d["gpu"])
-            wl = workload_from_spec(d["workload"])
-            tl = d["tiling"]
-            tiling = Tiling(default=tl["default"], per_kind=tl.get("per_kind", {}), per_op=tl.get("per_op", {}))
-            known = {f.name for f in fields(Options)}
-            bad = set(d.get("options", {})) - known
-            if bad:
-                raise ScheduleError(f"unknown schedule option {sorted(bad)[0]!r}; known: {', '.join(sorted(known))}")
-            opts = Options(**d.get("options", {}))
-        except KeyError as exc:
-            raise ScheduleError(f"schedule is missing key {exc}") from None
-        except TypeError as exc:
-            raise ScheduleError(f"schedule has a malformed field ({exc})") from None
-        queues = d.get("queues")
-        if queues is not None and (not isinstance(queues, list) or
-                                   not all(isinstance(q, list) and all(isinstance(t, int) for t in q)
-                                           for q in queues)):
-            raise ScheduleError("schedule queues must be lists of integer task ids, one list per SM")
-        s = cls(mode=d["mode"], gpu=gpu, workload=wl, graph=TaskGraph(wl, tiling), options=opts,
-                queues=queues, policy=d.get("policy"), policy_options=d.get("policy_options") or {},
-                workload_spec=d["workload"])
+            f = _ScheduleFile.model_validate(d)
+        except pydantic.ValidationError as exc:
+            raise ScheduleError(_file_error(exc)) from None
+        gpu = hwmodels.load(f.gpu)
+        wl = workload_from_spec(f.workload)
+        tl = f.tiling
+        tiling = Tiling(default=tl.default, per_kind=tl.per_kind, per_op=tl.per_op)
+        opts = Options.checked(f.options)
+        check_fits(wl, gpu)
+        s = cls(mode=f.mode, gpu=gpu, workload=wl, graph=TaskGraph(wl, tiling), options=opts,
+                queues=f.queues, policy=f.policy, policy_options=f.policy_options, workload_spec=f.workload)
         return s.validate()
 
 
+class _FileTiling(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(strict=True, extra="forbid")
+    default: Any  # tile counts are checked by Tiling, which names the op
+    per_kind: dict[str, Any] = {}
+    per_op: dict[str, Any] = {}
+
+
+class _ScheduleFile(pydantic.BaseModel):
+    """The fields of a schedule file (what :meth:`Schedule.to_dict` writes), checked by type; the
+    workload, tiling counts and options are then checked by their own readers."""
+
+    model_config = pydantic.ConfigDict(strict=True)
+    format: Literal["mksim-schedule"]
+    version: Literal[1] = 1  # VERSION
+    mode: str
+    gpu: str
+    workload: Any
+    tiling: _FileTiling
+    options: dict[str, Any] = {}
+    policy: str | None = None
+    policy_options: dict[str, Any] = {}
+    queues: list[list[int]] | None = None
+
+    @pydantic.field_validator("version", mode="before")
+    @classmethod
+    def _not_bool(cls, v: Any) -> Any:
+        if isinstance(v, bool):  # JSON true == 1 to Python
+            raise ValueError("a boolean")
+        return v
+
+    @pydantic.field_validator("policy_options", mode="before")
+    @classmethod
+    def _null_is_empty(cls, v: Any) -> Any:
+        return {} if v is None else v
+
+
+#: What a schedule file's field must hold, said when it does not (the first bad field is reported).
+_FIELD_NEEDS = {
+    "version": f"schedule format version {{got!r}} is not one this mksim reads (version {VERSION}); write it "
+               "again with this mksim",
+    "mode": "schedule mode must be a mode name (e.g. \"megakernel\"), got {got!r}",
+    "gpu": "schedule gpu must be a GPU name or a .toml path, got {got!r}",
+    "tiling": "schedule tiling must be an object with default, per_kind and per_op",
+    "options": "schedule options must be an object of name: value, got {got!r}",
+    "policy": "schedule policy must be a policy name or null, got {got!r}",
+    "policy_options": "schedule policy_options must be an object of name: value, got {got!r}",
+    "queues": "schedule queues must be lists of integer task ids, one list per SM",
+}
+
+
+def _file_error(exc: pydantic.ValidationError) -> str:
+    err = exc.errors()[0]
+    key = str(err["loc"][0]) if err["loc"] else ""
+    if err["type"] == "missing":
+        where = ".".join(map(str, err["loc"]))
+        return f"schedule is missing key {where!r}"
+    got = err["input"] if len(err["loc"]) == 1 else None
+    return _FIELD_NEEDS.get(key, "schedule field {key} is malformed ({msg})").format(got=got, key=key,
+                                                                                        msg=err["msg"])
+
+
+def check_fits(workload: Workload, gpu: GPUSpec) -> None:
+    """Raise :class:`WorkloadError` if a step's weights and KV cache exceed the GPU's memory
+    (``memory.dram.capacity_GB``), with the sizes: such a step cannot run, and its task graph and
+    simulation would only grow without end.
+
+    >>> import mksim, hwmodels
+    >>> try:
+    ...     check_fits(mksim.models.workload("llama-3.2-1b", batch=100000), hwmodels.load("h200"))
+    ... except WorkloadError as exc:
+    ...     print(str(exc)[:75])
+    the step needs 3361.2 GB (weights 2.5 GB + KV cache 3358.7 GB) but h200 has
+    """
+    cap = gpu.dram.capacity_GB * 1e9
+    cfg = workload.model  # tied embeddings are held once, though the step reads them twice
+    weights = (cfg.param_count() * DTYPE_BYTES.get(workload.weight_dtype, 2) if cfg is not None
+               else workload.weight_bytes)
+    kv = workload.kv_bytes
+    if weights + kv > cap:
+        raise WorkloadError(f"the step needs {_gb(weights + kv)} (weights {_gb(weights)} + KV cache {_gb(kv)}) but "
+                            f"{gpu.name} has {gpu.dram.capacity_GB:g} GB of memory; use a smaller --batch or --kv-len, "
+                            "or a larger GPU")
+
+
+def _gb(n_bytes: float) -> str:
+    return f"{n_bytes / 1e9:.1f} GB" if n_bytes < 1e15 else f"{n_bytes / 1e9:.3g} GB"
+
+
 _VALID_AS = "_mksim_valid_as"
+
+_TYPE_WORDS = {"int": "an integer", "float": "a finite number", "bool": "true or false", "str": "a name"}
+
+
+def _check_option(key: str, kind: Any, val: Any) -> None:
+    kind = getattr(kind, "__name__", kind)  # a type, or its name under postponed annotations
+    ok = {"int": isinstance(val, int) and not isinstance(val, bool),
+          "float": isinstance(val, (int, float)) and not isinstance(val, bool) and math.isfinite(val),
+          "bool": isinstance(val, bool),
+          "str": isinstance(val, str)}.get(kind, True)
+    if not ok:
+        raise ScheduleError(f"schedule option {key} must be {_TYPE_WORDS[kind]}, got {val!r}")
 
 
 class _Same:

@@ -10,19 +10,30 @@ that were mid-trial.
 
 from __future__ import annotations
 
+import importlib.util
 import multiprocessing as mp
 import os
 import socket
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import hwmodels
-from mksim.errors import DeadlockError, MksimError, ScheduleError, UnknownNameError
+from mksim.errors import (
+    DeadlockError,
+    MissingExtraError,
+    MksimError,
+    OutputError,
+    ScheduleError,
+    UnknownNameError,
+    check_writable,
+)
 from mksim.extras import require
+from mksim.schedule import check_fits
 from mksim.sim import simulate
 
 from ._report import write_report
@@ -43,6 +54,7 @@ OBJECTIVES = {"latency": ("latency_us", "minimize"), "smem": ("smem_KiB", "minim
 HEARTBEAT_S = 2
 MEMORY = "memory"  # --storage memory: a one-off study in this process (nothing kept, one worker)
 GRACE_S = 10
+CONNECT_TIMEOUT_S = 10  # a PostgreSQL server that does not answer within this is reported, not waited on
 
 
 def _optuna() -> ModuleType:
@@ -93,9 +105,12 @@ def storage_for(url: str | None, study_name: str):
     url = url or f"sqlite:///{study_name}.db"
     if url == MEMORY:
         return url, optuna.storages.InMemoryStorage()
+    url = _with_driver(url)
     kw: dict[str, Any] = {}
     if url.startswith("sqlite"):
         kw["engine_kwargs"] = {"connect_args": {"timeout": 60}}
+    elif url.startswith("postgresql"):  # a server that accepts and never answers: fail, do not hang
+        kw["engine_kwargs"] = {"connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}}
     for attempt in range(6):
         try:
             return url, optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S, **kw)
@@ -149,7 +164,42 @@ def _counted(study) -> int:
                                                          optuna.trial.TrialState.PRUNED)))
 
 
+def _with_driver(url: str) -> str:
+    """``url`` with a PostgreSQL driver that is installed: SQLAlchemy 2 reads a bare ``postgresql://`` as
+    psycopg (3), while ``mksim[search]`` installs psycopg2."""
+    if not url.startswith("postgresql://"):
+        return url
+    if importlib.util.find_spec("psycopg") is None:
+        if importlib.util.find_spec("psycopg2") is None:
+            raise MissingExtraError(f"cannot open study storage {url!r}: no PostgreSQL driver is installed; "
+                                    "pip install 'mksim[search]' (psycopg2) and give postgresql+psycopg2://")
+        return "postgresql+psycopg2://" + url[len("postgresql://"):]
+    return url
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The innermost message of an exception chain (optuna wraps SQLAlchemy, which wraps the driver)."""
+    while exc.__cause__ is not None or exc.__context__ is not None:
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def _open_study(problem: Problem, objectives: tuple[str, ...], storage, study_name: str, seed: int):
+    try:
+        return _open_study_unchecked(problem, objectives, storage, study_name, seed)
+    except MksimError:
+        raise
+    except Exception as exc:  # optuna's StorageInternalError hides the cause (a read-only database)
+        if type(exc).__module__.split(".")[0] not in ("optuna", "sqlalchemy"):
+            raise
+        cause = _root_cause(exc)
+        hint = ("the database file or its folder is read-only: copy it somewhere writable or give another "
+                "--storage" if "readonly" in cause or "read-only" in cause else "check the storage and try again")
+        raise MksimError(f"cannot use study {study_name!r} in its storage: {cause}; {hint}") from None
+
+
+def _open_study_unchecked(problem: Problem, objectives: tuple[str, ...], storage, study_name: str, seed: int):
     optuna = _optuna()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -166,6 +216,8 @@ def _open_study(problem: Problem, objectives: tuple[str, ...], storage, study_na
     if problem.designs:  # likewise
         want["designs"] = list(problem.designs)
     have = study.user_attrs.get("problem")
+    if study.metric_names is None:  # optuna-dashboard and the plots show these names
+        study.set_metric_names([OBJECTIVES[o][0] for o in objectives])
     if have is None:
         study.set_user_attr("problem", want)
     elif have.get("space") != SPACE_VERSION:
@@ -223,7 +275,7 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
            objectives: str | tuple[str, ...] = "latency", workers: int = 1, out: str | Path | None = None,
            report: str | Path | None = None, progress: bool = False,
            fixed: dict[str, Any] | None = None, best_mode: str | None = None,
-           designs: str | tuple[str, ...] | None = None) -> SearchResult:
+           designs: str | tuple[str, ...] | None = None, say: Callable[[str], None] | None = None) -> SearchResult:
     """Search megakernel (and, for comparison, chain) schedules of ``model`` on ``gpu``.
 
     Seeds the study with the baselines, runs until the study holds ``trials`` finished trials
@@ -237,6 +289,12 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
     ``megakernel:sentinel``); recorded in the study like ``fixed``.
     """
     objs = _parse_objectives(objectives)
+    if out:  # before the work: a typo in a path must not cost a finished search
+        check_writable(out, "--out")
+    if report:
+        check_writable(report, "--report")
+    if timeout is not None and not 0 < timeout < float("inf"):
+        raise MksimError(f"--timeout must be a positive number of seconds, got {timeout:g}")
     spec = hwmodels.load(gpu)
     fixed = check_fixed(fixed)
     designs_t = check_designs(designs)
@@ -246,10 +304,12 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
     if workers < 1:
         raise MksimError("--workers must be at least 1")
     problem = Problem(model=model, gpu=spec, batch=batch, kv_len=kv_len, fixed=fixed, designs=designs_t)
-    problem.workload()  # unknown model or impossible shape: one line, before any study is made
+    check_fits(problem.workload(), spec)  # unknown model, impossible shape or too big: before any study is made
     name = study_name or default_study_name(problem, objs)
     if storage == MEMORY and workers > 1:
         raise MksimError("--storage memory runs in one process; give a sqlite:/// or postgresql:// URL for --workers")
+    if storage is None and say is not None and not Path(f"{name}.db").exists():
+        say(f"creating study storage sqlite:///{name}.db in {Path.cwd()} (--storage puts it elsewhere)")
     url, st = storage_for(storage, name)
     study = _open_study(problem, objs, st, name, seed)
     _enqueue_baselines(study, problem)
@@ -273,10 +333,14 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
             raise MksimError(f"{sum(1 for p in procs if p.exitcode)} search worker(s) failed; the study keeps "
                              "every finished trial: run the same command again to resume")
     result = summarize(study, problem, objs, url, best_mode)
-    if out:
-        save_best(result, problem, out)
-    if report:
-        write_report(study, result, report)
+    for path, flag, write in ((out, "--out", lambda p: save_best(result, problem, p)),
+                              (report, "--report", lambda p: write_report(study, result, p))):
+        if path:
+            try:
+                write(path)
+            except OSError as exc:  # the folder went away during the search: keep the result for the caller
+                raise OutputError(f"{flag} {path}: cannot write the result ({exc.strerror}); the study keeps every "
+                                  "trial: run the same command again with another path", result) from None
     return result
 
 

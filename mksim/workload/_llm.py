@@ -20,6 +20,7 @@ PARTIAL_BYTES = 4      # attention partial outputs (o, max, sum) are fp32
 MATMUL_ALIGN = 16      # output rows per tile step of a matmul (an MMA tile)
 VEC_ALIGN = 64         # elements per tile step of an elementwise op
 KV_SPLIT_MIN_TOKENS = 256  # flash-decoding does not split the KV cache finer than this
+MAX_LAYERS = 4096          # far above any model (Llama 3.1 405B has 126); bounds the ops a config can make
 
 
 def default_kv_splits(kv_heads: int, batch: int, kv_total: int, n_sms: int = 132) -> int:
@@ -49,6 +50,9 @@ def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = 
            weight_dtype=weight_dtype, kv_splits=kv_splits)
     if isinstance(logit_softcap, bool) or not isinstance(logit_softcap, (int, float)) or not logit_softcap >= 0:
         raise WorkloadError(f"logit_softcap must be a number >= 0 (0: no soft-capping), got {logit_softcap!r}")
+    if not 1 <= cfg.num_layers <= MAX_LAYERS:  # before making ops: a few per layer, all in memory
+        raise WorkloadError(f"{cfg.name}: num_layers = {cfg.num_layers} is implausible; expected between 1 and "
+                            f"{MAX_LAYERS} (the largest models have about 130)")
     new = 1 if phase == "decode" else prefill_tokens
     T = batch * new                      # rows through the projections
     kv_total = kv_len + new              # tokens attended to, per sequence

@@ -43,8 +43,8 @@ class Tiling:
     @classmethod
     def for_sms(cls, n_sms: int, tasks_per_sm: float = 1.0) -> Tiling:
         """About ``tasks_per_sm`` tasks per SM for every op (attention split as flash-decoding)."""
-        if tasks_per_sm <= 0:
-            raise WorkloadError(f"tasks per SM must be positive, got {tasks_per_sm}")
+        if not 0 < tasks_per_sm < float("inf"):  # also nan
+            raise WorkloadError(f"tasks per SM must be a positive finite number, got {tasks_per_sm}")
         return cls(default=max(1, round(n_sms * tasks_per_sm)), per_kind={"attn_partial": 0,
                                                                             "attn_reduce": 0})
 

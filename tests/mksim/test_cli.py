@@ -187,10 +187,49 @@ def test_python_m_validation_calibrate_is_mksim_calibrate():
 @pytest.mark.parametrize("missing,args,line", [
     ("optuna", ["search", "--trials", "30", "--storage", "memory"],
      "error: mksim search needs optuna: pip install 'mksim[search]'"),
-    ("plotly", ["sweep", "--batch", "1", "--html", "/nonexistent/sweep.html"],
+    ("plotly", ["sweep", "--batch", "1", "--html", "sweep.html"],  # plotly is missing: nothing written
      "error: mksim sweep --html needs plotly: pip install 'mksim[search]'"),
 ])
 def test_a_missing_extra_is_one_line_naming_it(missing, args, line):
     code = f"import sys; sys.modules[{missing!r}] = None; from mksim.cli import main; main({args!r})"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [line], r.stderr
+
+
+def test_version():
+    import mksim
+
+    r = run("--version")
+    assert r.returncode == 0 and r.stdout == f"mksim {mksim.__version__}\n", r.stderr
+
+
+@pytest.mark.parametrize("args", [["hw", "show", "h200"], ["hw", "list"], ["models"],
+                                  ["workload", "-m", "llama-3.2-1b"], ["compare", "--json"]])
+def test_a_closed_pipe_ends_quietly_with_status_0(args):
+    """``mksim hw show h200 | head -2``: the reader leaves early; neither an error nor a traceback."""
+    p = subprocess.Popen([sys.executable, "-m", "mksim", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.read(1)
+    p.stdout.close()
+    assert p.wait(timeout=120) == 0
+    assert p.stderr.read() == b""
+
+
+def test_search_says_where_it_makes_its_db_and_names_the_metrics(tmp_path):
+    import os
+    from pathlib import Path
+
+    import optuna
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    r = subprocess.run([sys.executable, "-m", "mksim", "search", "--trials", "25", "--json"], capture_output=True,
+                       text=True, timeout=300, cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    db = next(tmp_path.glob("*.db"))
+    assert r.stderr == f"creating study storage sqlite:///{db.name} in {tmp_path} (--storage puts it elsewhere)\n"
+    study = optuna.load_study(study_name=db.stem, storage=f"sqlite:///{db}")
+    assert study.metric_names == ["latency_us"]
+    r = subprocess.run([sys.executable, "-m", "mksim", "search", "--trials", "25", "--json"], capture_output=True,
+                       text=True, timeout=300, cwd=tmp_path, env=env)
+    assert r.returncode == 0 and r.stderr == "", r.stderr  # resumed: nothing made, nothing said

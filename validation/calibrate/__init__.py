@@ -102,8 +102,11 @@ def finish(raw_paths: list[Path], out: Path, *, base: str | None = None, results
     raws = []
     for p in raw_paths:
         try:
-            raws.append(json.loads(Path(p).read_text()))
-        except (OSError, json.JSONDecodeError) as exc:
+            raw = json.loads(Path(p).read_text())
+            if not isinstance(raw, dict) or not isinstance(raw.get("meta"), dict) or "device" not in raw["meta"]:
+                raise ValueError("no meta.device")
+            raws.append(raw)
+        except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             raise MksimError(f"{p}: cannot read raw calibration results ({exc}); give a .raw.json that "
                              "mksim calibrate wrote") from None
     devices = {r["meta"]["device"] for r in raws}

@@ -1,0 +1,457 @@
+"""The table of bad inputs (issue 15, shared/notes/bad-inputs-2026-12-01.md) as a test.
+
+Every bad input to the command line or the Python API answers with one line on stderr,
+``error: ...``, exit status 2, no traceback, in bounded time; sizes too large for the GPU are
+refused before anything big is allocated (run in a child process under a memory limit); and a
+finished result is never lost. The files (``hf-*.json``, ``hw-*.toml``, ``sched-*.json``) are
+small variants of a real config, hardware file or schedule with the one defect the name says.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import hwmodels
+from mksim import build_schedule, models
+from mksim.cli import main
+from mksim.errors import MksimError
+from mksim.schedule import Schedule
+
+ROOT = Path(__file__).resolve().parents[2]
+HF = json.loads((ROOT / "mksim/models/configs/llama-3.2-1b.json").read_text())
+H200 = (ROOT / "hwmodels/data/h200.toml").read_text()
+BW = 'bandwidth_spec_GBps = { value = 4800, source = "nv-h200-datasheet" }'
+ONE_LINE_S = 20  # an in-process case must answer within this many seconds
+
+
+def _hf(**change: Any) -> dict[str, Any]:
+    d = dict(HF)
+    for k, v in change.items():
+        if v is ...:
+            d.pop(k, None)
+        else:
+            d[k] = v
+    return d
+
+
+HF_FILES: dict[str, Any] = {
+    "missing": _hf(hidden_size=...),
+    "zero-heads": _hf(num_attention_heads=0),
+    "nondiv": _hf(hidden_size=2000, num_attention_heads=3, num_key_value_heads=3, head_dim=...),
+    "kv0": _hf(num_key_value_heads=0),
+    "kvneg": _hf(num_key_value_heads=-8),
+    "kvstr": _hf(num_key_value_heads="8"),
+    "kv7": _hf(num_key_value_heads=7),
+    "headdim-neg": _hf(head_dim=-64),
+    "layers-float": _hf(num_hidden_layers=16.0),
+    "rope-str": _hf(rope_theta="abc"),
+    "eps-str": _hf(rms_norm_eps="x"),
+    "ctx-str": _hf(max_position_embeddings="x"),
+    "gpt2": _hf(model_type="gpt2"),
+    "act-gelu": _hf(hidden_act="gelu"),
+    "textcfg-list": {"model_type": "llama", "text_config": [1, 2]},
+    "list": [HF],
+    "vocab-1e15": _hf(vocab_size=10**15),
+    "hidden-1e9": _hf(hidden_size=10**9),
+    "layers-1e6": _hf(num_hidden_layers=10**6),
+    "layers-1e9": _hf(num_hidden_layers=10**9),
+}
+
+HW_FILES: dict[str, str | bytes] = {
+    "wrongunit": H200.replace(BW, BW.replace("GBps", "TBps")),
+    "missingkey": H200.replace(BW, ""),
+    "negbw": H200.replace(BW, BW.replace("4800", "-4800")),
+    "stringbw": H200.replace(BW, BW.replace("4800", '"4800"')),
+    "nanbw": H200.replace(BW, BW.replace("4800", "nan")),
+    "hugebw": H200.replace(BW, BW.replace("4800", "1e300")),
+    "intname": H200.replace('name = "h200"', "name = 7", 1),
+    "empty": "",
+    "truncated": H200[:H200.index("[chip.sm]") + 6],
+    "garbage": bytes(range(256)) * 4,
+    "binary-utf16": H200.encode("utf-16"),
+}
+
+
+@pytest.fixture(scope="module")
+def bad(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding every bad file of the table."""
+    d = tmp_path_factory.mktemp("bad")
+    for name, cfg in HF_FILES.items():
+        (d / f"hf-{name}.json").write_text(json.dumps(cfg))
+    (d / "hf-notjson.json").write_text("{x")
+    (d / "hf-binary.json").write_bytes(bytes(range(128, 256)))
+    for name, text in HW_FILES.items():
+        p = d / f"hw-{name}.toml"
+        p.write_bytes(text) if isinstance(text, bytes) else p.write_text(text)
+    (d / "hw-dir.toml").mkdir()
+    (d / "raw-garbage.raw.json").write_bytes(bytes(range(256)))
+    (d / "raw-nometa.raw.json").write_text("{}")
+    (d / "a-dir").mkdir()
+    good = json.loads(build_schedule("llama-3.2-1b", "h200", "megakernel").to_json())
+
+    def sched(name: str, **change: Any) -> None:
+        s = json.loads(json.dumps(good))
+        for k, v in change.items():
+            if v is ...:
+                s.pop(k, None)
+            else:
+                s[k] = v
+        (d / f"sched-{name}.json").write_text(json.dumps(s))
+
+    q = good["queues"]
+    sched("twice", queues=[[q[1][0], *q[0]], *q[1:]])
+    sched("missing", queues=[q[0][:-1], *q[1:]])
+    sched("outofrange", queues=[[10**9, *q[0]], *q[1:]])
+    sched("negative", queues=[[-32, *q[0]], *q[1:]])
+    bool_q = [[True if t == 1 else t for t in row] for row in q]
+    sched("bool", queues=bool_q)
+    sched("float", queues=[[float(t) for t in row] for row in q])
+    sched("queues-str", queues="abc")
+    sched("unknown-gpu", gpu="h900")
+    sched("gpu-passwd", gpu="/etc/passwd")
+    sched("opt-str", options={**good["options"], "prefetch_depth": "x"})
+    sched("opt-bool", options={**good["options"], "blocks_per_sm": True})
+    sched("opt-neg", options={**good["options"], "prefetch_depth": -1})
+    sched("opt-list", options=[1, 2])
+    sched("opt-unknown", options={**good["options"], "warp": 1})
+    sched("wl-list", workload=[1])
+    sched("wl-negbatch", workload={**good["workload"], "batch": -4})
+    sched("wl-strbatch", workload={**good["workload"], "batch": "abc"})
+    sched("wl-model", workload={**good["workload"], "model": "gpt-9"})
+    sched("wl-huge", workload={**good["workload"], "batch": 100000})
+    sched("tiling-str", tiling={**good["tiling"], "per_op": {"embed": "abc"}})
+    sched("tiling-list", tiling=[1])
+    sched("mode", mode="warp9")
+    sched("format", format="nope")
+    sched("nowl", workload=...)
+    sched("polopts-str", policy_options="abc")
+    sched("version99", version=99)
+    sched("version-str", version="1")
+    (d / "sched-truncated.json").write_text(json.dumps(good)[:500])
+    (d / "sched-empty.json").write_text("")
+    (d / "sched-list.json").write_text("[]")
+    (d / "sched-binary.json").write_bytes(b"{" + bytes(range(128, 256)))
+    return d
+
+
+#: (id, argv with {d} for the folder of bad files, a fragment the error line must hold).
+CLI_CASES: list[tuple[str, list[str], str]] = [
+    # names
+    ("model", ["compare", "--model", "gpt-9"], "unknown model 'gpt-9'"),
+    ("gpu", ["compare", "--gpu", "h900"], "unknown GPU 'h900'"),
+    ("mode", ["simulate", "--mode", "warp9"], "unknown mode"),
+    ("policy", ["simulate", "--policy", "foo"], "unknown policy"),
+    ("compare-policy", ["compare", "--policy", "foo"], "unknown policy"),
+    ("compare-opt-policy", ["compare", "--opt", "policy=foo"], "unknown policy"),
+    ("compare-json-policy", ["compare", "--json", "--policy", "foo"], "unknown policy"),
+    ("dtype", ["compare", "--dtype", "fp4"], "dtype"),
+    ("phase", ["compare", "--phase", "training"], "phase"),
+    ("designs", ["compare", "--designs", "bogus"], "unknown design"),
+    ("hw-show", ["hw", "show", "nope"], "unknown GPU"),
+    ("no-model", ["workload"], "Missing option"),
+    # numbers
+    ("batch-abc", ["compare", "--batch", "abc"], "--batch"),
+    ("batch-neg", ["compare", "--batch", "-1"], "batch must be a positive integer"),
+    ("batch-0", ["compare", "--batch", "0"], "batch must be a positive integer"),
+    ("batch-float", ["compare", "--batch", "1.5"], "--batch"),
+    ("batch-empty", ["compare", "--batch", ""], "--batch"),
+    ("batch-1e30", ["workload", "-m", "llama-3.2-1b", "--batch", str(10**30)], "batch"),
+    ("kv-abc", ["compare", "--kv-len", "abc"], "--kv-len"),
+    ("kv-neg", ["compare", "--kv-len", "-5"], "kv_len"),
+    ("kv-1e12", ["workload", "-m", "llama-3.2-1b", "--kv-len", str(10**12)], "context"),
+    ("prefill-neg", ["compare", "--prefill-tokens", "-5", "--phase", "prefill"], "prefill_tokens"),
+    ("prefill-0", ["compare", "--phase", "prefill"], "prefill_tokens"),
+    ("tasks-0", ["workload", "-m", "llama-3.2-1b", "--tasks-per-sm", "0"], "tasks per SM"),
+    ("tasks-neg", ["workload", "-m", "llama-3.2-1b", "--tasks-per-sm", "-1"], "tasks per SM"),
+    ("tasks-nan", ["workload", "-m", "llama-3.2-1b", "--tasks-per-sm", "nan"], "tasks per SM"),
+    ("tasks-inf", ["workload", "-m", "llama-3.2-1b", "--tasks-per-sm", "inf"], "tasks per SM"),
+    ("sweep-batch", ["sweep", "--batch", "1,,x"], "comma-separated"),
+    ("sweep-empty", ["sweep", "--batch", ""], "at least one"),
+    ("sweep-neg", ["sweep", "--batch", "-1"], "batch must be"),
+    # --opt
+    ("opt-noequals", ["simulate", "--opt", "noequals"], "key=value"),
+    ("opt-neg", ["simulate", "--opt", "prefetch_depth=-1"], "prefetch_depth"),
+    ("opt-unknown", ["simulate", "--opt", "unknown=1"], "unknown schedule option"),
+    ("opt-page-nan", ["simulate", "--opt", "page_KiB=nan"], "page_KiB"),
+    ("opt-page-inf", ["simulate", "--opt", "page_KiB=inf"], "page_KiB"),
+    ("opt-sync", ["simulate", "--opt", "sync=foo"], "sync"),
+    ("opt-blocks-abc", ["simulate", "--opt", "blocks_per_sm=abc"], "blocks_per_sm"),
+    ("opt-blocks-float", ["simulate", "--opt", "blocks_per_sm=1.5"], "blocks_per_sm"),
+    ("opt-dies-str", ["simulate", "--opt", "dies=maybe"], "dies"),
+    ("opt-tasks-nan", ["simulate", "--opt", "tasks_per_sm=nan"], "tasks_per_sm"),
+    ("compare-opt-sync", ["compare", "--opt", "sync=foo"], "sync"),
+    ("compare-opt-unknown", ["compare", "--opt", "unknown=1"], "unknown schedule option"),
+    ("compare-opt-blocks", ["compare", "--opt", "blocks_per_sm=abc"], "blocks_per_sm"),
+    # hardware files
+    *[(f"hw-{n}", ["hw", "show", f"{{d}}/hw-{n}.toml"], frag) for n, frag in [
+        ("wrongunit", "TBps"), ("missingkey", "missing key memory.dram.bandwidth_spec_GBps"),
+        ("negbw", "negative"), ("stringbw", "not a number"), ("nanbw", "not a number"),
+        ("hugebw", "implausible"), ("intname", "name = 7"), ("empty", "missing key 'name'"),
+        ("truncated", "not valid TOML"), ("garbage", "not valid TOML"), ("binary-utf16", "UTF-8"),
+        ("dir", "no such hardware file")]],
+    ("hw-nonexistent", ["hw", "show", "/nonexistent/x.toml"], "no such hardware file"),
+    ("compare-gpu-garbage", ["compare", "--gpu", "{d}/hw-garbage.toml"], "not valid TOML"),
+    ("compare-gpu-passwd", ["compare", "--gpu", "/etc/passwd"], "not valid TOML"),
+    ("compare-gpu-rel", ["compare", "--gpu", "../bad"], "no such hardware file"),
+    # schedule files
+    *[(f"sched-{n}", ["simulate", "--schedule", f"{{d}}/sched-{n}.json"], frag) for n, frag in [
+        ("truncated", "not valid JSON"), ("empty", "not valid JSON"), ("list", "not a mksim schedule"),
+        ("binary", "not valid JSON"), ("twice", "placed twice"), ("missing", "never placed"),
+        ("outofrange", "lists task 1000000000"), ("negative", "lists task -32"),
+        ("bool", "integer task ids"), ("float", "integer task ids"), ("queues-str", "integer task ids"),
+        ("unknown-gpu", "unknown GPU 'h900'"), ("gpu-passwd", "not valid TOML"),
+        ("opt-str", "prefetch_depth"), ("opt-bool", "blocks_per_sm"), ("opt-neg", "prefetch_depth"),
+        ("opt-list", "options"), ("opt-unknown", "unknown schedule option 'warp'"),
+        ("wl-list", "workload must be an object"), ("wl-negbatch", "batch must be"),
+        ("wl-strbatch", "batch must be"), ("wl-model", "unknown model 'gpt-9'"),
+        ("tiling-str", "tile count"), ("tiling-list", "tiling"), ("mode", "unknown mode"),
+        ("format", "not a mksim schedule"), ("nowl", "missing key 'workload'"),
+        ("polopts-str", "policy_options"), ("version99", "version"), ("version-str", "version")]],
+    ("sched-nonexistent", ["simulate", "--schedule", "/nonexistent.json"], "no such schedule file"),
+    ("sched-dir", ["simulate", "--schedule", "{d}/a-dir"], "no such schedule file"),
+    # HF configs
+    *[(f"hf-{n}", ["workload", "--model", f"{{d}}/hf-{n}.json"], frag) for n, frag in [
+        ("missing", "missing key 'hidden_size'"), ("zero-heads", "num_attention_heads = 0"),
+        ("nondiv", "hidden_size"), ("kv0", "num_key_value_heads = 0"), ("kvneg", "num_key_value_heads = -8"),
+        ("kvstr", "num_key_value_heads = '8'"), ("kv7", "not a multiple"), ("headdim-neg", "head_dim = -64"),
+        ("layers-float", "num_hidden_layers = 16.0"), ("rope-str", "rope_theta = 'abc'"),
+        ("eps-str", "rms_norm_eps = 'x'"), ("ctx-str", "max_position_embeddings = 'x'"),
+        ("gpt2", "model_type 'gpt2'"), ("act-gelu", "hidden_act 'gelu'"), ("textcfg-list", "text_config"),
+        ("list", "JSON object"), ("notjson", "not a readable JSON"), ("binary", "not a readable JSON"),
+        ("vocab-1e15", "GB"), ("hidden-1e9", "GB")]],
+    ("compare-hf-nondiv", ["compare", "--model", "{d}/hf-nondiv.json"], "hidden_size"),
+    ("hf-nonexistent", ["workload", "--model", "/nonexistent/config.json"], "no such config file"),
+    ("hf-dir", ["workload", "--model", "{d}/a-dir"], "unknown model"),
+    # memory: a step that cannot fit the GPU is refused with its sizes, before any graph is built
+    ("mem-batch-1e6", ["workload", "-m", "llama-3.2-1b", "--batch", "1000000"], "GB"),
+    ("mem-batch-1e9", ["workload", "-m", "llama-3.2-1b", "--batch", "1000000000"], "GB"),
+    ("mem-compare-1e5", ["compare", "--batch", "100000"], "GB"),
+    ("mem-simulate-1e5", ["simulate", "--batch", "100000"], "GB"),
+    ("mem-compare-1e30", ["compare", "--batch", str(10**30)], "e+28 GB"),
+    ("mem-sweep-1e5", ["sweep", "--batch", "1,100000"], "GB"),
+    ("mem-search-1e5", ["search", "--batch", "100000", "--storage", "memory"], "GB"),
+    ("mem-prefill", ["compare", "--phase", "prefill", "--prefill-tokens", "100000", "--batch", "64"], "GB"),
+    ("mem-schedule-file", ["simulate", "--schedule", "{d}/sched-wl-huge.json"], "GB"),
+    # output paths are checked before the work
+    ("save-missing-dir", ["simulate", "--save", "/nonexistent/dir/s.json"], "/nonexistent/dir"),
+    ("trace-missing-dir", ["simulate", "--trace", "/nonexistent/dir/t.json"], "/nonexistent/dir"),
+    ("trace-is-dir", ["simulate", "--trace", "{d}/a-dir"], "a-dir"),
+    ("sweep-html-missing", ["sweep", "--batch", "1", "--html", "/nonexistent/dir/s.html"], "/nonexistent/dir"),
+    ("search-out-missing", ["search", "--storage", "memory", "--out", "/nonexistent/dir/x.json"],
+     "/nonexistent/dir"),
+    ("search-report-missing", ["search", "--storage", "memory", "--report", "/nonexistent/dir/r.html"],
+     "/nonexistent/dir"),
+    # search
+    ("search-sqlite-nodir", ["search", "--storage", "sqlite:////nonexistent/dir/x.db"], "cannot open study storage"),
+    ("search-sqlite-garbage", ["search", "--storage", "sqlite:///{d}/hw-garbage.toml"], "cannot open study storage"),
+    ("search-trials-abc", ["search", "--trials", "abc"], "--trials"),
+    ("search-trials-neg", ["search", "--trials", "-1"], "--trials"),
+    ("search-trials-5", ["search", "--trials", "5"], "--trials"),
+    ("search-workers-0", ["search", "--workers", "0"], "--workers"),
+    ("search-workers-memory", ["search", "--workers", "2", "--storage", "memory"], "memory"),
+    ("search-timeout-neg", ["search", "--timeout", "-1", "--storage", "memory"], "--timeout"),
+    ("search-objective", ["search", "--objective", "foo"], "unknown objective"),
+    ("search-fix", ["search", "--fix", "foo=1"], "cannot fix 'foo'"),
+    ("search-fix-abc", ["search", "--fix", "prefetch_depth=abc"], "prefetch_depth"),
+    ("search-designs", ["search", "--designs", "bogus"], "unknown design"),
+    ("search-batch", ["search", "--batch", "-1"], "batch must be"),
+    ("search-storage-foo", ["search", "--storage", "foo"], "cannot open study storage"),
+    ("search-mysql", ["search", "--storage", "mysql://u@127.0.0.1:1/db"], "cannot open study storage"),
+    ("search-postgresql", ["search", "--storage", "postgresql://u@127.0.0.1:1/db"], "127.0.0.1"),
+    ("search-psycopg2", ["search", "--storage", "postgresql+psycopg2://u@127.0.0.1:1/db"], "127.0.0.1"),
+    # other commands
+    ("calibrate-garbage", ["calibrate", "--from-raw", "{d}/raw-garbage.raw.json", "--out", "{d}/x.toml"],
+     "cannot read raw calibration"),
+    ("calibrate-nometa", ["calibrate", "--from-raw", "{d}/raw-nometa.raw.json", "--out", "{d}/x.toml"],
+     "cannot read raw calibration"),
+    ("calibrate-missing", ["calibrate", "--from-raw", "/nonexistent.raw.json", "--out", "{d}/x.toml"],
+     "cannot read raw calibration"),
+    ("validate-cycle", ["validate", "--schedule", "{d}/sched-twice.json", "--dry-run"], "placed twice"),
+    ("validate-report", ["validate", "report", "/nonexistent"], "cannot read measured results"),
+    ("explore-port-high", ["explore", "--port", "99999"], "--port"),
+    ("explore-port-neg", ["explore", "--port", "-1"], "--port"),
+    ("explore-host", ["explore", "--host", "256.1.1.1", "--port", "0"], "256.1.1.1"),
+]
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise TimeoutError(f"no answer within {ONE_LINE_S} s")
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """``mksim argv`` in this process: (exit status, stdout, stderr)."""
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(ONE_LINE_S)
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def assert_one_line(code: int, err: str, fragment: str) -> None:
+    lines = err.splitlines()
+    assert code == 2, f"exit {code}, stderr: {err[-2000:]}"
+    assert len(lines) == 1 and lines[0].startswith("error: "), err[-2000:]
+    assert "Traceback" not in err
+    assert fragment in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("argv,fragment", [pytest.param(a, f, id=i) for i, a, f in CLI_CASES])
+def test_cli_bad_input_answers_in_one_line(argv: list[str], fragment: str, bad: Path,
+                                           capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # a default search storage must not land in the checkout
+    code, _, err = run_cli([a.replace("{d}", str(bad)) for a in argv], capsys)
+    assert_one_line(code, err, fragment)
+
+
+def test_busy_port_is_refused_before_the_url_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        code, out, err = run_cli(["explore", "--port", str(s.getsockname()[1])], capsys)
+    assert_one_line(code, err, "already in use")
+    assert "explorer at" not in out
+
+
+# -- the Python API ----------------------------------------------------------------------------------
+API_CASES: list[tuple[str, Any]] = [
+    ("config-kvstr", lambda d: models.config_from_hf(_hf(num_key_value_heads="8"))),
+    ("config-rope", lambda d: models.config_from_hf(_hf(rope_theta="abc"))),
+    ("config-textcfg", lambda d: models.config_from_hf({"text_config": "x"})),
+    ("config-nondiv", lambda d: models.config_from_hf(_hf(hidden_size=2000, num_attention_heads=3,
+                                                          num_key_value_heads=3, head_dim=...))),
+    ("workload-layers", lambda d: models.workload(
+        models.config_from_hf(_hf(num_hidden_layers=10**9)))),
+    ("workload-batch-bool", lambda d: models.workload("llama-3.2-1b", batch=True)),
+    ("build-blocks-str", lambda d: build_schedule("llama-3.2-1b", "h200", "megakernel", blocks_per_sm="abc")),
+    ("build-page-nan", lambda d: build_schedule("llama-3.2-1b", "h200", "megakernel", page_KiB=float("nan"))),
+    ("build-tasks-inf", lambda d: build_schedule("llama-3.2-1b", "h200", "stream", tasks_per_sm=float("inf"))),
+    ("build-policy-options", lambda d: build_schedule("llama-3.2-1b", "h200", "megakernel",
+                                                      policy_options="abc")),  # type: ignore[arg-type]
+    ("build-too-big", lambda d: build_schedule(models.workload("llama-3.2-1b", batch=10**6), "h200", "stream")),
+    ("from-json-bool", lambda d: Schedule.from_json(d / "sched-bool.json")),
+    ("from-json-version", lambda d: Schedule.from_json(d / "sched-version99.json")),
+    ("from-json-opt-str", lambda d: Schedule.from_json(d / "sched-opt-str.json")),
+    ("hw-garbage", lambda d: hwmodels.load(d / "hw-garbage.toml")),
+    ("hw-utf16", lambda d: hwmodels.load(d / "hw-binary-utf16.toml")),
+]
+
+
+@pytest.mark.parametrize("call", [pytest.param(c, id=i) for i, c in API_CASES])
+def test_api_bad_input_raises_mksim_error(call: Any, bad: Path) -> None:
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(ONE_LINE_S)
+    try:
+        with pytest.raises(MksimError) as info:
+            call(bad)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert "\n" not in str(info.value)
+
+
+# -- bounded time and memory: in a child process under limits -------------------------------------------
+MEMORY_LIMIT_B = 3 << 30
+
+
+def _limit_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_B, MEMORY_LIMIT_B))
+
+
+def run_child(argv: list[str], timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mksim", *argv], capture_output=True, text=True,
+                          timeout=timeout_s, preexec_fn=_limit_memory, cwd=ROOT)
+
+
+@pytest.mark.parametrize("argv", [
+    pytest.param(["workload", "--model", "{d}/hf-layers-1e9.json"], id="layers-1e9"),
+    pytest.param(["workload", "--model", "{d}/hf-layers-1e6.json"], id="layers-1e6"),
+    pytest.param(["workload", "--model", "llama-3.2-1b", "--batch", "1000000"], id="batch-1e6"),
+    pytest.param(["compare", "--batch", "100000"], id="compare-batch-1e5"),
+    pytest.param(["workload", "--model", "llama-3.2-1b", "--batch", "1000000000"], id="batch-1e9"),
+])
+def test_absurd_sizes_are_refused_in_bounded_memory(argv: list[str], bad: Path) -> None:
+    r = run_child([a.replace("{d}", str(bad)) for a in argv])
+    assert_one_line(r.returncode, r.stderr, "")
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A TCP port that accepts connections and never answers (a hung PostgreSQL server)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    conns: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conns.append(srv.accept()[0])
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    yield srv.getsockname()[1]
+    stop.set()
+    t.join()
+    for c in conns:
+        c.close()
+    srv.close()
+
+
+def test_silent_postgresql_server_times_out(silent_server: int) -> None:
+    r = run_child(["search", "--storage", f"postgresql+psycopg2://u@127.0.0.1:{silent_server}/db"], timeout_s=45)
+    assert_one_line(r.returncode, r.stderr, "cannot open study storage")
+
+
+def test_read_only_study_answers_in_one_line(tmp_path: Path) -> None:
+    """An existing study that cannot be written (SQLite opened read-only, as a file in a folder one may
+    not write is): one line naming the cause, not optuna's 121-line 'invalid data in the commit'."""
+    db = tmp_path / "ro.db"
+    r = run_child(["search", "--trials", "25", "--storage", f"sqlite:///{db}", "--json"], timeout_s=120)
+    assert r.returncode == 0, r.stderr
+    r = run_child(["search", "--trials", "30", "--storage", f"sqlite:///file:{db}?mode=ro&uri=true"])
+    assert_one_line(r.returncode, r.stderr, "read-only")
+
+
+# -- nothing finished is lost ------------------------------------------------------------------------
+def test_result_is_printed_when_writing_it_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The output folder vanishes during the search: the result still reaches stdout, then one line."""
+    from mksim.search import _study
+
+    target = tmp_path / "gone"
+    target.mkdir()
+    real = _study.summarize
+
+    def summarize_then_remove(*args: Any, **kw: Any) -> Any:
+        res = real(*args, **kw)
+        target.rmdir()
+        return res
+
+    monkeypatch.setattr(_study, "summarize", summarize_then_remove)
+    code, out, err = run_cli(["search", "--storage", "memory", "--trials", "25", "--json",
+                              "--out", str(target / "best.json")], capsys)
+    assert_one_line(code, err, str(target))
+    assert json.loads(out)["best"]
