@@ -343,6 +343,12 @@ def kendall_tau_b(x: list[float], y: list[float]) -> float | None:
     """Kendall's τ-b between two rankings (ties counted as neither concordant nor discordant and
     corrected for); ``None`` when undefined (fewer than 2 items, or one side all tied).
 
+    Not ``scipy.stats.kendalltau``, on purpose: validation runs on the GPU machine, where scipy is not
+    installed, and scipy's τ-b differs in the last digit (``0.9999999999999999`` for a perfect
+    ranking, ``0.911111111111111`` for ``0.9111111111111111``), which would change the committed
+    summaries. The tests check the two agree to 1e-12 (ties, floats, the committed cases) and that
+    the committed τ values recompute exactly. O(n²) pairs: a suite has a few dozen cases.
+
     >>> kendall_tau_b([1, 2, 3, 4], [1, 3, 2, 4])
     0.6666666666666666
     """

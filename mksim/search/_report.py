@@ -26,6 +26,33 @@ def report_rows(result: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def candidate_rows(candidate: dict[str, Any]) -> list[tuple[str, str]]:
+    """The best schedule's choices as ``(name, value)`` lines for the page: nested choices (options,
+    policy options, grains) one per line as ``options.page_KiB``, an empty one as ``(defaults)``.
+
+    >>> candidate_rows({"mode": "megakernel", "policy": None, "options": {"page_KiB": 32.0}, "grain": {}})
+    [('mode', 'megakernel'), ('policy', 'none'), ('options.page_KiB', '32'), ('grain', '(defaults)')]
+    """
+    def text(v: Any) -> str:
+        if v is None:
+            return "none"
+        if isinstance(v, float):
+            return f"{v:g}"
+        if isinstance(v, list | tuple):
+            return ", ".join(text(x) for x in v)
+        if isinstance(v, dict):
+            return ", ".join(f"{kk}={text(vv)}" for kk, vv in v.items()) or "(defaults)"
+        return str(v)
+
+    rows: list[tuple[str, str]] = []
+    for k, v in candidate.items():
+        if isinstance(v, dict):
+            rows.extend([(f"{k}.{kk}", text(vv)) for kk, vv in v.items()] or [(k, "(defaults)")])
+        else:
+            rows.append((k, text(v)))
+    return rows
+
+
 def write_report(study: Any, result: Any, path: str | Path) -> Path:
     """Write the search report of ``study`` and its :class:`SearchResult` ``result`` as one HTML page at ``path``."""
     vis = require("optuna.visualization", "search", "mksim search --report")
@@ -52,7 +79,9 @@ def write_report(study: Any, result: Any, path: str | Path) -> Path:
              f"storage {html.escape(result.storage)}</p>",
              "<table border=1 cellpadding=4><tr><th>schedule</th><th>latency µs</th><th>smem KiB/SM</th>"
              f"<th>best's speed-up</th></tr>{table}</table>",
-             f"<pre>{html.escape(str(result.best['candidate']))}</pre>"]
+             "<h2>Best schedule</h2><table border=1 cellpadding=4><tr><th>choice</th><th>value</th></tr>"
+             + "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>"
+                       for k, v in candidate_rows(result.best["candidate"])) + "</table>"]
     first = True
     for title, fig in figs:
         parts.append(f"<h2>{html.escape(title)}</h2>")

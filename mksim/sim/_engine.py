@@ -76,7 +76,7 @@ class _Engine:
         self.mode = get_mode(s.mode)
         self.designs = {d.name for d in active_designs(s.mode, s.options)}
         self.env = simpy.Environment()
-        self.hbm = HBM(self.env, self.r.hbm_Bpus, record=s.options.record)
+        self.hbm = HBM(self.env, self.r.hbm_Bpus, record=s.options.record or timeline)  # the trace's counter
         g, r = self.g, self.r
         n = len(g)
         chain = isinstance(self.mode, ChainMode)

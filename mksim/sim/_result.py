@@ -60,24 +60,56 @@ class SimResult:
         return d
 
     def to_perfetto(self, path: str | Path) -> Path:
-        """Write a Chrome trace (opens in Perfetto / chrome://tracing): one track per SM."""
+        """Write a Chrome trace (opens in Perfetto / chrome://tracing): one track per SM (SM slot),
+        one per persistent SM's loader (``SM n loader``: what it streamed for which task, and its
+        first-byte latencies) under its SM, and an ``HBM bandwidth`` counter track (the chip's DRAM
+        rate in GB/s over time, from :attr:`hbm_log`; absent when the run kept no log)."""
         events: list[dict[str, Any]] = [{"name": "process_name", "ph": "M", "pid": 0,
                                          "args": {"name": f"{self.gpu} {self.mode}"}}]
+
+        def track(tid: int, name: str, sort: int) -> None:
+            events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": {"name": name}})
+            events.append({"name": "thread_sort_index", "ph": "M", "pid": 0, "tid": tid,
+                           "args": {"sort_index": sort}})
+
         for lane in range(self.n_lanes):
             sm, slot = divmod(lane, self.lanes_per_sm)
-            name = f"SM {sm}" + (f" slot {slot}" if self.lanes_per_sm > 1 else "")
-            events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": lane, "args": {"name": name}})
-            events.append({"name": "thread_sort_index", "ph": "M", "pid": 0, "tid": lane,
-                           "args": {"sort_index": lane}})
+            track(lane, f"SM {sm}" + (f" slot {slot}" if self.lanes_per_sm > 1 else ""), 2 * lane)
+        loaders = sorted({-1 - lane for lane, *_ in self.timeline if lane < 0})
+        for sm in loaders:  # a loader's track: tid after the lanes, sorted right under its SM's last lane
+            track(self.n_lanes + sm, f"SM {sm} loader", 2 * ((sm + 1) * self.lanes_per_sm - 1) + 1)
         for lane, a, b, t, cat in self.timeline:
+            task = self.task_names[t]
             if lane < 0:
+                name = f"load {task}" if cat == "memory" else "first-byte latency"
+                events.append({"name": name, "cat": f"loader {cat}", "ph": "X", "ts": a, "dur": b - a,
+                               "pid": 0, "tid": self.n_lanes - 1 - lane, "args": {"task": task}})
                 continue
-            name = self.task_names[t] if cat == "task" else cat
+            name = task if cat == "task" else cat
             events.append({"name": name, "cat": cat, "ph": "X", "ts": a, "dur": b - a, "pid": 0, "tid": lane,
-                           "args": {"task": self.task_names[t]}})
+                           "args": {"task": task}})
+        events.extend(self._hbm_counter())
         p = Path(path)
         p.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
         return p
+
+    def _hbm_counter(self) -> list[dict[str, Any]]:
+        """The HBM rate log as Chrome counter events (GB/s): the last rate of each instant, a new
+        event only where it changes, and 0 at the end of the run."""
+        if not self.hbm_log:
+            return []
+        steps: dict[float, float] = {}
+        for t, Bpus in self.hbm_log:
+            steps[t] = Bpus * 1e-3  # B/µs -> GB/s
+        steps.setdefault(self.latency_us, 0.0)
+        out: list[dict[str, Any]] = []
+        last = None
+        for t in sorted(steps):
+            v = steps[t]
+            if v != last:
+                out.append({"name": "HBM bandwidth", "ph": "C", "ts": t, "pid": 0, "args": {"GB/s": v}})
+                last = v
+        return out
 
 
 class Timeline:

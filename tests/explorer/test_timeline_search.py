@@ -83,7 +83,9 @@ def test_timeline_data_bad_input(kw, match):
 def test_perfetto_trace_one_track_per_sm(mk):
     trace = json.loads(data.perfetto_trace(mk["schedule_json"]))
     ev = trace["traceEvents"]
-    assert sum(e["name"] == "thread_name" for e in ev) == 132
+    names = [e["args"]["name"] for e in ev if e["name"] == "thread_name"]
+    assert sum(not n.endswith("loader") for n in names) == 132  # an SM track each, and a loader track each
+    assert sum(n.endswith("loader") for n in names) == 132
     tasks = [e for e in ev if e.get("cat") == "task"]
     assert len(tasks) == mk["n_tasks"]
     assert max(e["ts"] + e["dur"] for e in tasks) == pytest.approx(mk["latency_us"])

@@ -112,7 +112,9 @@ def test_simulate_trace_and_schedule_round_trip(tmp_path):
     lat = json.loads(r.stdout)["latency_us"]
     events = json.loads(trace.read_text())["traceEvents"]
     tracks = {e["tid"] for e in events if e.get("ph") == "X"}
-    assert tracks == set(range(132))  # one track per SM
+    assert tracks == set(range(2 * 132))  # one track per SM, one per SM's loader
+    assert {e["tid"] for e in events if e.get("cat") == "task"} == set(range(132))
+    assert any(e["ph"] == "C" and e["name"] == "HBM bandwidth" for e in events)
     again = run("simulate", "--schedule", str(sched), "--json")
     assert json.loads(again.stdout)["latency_us"] == lat
 

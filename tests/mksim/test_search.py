@@ -16,7 +16,7 @@ optuna = pytest.importorskip("optuna")
 
 import hwmodels  # noqa: E402
 from mksim.search import Problem, baseline_params, build, search, suggest  # noqa: E402
-from mksim.search._report import report_rows  # noqa: E402
+from mksim.search._report import candidate_rows, report_rows  # noqa: E402
 
 N_BASE = len(baseline_params(hwmodels.load("h200")))
 
@@ -111,6 +111,23 @@ def test_split_projections_interleave_under_level_order():
     assert {"L0.q_proj", "L0.k_proj", "L0.v_proj"} & set(names)
     first = [s.graph.ops[s.graph.op_of[t]].name.split(".")[-1] for q in s.queues for t in q[:3]]
     assert {"q_proj", "k_proj", "v_proj"} <= set(first)  # q, k and v tiles start together across the SMs
+
+
+def test_report_shows_the_best_schedule_as_a_table_not_a_dict(tmp_path):
+    import re
+
+    page_path = tmp_path / "r.html"
+    res = search("llama-3.2-1b", "h200", trials=N_BASE, storage="memory", report=page_path)
+    page = page_path.read_text()
+    # plotly.js itself is code with "{'" in it; the rest of the page (text, tables, figures) has no raw dict
+    bundle = next(m for m in re.finditer(r"<script[^>]*>.*?</script>", page, flags=re.S) if "plotly.js v" in m[0])
+    rest = page[:bundle.start()] + page[bundle.end():]
+    assert "{'" not in rest and "<h2>Best schedule</h2>" in rest
+    assert f"<td>mode</td><td>{res.best['candidate']['mode']}</td>" in rest
+    rows = candidate_rows({**res.best["candidate"], "options": {"page_KiB": 32.0, "sync": "flags"},
+                           "grain": {}, "policy_options": {"w": {"a": 1}}})
+    assert ("options.page_KiB", "32") in rows and ("grain", "(defaults)") in rows
+    assert ("policy_options.w", "a=1") in rows and not any("{" in v for _, v in rows)
 
 
 def test_memory_storage_keeps_nothing_and_needs_one_worker():
