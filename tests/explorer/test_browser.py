@@ -350,3 +350,16 @@ def test_search_runs_live_and_opens_its_best_in_timeline(browser, server, tmp_pa
     assert "/timeline?schedule=" in browser.current_url
     best = progress.split("best found: ")[1].split(" µs")[0]
     assert f", {best} µs, " in summary  # the best trial's latency, simulated again
+
+
+def test_unknown_path_is_a_404_page(browser, server):
+    """An unknown path answers HTTP 404 and the browser shows "Page not found" with the pages' links."""
+    import urllib.error
+
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(server + "/no-such-page", timeout=10)
+    assert err.value.code == 404
+    browser.get(server + "/no-such-page")
+    _wait(browser, lambda d: "Page not found" in d.find_element("tag name", "body").text, "the not-found page")
+    _nav(browser, "Search")
+    _wait(browser, lambda d: d.current_url.endswith("/search"), "the Search page")
