@@ -333,6 +333,8 @@ def test_search_runs_live_and_opens_its_best_in_timeline(browser, server, tmp_pa
 
     browser.get(server + "/search")
     _wait(browser, lambda d: d.find_elements(By.ID, "search-start"), "the search page")
+    _wait(browser, lambda d: _text(d, "search-hint").startswith("Start a search or open a study"), "the hint")
+    assert not browser.find_element(By.ID, "search-figures").is_displayed()  # no empty axes before a study
     _type(browser, "search-trials", "25")
     _pick(browser, "search-objectives", "latency,smem")
     _type(browser, "search-storage", str(tmp_path / "studies.db"))
@@ -350,6 +352,15 @@ def test_search_runs_live_and_opens_its_best_in_timeline(browser, server, tmp_pa
     assert "/timeline?schedule=" in browser.current_url
     best = progress.split("best found: ")[1].split(" µs")[0]
     assert f", {best} µs, " in summary  # the best trial's latency, simulated again
+
+    # the study opens again from the list of the storage's studies, no name typed
+    browser.get(server + "/search")
+    _wait(browser, lambda d: d.find_elements(By.ID, "search-open"), "the search page")
+    _type(browser, "search-storage", str(tmp_path / "studies.db"))
+    _wait(browser, lambda d: "latency+smem" in _text(d, "search-studies"), "the study in the list")
+    browser.find_element(By.ID, "search-open").click()
+    _wait(browser, lambda d: _text(d, "search-progress").startswith("25 trials finished"), "the opened study")
+    assert _text(browser, "search-message") == "" and browser.find_element(By.ID, "search-figures").is_displayed()
 
 
 def test_unknown_path_is_a_404_page(browser, server):

@@ -291,6 +291,34 @@ def test_open_existing_study(study):
     assert poll(job, seen)[2] is no_update
 
 
+def test_open_study_from_the_list_or_the_only_one(tmp_path):
+    """"Open study" without a typed name: the study chosen in the list, else the storage's only study."""
+    import optuna
+
+    from explorer.pages.search import start_or_open, study_choices
+
+    db = tmp_path / "s.db"
+    assert study_choices(str(db)) == ([], None)  # no file yet: nothing to list, no error
+    assert "no study in sqlite:///" in start_or_open("search-open", *[None] * 6, str(db), "")["error"]
+    optuna.create_study(storage=f"sqlite:///{db}", study_name="only")
+    assert study_choices(str(db)) == (["only"], "only")
+    assert start_or_open("search-open", *[None] * 6, str(db), "")["study"] == "only"
+    optuna.create_study(storage=f"sqlite:///{db}", study_name="another")
+    assert study_choices(str(db)) == (["another", "only"], None)
+    assert start_or_open("search-open", *[None] * 6, str(db), " ", "another")["study"] == "another"
+    assert start_or_open("search-open", *[None] * 6, str(db), "only", "another")["study"] == "only"  # typed wins
+    assert study_choices("") == ([], None) and study_choices(str(tmp_path)) == ([], None)  # unreadable storage
+
+
+def test_figures_hidden_until_a_study_is_drawn(study):
+    """No empty untitled axes before a study is open: the figures show once poll has drawn trials."""
+    from explorer.pages.search import HIDDEN, NO_STUDY, figures_shown, poll
+
+    assert figures_shown(poll(None)[-1]) == (HIDDEN, NO_STUDY)
+    assert figures_shown(poll({"error": "x"})[-1]) == (HIDDEN, NO_STUDY)
+    assert figures_shown(poll(study["job"])[-1]) == ({}, "")
+
+
 @pytest.mark.parametrize("args,match", [
     (("llama-3.2-1b", "h200", 0, 1024, 30, "latency"), "batch must be a positive integer"),
     (("llama-3.2-1b", "h200", 1, 1024, 3, "latency"), "trials must be at least 25"),
@@ -309,10 +337,15 @@ def test_search_bad_input_answers_at_once(args, match, tmp_path):
 
 
 def test_open_study_errors(study, tmp_path):
+    import optuna
+
     from explorer.pages.search import poll, start_or_open
 
-    assert start_or_open("search-open", None, None, None, None, None, None, str(study["db"]), " ")["error"] \
-        == "give the name of the study to open"
+    empty = tmp_path / "empty.db"
+    optuna.create_study(storage=f"sqlite:///{empty}", study_name="a")
+    optuna.create_study(storage=f"sqlite:///{empty}", study_name="b")
+    assert "choose the study to open in the list (2 studies in sqlite:///" \
+        in start_or_open("search-open", None, None, None, None, None, None, str(empty), " ")["error"]
     for storage, name, match in ((str(tmp_path / "none.db"), "x", "no study storage at"),
                                  (str(study["db"]), "nope", "no study 'nope' in sqlite:///")):
         msg = poll(start_or_open("search-open", None, None, None, None, None, None, storage, name))[0]
