@@ -320,12 +320,23 @@ def _tracks(driver, graph_id: str) -> int | None:
 
 
 def test_timeline_one_track_per_sm(browser, server):
+    from selenium.webdriver.common.by import By
+
     browser.get(server + "/timeline")
     summary = _wait(browser, lambda d: _text(d, "timeline-summary"), "the first timeline")
     assert summary.startswith("default schedule: llama-3.2-1b decode b1 kv1024 on h200, megakernel")
     assert " on 132 SMs" in summary
     assert _tracks(browser, "timeline-graph") == 132  # h200 has 132 SMs, every one runs tasks
     _shot(browser, "timeline")
+    _pick(browser, "timeline-gpu", "a100")  # no PDL: the mode menu offers graph_pdl disabled, saying why
+    note = _wait(browser, lambda d: _text(d, "timeline-mode-note"), "the note on a100's modes")
+    assert note.startswith("graph_pdl: a100 has no programmatic dependent launch")
+    browser.find_element(By.ID, "timeline-mode").click()
+    pdl = _wait(browser, lambda d: [o for o in d.find_elements(By.CSS_SELECTOR, "[role=option]")
+                                    if o.text.startswith("graph_pdl")], "the mode menu")[0]
+    assert pdl.text == "graph_pdl (not on a100)"
+    assert pdl.find_element(By.TAG_NAME, "input").get_attribute("disabled") is not None
+    assert "programmatic dependent launch" in pdl.find_element(By.CSS_SELECTOR, "[title]").get_attribute("title")
 
 
 def test_search_runs_live_and_opens_its_best_in_timeline(browser, server, tmp_path):

@@ -13,6 +13,7 @@ pytest.importorskip("optuna")
 
 from dash import no_update  # noqa: E402
 
+import hwmodels  # noqa: E402
 from explorer import data, figures, jobs, store  # noqa: E402
 from mksim.errors import MksimError  # noqa: E402
 
@@ -136,6 +137,23 @@ def test_timeline_callback_form(mk):
     assert msg == "" and "on 132 SMs" in summary and len(fig.data) > 0
     assert json.loads(sched)["format"] == "mksim-schedule"
     assert summary.startswith("default schedule: ")
+
+
+def test_timeline_mode_menu_follows_the_gpu():
+    """A GPU without PDL shows graph_pdl disabled with mksim's reason; a chosen mode it lacks falls back."""
+    from explorer.pages.timeline import MODES, mode_options
+    from mksim.schedule import modes_on
+
+    options, value, note = mode_options("a100", "graph_pdl")
+    assert [o["value"] for o in options] == list(MODES) and value == "megakernel"
+    off = [o for o in options if o.get("disabled")]
+    reason = modes_on(hwmodels.load("a100"))[1]["graph_pdl"]
+    assert [o["value"] for o in off] == ["graph_pdl"] and off[0]["title"] == reason
+    assert off[0]["label"] == "graph_pdl (not on a100)" and note == f"graph_pdl: {reason}"
+    options, value, note = mode_options("h200", "graph_pdl")
+    assert not any(o.get("disabled") for o in options) and value == "graph_pdl" and note == ""
+    assert mode_options("a100", "stream")[1] == "stream"
+    assert mode_options("no-such-gpu", "graph")[1:] == ("graph", "")  # running says the GPU is unknown
 
 
 def test_timeline_callback_prefill():
