@@ -36,6 +36,8 @@ def layout(**_query: Any) -> html.Div:
             field("trials ", dcc.Input(id="search-trials", type="number", value=60, step=1)),
             field("objectives ", dropdown(list(jobs.OBJECTIVE_CHOICES), "latency", "search-objectives", "10em")),
             html.Button("Start search", id="search-start", n_clicks=0),
+            html.Button("Cancel search", id="search-cancel", n_clicks=0, style={"marginLeft": "0.5em"}),
+            html.Span(id="search-cancel-message", style={"marginLeft": "1em", "color": "grey"}),
         ]),
         html.Div([
             field("storage ", dcc.Input(id="search-storage", value=jobs.default_storage(), style={"width": "28em"})),
@@ -132,6 +134,8 @@ def _progress(d: dict[str, Any], trials: int | None, state: str) -> str:
                      f"(trial {b['number']}, {what}{', ' + b['baseline'] if b['baseline'] else ''})")
     if state == "running":
         parts.append("running…")
+    elif state == "cancelled":
+        parts.append("cancelled")
     return "; ".join(parts) + f" — study {d['study']}"
 
 
@@ -153,6 +157,8 @@ def poll(job: dict[str, Any] | None, seen: Any = None) -> tuple:
     except MksimError as exc:
         if state == "running":  # the worker has not made the study yet
             return ("", f"starting the search of {job['study']}…", *(no_update for _ in GRAPHS), False, seen)
+        if state == "cancelled":
+            return ("", f"the search of {job['study']} was cancelled before its first trial", *_empty(), True, None)
         return (f"error: {err or exc}", "", *_empty(), True, None)
     now = [job["study"], job["storage"], d["finished"], d["counts"]["FAIL"], state]
     figs = ((figures.study_history_figure(d), figures.study_parallel_figure(d), figures.study_pareto_figure(d))
@@ -160,6 +166,15 @@ def poll(job: dict[str, Any] | None, seen: Any = None) -> tuple:
     message = f"error: {err}" if state == "failed" else ""
     live = state == "running" or (state == "none" and d["counts"]["RUNNING"] > 0)
     return (message, _progress(d, job.get("trials"), "running" if live else state), *figs, not live, now)
+
+
+def cancel_search(n_clicks: int | None, job: dict[str, Any] | None) -> str:
+    """The line the Cancel button answers with: the followed search of this server is stopped."""
+    if not n_clicks:
+        return ""
+    if not job or not job.get("job"):
+        return "no running search to cancel"
+    return jobs.cancel(job["job"])
 
 
 def figures_shown(seen: Any) -> tuple[dict[str, str], str]:
@@ -194,6 +209,12 @@ def _on_start(n_start, n_open, model, gpu, batch, kv_len, trials, objectives, st
           Input("search-storage", "value"), Input("search-job", "data"))
 def _on_storage(storage, _job):
     return study_choices(storage)
+
+
+@callback(Output("search-cancel-message", "children"), Input("search-cancel", "n_clicks"),
+          State("search-job", "data"), prevent_initial_call=True)
+def _on_cancel(n_clicks, job):
+    return cancel_search(n_clicks, job)
 
 
 @callback(Output("search-figures", "style"), Output("search-hint", "children"), Input("search-seen", "data"))

@@ -385,6 +385,32 @@ def test_failed_search_shows_its_error(study):
     assert msg.startswith("error: ") and "searches" in msg and "pick another --study name" in msg and "\n" not in msg
 
 
+def test_search_limit_and_cancel(tmp_path, monkeypatch):
+    """Beyond MAX_RUNNING searches a new one is refused in one line; Cancel terminates the worker."""
+    from explorer.pages.search import cancel_search, poll, start_or_open
+
+    monkeypatch.setattr(jobs, "MAX_RUNNING", 1)
+    args = ("llama-3.2-1b", "h200", 1, 1024, 5000, "latency", str(tmp_path / "s.db"))
+    first = start_or_open("search-start", *args, "first")
+    assert jobs.running_jobs() == [first["job"]]
+    refused = start_or_open("search-start", *args, "second")
+    assert refused == {"error": "1 searches are running already (at most 1 at once): wait for one to end or "
+                                "cancel it"}
+    t0 = time.monotonic()  # let it run a few trials: cancelled mid-study
+    while "trials finished" not in poll(first)[1] and time.monotonic() - t0 < 60:
+        time.sleep(0.3)
+    proc = jobs._JOBS[first["job"]].process
+    assert cancel_search(1, first) == "search cancelled"
+    assert not proc.is_alive() and jobs.job_state(first["job"]) == ("cancelled", "the search was cancelled")
+    assert cancel_search(1, first) == "no running search to cancel" and cancel_search(0, first) == ""
+    assert cancel_search(1, None) == "no running search to cancel"
+    msg, progress, *_figs, disabled, _seen = poll(first)
+    assert msg == "" and disabled and progress.endswith(f"; cancelled — study {first['study']}")
+    second = start_or_open("search-start", *args, "second")  # the slot is free again
+    assert "error" not in second and cancel_search(1, second) == "search cancelled"
+    assert jobs.running_jobs() == []
+
+
 # -- the app -----------------------------------------------------------------------------
 def test_app_serves_timeline_and_search():
     """In a process of its own: Dash gives the pages' callbacks to the first app a process creates."""
