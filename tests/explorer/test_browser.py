@@ -385,3 +385,19 @@ def test_unknown_path_is_a_404_page(browser, server):
     _wait(browser, lambda d: "Page not found" in d.find_element("tag name", "body").text, "the not-found page")
     _nav(browser, "Search")
     _wait(browser, lambda d: d.current_url.endswith("/search"), "the Search page")
+
+
+def test_search_cancel(browser, server, tmp_path):
+    """A search started from the page stops on Cancel search; the page says so."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(server + "/search")
+    _wait(browser, lambda d: d.find_elements(By.ID, "search-start"), "the search page")
+    _type(browser, "search-trials", "2000")
+    _type(browser, "search-storage", str(tmp_path / "cancel.db"))
+    browser.find_element(By.ID, "search-start").click()
+    _wait(browser, lambda d: "running" in _text(d, "search-progress"), "the search to run")
+    browser.find_element(By.ID, "search-cancel").click()
+    _wait(browser, lambda d: _text(d, "search-cancel-message") == "search cancelled", "the cancel")
+    _wait(browser, lambda d: "; cancelled — study " in _text(d, "search-progress"), "the progress to say cancelled")
+    assert _text(browser, "search-message") == ""
