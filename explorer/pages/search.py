@@ -42,9 +42,9 @@ def layout(**_query: Any) -> html.Div:
         html.Div([
             field("storage ", dcc.Input(id="search-storage", value=jobs.default_storage(), style={"width": "28em"})),
             field("study ", dcc.Input(id="search-study", placeholder="default: model-GPU-batch-KV-objectives",
-                                      style={"width": "24em"})),
+                                      style={"width": "20em"})),
             field("or existing ", dcc.Dropdown(id="search-studies", placeholder="studies in the storage",
-                                               style={"width": "24em"})),
+                                               style={"width": "18em"})),
             html.Button("Open study", id="search-open", n_clicks=0),
         ], style={"margin": "0.5em 0"}),
         dcc.Store(id="search-job"), dcc.Store(id="search-seen"),

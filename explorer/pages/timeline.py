@@ -36,7 +36,7 @@ def layout(schedule: str | None = None, **_query: Any) -> html.Div:
             field("phase ", dropdown(["decode", "prefill"], "decode", "timeline-phase", "8em", clearable=False)),
             field("prefill tokens ", dcc.Input(id="timeline-prefill-tokens", type="number", value=128, step=1,
                                                style={"width": "5em"})),
-            field("mode ", dropdown(mode_options("h200")[0], "megakernel", "timeline-mode", "16em",
+            field("mode ", dropdown(mode_options("h200")[0], "megakernel", "timeline-mode", "12em",
                                     clearable=False)),
             field("policy ", dropdown(sorted(POLICIES), None, "timeline-policy", "8em", placeholder="default")),
             html.Button("Run", id="timeline-run", n_clicks=0),
