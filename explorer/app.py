@@ -1,13 +1,39 @@
-"""The explorer's Dash app: ``create_app()`` registers the pages and a navigation bar."""
+"""The explorer's Dash app: ``create_app()`` registers the pages and a navigation bar.
+
+Dash serves its page for any path; an unknown path still shows a "page not found" page, but with
+HTTP status 404 (so links checkers and scripts see it), decided in :func:`is_page_path`.
+"""
 
 from __future__ import annotations
 
 import dash
 from dash import Dash, dcc, html
+from flask import Response, request
 
 from explorer.pages import compare, hardware, search, timeline, validation
 
 PAGES = (compare, timeline, search, validation, hardware)
+
+#: Dash's catch-all view, which serves the page for every path that is not one of Dash's own routes.
+_CATCH_ALL = "/<path:path>"
+
+
+def is_page_path(path: str) -> bool:
+    """Whether ``path`` (as requested, query string left off) is one of the explorer's pages."""
+    return (path.rstrip("/") or "/") in {p.PATH for p in PAGES}
+
+
+def not_found_layout(**_query: object) -> html.Div:
+    """What an unknown path shows (served with HTTP status 404)."""
+    return html.Div([html.H2("Page not found"),
+                     html.P(["The explorer has no page here. Its pages: "]
+                            + [dcc.Link(p.NAME, href=p.PATH, style={"marginRight": "1em"}) for p in PAGES])])
+
+
+def _status_404(response: Response) -> Response:
+    if request.endpoint == _CATCH_ALL and not is_page_path(request.path):
+        response.status_code = 404
+    return response
 
 
 def create_app() -> Dash:
@@ -16,6 +42,9 @@ def create_app() -> Dash:
                suppress_callback_exceptions=True)
     for page in PAGES:
         dash.register_page(page.__name__, path=page.PATH, name=page.NAME, layout=page.layout)
+    dash.register_page("not_found_404", path="/404", name="Page not found", title="Page not found",
+                       layout=not_found_layout)
+    app.server.after_request(_status_404)
     app.layout = html.Div([
         html.Nav([dcc.Link(p.NAME, href=p.PATH, style={"marginRight": "1em"}) for p in PAGES]
                  + [html.Span("mksim explorer", style={"float": "right", "color": "grey"})],

@@ -190,17 +190,31 @@ def storage_url(text: str) -> str:
     return text if "://" in text else f"sqlite:///{Path(text).expanduser().resolve()}"
 
 
-def _load_study(storage: str, study: str) -> Any:
+def _study_names(url: str) -> list[str]:
     optuna = require("optuna", "explorer", "the Search page")
-    url = storage_url(storage)
     if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
         raise MksimError(f"no study storage at {url[len('sqlite:///'):]}")  # opening it would create it
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        names = optuna.study.get_all_study_names(url)
+        return list(optuna.study.get_all_study_names(url))
     except Exception as exc:  # sqlalchemy's own errors: not a database, server down, missing driver
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise MksimError(f"cannot open study storage {url!r}: {first}") from None
+
+
+def study_names(storage: str) -> list[str]:
+    """The names of the studies in ``storage`` (a path or URL, as :func:`storage_url` reads it), sorted;
+    ``[]`` for an SQLite file that does not exist yet. Raises MksimError if the storage cannot be read."""
+    url = storage_url(storage)
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
+        return []
+    return sorted(_study_names(url))
+
+
+def _load_study(storage: str, study: str) -> Any:
+    optuna = require("optuna", "explorer", "the Search page")
+    url = storage_url(storage)
+    names = _study_names(url)
     if study not in names:
         raise MksimError(f"no study {study!r} in {url}; studies there: {', '.join(names) or 'none'}")
     return optuna.load_study(study_name=study, storage=url)

@@ -14,6 +14,8 @@ from mksim.errors import MksimError
 PATH, NAME = "/search", "Search"
 GRAPHS = ("search-history", "search-parallel", "search-pareto")
 POLL_MS = 1000
+NO_STUDY = "Start a search or open a study: its trials are drawn here."
+HIDDEN: dict[str, str] = {"display": "none"}
 
 
 def layout(**_query: Any) -> html.Div:
@@ -34,11 +36,15 @@ def layout(**_query: Any) -> html.Div:
             field("trials ", dcc.Input(id="search-trials", type="number", value=60, step=1)),
             field("objectives ", dropdown(list(jobs.OBJECTIVE_CHOICES), "latency", "search-objectives", "10em")),
             html.Button("Start search", id="search-start", n_clicks=0),
+            html.Button("Cancel search", id="search-cancel", n_clicks=0, style={"marginLeft": "0.5em"}),
+            html.Span(id="search-cancel-message", style={"marginLeft": "1em", "color": "grey"}),
         ]),
         html.Div([
             field("storage ", dcc.Input(id="search-storage", value=jobs.default_storage(), style={"width": "28em"})),
             field("study ", dcc.Input(id="search-study", placeholder="default: model-GPU-batch-KV-objectives",
-                                      style={"width": "24em"})),
+                                      style={"width": "20em"})),
+            field("or existing ", dcc.Dropdown(id="search-studies", placeholder="studies in the storage",
+                                               style={"width": "18em"})),
             html.Button("Open study", id="search-open", n_clicks=0),
         ], style={"margin": "0.5em 0"}),
         dcc.Store(id="search-job"), dcc.Store(id="search-seen"),
@@ -46,11 +52,14 @@ def layout(**_query: Any) -> html.Div:
         dcc.Location(id="search-location", refresh="callback-nav"),
         html.Div(id="search-message", role="alert", style={"color": "#b00020", "margin": "0.5em 0"}),
         html.P(id="search-progress"),
-        html.Button("Open the best schedule in Timeline", id="search-best", n_clicks=0),
-        html.Span(id="search-best-message", style={"marginLeft": "1em", "color": "#b00020"}),
-        html.Div([dcc.Graph(id="search-history", style={"display": "inline-block", "width": "49%"}),
-                  dcc.Graph(id="search-pareto", style={"display": "inline-block", "width": "49%"})]),
-        dcc.Graph(id="search-parallel"),
+        html.P(NO_STUDY, id="search-hint", style={"color": "grey"}),
+        html.Div([
+            html.Button("Open the best schedule in Timeline", id="search-best", n_clicks=0),
+            html.Span(id="search-best-message", style={"marginLeft": "1em", "color": "#b00020"}),
+            html.Div([dcc.Graph(id="search-history", style={"display": "inline-block", "width": "49%"}),
+                      dcc.Graph(id="search-pareto", style={"display": "inline-block", "width": "49%"})]),
+            dcc.Graph(id="search-parallel"),
+        ], id="search-figures", style=HIDDEN),
     ])
 
 
@@ -61,10 +70,36 @@ def _int(value: Any, what: str) -> int:
         raise MksimError(f"{what} must be a whole number") from None
 
 
+def study_choices(storage: str | None) -> tuple[list[str], str | None]:
+    """``(options, value)`` of the list of existing studies: the studies in ``storage``, the only one
+    chosen when there is one. Empty when the storage cannot be read (opening it says why). Never raises."""
+    try:
+        names = data.study_names(storage or "")
+    except MksimError:
+        return [], None
+    return names, names[0] if len(names) == 1 else None
+
+
+def _study_to_open(storage: str, typed: str | None, chosen: str | None) -> str:
+    """The study "Open study" opens: the typed name, else the one chosen in the list, else the storage's
+    only study."""
+    name = (typed or "").strip() or (chosen or "").strip()
+    if name:
+        return name
+    names = data.study_names(storage)
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise MksimError(f"no study in {data.storage_url(storage)} yet: start a search first")
+    raise MksimError(f"choose the study to open in the list ({len(names)} studies in {data.storage_url(storage)})")
+
+
 def start_or_open(trigger: str | None, model: str | None, gpu: str | None, batch: Any, kv_len: Any, trials: Any,
-                  objectives: str | None, storage: str | None, study: str | None) -> dict[str, Any] | None:
+                  objectives: str | None, storage: str | None, study: str | None,
+                  chosen: str | None = None) -> dict[str, Any] | None:
     """What the page follows: ``{"job", "storage", "study", "trials"}`` (``job`` ``None`` for an opened
-    study), or ``{"error": one line}``; ``None`` before either button is pressed. Never raises."""
+    study), or ``{"error": one line}``; ``None`` before either button is pressed. "Open study" opens the
+    typed ``study``, else the ``chosen`` one of the list, else the storage's only study. Never raises."""
     try:
         if trigger == "search-start":
             if not model or not gpu:
@@ -72,9 +107,8 @@ def start_or_open(trigger: str | None, model: str | None, gpu: str | None, batch
             return jobs.start_search(model, gpu, _int(batch, "batch"), _int(kv_len, "KV length"),
                                      _int(trials, "trials"), objectives or "latency", storage, study)
         if trigger == "search-open":
-            if study is None or not study.strip():
-                raise MksimError("give the name of the study to open")
-            return {"job": None, "storage": data.storage_url(storage or ""), "study": study.strip(), "trials": None}
+            name = _study_to_open(storage or "", study, chosen)
+            return {"job": None, "storage": data.storage_url(storage or ""), "study": name, "trials": None}
     except MksimError as exc:
         return {"error": str(exc)}
     return None
@@ -100,6 +134,8 @@ def _progress(d: dict[str, Any], trials: int | None, state: str) -> str:
                      f"(trial {b['number']}, {what}{', ' + b['baseline'] if b['baseline'] else ''})")
     if state == "running":
         parts.append("running…")
+    elif state == "cancelled":
+        parts.append("cancelled")
     return "; ".join(parts) + f" — study {d['study']}"
 
 
@@ -121,6 +157,8 @@ def poll(job: dict[str, Any] | None, seen: Any = None) -> tuple:
     except MksimError as exc:
         if state == "running":  # the worker has not made the study yet
             return ("", f"starting the search of {job['study']}…", *(no_update for _ in GRAPHS), False, seen)
+        if state == "cancelled":
+            return ("", f"the search of {job['study']} was cancelled before its first trial", *_empty(), True, None)
         return (f"error: {err or exc}", "", *_empty(), True, None)
     now = [job["study"], job["storage"], d["finished"], d["counts"]["FAIL"], state]
     figs = ((figures.study_history_figure(d), figures.study_parallel_figure(d), figures.study_pareto_figure(d))
@@ -128,6 +166,21 @@ def poll(job: dict[str, Any] | None, seen: Any = None) -> tuple:
     message = f"error: {err}" if state == "failed" else ""
     live = state == "running" or (state == "none" and d["counts"]["RUNNING"] > 0)
     return (message, _progress(d, job.get("trials"), "running" if live else state), *figs, not live, now)
+
+
+def cancel_search(n_clicks: int | None, job: dict[str, Any] | None) -> str:
+    """The line the Cancel button answers with: the followed search of this server is stopped."""
+    if not n_clicks:
+        return ""
+    if not job or not job.get("job"):
+        return "no running search to cancel"
+    return jobs.cancel(job["job"])
+
+
+def figures_shown(seen: Any) -> tuple[dict[str, str], str]:
+    """``(style of the figures, hint)``: the figures only once a study's trials are drawn (``seen``, from
+    :func:`poll`), before that a line saying how to get some."""
+    return ({}, "") if seen else (HIDDEN, NO_STUDY)
 
 
 def open_best(n_clicks: int | None, job: dict[str, Any] | None) -> tuple[Any, str]:
@@ -146,9 +199,27 @@ def open_best(n_clicks: int | None, job: dict[str, Any] | None) -> tuple[Any, st
 @callback(Output("search-job", "data"), Input("search-start", "n_clicks"), Input("search-open", "n_clicks"),
           State("search-model", "value"), State("search-gpu", "value"), State("search-batch", "value"),
           State("search-kv-len", "value"), State("search-trials", "value"), State("search-objectives", "value"),
-          State("search-storage", "value"), State("search-study", "value"), prevent_initial_call=True)
-def _on_start(n_start, n_open, model, gpu, batch, kv_len, trials, objectives, storage, study):
-    return start_or_open(ctx.triggered_id, model, gpu, batch, kv_len, trials, objectives, storage, study)
+          State("search-storage", "value"), State("search-study", "value"), State("search-studies", "value"),
+          prevent_initial_call=True)
+def _on_start(n_start, n_open, model, gpu, batch, kv_len, trials, objectives, storage, study, chosen):
+    return start_or_open(ctx.triggered_id, model, gpu, batch, kv_len, trials, objectives, storage, study, chosen)
+
+
+@callback(Output("search-studies", "options"), Output("search-studies", "value"),
+          Input("search-storage", "value"), Input("search-job", "data"))
+def _on_storage(storage, _job):
+    return study_choices(storage)
+
+
+@callback(Output("search-cancel-message", "children"), Input("search-cancel", "n_clicks"),
+          State("search-job", "data"), prevent_initial_call=True)
+def _on_cancel(n_clicks, job):
+    return cancel_search(n_clicks, job)
+
+
+@callback(Output("search-figures", "style"), Output("search-hint", "children"), Input("search-seen", "data"))
+def _on_seen(seen):
+    return figures_shown(seen)
 
 
 @callback(Output("search-message", "children"), Output("search-progress", "children"),

@@ -9,9 +9,10 @@ from typing import Any
 import plotly.graph_objects as go
 from dash import Input, Output, State, callback, ctx, dcc, html, no_update
 
+import hwmodels
 from explorer import data, figures, store
 from mksim.errors import MksimError
-from mksim.schedule import POLICIES
+from mksim.schedule import POLICIES, modes_on
 
 PATH, NAME = "/timeline", "Timeline"
 MODES = ("stream", "graph", "graph_pdl", "persistent_barrier", "megakernel")
@@ -35,10 +36,12 @@ def layout(schedule: str | None = None, **_query: Any) -> html.Div:
             field("phase ", dropdown(["decode", "prefill"], "decode", "timeline-phase", "8em", clearable=False)),
             field("prefill tokens ", dcc.Input(id="timeline-prefill-tokens", type="number", value=128, step=1,
                                                style={"width": "5em"})),
-            field("mode ", dropdown(list(MODES), "megakernel", "timeline-mode", "12em", clearable=False)),
+            field("mode ", dropdown(mode_options("h200")[0], "megakernel", "timeline-mode", "12em",
+                                    clearable=False)),
             field("policy ", dropdown(sorted(POLICIES), None, "timeline-policy", "8em", placeholder="default")),
             html.Button("Run", id="timeline-run", n_clicks=0),
         ]),
+        html.P(id="timeline-mode-note", style={"color": "grey", "margin": "0.3em 0"}),
         html.Div([
             dcc.Upload(html.Button("Simulate a schedule file…"), id="timeline-upload", accept=".json",
                        style={"display": "inline-block", "marginRight": "1em"}),
@@ -59,6 +62,20 @@ def _int(value: Any, what: str) -> int:
         return int(value)
     except (TypeError, ValueError):
         raise MksimError(f"{what} must be a whole number") from None
+
+
+def mode_options(gpu: str | None, current: str | None = None) -> tuple[list[dict[str, Any]], str, str]:
+    """``(options, value, note)`` of the mode menu for ``gpu`` (:func:`mksim.schedule.modes_on`): the modes
+    it cannot run are shown disabled with the reason (hover, and ``note``); ``value`` keeps ``current``
+    where the GPU runs it, else the megakernel. An unknown GPU offers every mode (running says why)."""
+    try:
+        _avail, why = modes_on(hwmodels.load(gpu or ""))
+    except MksimError:
+        why = {}
+    options = [{"label": m, "value": m} if m not in why
+               else {"label": f"{m} (not on {gpu})", "value": m, "disabled": True, "title": why[m]} for m in MODES]
+    value = current if current in MODES and current not in why else "megakernel"
+    return options, value, "; ".join(f"{m}: {r}" for m, r in why.items() if m in MODES)
 
 
 def _uploaded(contents: str, filename: str | None) -> str:
@@ -133,6 +150,12 @@ def trace_download(n_clicks: int | None, schedule_json: str | None) -> Any:
 def _on_run(n_clicks, upload, token, model, gpu, batch, kv_len, phase, mode, policy, filename, prefill_tokens):
     return show_timeline(ctx.triggered_id, model, gpu, batch, kv_len, phase, mode, policy, upload, filename, token,
                          prefill_tokens)
+
+
+@callback(Output("timeline-mode", "options"), Output("timeline-mode", "value"),
+          Output("timeline-mode-note", "children"), Input("timeline-gpu", "value"), State("timeline-mode", "value"))
+def _on_gpu(gpu, mode):
+    return mode_options(gpu, mode)
 
 
 @callback(Output("timeline-save-file", "data"), Input("timeline-save", "n_clicks"),

@@ -320,12 +320,23 @@ def _tracks(driver, graph_id: str) -> int | None:
 
 
 def test_timeline_one_track_per_sm(browser, server):
+    from selenium.webdriver.common.by import By
+
     browser.get(server + "/timeline")
     summary = _wait(browser, lambda d: _text(d, "timeline-summary"), "the first timeline")
     assert summary.startswith("default schedule: llama-3.2-1b decode b1 kv1024 on h200, megakernel")
     assert " on 132 SMs" in summary
     assert _tracks(browser, "timeline-graph") == 132  # h200 has 132 SMs, every one runs tasks
     _shot(browser, "timeline")
+    _pick(browser, "timeline-gpu", "a100")  # no PDL: the mode menu offers graph_pdl disabled, saying why
+    note = _wait(browser, lambda d: _text(d, "timeline-mode-note"), "the note on a100's modes")
+    assert note.startswith("graph_pdl: a100 has no programmatic dependent launch")
+    browser.find_element(By.ID, "timeline-mode").click()
+    pdl = _wait(browser, lambda d: [o for o in d.find_elements(By.CSS_SELECTOR, "[role=option]")
+                                    if o.text.startswith("graph_pdl")], "the mode menu")[0]
+    assert pdl.text == "graph_pdl (not on a100)"
+    assert pdl.find_element(By.TAG_NAME, "input").get_attribute("disabled") is not None
+    assert "programmatic dependent launch" in pdl.find_element(By.CSS_SELECTOR, "[title]").get_attribute("title")
 
 
 def test_search_runs_live_and_opens_its_best_in_timeline(browser, server, tmp_path):
@@ -333,6 +344,8 @@ def test_search_runs_live_and_opens_its_best_in_timeline(browser, server, tmp_pa
 
     browser.get(server + "/search")
     _wait(browser, lambda d: d.find_elements(By.ID, "search-start"), "the search page")
+    _wait(browser, lambda d: _text(d, "search-hint").startswith("Start a search or open a study"), "the hint")
+    assert not browser.find_element(By.ID, "search-figures").is_displayed()  # no empty axes before a study
     _type(browser, "search-trials", "25")
     _pick(browser, "search-objectives", "latency,smem")
     _type(browser, "search-storage", str(tmp_path / "studies.db"))
@@ -350,3 +363,41 @@ def test_search_runs_live_and_opens_its_best_in_timeline(browser, server, tmp_pa
     assert "/timeline?schedule=" in browser.current_url
     best = progress.split("best found: ")[1].split(" µs")[0]
     assert f", {best} µs, " in summary  # the best trial's latency, simulated again
+
+    # the study opens again from the list of the storage's studies, no name typed
+    browser.get(server + "/search")
+    _wait(browser, lambda d: d.find_elements(By.ID, "search-open"), "the search page")
+    _type(browser, "search-storage", str(tmp_path / "studies.db"))
+    _wait(browser, lambda d: "latency+smem" in _text(d, "search-studies"), "the study in the list")
+    browser.find_element(By.ID, "search-open").click()
+    _wait(browser, lambda d: _text(d, "search-progress").startswith("25 trials finished"), "the opened study")
+    assert _text(browser, "search-message") == "" and browser.find_element(By.ID, "search-figures").is_displayed()
+
+
+def test_unknown_path_is_a_404_page(browser, server):
+    """An unknown path answers HTTP 404 and the browser shows "Page not found" with the pages' links."""
+    import urllib.error
+
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(server + "/no-such-page", timeout=10)
+    assert err.value.code == 404
+    browser.get(server + "/no-such-page")
+    _wait(browser, lambda d: "Page not found" in d.find_element("tag name", "body").text, "the not-found page")
+    _nav(browser, "Search")
+    _wait(browser, lambda d: d.current_url.endswith("/search"), "the Search page")
+
+
+def test_search_cancel(browser, server, tmp_path):
+    """A search started from the page stops on Cancel search; the page says so."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(server + "/search")
+    _wait(browser, lambda d: d.find_elements(By.ID, "search-start"), "the search page")
+    _type(browser, "search-trials", "2000")
+    _type(browser, "search-storage", str(tmp_path / "cancel.db"))
+    browser.find_element(By.ID, "search-start").click()
+    _wait(browser, lambda d: "running" in _text(d, "search-progress"), "the search to run")
+    browser.find_element(By.ID, "search-cancel").click()
+    _wait(browser, lambda d: _text(d, "search-cancel-message") == "search cancelled", "the cancel")
+    _wait(browser, lambda d: "; cancelled — study " in _text(d, "search-progress"), "the progress to say cancelled")
+    assert _text(browser, "search-message") == ""

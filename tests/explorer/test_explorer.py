@@ -154,6 +154,21 @@ def test_create_app_registers_both_pages_and_serves():
     assert "compare-message.children" in outputs and "validation-scatter.figure" in outputs
 
 
+@pytest.mark.parametrize("path,status", [
+    ("/", 200), ("/search", 200), ("/timeline/", 200), ("/hardware?gpu=h200", 200), ("/_dash-layout", 200),
+    ("/nope", 404), ("/search/x", 404), ("/404", 404), ("/assets/nope.css", 404),
+])
+def test_unknown_paths_answer_404(path, status):
+    """Dash serves its page for any path: an unknown one says "page not found" with status 404."""
+    from explorer.app import create_app, not_found_layout
+
+    r = create_app().server.test_client().get(path)
+    assert r.status_code == status
+    if status == 404 and not path.startswith("/assets"):
+        assert "<html" in r.get_data(as_text=True).lower()  # the app still loads and shows the page below
+    assert "Page not found" in str(not_found_layout())
+
+
 def test_explore_without_dash_says_how_to_install():
     code = "import sys; sys.modules['dash'] = None; from mksim.cli import main; main(['explore'])"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

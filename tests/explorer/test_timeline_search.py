@@ -13,6 +13,7 @@ pytest.importorskip("optuna")
 
 from dash import no_update  # noqa: E402
 
+import hwmodels  # noqa: E402
 from explorer import data, figures, jobs, store  # noqa: E402
 from mksim.errors import MksimError  # noqa: E402
 
@@ -138,6 +139,23 @@ def test_timeline_callback_form(mk):
     assert msg == "" and "on 132 SMs" in summary and len(fig.data) > 0
     assert json.loads(sched)["format"] == "mksim-schedule"
     assert summary.startswith("default schedule: ")
+
+
+def test_timeline_mode_menu_follows_the_gpu():
+    """A GPU without PDL shows graph_pdl disabled with mksim's reason; a chosen mode it lacks falls back."""
+    from explorer.pages.timeline import MODES, mode_options
+    from mksim.schedule import modes_on
+
+    options, value, note = mode_options("a100", "graph_pdl")
+    assert [o["value"] for o in options] == list(MODES) and value == "megakernel"
+    off = [o for o in options if o.get("disabled")]
+    reason = modes_on(hwmodels.load("a100"))[1]["graph_pdl"]
+    assert [o["value"] for o in off] == ["graph_pdl"] and off[0]["title"] == reason
+    assert off[0]["label"] == "graph_pdl (not on a100)" and note == f"graph_pdl: {reason}"
+    options, value, note = mode_options("h200", "graph_pdl")
+    assert not any(o.get("disabled") for o in options) and value == "graph_pdl" and note == ""
+    assert mode_options("a100", "stream")[1] == "stream"
+    assert mode_options("no-such-gpu", "graph")[1:] == ("graph", "")  # running says the GPU is unknown
 
 
 def test_timeline_callback_prefill():
@@ -293,6 +311,34 @@ def test_open_existing_study(study):
     assert poll(job, seen)[2] is no_update
 
 
+def test_open_study_from_the_list_or_the_only_one(tmp_path):
+    """"Open study" without a typed name: the study chosen in the list, else the storage's only study."""
+    import optuna
+
+    from explorer.pages.search import start_or_open, study_choices
+
+    db = tmp_path / "s.db"
+    assert study_choices(str(db)) == ([], None)  # no file yet: nothing to list, no error
+    assert "no study in sqlite:///" in start_or_open("search-open", *[None] * 6, str(db), "")["error"]
+    optuna.create_study(storage=f"sqlite:///{db}", study_name="only")
+    assert study_choices(str(db)) == (["only"], "only")
+    assert start_or_open("search-open", *[None] * 6, str(db), "")["study"] == "only"
+    optuna.create_study(storage=f"sqlite:///{db}", study_name="another")
+    assert study_choices(str(db)) == (["another", "only"], None)
+    assert start_or_open("search-open", *[None] * 6, str(db), " ", "another")["study"] == "another"
+    assert start_or_open("search-open", *[None] * 6, str(db), "only", "another")["study"] == "only"  # typed wins
+    assert study_choices("") == ([], None) and study_choices(str(tmp_path)) == ([], None)  # unreadable storage
+
+
+def test_figures_hidden_until_a_study_is_drawn(study):
+    """No empty untitled axes before a study is open: the figures show once poll has drawn trials."""
+    from explorer.pages.search import HIDDEN, NO_STUDY, figures_shown, poll
+
+    assert figures_shown(poll(None)[-1]) == (HIDDEN, NO_STUDY)
+    assert figures_shown(poll({"error": "x"})[-1]) == (HIDDEN, NO_STUDY)
+    assert figures_shown(poll(study["job"])[-1]) == ({}, "")
+
+
 @pytest.mark.parametrize("args,match", [
     (("llama-3.2-1b", "h200", 0, 1024, 30, "latency"), "batch must be a positive integer"),
     (("llama-3.2-1b", "h200", 1, 1024, 3, "latency"), "trials must be at least 25"),
@@ -311,10 +357,15 @@ def test_search_bad_input_answers_at_once(args, match, tmp_path):
 
 
 def test_open_study_errors(study, tmp_path):
+    import optuna
+
     from explorer.pages.search import poll, start_or_open
 
-    assert start_or_open("search-open", None, None, None, None, None, None, str(study["db"]), " ")["error"] \
-        == "give the name of the study to open"
+    empty = tmp_path / "empty.db"
+    optuna.create_study(storage=f"sqlite:///{empty}", study_name="a")
+    optuna.create_study(storage=f"sqlite:///{empty}", study_name="b")
+    assert "choose the study to open in the list (2 studies in sqlite:///" \
+        in start_or_open("search-open", None, None, None, None, None, None, str(empty), " ")["error"]
     for storage, name, match in ((str(tmp_path / "none.db"), "x", "no study storage at"),
                                  (str(study["db"]), "nope", "no study 'nope' in sqlite:///")):
         msg = poll(start_or_open("search-open", None, None, None, None, None, None, storage, name))[0]
@@ -334,6 +385,32 @@ def test_failed_search_shows_its_error(study):
         time.sleep(0.3)
     msg = poll(job)[0]
     assert msg.startswith("error: ") and "searches" in msg and "pick another --study name" in msg and "\n" not in msg
+
+
+def test_search_limit_and_cancel(tmp_path, monkeypatch):
+    """Beyond MAX_RUNNING searches a new one is refused in one line; Cancel terminates the worker."""
+    from explorer.pages.search import cancel_search, poll, start_or_open
+
+    monkeypatch.setattr(jobs, "MAX_RUNNING", 1)
+    args = ("llama-3.2-1b", "h200", 1, 1024, 5000, "latency", str(tmp_path / "s.db"))
+    first = start_or_open("search-start", *args, "first")
+    assert jobs.running_jobs() == [first["job"]]
+    refused = start_or_open("search-start", *args, "second")
+    assert refused == {"error": "1 searches are running already (at most 1 at once): wait for one to end or "
+                                "cancel it"}
+    t0 = time.monotonic()  # let it run a few trials: cancelled mid-study
+    while "trials finished" not in poll(first)[1] and time.monotonic() - t0 < 60:
+        time.sleep(0.3)
+    proc = jobs._JOBS[first["job"]].process
+    assert cancel_search(1, first) == "search cancelled"
+    assert not proc.is_alive() and jobs.job_state(first["job"]) == ("cancelled", "the search was cancelled")
+    assert cancel_search(1, first) == "no running search to cancel" and cancel_search(0, first) == ""
+    assert cancel_search(1, None) == "no running search to cancel"
+    msg, progress, *_figs, disabled, _seen = poll(first)
+    assert msg == "" and disabled and progress.endswith(f"; cancelled — study {first['study']}")
+    second = start_or_open("search-start", *args, "second")  # the slot is free again
+    assert "error" not in second and cancel_search(1, second) == "search cancelled"
+    assert jobs.running_jobs() == []
 
 
 # -- the app -----------------------------------------------------------------------------
