@@ -117,11 +117,13 @@ def _shot(driver, name: str, element=None, docs: bool = True) -> None:
 
 
 def _wait(driver, cond, what: str):
-    from selenium.common.exceptions import TimeoutException
+    from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
 
+    # Dash re-renders an element between finding it and reading it: a stale element is not yet the answer
+    wait = WebDriverWait(driver, WAIT_S, poll_frequency=0.2, ignored_exceptions=(StaleElementReferenceException,))
     try:
-        return WebDriverWait(driver, WAIT_S, poll_frequency=0.2).until(lambda d: cond(d))
+        return wait.until(lambda d: cond(d))
     except TimeoutException:
         _shot(driver, "failure", docs=False)
         pytest.fail(f"timed out waiting for {what}")
