@@ -125,7 +125,7 @@ def run_app(app: typer.Typer, argv: list[str] | None, prog_name: str) -> NoRetur
         rv = cmd.main(args=argv, prog_name=prog_name, standalone_mode=False)
         sys.stdout.flush()  # a closed pipe shows here, not in the flush at exit
     except MksimError as exc:
-        _fail(str(exc))
+        _fail(str(exc), getattr(exc, "exit_code", 2))
     except click_exc.NoArgsIsHelpError as exc:  # help printed by click
         sys.stdout.write((exc.ctx.get_help() if exc.ctx else "") + "\n")
         sys.exit(0)
@@ -137,11 +137,13 @@ def run_app(app: typer.Typer, argv: list[str] | None, prog_name: str) -> NoRetur
     except BrokenPipeError:  # output piped into `head`: not an error
         _stdout_to_devnull()
         sys.exit(0)
-    except KeyboardInterrupt:
-        _fail("interrupted")
+    except KeyboardInterrupt:  # Ctrl-C outside a command (typer handles one inside)
+        _fail("interrupted", 130)
+    if rv == 130:  # typer turns Ctrl-C in a command into exit status 130, silently
+        _fail("interrupted", 130)
     sys.exit(rv if isinstance(rv, int) else 0)
 
 
-def _fail(msg: str) -> NoReturn:
+def _fail(msg: str, code: int = 2) -> NoReturn:
     sys.stderr.write(f"error: {msg}\n")
-    sys.exit(2)
+    sys.exit(code)

@@ -30,6 +30,7 @@ __all__ = [
     "DeadlockError",
     "HardwareError",
     "HardwareFileError",
+    "Interrupted",
     "MissingExtraError",
     "MksimError",
     "ScheduleError",
@@ -54,6 +55,12 @@ class DeadlockError(ScheduleError):
 
 class MissingExtraError(MksimError, ImportError):
     """An optional dependency (an extra of the mksim package) is not installed."""
+
+
+class Interrupted(MksimError):
+    """Ctrl-C stopped the work early. The CLI exits with status 130 (128 + SIGINT), as shells expect."""
+
+    exit_code = 130
 
 
 class OutputError(MksimError):

@@ -13,10 +13,14 @@ from __future__ import annotations
 import importlib.util
 import multiprocessing as mp
 import os
+import signal
 import socket
+import sys
+import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -25,6 +29,7 @@ from typing import Any
 import hwmodels
 from mksim.errors import (
     DeadlockError,
+    Interrupted,
     MissingExtraError,
     MksimError,
     OutputError,
@@ -251,6 +256,45 @@ def _enqueue_baselines(study, problem: Problem) -> None:
                             skip_if_exists=True)
 
 
+@contextmanager
+def _sigint_noted() -> Iterator[list[int]]:
+    """Inside, Ctrl-C (SIGINT) is noted in the yielded list instead of raising KeyboardInterrupt in the
+    middle of a trial, which optuna logs with a traceback and records as a failed trial; the caller stops
+    after the current trial. A second Ctrl-C interrupts at once. Only the main thread takes signals: in
+    another thread, or where SIGINT is ignored, this changes nothing."""
+    got: list[int] = []
+    old = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or old is signal.SIG_IGN:
+        yield got
+        return
+    restore = old if old is not None else signal.SIG_DFL
+
+    def note(signum: int, frame: Any) -> None:
+        got.append(signum)
+        signal.signal(signal.SIGINT, restore)
+
+    signal.signal(signal.SIGINT, note)
+    try:
+        yield got
+    finally:
+        signal.signal(signal.SIGINT, restore)
+
+
+def _interrupted(url: str) -> Interrupted:
+    if url == MEMORY:
+        return Interrupted("interrupted; --storage memory keeps nothing")
+    return Interrupted(f"interrupted; the study in {url} keeps every finished trial: run the same command "
+                       "again to resume")
+
+
+def _work_in_child(*args: Any) -> None:
+    """A worker process: Ctrl-C ends it with status 130 and no traceback; the parent reports it."""
+    try:
+        _work(*args)
+    except Interrupted:
+        sys.exit(130)
+
+
 def _work(problem: Problem, objectives, url: str, study_name: str, seed: int, trials: int,
           timeout: float | None, progress: bool, storage=None) -> None:
     """One worker: run trials until the study holds ``trials`` finished ones (or time runs out).
@@ -265,9 +309,13 @@ def _work(problem: Problem, objectives, url: str, study_name: str, seed: int, tr
     if left <= 0:
         return
     states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    study.optimize(_Objective(problem, objectives), n_trials=left, timeout=timeout,
-                   callbacks=[optuna.study.MaxTrialsCallback(trials, states=states)],
-                   show_progress_bar=progress, gc_after_trial=False)
+    with _sigint_noted() as interrupted:
+        study.optimize(_Objective(problem, objectives), n_trials=left, timeout=timeout,
+                       callbacks=[optuna.study.MaxTrialsCallback(trials, states=states),
+                                  lambda st, _: st.stop() if interrupted else None],
+                       show_progress_bar=progress, gc_after_trial=False)
+    if interrupted:
+        raise _interrupted(url)
 
 
 def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: int = 100,
@@ -323,12 +371,15 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
         if waiting:
             _work(problem, objs, url, name, seed, min(trials, _counted(study) + waiting), timeout, progress)
         ctx = mp.get_context("fork") if os.name == "posix" else mp.get_context("spawn")
-        procs = [ctx.Process(target=_work, args=(problem, objs, url, name, seed + i, trials, timeout,
+        procs = [ctx.Process(target=_work_in_child, args=(problem, objs, url, name, seed + i, trials, timeout,
                                                   progress and i == 0)) for i in range(workers)]
         for p in procs:
             p.start()
-        for p in procs:
-            p.join()
+        with _sigint_noted() as interrupted:  # Ctrl-C reaches the workers too: wait for them to stop
+            for p in procs:
+                p.join()
+        if interrupted or any(p.exitcode == 130 for p in procs):
+            raise _interrupted(url)
         if any(p.exitcode for p in procs):
             raise MksimError(f"{sum(1 for p in procs if p.exitcode)} search worker(s) failed; the study keeps "
                              "every finished trial: run the same command again to resume")

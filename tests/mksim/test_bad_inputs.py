@@ -9,13 +9,16 @@ small variants of a real config, hardware file or schedule with the one defect t
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import resource
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -80,6 +83,13 @@ HW_FILES: dict[str, str | bytes] = {
     "truncated": H200[:H200.index("[chip.sm]") + 6],
     "garbage": bytes(range(256)) * 4,
     "binary-utf16": H200.encode("utf-16"),
+    "zerosms": H200.replace("count = { value = 132,", "count = { value = 0,", 1),
+    "cycle-a": 'extends = "hw-cycle-b.toml"\n',
+    "cycle-b": 'extends = "hw-cycle-a.toml"\n',
+    "extends-unknown": 'extends = "h900"\n',
+    "overlay-nosource": 'extends = "h200"\n[memory.dram]\n' + BW.replace("nv-h200-datasheet", "x") + "\n",
+    # a large file (the note's was 50 MB) still answers with one line, and without reading it twice
+    "huge": 'name = "huge"\n' + "".join(f"k{i} = {i}\n" for i in range(200_000)),
 }
 
 
@@ -138,6 +148,10 @@ def bad(tmp_path_factory: pytest.TempPathFactory) -> Path:
     sched("polopts-str", policy_options="abc")
     sched("version99", version=99)
     sched("version-str", version="1")
+    sched("deadlock-self", queues=[row[::-1] for row in q])  # every SM runs its last task first
+    sched("cycle", queues=[q[0][::-1], *q[1:]])
+    sched("fewqueues", queues=q[:10])
+    sched("tiling-zero", tiling={**good["tiling"], "default": 0})
     (d / "sched-truncated.json").write_text(json.dumps(good)[:500])
     (d / "sched-empty.json").write_text("")
     (d / "sched-list.json").write_text("[]")
@@ -201,6 +215,11 @@ CLI_CASES: list[tuple[str, list[str], str]] = [
         ("truncated", "not valid TOML"), ("garbage", "not valid TOML"), ("binary-utf16", "UTF-8"),
         ("dir", "no such hardware file")]],
     ("hw-nonexistent", ["hw", "show", "/nonexistent/x.toml"], "no such hardware file"),
+    *[(f"hw-{n}", ["hw", "show", f"{{d}}/hw-{n}.toml"], frag) for n, frag in [
+        ("zerosms", "chip.sm.count = 0"), ("cycle-a", "forms a cycle"),
+        ("extends-unknown", "unknown model 'h900'"), ("overlay-nosource", "names source 'x'"),
+        ("huge", "hw-huge.toml")]],
+    ("compare-gpu-negbw", ["compare", "--gpu", "{d}/hw-negbw.toml"], "negative"),
     ("compare-gpu-garbage", ["compare", "--gpu", "{d}/hw-garbage.toml"], "not valid TOML"),
     ("compare-gpu-passwd", ["compare", "--gpu", "/etc/passwd"], "not valid TOML"),
     ("compare-gpu-rel", ["compare", "--gpu", "../bad"], "no such hardware file"),
@@ -217,7 +236,9 @@ CLI_CASES: list[tuple[str, list[str], str]] = [
         ("wl-strbatch", "batch must be"), ("wl-model", "unknown model 'gpt-9'"),
         ("tiling-str", "tile count"), ("tiling-list", "tiling"), ("mode", "unknown mode"),
         ("format", "not a mksim schedule"), ("nowl", "missing key 'workload'"),
-        ("polopts-str", "policy_options"), ("version99", "version"), ("version-str", "version")]],
+        ("polopts-str", "policy_options"), ("version99", "version"), ("version-str", "version"),
+        ("deadlock-self", "deadlock"), ("cycle", "deadlock"), ("fewqueues", "never placed"),
+        ("tiling-zero", "never placed")]],
     ("sched-nonexistent", ["simulate", "--schedule", "/nonexistent.json"], "no such schedule file"),
     ("sched-dir", ["simulate", "--schedule", "{d}/a-dir"], "no such schedule file"),
     # HF configs
@@ -230,6 +251,7 @@ CLI_CASES: list[tuple[str, list[str], str]] = [
         ("gpt2", "model_type 'gpt2'"), ("act-gelu", "hidden_act 'gelu'"), ("textcfg-list", "text_config"),
         ("list", "JSON object"), ("notjson", "not a readable JSON"), ("binary", "not a readable JSON"),
         ("vocab-1e15", "GB"), ("hidden-1e9", "GB")]],
+    ("compare-hf-hidden-1e9", ["compare", "--model", "{d}/hf-hidden-1e9.json"], "GB"),
     ("compare-hf-nondiv", ["compare", "--model", "{d}/hf-nondiv.json"], "hidden_size"),
     ("hf-nonexistent", ["workload", "--model", "/nonexistent/config.json"], "no such config file"),
     ("hf-dir", ["workload", "--model", "{d}/a-dir"], "unknown model"),
@@ -254,9 +276,11 @@ CLI_CASES: list[tuple[str, list[str], str]] = [
      "/nonexistent/dir"),
     # search
     ("search-sqlite-nodir", ["search", "--storage", "sqlite:////nonexistent/dir/x.db"], "cannot open study storage"),
+    ("search-sqlite-proc", ["search", "--storage", "sqlite:////proc/x.db"], "cannot open study storage"),
     ("search-sqlite-garbage", ["search", "--storage", "sqlite:///{d}/hw-garbage.toml"], "cannot open study storage"),
     ("search-trials-abc", ["search", "--trials", "abc"], "--trials"),
     ("search-trials-neg", ["search", "--trials", "-1"], "--trials"),
+    ("search-trials-0", ["search", "--trials", "0"], "--trials"),
     ("search-trials-5", ["search", "--trials", "5"], "--trials"),
     ("search-workers-0", ["search", "--workers", "0"], "--workers"),
     ("search-workers-memory", ["search", "--workers", "2", "--storage", "memory"], "memory"),
@@ -278,6 +302,7 @@ CLI_CASES: list[tuple[str, list[str], str]] = [
     ("calibrate-missing", ["calibrate", "--from-raw", "/nonexistent.raw.json", "--out", "{d}/x.toml"],
      "cannot read raw calibration"),
     ("validate-cycle", ["validate", "--schedule", "{d}/sched-twice.json", "--dry-run"], "placed twice"),
+    ("validate-deadlock", ["validate", "--schedule", "{d}/sched-cycle.json", "--dry-run"], "deadlock"),
     ("validate-report", ["validate", "report", "/nonexistent"], "cannot read measured results"),
     ("explore-port-high", ["explore", "--port", "99999"], "--port"),
     ("explore-port-neg", ["explore", "--port", "-1"], "--port"),
@@ -319,6 +344,58 @@ def test_cli_bad_input_answers_in_one_line(argv: list[str], fragment: str, bad: 
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # a default search storage must not land in the checkout
     code, _, err = run_cli([a.replace("{d}", str(bad)) for a in argv], capsys)
+    assert_one_line(code, err, fragment)
+
+
+NO_CUPY = importlib.util.find_spec("cupy") is None
+
+
+@pytest.mark.skipif(not NO_CUPY, reason="CuPy is installed: these rows are about a machine without a GPU")
+@pytest.mark.parametrize("argv,fragment", [
+    pytest.param(["calibrate", "--quick"], "needs a CUDA GPU and CuPy", id="calibrate-no-gpu"),
+    pytest.param(["validate", "--model", "llama-3.2-1b", "--mode", "megakernel"], "no CUDA GPU",
+                 id="validate-no-gpu"),
+])
+def test_gpu_command_without_a_gpu(argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str],
+                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(argv, capsys)
+    assert_one_line(code, err, fragment)
+
+
+@pytest.mark.parametrize("argv,blocked,fragment", [
+    pytest.param(["explore", "--port", "0"], ["dash"], "needs dash", id="explore-no-dash"),
+    pytest.param(["search", "--storage", "memory"], ["optuna"], "needs optuna", id="search-no-optuna"),
+    pytest.param(["sweep", "--batch", "1", "--html", "{d}/s.html"], ["plotly", "plotly.graph_objects"],
+                 "needs plotly", id="sweep-html-no-plotly"),
+])
+def test_missing_extra_answers_in_one_line(argv: list[str], blocked: list[str], fragment: str, bad: Path,
+                                           capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The base install's rows: a module set to None in sys.modules cannot be imported."""
+    monkeypatch.chdir(tmp_path)
+    for name in blocked:
+        monkeypatch.setitem(sys.modules, name, None)
+    code, _, err = run_cli([a.replace("{d}", str(bad)) for a in argv], capsys)
+    assert_one_line(code, err, fragment)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere: these rows need an ordinary user")
+@pytest.mark.parametrize("argv,fragment", [
+    pytest.param(["search", "--storage", "sqlite:///{ro}/x.db"], "cannot open study storage", id="search-ro-dir"),
+    pytest.param(["search"], "cannot open study storage", id="search-default-in-ro-cwd"),
+    pytest.param(["simulate", "--trace", "{ro}/t.json"], "permission denied", id="trace-ro-dir"),
+])
+def test_folder_that_cannot_be_written(argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str],
+                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    monkeypatch.chdir(ro)
+    try:
+        code, _, err = run_cli([a.replace("{ro}", str(ro)) for a in argv], capsys)
+    finally:
+        ro.chmod(0o755)
     assert_one_line(code, err, fragment)
 
 
@@ -455,3 +532,50 @@ def test_result_is_printed_when_writing_it_fails(tmp_path: Path, capsys: pytest.
                               "--out", str(target / "best.json")], capsys)
     assert_one_line(code, err, str(target))
     assert json.loads(out)["best"]
+
+
+# -- Ctrl-C ------------------------------------------------------------------------------------------------
+def test_ctrl_c_in_a_command_is_one_line(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """typer turns a KeyboardInterrupt into exit status 130 and prints nothing: mksim says why."""
+    import mksim.cli
+
+    def interrupt(*args: Any, **kw: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mksim.cli, "simulate", interrupt)
+    code, _, err = run_cli(["simulate"], capsys)
+    assert (code, err) == (130, "error: interrupted\n")
+
+
+def test_ctrl_c_during_search_keeps_the_study(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) mid-search: one line saying how to
+    resume, exit status 130, no optuna traceback, and no trial left failed by the interrupt."""
+    import optuna
+
+    db = tmp_path / "c.db"
+    p = subprocess.Popen([sys.executable, "-m", "mksim", "search", "--trials", "5000",
+                          "--storage", f"sqlite:///{db}", "--study", "c"], cwd=ROOT, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        study = None
+        for _ in range(300):  # until some trials have finished (at most 30 s)
+            time.sleep(0.1)
+            if db.exists():
+                try:
+                    study = optuna.load_study(study_name="c", storage=f"sqlite:///{db}")
+                except KeyError:  # not created yet
+                    continue
+                if len(study.get_trials(deepcopy=False)) > 30:
+                    break
+        os.killpg(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 130, err[-2000:]
+    assert err.splitlines()[-1:] == [err.strip()] and err.startswith("error: interrupted"), err[-2000:]
+    assert "run the same command again to resume" in err
+    assert study is not None
+    states = {t.state.name for t in optuna.load_study(study_name="c", storage=f"sqlite:///{db}").trials}
+    assert "FAIL" not in states and "RUNNING" not in states, states
