@@ -19,7 +19,7 @@ from typer.core import TyperGroup
 import hwmodels
 from mksim import __version__, models, tables
 from mksim.compare import compare_modes, make_workload
-from mksim.console import emit_json, out, parse_ints, parse_options, run_app
+from mksim.console import emit_json, out, parse_ints, parse_options, run_app, say, write_output
 from mksim.errors import MksimError, OutputError, check_writable
 from mksim.report import sweep_figure_html, sweep_rows
 from mksim.schedule import Schedule, build_schedule, check_fits
@@ -199,16 +199,17 @@ def simulate_cmd(
             policy = opts.pop("policy")
         sched = build_schedule(wl, g, mode, policy=policy, **opts)
     if save:
-        sched.to_json(save)
+        write_output(lambda: sched.to_json(save), save, "--save")
     res = simulate(sched)
-    if trace:
-        res.to_perfetto(trace)
     if as_json:
-        return emit_json(res.to_dict())
-    out.print(tables.simulate_line(res))
-    out.print(tables.breakdown_table(res))
-    if trace:
-        out.print(f"trace written to {trace} (open in https://ui.perfetto.dev)")
+        emit_json(res.to_dict())
+    else:
+        out.print(tables.simulate_line(res))
+        out.print(tables.breakdown_table(res))
+    if trace:  # after the result is out: a failed write loses nothing
+        write_output(lambda: res.to_perfetto(trace), trace, "--trace")
+        if not as_json:
+            say(f"trace written to {trace} (open in https://ui.perfetto.dev)")
 
 
 @app.command("sweep")

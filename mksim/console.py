@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 import numpy as np
@@ -19,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from mksim.errors import MksimError
+from mksim.errors import MksimError, OutputError
 
 try:  # typer >= 0.20 vendors click as typer._click
     from typer._click import exceptions as click_exc
@@ -147,3 +148,12 @@ def run_app(app: typer.Typer, argv: list[str] | None, prog_name: str) -> NoRetur
 def _fail(msg: str, code: int = 2) -> NoReturn:
     sys.stderr.write(f"error: {msg}\n")
     sys.exit(code)
+
+
+def write_output(write: Callable[[], object], path: str, flag: str) -> None:
+    """Run ``write`` (which writes ``path``); an OS error becomes one line naming ``flag`` — a write that
+    :func:`mksim.errors.check_writable` let through can still fail (a full disk, a pseudo file system)."""
+    try:
+        write()
+    except OSError as exc:
+        raise OutputError(f"{flag} {path}: cannot write ({exc.strerror or exc}); choose another path") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -235,3 +236,14 @@ def test_search_says_where_it_makes_its_db_and_names_the_metrics(tmp_path):
     r = subprocess.run([sys.executable, "-m", "mksim", "search", "--trials", "25", "--json"], capture_output=True,
                        text=True, timeout=300, cwd=tmp_path, env=env)
     assert r.returncode == 0 and r.stderr == "", r.stderr  # resumed: nothing made, nothing said
+
+
+def test_a_trace_that_cannot_be_written_is_one_line_after_the_result():
+    """/proc passes the writability check as root but refuses the file: still one line, exit 2, and the
+    simulated result is printed before the failed write."""
+    r = run("simulate", "--model", "llama-3.2-1b", "--gpu", "h200", "--trace", "/proc/mksim-trace.json")
+    assert r.returncode == 2
+    assert r.stderr.startswith("error: --trace /proc/mksim-trace.json") and r.stderr.count("\n") == 1
+    assert "Traceback" not in r.stderr
+    if os.geteuid() == 0:  # the check let it through: the result came first
+        assert " µs, " in r.stdout and "tokens/s" in r.stdout
