@@ -124,8 +124,9 @@ class Repro:
 DEVICE = ("the cost of the real kernel's device functions beyond their bytes and FLOPs (input loads, "
           "reductions, instruction issue): the datasheet and calibrated files charge a task what its bytes and "
           "FLOPs take, where our H200 measures 1–10 µs more per task for mksim's own kernels (h200-mk-kernels; "
-          "there are no such measurements of Hazy's); and the soft knee of DRAM bandwidth at the bytes in flight "
-          "a kernel keeps (4.2 TB/s, not 4.56, on our H200)")
+          "there are no such measurements of Hazy's). The soft knee of DRAM bandwidth and the boundaries' growth "
+          "under load are modelled on h200-calibrated (docs/model.md, \"Mechanisms\"; rows 2 and 4 were -27 % "
+          "without them) but not on the h100 datasheet file, which has no measurements of them")
 ROWS: list[Repro] = [
     Repro("static queues (Hazy)", "Llama-3.2-1B megakernel, mean step", "H100", 972.78, "µs", "graphs-pdl",
           "megakernel (dag, counters, `movement=native`), llama-3.2-1b b1, KV 96, h100",

@@ -34,8 +34,12 @@ from .errors import HardwareFileError, UnknownGPUError
 
 _HERE = Path(__file__).resolve().parent
 SEARCH_DIRS = (_HERE / "data", _HERE / "calibrated")
+PROFILE_DIR = _HERE / "profiles"
 
-_TOP_KEYS = set(IDENTITY_KEYS) | {"extends", "sources", "chip", "memory", "runtime", "schema_version"}
+_TOP_KEYS = set(IDENTITY_KEYS) | {"extends", "sources", "chip", "memory", "runtime", "schema_version", "profile"}
+_PROFILE_KEYS = {"schema_version", "profile", "full_name", "measured_on", "runtime", "sources"}
+# task costs that are work on the SM, so scale with its clock when a profile moves to another GPU
+_CLOCKED = ("task_fixed_us", "task_row_us")
 _ENTRY_KEYS = {"value", "source", "note", "spread"}
 
 
@@ -61,18 +65,102 @@ def resolve(name_or_path: str | Path) -> Path:
     raise UnknownGPUError("GPU", text, available())
 
 
-def load(name_or_path: str | Path) -> GPUSpec:
-    """Load a hardware model by name (``"h200"``, ``"h200-calibrated"``) or path.
+def profiles() -> list[str]:
+    """Names of the built-in implementation profiles (``hwmodels/profiles/*.toml``), sorted."""
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.toml")) if PROFILE_DIR.is_dir() else []
+
+
+def load(name_or_path: str | Path, profile: str | None = None) -> GPUSpec:
+    """Load a hardware model by name (``"h200"``, ``"h200-calibrated"``) or path, with the
+    implementation profile ``profile`` applied (also written ``"h200-calibrated+mksim"``).
+
+    A hardware file describes the GPU; a profile (``hwmodels/profiles/<name>.toml``) describes a
+    kernel library's device functions on it: each op kind's task costs and bytes in flight, as
+    measured on single ops on the GPU it names (``measured_on``). On another GPU the costs that
+    are work on the SM scale with the clock (``task_fixed_us``, ``task_row_us``); rates and bytes
+    in flight are kept. Without a profile the model is the best kernels the chip allows.
 
     Example::
 
         >>> import hwmodels
         >>> round(hwmodels.load("h200").dram.bandwidth_spec_GBps)
         4800
+        >>> g = hwmodels.load("h200-calibrated+mksim")
+        >>> g.name, g.profile, g.kernels.per_kind["matmul"].task_fixed_us
+        ('h200-calibrated+mksim', 'mksim', 4.238)
     """
-    path = resolve(name_or_path)
+    text = str(name_or_path)
+    if profile is None and "+" in text and not text.endswith(".toml") and "/" not in text:
+        text, profile = text.split("+", 1)
+    path = resolve(text)
     raw = _merged(path, chain=())
+    own = raw.pop("profile", None)
+    if own is not None and not isinstance(own, str):
+        raise HardwareFileError(f"{path}: key 'profile' must be a profile name; known: {', '.join(profiles())}")
+    if profile is not None:
+        raw = _with_profile(raw, profile, path)
+        raw["name"] = f"{raw['name']}+{profile}"
+    elif own:
+        raw = _with_profile(raw, own, path)
     return _build(raw, path)
+
+
+def resolve_profile(name_or_path: str | Path) -> Path:
+    """The file behind a profile name or path; unknown names list the known ones."""
+    text = str(name_or_path)
+    p = Path(text)
+    if p.suffix == ".toml" or "/" in text:
+        if not p.is_file():
+            raise HardwareFileError(f"{text}: no such profile file; give a .toml path or one of: "
+                                    f"{', '.join(profiles())}")
+        return p
+    cand = PROFILE_DIR / f"{text.lower()}.toml"
+    if cand.is_file():
+        return cand
+    raise UnknownGPUError("implementation profile", text, profiles())
+
+
+def _with_profile(raw: dict[str, Any], name: str, gpu_path: Path) -> dict[str, Any]:
+    """``raw`` (a merged hardware file) with the profile's ``[runtime.kernels.<kind>]`` tables in
+    place of its own, their clocked costs scaled from the GPU the profile was measured on."""
+    path = resolve_profile(name)
+    prof = _read(path)
+    unknown = set(prof) - _PROFILE_KEYS
+    if unknown:
+        raise HardwareFileError(f"{path}: unknown top-level key {sorted(unknown)[0]!r}; a profile has "
+                                f"{', '.join(sorted(_PROFILE_KEYS))}")
+    for key in ("profile", "full_name", "measured_on"):
+        if not isinstance(prof.get(key), str) or not prof[key]:
+            raise HardwareFileError(f"{path}: missing key {key!r} (a non-empty string)")
+    kernels = prof.get("runtime", {}).get("kernels")
+    if not isinstance(kernels, dict) or set(prof.get("runtime", {})) - {"kernels"}:
+        raise HardwareFileError(f"{path}: a profile holds [runtime.kernels.<kind>] tables and nothing else "
+                                "under runtime")
+    measured = load(prof["measured_on"])
+    target_MHz = raw.get("chip", {}).get("sm", {}).get("clock_boost_MHz", {}).get("value")
+    ratio = measured.sm.clock_boost_MHz / target_MHz if isinstance(target_MHz, (int, float)) and target_MHz else 1.0
+    tables: dict[str, Any] = {}
+    for kind, table in kernels.items():
+        if not isinstance(table, dict):
+            raise HardwareFileError(f"{path}: runtime.kernels.{kind} must be a table of task costs")
+        out = {}
+        for key, entry in table.items():
+            if key in _CLOCKED and ratio != 1.0 and isinstance(entry, dict) and isinstance(entry.get("value"),
+                                                                                         (int, float)):
+                note = f"{entry.get('note', '')} (scaled by the clock from {prof['measured_on']}: x {ratio:.4f})"
+                entry = {**entry, "value": entry["value"] * ratio, "note": note.strip()}
+            out[key] = entry
+        tables[kind] = out
+    merged = dict(raw)
+    runtime = dict(merged.get("runtime", {}))
+    runtime["kernels"] = {k: v for k, v in runtime.get("kernels", {}).items()
+                          if not (isinstance(v, dict) and "value" not in v)} | tables
+    merged["runtime"] = runtime
+    merged["sources"] = {**raw.get("sources", {}), **prof.get("sources", {})}
+    merged["full_name"] = f"{raw['full_name']} running {prof['full_name']}"
+    merged["_files"] = [*raw.get("_files", [str(gpu_path)]), str(path)]
+    merged["_profile"] = prof["profile"]
+    return merged
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -151,7 +239,7 @@ def _table(raw: dict[str, Any], dotted: str, file: str) -> dict[str, Any]:
 def _build(raw: dict[str, Any], path: Path) -> GPUSpec:
     file = " + ".join(raw.get("_files", [str(path)]))
     here = str(path)
-    unknown = set(raw) - _TOP_KEYS - {"_files"}
+    unknown = set(raw) - _TOP_KEYS - {"_files", "_profile"}
     if unknown:
         key = sorted(unknown)[0]
         raise HardwareFileError(f"{here}: unknown top-level key {key!r}; expected one of "
@@ -199,7 +287,7 @@ def _build(raw: dict[str, Any], path: Path) -> GPUSpec:
                                         f"{', '.join(sorted(p for p, _ in SECTIONS.values()))}")
     spec = GPUSpec(name=raw["name"], full_name=raw["full_name"], vendor=raw["vendor"],
                    architecture=raw["architecture"], sources=sources, provenance=provenance,
-                   path=str(path), extends=raw.get("extends", ""), **sections)
+                   path=str(path), extends=raw.get("extends", ""), profile=raw.get("_profile", ""), **sections)
     _check_consistency(spec, file)
     return spec
 

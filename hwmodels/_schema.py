@@ -63,6 +63,13 @@ class DRAMSpec:
     bandwidth_spec_GBps: float = meta(100, 1e5, doc="datasheet peak")
     reachable_fraction: float = meta(0.3, 1.0, doc="fraction of the peak a streaming kernel reaches")
     latency_ns: float = meta(100, 5000, doc="idle load-to-use latency of a DRAM access")
+    stream_latency_ns: float = meta(100, 5000, optional=True,
+                                    doc="Little's-law latency of streaming loads on a lightly loaded chip: bytes "
+                                        "in flight / rate (latency_ns where absent)")
+    queue_ns: float = meta(0, 5000, optional=True,
+                           doc="how the latency grows with load: stream latency + queue_ns * u / (1 - u) at a "
+                               "fraction u of the reachable bandwidth; absent: a hard knee (no growth, the "
+                               "chip's bandwidth shared max-min fairly)")
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,9 @@ class ConcurrencySpec:
     """How much bandwidth one SM can draw: ``min(inflight / latency, per_sm_max)`` (Little's law)."""
     max_inflight_per_sm_KiB: float = meta(1, 4096, doc="bytes one SM can keep in flight to DRAM")
     per_sm_bandwidth_max_GBps: float = meta(1, 1e4, doc="most one SM can draw however much it has in flight")
+    l1_load_KiB: float = meta(8, 4096, optional=True,
+                              doc="L1 + shared memory of an SM that ordinary loads in flight may use: such loads "
+                                  "keep at most this minus the shared memory of the resident blocks in flight")
 
 
 @dataclass(frozen=True)
@@ -103,6 +113,10 @@ class SyncSpec:
     grid_barrier_us: float = meta(0.1, 100, doc="grid-wide barrier, last arrival to all released")
     atomic_roundtrip_ns: float = meta(50, 1e5, doc="global atomic issue to result")
     flag_latency_ns: float = meta(50, 1e5, doc="release of a flag/counter by one SM to its observation by another")
+    load_share_fraction: float = meta(0.0, 4.0, optional=True,
+                                      doc="how much of the DRAM queueing delay (loaded minus stream latency, "
+                                          "memory.dram.queue_ns) a release and its observation see: a sync under "
+                                          "load takes that much longer (0 where absent)")
     sentinel_latency_ns: float = meta(20, 1e5, optional=True,
                                       doc="data as its own flag: a producer's plain stores of its output to a "
                                           "consumer's poll of that data seeing them (buffers start as a sentinel, "
@@ -157,6 +171,9 @@ _FIXED = ("a task's fixed cost once its inputs are visible, at one row (token): 
 _ROW = "what each row (token) of a task beyond the first adds to its fixed cost (0 where absent)"
 _CONSUME = ("the rate at which one SM's workers consume the bytes a task streams (weights, KV cache), at one row: "
             "a task takes at least its fixed cost + bytes / this rate, however early its bytes are in")
+_INFLIGHT = ("bytes one block of a kernel of this kind keeps in flight to DRAM (threads x loads in flight x 16 B "
+             "for ordinary loads): its SM draws in-flight bytes / latency (memory.dram, the mechanisms), shared by "
+             "its resident blocks; absent: memory.concurrency's, the best a kernel keeps")
 _CONSUME_ROW = "each row (token) of a task beyond the first adds streamed bytes / this rate (none where absent)"
 
 
@@ -172,6 +189,7 @@ class KernelCost:
     task_row_us: float | None = meta(0.0, 1000, optional=True, doc=_ROW, default=None)
     consume_GBps: float | None = meta(0.1, 1e5, optional=True, doc=_CONSUME, default=None)
     consume_row_GBps: float | None = meta(0.1, 1e6, optional=True, doc=_CONSUME_ROW, default=None)
+    inflight_KiB: float | None = meta(0.0625, 4096, optional=True, doc=_INFLIGHT, default=None)
 
 
 # The keys a per-kind table may hold, and the names files before [runtime.kernels.<kind>] tables
@@ -246,6 +264,7 @@ class GPUSpec:
     provenance: dict[str, str] = field(hash=False, compare=False, repr=False)
     path: str = field(default="", compare=False)
     extends: str = ""
+    profile: str = ""  # the implementation profile applied (hwmodels/profiles), "" for none: the best kernels
 
     # -- derived quantities, in SI units, used by the simulator --------------------
     @property

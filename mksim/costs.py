@@ -32,6 +32,7 @@ class Rates:
     hbm_Bpus: float             # reachable DRAM bandwidth of the chip
     dram_latency_us: float
     sm_cap_Bpus: float          # most one SM draws from DRAM (Little's law, capped)
+    sm_port_Bpus: float         # ... however much it keeps in flight (the cap)
     l2_per_sm_Bpus: float       # one SM's share of L2 bandwidth
     l2_latency_us: float
     tensor_per_sm: dict         # dtype -> FLOP/µs per SM on tensor cores
@@ -56,6 +57,10 @@ class Rates:
     async_copy_issue_us: float = 0.0  # ... time between two of them
     mma_latency_us: float = 0.0       # ... a tensor-core task's tail
     multicast: int = 1                # ... SMs one multicast load feeds
+    stream_latency_us: float = 0.0    # Little's-law latency of streaming loads, lightly loaded
+    queue_us: float = 0.0             # latency growth with load (0: a hard knee, see loaded_total_Bpus)
+    l1_load_B: float = math.inf       # L1 + shared memory that ordinary loads in flight may use
+    sync_load_share: float = 0.0      # share of the DRAM queueing delay a sync sees (sync_load_us)
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,7 @@ class DeviceCost:
     row_us: float = 0.0
     consume_Bpus: float = math.inf      # one SM's workers, at one row
     row_consume_Bpus: float = math.inf  # each further row adds bytes / this
+    inflight_B: float = math.inf        # bytes one block keeps in flight (inf: the GPU's best)
 
     def fixed_us_at(self, rows: float) -> float:
         return self.fixed_us + (rows - 1) * self.row_us
@@ -104,12 +110,13 @@ def device_costs(kernels: object) -> dict[str, DeviceCost]:
         if kind not in KINDS:
             raise HardwareFileError(f"[runtime.kernels.{kind}]: {kind!r} is not an op kind; known: "
                                     f"{', '.join(KINDS)}")
-        if c.task_fixed_us is None and c.consume_GBps is None:
+        if c.task_fixed_us is None and c.consume_GBps is None and c.inflight_KiB is None:
             continue
         out[kind] = DeviceCost(fixed_us=c.task_fixed_us or 0.0, row_us=c.task_row_us or 0.0,
                                consume_Bpus=c.consume_GBps * GBps_TO_Bpus if c.consume_GBps else math.inf,
                                row_consume_Bpus=c.consume_row_GBps * GBps_TO_Bpus if c.consume_row_GBps
-                               else math.inf)
+                               else math.inf,
+                               inflight_B=c.inflight_KiB * 1024 if c.inflight_KiB else math.inf)
     return out
 
 
@@ -156,13 +163,15 @@ def rates(gpu: GPUSpec) -> Rates:
               "fp8": c.tensor_fp8_dense_TFLOPs or c.tensor_bf16_dense_TFLOPs,
               "fp32": c.tensor_tf32_dense_TFLOPs or c.tensor_fp32_dense_TFLOPs or c.vector_fp32_TFLOPs}
     lat_us = gpu.dram.latency_ns / 1e3
+    stream_us = _or(gpu.dram.stream_latency_ns, gpu.dram.latency_ns) / 1e3
     sy, mv = gpu.sync, gpu.movement
     return Rates(
         n_sms=n,
         hbm_Bpus=gpu.hbm_bandwidth_Bps / 1e6,
         dram_latency_us=lat_us,
-        sm_cap_Bpus=sm_dram_cap_Bpus(gpu.concurrency.max_inflight_per_sm_KiB * 1024, lat_us,
+        sm_cap_Bpus=sm_dram_cap_Bpus(gpu.concurrency.max_inflight_per_sm_KiB * 1024, stream_us,
                                      gpu.concurrency.per_sm_bandwidth_max_GBps * GBps_TO_Bpus),
+        sm_port_Bpus=gpu.concurrency.per_sm_bandwidth_max_GBps * GBps_TO_Bpus,
         l2_per_sm_Bpus=gpu.l2.bandwidth_GBps * GBps_TO_Bpus / n,
         l2_latency_us=gpu.l2.latency_ns / 1e3,
         tensor_per_sm={k: v * TFLOPs_TO_FLOPpus / n for k, v in tensor.items()},
@@ -188,6 +197,10 @@ def rates(gpu: GPUSpec) -> Rates:
         multicast=mv.cluster_multicast_count or 1,
         dies=gpu.interconnect.dies_count,
         cross_die_latency_us=_or(gpu.interconnect.cross_die_latency_ns, 0.0) / 1e3,
+        stream_latency_us=stream_us,
+        queue_us=_or(gpu.dram.queue_ns, 0.0) / 1e3,
+        sync_load_share=_or(gpu.sync.load_share_fraction, 0.0),
+        l1_load_B=gpu.concurrency.l1_load_KiB * 1024 if gpu.concurrency.l1_load_KiB else math.inf,
     )
 
 
@@ -324,6 +337,88 @@ def sm_dram_cap_Bpus(inflight_B: float, latency_us: float, max_Bpus: float) -> f
     return min(inflight_B / latency_us, max_Bpus)
 
 
+def loaded_total_Bpus(demand_Bpus: float, r: Rates) -> float:
+    """The chip's DRAM rate when its flows keep bytes in flight that would draw ``demand_Bpus`` in
+    total at the stream latency ``L0`` (each flow's cap: bytes in flight / ``L0``).
+
+    Latency grows with load: at a fraction ``u`` of the reachable bandwidth ``P`` a load takes
+    ``L(u) = L0 + queue * u / (1 - u)`` (:func:`loaded_latency_us`), so flows keeping ``F = demand *
+    L0`` bytes in flight draw ``T = F / L(T / P)`` (Little's law), a soft knee below ``P``: solved in
+    closed form, ``x = T / P`` is the root in (0, 1) of ``P (queue - L0) x^2 + L0 (P + D) x - D L0 = 0``.
+    With ``queue_us == 0`` (a file without ``memory.dram.queue_ns``) the knee is hard: ``min(D, P)``.
+
+    >>> import hwmodels
+    >>> from dataclasses import replace
+    >>> r = replace(rates(hwmodels.load("h200")), hbm_Bpus=4000e3, stream_latency_us=0.5, queue_us=0.1)
+    >>> round(loaded_total_Bpus(2000e3, r) / 1e3)      # half the peak asked: latency 0.58 us, not 0.5
+    1734
+    >>> round(loaded_total_Bpus(40000e3, r) / 1e3)     # ten times the peak asked: just below it
+    3915
+    >>> loaded_total_Bpus(8000e3, replace(r, queue_us=0.0)) / 1e3   # a hard knee
+    4000.0
+    """
+    P, L0, q = r.hbm_Bpus, r.stream_latency_us, r.queue_us
+    if q <= 0.0:
+        return demand_Bpus if demand_Bpus < P else P
+    if demand_Bpus <= 0.0:
+        return 0.0
+    b = L0 * (P + demand_Bpus)
+    disc = b * b + 4.0 * P * (q - L0) * demand_Bpus * L0
+    return P * 2.0 * demand_Bpus * L0 / (b + math.sqrt(disc))
+
+
+def loaded_latency_us(total_Bpus: float, r: Rates) -> float:
+    """A DRAM load's latency while the chip draws ``total_Bpus`` (:func:`loaded_total_Bpus`): the
+    stream latency plus ``queue_us * u / (1 - u)`` at the fraction ``u`` of the reachable bandwidth.
+
+    >>> import hwmodels
+    >>> from dataclasses import replace
+    >>> r = replace(rates(hwmodels.load("h200")), hbm_Bpus=4000e3, stream_latency_us=0.5, queue_us=0.1)
+    >>> loaded_latency_us(0.0, r), round(loaded_latency_us(3000e3, r), 3)
+    (0.5, 0.8)
+    """
+    u = total_Bpus / r.hbm_Bpus
+    if r.queue_us <= 0.0 or u <= 0.0:
+        return r.stream_latency_us
+    u = min(u, 0.999)
+    return r.stream_latency_us + r.queue_us * u / (1.0 - u)
+
+
+def sync_load_us(total_Bpus: float, r: Rates) -> float:
+    """What a sync (a grid barrier, a counter, a flag, a sentinel) takes more while the chip draws
+    ``total_Bpus``: its release and its observation wait in the same memory queues as the loads, a
+    share ``sync_load_share`` of their queueing delay (:func:`loaded_latency_us` minus the stream
+    latency). 0 on an idle chip or without ``memory.dram.queue_ns``.
+
+    >>> import hwmodels
+    >>> from dataclasses import replace
+    >>> r = replace(rates(hwmodels.load("h200")), hbm_Bpus=4000e3, stream_latency_us=0.5, queue_us=0.1,
+    ...             sync_load_share=0.5)
+    >>> sync_load_us(0.0, r), round(sync_load_us(3000e3, r), 3)   # the queue adds 0.3 us: half of it
+    (0.0, 0.15)
+    """
+    if r.sync_load_share <= 0.0 or r.queue_us <= 0.0:
+        return 0.0
+    return r.sync_load_share * (loaded_latency_us(total_Bpus, r) - r.stream_latency_us)
+
+
+def inflight_B(blocks: int, threads: int, loads_per_thread: float, smem_per_block_B: float, r: Rates,
+               load_B: int = 16) -> float:
+    """Bytes one SM keeps in flight with ``blocks`` resident blocks of ``threads`` threads, each
+    with ``loads_per_thread`` ordinary ``load_B``-byte loads outstanding: a load in flight holds an
+    L1 line, so what the shared memory of the blocks leaves of ``l1_load_B`` bounds it.
+
+    >>> import hwmodels
+    >>> from dataclasses import replace
+    >>> r = replace(rates(hwmodels.load("h200")), l1_load_B=248 * 1024)
+    >>> inflight_B(2, 512, 4, 0, r) / 1024, inflight_B(2, 512, 4, 100 * 1024, r) / 1024
+    (64.0, 48.0)
+    """
+    want = blocks * threads * loads_per_thread * load_B
+    room = r.l1_load_B - blocks * smem_per_block_B
+    return max(min(want, room), float(load_B))
+
+
 def fair_share(caps: dict[float, int], total_Bpus: float) -> float:
     """Max-min fair level: each flow gets ``min(cap, level)`` and the sum is at most ``total``.
 
@@ -379,10 +474,27 @@ def host_issue_us(i: int, r: Rates) -> float:
     return i * r.stream_launch_us
 
 
-def block_dram_cap_Bpus(n_blocks: int, blocks_per_sm: int, r: Rates) -> float:
-    """The most one block of a kernel of ``n_blocks`` draws from DRAM: its SM's bytes in flight
-    are shared by the kernel's blocks resident there (:func:`resident_blocks`)."""
-    return r.sm_cap_Bpus / resident_blocks(n_blocks, r.n_sms, blocks_per_sm)
+def block_dram_cap_Bpus(n_blocks: int, blocks_per_sm: int, r: Rates, inflight_B: float = math.inf) -> float:
+    """The most one block of a kernel of ``n_blocks`` draws from DRAM at the stream latency.
+
+    Without ``inflight_B`` (a kernel as good as the chip allows) its SM's bytes in flight are
+    shared by the kernel's blocks resident there (:func:`resident_blocks`). A block that keeps
+    ``inflight_B`` in flight (an implementation profile's ``inflight_KiB``) draws that over the
+    stream latency, within its share of the SM's port.
+
+    >>> import hwmodels
+    >>> r = rates(hwmodels.load("h200-calibrated"))
+    >>> round(block_dram_cap_Bpus(264, 2, r) / 1e3, 1)                     # GB/s: half the SM's best
+    71.4
+    >>> round(block_dram_cap_Bpus(264, 2, r, inflight_B=16384) / 1e3, 1)   # 16 KiB / 492 ns
+    33.3
+    """
+    share = resident_blocks(n_blocks, r.n_sms, blocks_per_sm)
+    if inflight_B < math.inf:
+        own = inflight_B / r.stream_latency_us
+        port = r.sm_port_Bpus / share
+        return own if own < port else port
+    return r.sm_cap_Bpus / share
 
 
 # -- per task, over a whole task graph -------------------------------------------------------------

@@ -50,6 +50,9 @@ def calibrate_cmd(
                                                    "option to merge runs); needs no GPU."),
     results: str | None = typer.Option(None, "--results",
                                        help="Folder for the fits summary and plots (default: beside --out)."),
+    mechanisms: str | None = typer.Option(None, "--mechanisms",
+                                          help="With --from-raw: a folder of `python -m validation.mechanisms run` "
+                                               "sweeps; fits the DRAM and boundary mechanisms from it."),
     as_json: bool = typer.Option(False, "--json", help="Print the fitted parameters as JSON."),
 ) -> None:
     """Measure this GPU with microbenchmarks and write a calibrated hardware model."""
@@ -58,8 +61,11 @@ def calibrate_cmd(
         if not out_file:
             raise MksimError("--from-raw needs --out FILE.toml for the overlay it writes")
         ps, spread = cal.finish([Path(p) for p in from_raw], Path(out_file), base=base,
-                                results_dir=Path(results) if results else None, say=tell)
+                                results_dir=Path(results) if results else None,
+                                mechanisms=Path(mechanisms) if mechanisms else None, say=tell)
     else:
+        if mechanisms:
+            raise MksimError("--mechanisms needs --from-raw (the sweeps are fitted, not measured, here)")
         ps, spread = cal.calibrate(Path(out_file) if out_file else None, quick=quick, base=base, say=tell)
     if as_json:
         return emit_json({"params": {p.key: {"value": p.value, "spread": p.spread, "note": p.note} for p in ps},

@@ -53,6 +53,10 @@ class Options:
       math costs its FLOPs) or ``native``: the generation's own data movement from the GPU's
       ``[chip.movement]`` (cp.async or TMA issue, tensor-core latency, cluster multicast of shared
       activations), and a prefetch depth filling the shared memory unless given.
+    - ``pdl_trigger`` (graph_pdl): where each kernel calls ``launch_dependents``: ``early`` (at its
+      start: the next kernel's blocks are placed while it runs), ``late`` (after its main loop: once
+      every block's bytes are in) or ``never`` (the next kernel is placed when it ends; PDL then
+      saves only the node interval).
     """
     tasks_per_sm: float = 1.0
     blocks_per_sm: int = 1
@@ -66,6 +70,7 @@ class Options:
     prelaunch: int = 1
     dies: bool = False
     movement: str = "ideal"
+    pdl_trigger: str = "early"
 
     @property
     def prefetch_bytes(self) -> float:

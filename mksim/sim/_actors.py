@@ -176,7 +176,8 @@ class Chain:
     """
 
     def __init__(self, eng: _Engine, n_lanes: int, dispatch: list[Event], release: list[Event],
-                 done: list[Event], end_t: list[float], cap: list[float], head_B: float, released_at: list[float]):
+                 done: list[Event], end_t: list[float], cap: list[float], head_B: float, released_at: list[float],
+                 loaded: list[Event] | None = None):
         self.env, self.hbm, self.timeline = eng.env, eng.hbm, eng.timeline
         self.pre_B, self.work_us, self.tail_us, self.start, self.end, self.lane_of = (
             eng.pre_B, eng.work_us, eng.tail_us, eng.start, eng.end, eng.lane_of)
@@ -184,6 +185,8 @@ class Chain:
         self.queues = [deque(range(first[k], first[k + 1])) for k in range(len(first) - 1)]
         self.dispatch, self.release, self.done = dispatch, release, done
         self.left = list(eng.n_tiles)  # blocks of each kernel not yet finished
+        self.loaded = loaded           # fired when every block of a kernel has its bytes in (or None)
+        self.to_load = list(eng.n_tiles)  # ... blocks of each kernel whose bytes are not yet all in
         self.end_t = end_t
         self.cap, self.head_B = cap, head_B
         self.r = eng.r
@@ -222,6 +225,12 @@ class Chain:
         self.sm_kernel[sm] = k
         self.cold_until[sm] = now + d
         return d
+
+    def block_loaded(self, k: int) -> None:
+        """A block of kernel ``k`` has all its bytes in (its main loop is done)."""
+        self.to_load[k] -= 1
+        if self.to_load[k] == 0 and self.loaded is not None:
+            self.loaded[k].succeed()
 
     def _dispatched(self, _ev: Event) -> None:
         for idle in self.idle:
@@ -312,6 +321,8 @@ class Slot:
                     ch.hbm.start(self.pre, ch.cap[self.k], d, self._loaded)
                     return
             elif ph == _COMPUTE:
+                if ch.loaded is not None:
+                    ch.block_loaded(self.k)
                 rest = ch.work_us[self.t] - (env.now - self.w0)
                 if rest < ch.tail_us[self.t]:  # a device function consumes the last page once it is in
                     rest = ch.tail_us[self.t]

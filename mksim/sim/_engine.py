@@ -76,7 +76,10 @@ class _Engine:
         self.mode = get_mode(s.mode)
         self.designs = {d.name for d in active_designs(s.mode, s.options)}
         self.env = simpy.Environment()
-        self.hbm = HBM(self.env, self.r.hbm_Bpus, record=s.options.record or timeline)  # the trace's counter
+        r0 = self.r
+        knee = (lambda demand: costs.loaded_total_Bpus(demand, r0)) if r0.queue_us > 0 else None
+        self.hbm = HBM(self.env, self.r.hbm_Bpus, record=s.options.record or timeline,  # the trace's counter
+                       knee=knee)
         g, r = self.g, self.r
         n = len(g)
         chain = isinstance(self.mode, ChainMode)
@@ -153,21 +156,31 @@ class _Engine:
         self.n_lanes = r.n_sms * slots
         # an SM's bytes in flight are shared by the blocks of a kernel resident on it: one each
         # where the kernel has no more blocks than SMs (they spread over the SMs first)
-        cap = [block_dram_cap_Bpus(int(b), slots, r) for b in g.n_tiles]
+        cap = [block_dram_cap_Bpus(int(b), slots, r, r.device[op.kind].inflight_B if op.kind in r.device else math.inf)
+               for b, op in zip(g.n_tiles, g.ops, strict=True)]
         dispatch = [env.event() for _ in range(n_k)]   # blocks of kernel k may be placed
         release = [env.event() for _ in range(n_k)]    # dependent part may run (PDL: later than dispatch)
         done = [env.event() for _ in range(n_k)]
+        after = mode.dispatch_after(s.options)         # what of kernel k - 1 the launcher waits for
+        loaded = [env.event() for _ in range(n_k)] if after == "loaded" else None  # every block's bytes in
         start_t = [math.nan] * n_k
         end_t = [math.nan] * n_k
         released_at = [math.inf] * n_k                   # set as release[k] triggers
-        waits, separate = mode.waits_for_previous_end, mode.separate_release
+        separate = mode.separate_release
         head_B = mode.prologue_B(s.options) if separate else 0.0
 
         def launcher():
             for k in range(n_k):
-                if k > 0 and waits and not done[k - 1].triggered:
-                    yield done[k - 1]
-                at = mode.dispatch_us(k, start_t[k - 1] if k else math.nan, end_t[k - 1] if k else math.nan, r)
+                prev_end = math.nan
+                if k > 0 and after == "end":
+                    if not done[k - 1].triggered:
+                        yield done[k - 1]
+                    prev_end = end_t[k - 1]
+                elif k > 0 and loaded is not None:
+                    if not loaded[k - 1].triggered:
+                        yield loaded[k - 1]
+                    prev_end = env.now  # when kernel k - 1's bytes were all in: its blocks' trigger
+                at = mode.dispatch_us(k, start_t[k - 1] if k else math.nan, prev_end, r)
                 if at > env.now:
                     yield env.timeout(at - env.now)
                 start_t[k] = env.now
@@ -190,7 +203,7 @@ class _Engine:
 
         env.process(launcher())
         # the slots wake on dispatch
-        Chain(self, self.n_lanes, dispatch, release, done, end_t, cap, head_B, released_at)
+        Chain(self, self.n_lanes, dispatch, release, done, end_t, cap, head_B, released_at, loaded)
         self.t0 = r.launch_latency_us
         self._chain_times = (start_t, end_t)
 
@@ -224,7 +237,7 @@ class _Engine:
         op_of, n_tiles, op_first, op_done_n, op_end = (self.op_of, self.n_tiles, self.op_first, self.op_done_n,
                                                        self.op_end)
         deps_of = g.deps
-        timeout, event = env.timeout, env.event
+        timeout, event, hbm = env.timeout, env.event, self.hbm
         op_signal, task_signal, finish = self._op_signal, self._task_signal, self._finish
 
         def executor(sm, q, ld):
@@ -264,7 +277,7 @@ class _Engine:
                             ready = e
                         n_flags += b - a
                     if ready >= 0:
-                        ready = ready_after(ready, n_flags, r)
+                        ready = ready_after(ready, n_flags, r) + costs.sync_load_us(hbm.rate_now, r)
                         if ready > env.now:
                             yield timeout(ready - env.now)
                     timeline.add(sm, w, env.now, t, "dependency wait")
@@ -308,7 +321,7 @@ class _Engine:
         for j in range(1, len(barrier_done)):
             if op_done_n[j - 1] < n_tiles[j - 1]:
                 yield self._op_signal(j - 1)
-            yield env.timeout(self.r.grid_barrier_us)
+            yield env.timeout(self.r.grid_barrier_us + costs.sync_load_us(self.hbm.rate_now, self.r))
             barrier_done[j].succeed()
 
     def _die_view(self):

@@ -57,9 +57,14 @@ class HBM:
     the conformance tests (never above ``total_Bpus``).
     """
 
-    def __init__(self, env: simpy.Environment, total_Bpus: float, record: bool = False):
+    def __init__(self, env: simpy.Environment, total_Bpus: float, record: bool = False,
+                 knee: Callable[[float], float] | None = None):
         self.env = env
         self.total = total_Bpus
+        # soft knee (mksim.costs.loaded_total_Bpus): the chip's rate for the flows' total demand
+        # at the stream latency; every flow then draws the same fraction of its cap (latency grew)
+        self.knee = knee
+        self.rate_now = 0.0  # the chip's total rate since the last settle
         self.classes: dict[float, _Class] = {}
         self.t_last = 0.0
         self._gen = 0
@@ -128,7 +133,21 @@ class HBM:
         self._finish_done()
         self._settling = False
         classes = self.classes
-        if len(classes) == 1:
+        demand = 0.0
+        if self.knee is not None:
+            for c in classes.values():
+                demand += c.cap * len(c.heap)
+        if 0.0 < demand < float("inf"):
+            frac = self.knee(demand) / demand  # type: ignore[misc]  # demand > 0 only with a knee
+            nxt = float("inf")
+            total = 0.0
+            for c in classes.values():
+                c.rate = c.cap * frac
+                total += c.rate * len(c.heap)
+                t_end = (c.heap[0][0] - c.v) / c.rate
+                if t_end < nxt:
+                    nxt = t_end
+        elif len(classes) == 1:
             (c,) = classes.values()
             n = len(c.heap)
             level = self.total / n
@@ -143,6 +162,7 @@ class HBM:
                 c.rate = min(c.cap, level)
                 total += c.rate * len(c.heap)
                 nxt = min(nxt, (c.heap[0][0] - c.v) / c.rate)
+        self.rate_now = total
         if self.log is not None:
             self.log.append((self.env.now, total))
         nxt = max(nxt, 0.0)

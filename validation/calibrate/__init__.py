@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import platform
+import re
 import subprocess
 import time
 from collections.abc import Callable
@@ -95,10 +96,14 @@ def driver_string(v: int) -> str:
 
 
 def finish(raw_paths: list[Path], out: Path, *, base: str | None = None, results_dir: Path | None = None,
+           mechanisms: Path | None = None,
            say: Callable[[str], None] = print) -> tuple[list[Param], dict[str, float]]:
     """Fit saved raw results (one or several runs of one GPU) and write the overlay at ``out``;
     a ``<out stem>.fits.json`` summary and, with matplotlib, plots go to ``results_dir``
-    (default: beside ``out``). Returns the combined parameters and the run-to-run spread of each."""
+    (default: beside ``out``). Returns the combined parameters and the run-to-run spread of each.
+
+    ``mechanisms``: a folder of :mod:`validation.mechanisms` sweeps of the same GPU; its DRAM and
+    boundary mechanisms (:func:`mechanism_params`) replace the calibration's fixed per-SM cap."""
     raws = []
     for p in raw_paths:
         try:
@@ -120,12 +125,18 @@ def finish(raw_paths: list[Path], out: Path, *, base: str | None = None, results
     runs = [f[0] for f in fitted]
     combined = combine(runs)
     spread = run_to_run(runs)
+    mech_source = None
+    if mechanisms is not None:
+        mech = mechanism_params(Path(mechanisms), spec_bandwidth_GBps=_reachable_GBps(combined, spec))
+        keys = {p.key for p in mech}
+        combined = [p for p in combined if p.key not in keys] + mech
+        mech_source = (mechanism_date(Path(mechanisms)), _relative(Path(mechanisms)))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     date = meta["date"][:10]
     text = overlay_text(combined, base=base, name=out.stem, full_name=f"{spec.full_name} (calibrated {date})",
                         device=meta["device"], driver=meta.get("driver", str(meta.get("driver_version"))),
-                        date=date, raw_files=[Path(p).name for p in raw_paths])
+                        date=date, raw_files=[Path(p).name for p in raw_paths], mechanisms=mech_source)
     out.write_text(text)
     hwmodels.load(out)  # the overlay must load: a value out of its range is reported here, once
     summary = {"overlay": out.name, "runs": [Path(p).name for p in raw_paths], "meta": meta,
@@ -138,6 +149,65 @@ def finish(raw_paths: list[Path], out: Path, *, base: str | None = None, results
     made = write_plots(raws, [f[1] for f in fitted], results, out.stem)
     say(f"wrote {out}" + (f" and {len(made)} plots" if made else " (no plots: matplotlib is not installed)"))
     return combined, spread
+
+
+def _reachable_GBps(ps: list[Param], spec) -> float:
+    """The chip's reachable DRAM bandwidth as calibrated (the datasheet's fraction where not)."""
+    frac = next((p.value for p in ps if p.key == "memory.dram.reachable_fraction"), spec.dram.reachable_fraction)
+    return spec.dram.bandwidth_spec_GBps * frac
+
+
+def _relative(path: Path) -> str:
+    """``path`` relative to the repository when it lies inside it (what an overlay's note names)."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        return str(path.resolve().relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def mechanism_date(folder: Path) -> str:
+    """The date of a mechanisms run: the first ``YYYY-MM-DD`` in its README.md (``"undated"`` if none)."""
+    readme = folder / "README.md"
+    found = re.search(r"\b(20\d\d-\d\d-\d\d)\b", readme.read_text(errors="replace")) if readme.exists() else None
+    return found.group(1) if found else "undated"
+
+
+def mechanism_params(folder: Path, spec_bandwidth_GBps: float) -> list[Param]:
+    """The DRAM mechanism (stream latency, queue, SM port, L1 for loads; what the best kernel keeps
+    in flight follows from them) and the sync-under-load share, fitted to the sweeps in ``folder``
+    by :mod:`validation.mechanisms.fit` at the chip's reachable bandwidth."""
+    from validation.mechanisms import fit  # scipy: only when mechanisms are fitted
+
+    def read(name: str) -> dict:
+        path = folder / f"{name}.json"
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise MksimError(f"{path}: cannot read a mechanisms sweep ({exc}); give the folder "
+                             "python -m validation.mechanisms run wrote") from None
+
+    dram = fit.fit_dram(read("bw"), read("bwl1"), read("build"), spec_bandwidth_GBps)
+    rel = _relative(folder)
+    note = (f"fit of the DRAM mechanism (stream latency, queue, SM port, L1 for loads) to {dram.points} points of "
+            f"{rel} bw + bwl1 at {dram.reachable_GBps:.0f} GB/s reachable: MAPE {dram.mape_pct:.1f} % (" +
+            ", ".join(f"{n} SMs {e:.1f} %" for n, e in dram.mape_by_sms.items()) + ")")
+    out = [Param("memory.dram.stream_latency_ns", round(dram.stream_latency_ns, 1), 0.0, note, "mechanisms"),
+           Param("memory.dram.queue_ns", round(dram.queue_ns, 1), 0.0, note, "mechanisms"),
+           Param("memory.concurrency.per_sm_bandwidth_max_GBps", round(dram.per_sm_bandwidth_max_GBps, 1), 0.0,
+                 note, "mechanisms"),
+           Param("memory.concurrency.l1_load_KiB", round(dram.l1_load_KiB, 1), 0.0, note, "mechanisms"),
+           Param("memory.concurrency.max_inflight_per_sm_KiB",
+                 round(dram.per_sm_bandwidth_max_GBps * dram.stream_latency_ns / 1024, 1), 0.0,
+                 "what the best kernel keeps in flight: enough for the SM port at the stream latency; a kernel "
+                 "that keeps less is described by its implementation profile", "mechanisms")]
+    sync = fit.fit_sync_load(read("opb"), dram)
+    out.append(Param("runtime.sync.load_share_fraction", round(sync.load_share_fraction, 3), 0.0,
+                     f"opb sweep of {rel}: a counter boundary (release to the mean of first and last resume) takes "
+                     f"{sync.idle_boundary_ns:.0f} ns idle, {sync.loaded_boundary_ns:.0f} ns while every SM streams "
+                     f"({sync.background_GBps:.0f} GB/s, where the DRAM fit queues {sync.queue_delay_ns:.0f} ns): the "
+                     "growth over that delay", "mechanisms"))
+    return out
 
 
 def _base_value(spec, dotted: str):

@@ -36,6 +36,7 @@ class Param:
     value: float
     spread: float
     note: str
+    source: str = "calibration"  # "mechanisms": fitted to the mechanism microbenchmarks (validation.mechanisms)
 
 
 def _med(samples) -> float:
@@ -225,8 +226,9 @@ def _toml_str(s: str) -> str:
 
 
 def overlay_text(ps: list[Param], *, base: str, name: str, full_name: str, device: str, driver: str,
-                 date: str, raw_files: list[str]) -> str:
-    """The calibrated overlay: ``extends = base``, every value sourced to this calibration."""
+                 date: str, raw_files: list[str], mechanisms: tuple[str, str] | None = None) -> str:
+    """The calibrated overlay: ``extends = base``, every value sourced to this calibration (or, with
+    ``mechanisms = (date, folder)``, to the mechanism microbenchmarks in that folder)."""
     lines = [f"# Calibrated overlay written by `mksim calibrate` on {device} ({date}).",
              "# Every value is measured; spread = the larger of the run-to-run range and the within-run",
              "# (p90 - p10) / median.",
@@ -240,11 +242,16 @@ def overlay_text(ps: list[Param], *, base: str, name: str, full_name: str, devic
         lines.append(f"[{table}]")
         for p in tables[table]:
             key = p.key.rsplit(".", 1)[1]
-            lines.append(f"{key} = {{ value = {p.value!r}, source = \"calibration\", spread = {p.spread!r}, "
+            lines.append(f"{key} = {{ value = {p.value!r}, source = {_toml_str(p.source)}, spread = {p.spread!r}, "
                          f"note = {_toml_str(p.note)} }}")
         lines.append("")
     lines += ["[sources.calibration]", 'kind = "measured"',
               f"title = {_toml_str(f'mksim calibrate on {device} (driver {driver})')}",
               f"date = {_toml_str(date)}",
               f"note = {_toml_str('raw results: ' + ', '.join(raw_files))}", ""]
+    if mechanisms is not None:
+        lines += ["[sources.mechanisms]", 'kind = "measured"',
+                  f"title = {_toml_str(f'mechanism microbenchmarks on {device} (validation.mechanisms)')}",
+                  f"date = {_toml_str(mechanisms[0])}",
+                  f"note = {_toml_str('raw results and findings: ' + mechanisms[1] + ' (README.md)')}", ""]
     return "\n".join(lines)

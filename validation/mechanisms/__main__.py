@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from validation.mechanisms import analysis, runner
@@ -60,6 +61,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fit(args: argparse.Namespace) -> int:
+    import hwmodels  # light, but only this command needs a hardware file
+    from validation.mechanisms import fit  # scipy: only here, the device runner stays numpy-only
+
+    d = Path(args.dir)
+    raws = load_dir(d)
+    if "bw" not in raws or "bwl1" not in raws:
+        raise analysis.RawError(f"{d} needs bw.json and bwl1.json")
+    build = json.loads((d / "build.json").read_text()) if (d / "build.json").exists() else {}
+    result = fit.fit_dram(raws["bw"], raws["bwl1"], build, hwmodels.load(args.gpu).hbm_bandwidth_Bps / 1e9)
+    sync = fit.fit_sync_load(raws["opb"], result) if "opb" in raws else None
+    if args.json:
+        _write(Path(args.json), {"dram": result.as_dict(), "sync": asdict(sync) if sync else None})
+    print(fit.overlay_lines(result, args.dir, sync), end="")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m validation.mechanisms", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -72,6 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("dir")
     s.add_argument("--out", help="where to write the summary JSON (default DIR/analysis.json)")
     s.add_argument("--markdown", action="store_true", help="print the headline table (markdown) instead")
+    f = sub.add_parser("fit", help="fit the DRAM mechanism of mksim's model to the bandwidth sweeps (no GPU)")
+    f.add_argument("dir")
+    f.add_argument("--gpu", default="h200-calibrated", help="hardware file whose reachable bandwidth is used")
+    f.add_argument("--json", help="also write the fit as JSON here")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "run":
@@ -79,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
             if bad:
                 raise analysis.RawError(f"unknown sweep {bad[0]!r}; expected some of {', '.join(analysis.SWEEPS)}")
             return cmd_run(args)
+        if args.cmd == "fit":
+            return cmd_fit(args)
         if args.markdown:
             print(analysis.headline_markdown(analysis.summarize(load_dir(Path(args.dir)))), end="")
             return 0

@@ -6,11 +6,14 @@ from typing import TYPE_CHECKING
 
 from hwmodels import GPUSpec
 from mksim.costs import Rates
+from mksim.errors import ScheduleError
 
 from .._modes import ChainMode, register_mode
 
 if TYPE_CHECKING:
-    from .._schedule import Options
+    from .._schedule import Options, Schedule
+
+TRIGGERS = ("early", "late", "never")
 
 
 # compute capability of the NVIDIA generations before Hopper that a hardware file may describe
@@ -19,9 +22,10 @@ COMPUTE_CAPABILITY = {"volta": "7.0", "turing": "7.5", "ampere": "8.0", "ada": "
 
 @register_mode
 class GraphPDL(ChainMode):
-    """Kernel ``k`` is dispatched ``pdl_node_us`` after kernel ``k - 1`` *starts*; its blocks that find
-    a slot prefetch up to ``prefetch_depth`` pages of their weights (the prologue), and their
-    dependent part waits until kernel ``k - 1`` ends + ``pdl_node_us``."""
+    """Kernel ``k`` is dispatched ``pdl_node_us`` after kernel ``k - 1`` triggers it (``pdl_trigger``:
+    at its start by default, after its main loop, or at its end); its blocks that find a slot
+    prefetch up to ``prefetch_depth`` pages of their weights (the prologue), and their dependent part
+    waits until kernel ``k - 1`` ends + ``pdl_node_us``."""
 
     name = "graph_pdl"
     defaults = {"tasks_per_sm": 2.0, "blocks_per_sm": 2, "prefetch_depth": 2}
@@ -42,8 +46,22 @@ class GraphPDL(ChainMode):
             why = "its hardware file gives no launch.pdl_node_us"
         return f"{gpu.name} has no programmatic dependent launch ({why})"
 
+    def dispatch_after(self, options: Options) -> str:
+        """Where kernel ``k - 1`` triggers its dependents (``pdl_trigger``): at its start (early),
+        once its blocks' bytes are in (late: after the main loop), or never (at its end)."""
+        return {"early": "start", "late": "loaded", "never": "end"}[options.pdl_trigger]
+
     def dispatch_us(self, k: int, prev_start_us: float, prev_end_us: float, r: Rates) -> float:
-        return r.launch_latency_us if k == 0 else max(prev_start_us + r.pdl_node_us, r.launch_latency_us)
+        if k == 0:
+            return r.launch_latency_us
+        trigger = prev_start_us if prev_end_us != prev_end_us else prev_end_us  # NaN: an early trigger
+        return max(trigger + r.pdl_node_us, r.launch_latency_us)
+
+    def validate(self, schedule: Schedule) -> None:
+        super().validate(schedule)
+        if schedule.options.pdl_trigger not in TRIGGERS:
+            raise ScheduleError(f"pdl_trigger must be one of {', '.join(TRIGGERS)}, got "
+                                f"{schedule.options.pdl_trigger!r}")
 
     def release_us(self, k: int, prev_end_us: float, r: Rates) -> float:
         return prev_end_us + r.pdl_node_us

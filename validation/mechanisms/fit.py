@@ -1,0 +1,157 @@
+"""Fit the DRAM mechanism of mksim's model to the bandwidth microbenchmarks (no GPU).
+
+The model (:func:`mksim.costs.loaded_total_Bpus`): an SM keeping ``F`` bytes in flight draws
+``F / L`` where ``L`` is the latency a load sees, capped by the SM's port; ordinary loads in flight
+hold L1 lines, so ``F`` is at most ``l1_load - shared memory``; and ``L`` grows with the chip's
+load, ``L = L0 + queue * u / (1 - u)`` at a fraction ``u`` of the reachable bandwidth. Four
+parameters — ``L0`` (``memory.dram.stream_latency_ns``), ``queue`` (``memory.dram.queue_ns``), the
+port (``memory.concurrency.per_sm_bandwidth_max_GBps``) and ``l1_load``
+(``memory.concurrency.l1_load_KiB``) — are fitted by least squares on the log of the rate over every
+point of the ``bw`` and ``bwl1`` sweeps (1 to 132 SMs, 1 to 8 blocks per SM, 128 to 1024 threads,
+1 to 16 loads per thread, 0 to 228 KiB of shared memory). The reachable bandwidth is the
+calibrated chip's (``memory.dram``): not fitted here.
+
+Loads in flight per thread are what the SASS keeps (``build.json``'s ``sass_loads_in_flight``),
+not the template's nominal count: at 32 registers an "8 loads" loop keeps 4.
+
+Run: python -m validation.mechanisms fit validation/results/h200-mechanisms/raw [--gpu h200-calibrated]
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares  # type: ignore[import-untyped]
+
+from validation.mechanisms.analysis import RawError
+
+SETS = ("no_pad", "l1", "smem_pad")
+
+
+@dataclass(frozen=True)
+class DramFit:
+    """The fitted DRAM mechanism and how well it reproduces the points it was fitted on."""
+    stream_latency_ns: float
+    queue_ns: float
+    per_sm_bandwidth_max_GBps: float
+    l1_load_KiB: float
+    reachable_GBps: float
+    points: int
+    mape_pct: float
+    mape_by_sms: dict[int, float]
+    mape_by_set: dict[str, float]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def dram_points(raw_bw: dict, raw_bwl1: dict, build: dict) -> np.ndarray:
+    """Rows ``(sms, bytes in flight per SM, shared memory per SM, GB/s, set index)`` of every
+    contiguous-SM point with times."""
+    loads = build.get("sass_loads_in_flight", {})
+    rows = []
+    for raw in (raw_bw, raw_bwl1):
+        for p in raw["points"]:
+            if not p.get("us") or p.get("stride", 1) != 1 or p["set"] not in SETS:
+                continue
+            name = f"_Z4k_bwILi{p['ilp']}ELi{p['minb']}EEvPK5uint4miiiPjS3_S3_"
+            per_thread = loads.get(name, p["ilp"])
+            inflight = p["threads"] * per_thread * 16 * p["bps"]
+            rate = p["bytes"] / statistics.median(p["us"]) / 1e3
+            rows.append((p["sms"], inflight, p["smem_per_sm_B"], rate, SETS.index(p["set"])))
+    if len(rows) < 8:
+        raise RawError(f"the bandwidth sweeps hold {len(rows)} usable points; need at least 8")
+    return np.array(rows, dtype=float)
+
+
+def model_GBps(theta: np.ndarray | list[float], sms: np.ndarray, inflight: np.ndarray, smem: np.ndarray,
+               reachable_GBps: float) -> np.ndarray:
+    """The chip's rate (GB/s) the mechanism predicts; ``theta = (L0 µs, queue µs, port GB/s, l1 KiB)``.
+    The same closed form as :func:`mksim.costs.loaded_total_Bpus` (in GB/s and µs)."""
+    L0, q, port, l1 = theta
+    f = np.minimum(inflight, np.maximum(l1 * 1024 - smem, 1024.0))
+    demand = sms * np.minimum(f / L0 / 1e3, port)
+    P = reachable_GBps
+    b = L0 * (P + demand)
+    disc = b * b + 4 * P * (q - L0) * demand * L0
+    return P * 2 * demand * L0 / (b + np.sqrt(disc))
+
+
+def fit_dram(raw_bw: dict, raw_bwl1: dict, build: dict, reachable_GBps: float) -> DramFit:
+    """Least squares on log rates, from a start at typical Hopper values."""
+    pts = dram_points(raw_bw, raw_bwl1, build)
+
+    def residuals(theta: np.ndarray) -> np.ndarray:
+        return np.log(model_GBps(theta, pts[:, 0], pts[:, 1], pts[:, 2], reachable_GBps) / pts[:, 3])
+
+    res = least_squares(residuals, [0.47, 0.08, 180.0, 256.0], bounds=([0.2, 0.0, 50.0, 200.0],
+                                                                      [2.0, 1.0, 1000.0, 320.0]),
+                        x_scale=[0.1, 0.01, 10.0, 10.0])
+    err = np.abs(np.exp(res.fun) - 1) * 100
+    by_sms = {int(n): float(err[pts[:, 0] == n].mean()) for n in np.unique(pts[:, 0])}
+    by_set = {s: float(err[pts[:, 4] == i].mean()) for i, s in enumerate(SETS) if (pts[:, 4] == i).any()}
+    L0, q, port, l1 = (float(v) for v in res.x)
+    return DramFit(stream_latency_ns=L0 * 1e3, queue_ns=q * 1e3, per_sm_bandwidth_max_GBps=port,
+                   l1_load_KiB=l1, reachable_GBps=reachable_GBps, points=len(pts), mape_pct=float(err.mean()),
+                   mape_by_sms=by_sms, mape_by_set=by_set)
+
+
+def overlay_lines(fit: DramFit, raw_dir: str, sync: SyncLoadFit | None = None) -> str:
+    """The fitted values as hardware-file lines (``{ value, source, note }``)."""
+    sms = ", ".join(f"{n} SMs {e:.1f} %" for n, e in fit.mape_by_sms.items())
+    note = (f"fit of the DRAM mechanism (stream latency, queue, SM port, L1 for loads) to {fit.points} points of "
+            f"{raw_dir} bw + bwl1 at {fit.reachable_GBps:.0f} GB/s reachable: MAPE {fit.mape_pct:.1f} % ({sms}); "
+            f"python -m validation.mechanisms fit {raw_dir}")
+    rows = [("memory.dram", "stream_latency_ns", round(fit.stream_latency_ns, 1)),
+            ("memory.dram", "queue_ns", round(fit.queue_ns, 1)),
+            ("memory.concurrency", "per_sm_bandwidth_max_GBps", round(fit.per_sm_bandwidth_max_GBps, 1)),
+            ("memory.concurrency", "l1_load_KiB", round(fit.l1_load_KiB, 1))]
+    notes = {key: note for _, key, _ in rows}
+    if sync is not None:
+        rows.append(("runtime.sync", "load_share_fraction", round(sync.load_share_fraction, 3)))
+        notes["load_share_fraction"] = (
+            f"opb sweep of {raw_dir}: a counter boundary (release to the mean of first and last resume) takes "
+            f"{sync.idle_boundary_ns:.0f} ns idle, {sync.loaded_boundary_ns:.0f} ns while every SM streams "
+            f"({sync.background_GBps:.0f} GB/s, where the DRAM fit queues {sync.queue_delay_ns:.0f} ns): the growth "
+            f"over that delay; python -m validation.mechanisms fit {raw_dir}")
+    out, last = [], ""
+    for sec, key, val in rows:
+        if sec != last:
+            out.append(f"[{sec}]")
+            last = sec
+        out.append(f'{key} = {{ value = {val}, source = "mechanisms", note = "{notes[key]}" }}')
+    return "\n".join(out) + "\n"
+
+
+@dataclass(frozen=True)
+class SyncLoadFit:
+    """What a counter boundary takes more under load, as a share of the DRAM queueing delay."""
+    load_share_fraction: float
+    idle_boundary_ns: float      # release to the mean of the first and last resume, idle chip
+    loaded_boundary_ns: float    # ... while every SM streams
+    background_GBps: float
+    queue_delay_ns: float        # the DRAM mechanism's queueing delay at that background rate
+
+
+def fit_sync_load(raw_opb: dict, dram: DramFit) -> SyncLoadFit:
+    """From the ``opb`` sweep's ``idle`` and ``loaded`` points (same work per op): the boundary's
+    growth (mean of first and last resume) over the queueing delay the DRAM fit gives at the
+    measured background rate."""
+    def mid(mode: str) -> tuple[float, float]:
+        pts = [p for p in raw_opb["points"] if p["mode"] == mode and p.get("lat_first_ns")]
+        if not pts:
+            raise RawError(f"opb.json has no {mode!r} points with latencies")
+        m = statistics.mean((statistics.median(p["lat_first_ns"]) + statistics.median(p["lat_last_ns"])) / 2
+                            for p in pts)
+        bg = statistics.mean(statistics.median(p["bg_GBps"]) for p in pts)
+        return m, bg
+
+    idle, _ = mid("idle")
+    loaded, bg = mid("loaded")
+    u = min(bg / dram.reachable_GBps, 0.999)
+    queue = dram.queue_ns * u / (1 - u)
+    return SyncLoadFit(load_share_fraction=(loaded - idle) / queue, idle_boundary_ns=idle,
+                       loaded_boundary_ns=loaded, background_GBps=bg, queue_delay_ns=queue)
