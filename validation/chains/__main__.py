@@ -13,6 +13,9 @@ from pathlib import Path
 
 from mksim.errors import MksimError
 
+from .predict import format_report, report
+from .runner import run
+
 
 def _fail(msg: str) -> None:
     print(f"error: {msg}", file=sys.stderr)
@@ -20,8 +23,6 @@ def _fail(msg: str) -> None:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from .runner import run  # torch and CuPy load only here
-
     try:
         doc = run(Path(a.out), a.timeout, quick=a.quick, reps=a.reps)
     except ImportError as exc:
@@ -30,8 +31,6 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 
 def cmd_predict(a: argparse.Namespace) -> int:
-    from .predict import format_report, report
-
     try:
         raw = json.loads(Path(a.raw).read_text())
     except OSError as exc:

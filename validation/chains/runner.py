@@ -267,7 +267,7 @@ def kernels_from_trace(events: list[dict], batch: int) -> list[dict]:
               if e.get("ph") == "X" and str(e.get("name", "")).startswith("chains:")
               and e.get("cat") in ("user_annotation", "cpu_op")]
     launch_ts = {e["args"]["correlation"]: e["ts"] for e in events
-                 if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+                 if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
     out = []
     for e in events:
         if e.get("cat") != "kernel":
@@ -285,6 +285,31 @@ def kernels_from_trace(events: list[dict], batch: int) -> list[dict]:
 
 
 # -- the run ----------------------------------------------------------------------------------------
+CASE_KEYS = ("name", "sequence", "implementation", "mode", "trigger", "batch", "shapes", "n_ops", "n_kernels",
+             "measured_us", "p10_us", "p90_us", "times_us", "checked", "rel_err")
+DOC_KEYS = ("format", "gpu", "date", "commit", "command", "quick", "reps", "flush_B", "sequences", "cases", "singles",
+            "kernels", "errors", "skipped")
+
+
+def new_doc(seqs: list[str], quick: bool, reps: int) -> dict[str, Any]:
+    """The raw file before any measurement (:data:`DOC_KEYS`)."""
+    return {"format": FORMAT, "gpu": device_name(), "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            "commit": commit(), "command": " ".join(["python -m validation.chains", *sys.argv[1:]]),
+            "quick": quick, "reps": reps, "flush_B": FLUSH_B,
+            "sequences": {s: {"model": C.SEQUENCES[s].model, "shapes": [list(x) for x in C.SEQUENCES[s].shapes],
+                              "about": C.SEQUENCES[s].about} for s in seqs},
+            "cases": [], "singles": [], "kernels": [], "errors": [], "skipped": []}
+
+
+def case_record(case: C.Case) -> dict[str, Any]:
+    """What a case's row says before its measurement is added (:data:`CASE_KEYS` once it is).
+    ``n_kernels``: launches of the chain (one per op; cuBLAS may launch more per op: ``kernels``)."""
+    shapes = C.SEQUENCES[case.sequence].shapes
+    return {"name": case.name, "sequence": case.sequence, "implementation": case.implementation, "mode": case.mode,
+            "trigger": case.trigger, "batch": case.batch, "shapes": [list(x) for x in shapes], "n_ops": len(shapes),
+            "n_kernels": 1 if case.mode in ("megakernel", "persistent_barrier") else len(shapes)}
+
+
 def device_name() -> str | None:
     try:
         import torch
@@ -308,12 +333,7 @@ def run(out_dir: Path, timeout_s: float, quick: bool = False, reps: int | None =
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / RAW
     seqs = list(C.QUICK_SEQUENCES) if quick else list(C.SEQUENCES)
-    doc: dict[str, Any] = {"format": FORMAT, "gpu": device_name(), "date": _dt.datetime.now(_dt.UTC).isoformat(),
-                           "commit": commit(), "command": " ".join(["python -m validation.chains", *sys.argv[1:]]),
-                           "quick": quick, "reps": reps, "flush_B": FLUSH_B, "sequences": {
-                               s: {"model": C.SEQUENCES[s].model, "shapes": C.SEQUENCES[s].shapes,
-                                   "about": C.SEQUENCES[s].about} for s in seqs},
-                           "cases": [], "singles": [], "kernels": [], "errors": [], "skipped": []}
+    doc = new_doc(seqs, quick, reps)
     lock = threading.Lock()
 
     def write() -> None:
@@ -322,12 +342,12 @@ def run(out_dir: Path, timeout_s: float, quick: bool = False, reps: int | None =
         path.write_text(text + "\n")
 
     def hung() -> None:  # the last resort: a kernel that the watchdogs did not stop
-        doc["errors"].append(f"the run passed {timeout_s + 60:g} s; stopped")
+        doc["errors"].append(f"the run passed {timeout_s + 30:g} s; stopped")
         write()
         _log("error: the run hung; partial results written")
         os._exit(3)
 
-    timer = threading.Timer(timeout_s + 60, hung)
+    timer = threading.Timer(timeout_s + 30, hung)
     timer.daemon = True
     timer.start()
     flush_cp = cp.empty(FLUSH_B // 4, dtype=cp.float32)
@@ -342,10 +362,7 @@ def run(out_dir: Path, timeout_s: float, quick: bool = False, reps: int | None =
             doc["skipped"].append(case.name)
             continue
         t0 = time.monotonic()
-        rec = {"name": case.name, "sequence": case.sequence, "implementation": case.implementation,
-               "mode": case.mode, "trigger": case.trigger, "batch": case.batch,
-               "shapes": [list(s) for s in C.SEQUENCES[case.sequence].shapes],
-               "n_kernels": len(C.SEQUENCES[case.sequence].shapes)}
+        rec = case_record(case)
         try:
             res = (mk_case(case, flush_cp, reps, watchdog_s) if case.implementation == "mksim"
                    else torch_case(case, flush_t, reps, watchdog_s))
