@@ -159,6 +159,10 @@ def synthetic_raw(scale: float = 1.1) -> dict:
         meas = 1.2 * graph if c.trigger == "late" else scale * pred
         rec.update(measured_us=meas, p10_us=meas, p90_us=meas, checked=True, rel_err=0.0)
         raw["cases"].append(rec)
+    for impl in C.IMPLEMENTATIONS:
+        meas = 2 * PR.predict_single(2048, 512, 1, impl, "h200-calibrated")
+        raw["singles"].append({"implementation": impl, "batch": 1, "K": 2048, "N": 512, "weight_B": 2 * 2048 * 512,
+                               "measured_us": meas, "checked": True})
     return raw
 
 
@@ -180,6 +184,14 @@ def test_predictor_on_synthetic_raw():
     assert s["mape"] == pytest.approx((7 * (1 - 1 / 1.1) + late_err) / 8)
     assert s["by_implementation"]["cublas"] == pytest.approx(1 - 1 / 1.1)
     assert "SYNTHETIC" in PR.format_report(rep)
+    assert s["singles"] == {"mksim": pytest.approx(0.5), "cublas": pytest.approx(0.5)}
+    assert [r["error"] for r in rep["singles"]] == [pytest.approx(-0.5)] * 2
+
+
+def test_a_bigger_single_kernel_is_predicted_slower():
+    for impl in C.IMPLEMENTATIONS:
+        ts = [PR.predict_single(k, n, 1, impl, "h200-calibrated") for k, n in C.sweep_shapes()]
+        assert ts == sorted(ts) and ts[-1] > 10 * ts[0]
 
 
 def test_unchecked_cases_are_left_out_of_the_mape():
@@ -195,6 +207,12 @@ def test_predict_cli_writes_json(tmp_path, capsys):
     assert cli.main(["predict", str(raw), "--json", str(tmp_path / "out.json")]) == 0
     assert "PDL sign right in 1 of 2" in capsys.readouterr().out
     assert json.loads((tmp_path / "out.json").read_text())["summary"]["n"] == 8
+
+
+def test_run_cli_refuses_an_unknown_sequence(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["run", "--out", "/nonexistent", "--sequences", "1b-gqa,70b"])
+    assert exc.value.code == 2 and "unknown sequence '70b'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("text,msg", [("not json", "not JSON"), ('{"cases": 3}', "no 'cases' list"),

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from mksim.errors import MksimError
 
+from .cases import SEQUENCES
 from .predict import format_report, report
 from .runner import run
 
@@ -24,7 +25,7 @@ def _fail(msg: str) -> None:
 
 def cmd_run(a: argparse.Namespace) -> int:
     try:
-        doc = run(Path(a.out), a.timeout, quick=a.quick, reps=a.reps)
+        doc = run(Path(a.out), a.timeout, quick=a.quick, reps=a.reps, sequences=a.sequences)
     except ImportError as exc:
         _fail(f"the GPU runner needs torch and CuPy: {exc}")
     return 0 if doc["cases"] and not doc["errors"] else 1
@@ -58,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--timeout", type=float, default=200.0, help="seconds; what is left after it is skipped")
     r.add_argument("--quick", action="store_true", help="one sequence, a short sweep, 10 replays (~30 s)")
     r.add_argument("--reps", type=int, default=None, help="timed replays per case (default 25, quick 10)")
+    r.add_argument("--sequences", default=None, help=f"comma-separated subset of {','.join(SEQUENCES)}")
     p = sub.add_parser("predict", help="predict the measured chains with mksim (CPU)")
     p.add_argument("raw", help="chains.json written by run")
     p.add_argument("--gpu", default="h200-calibrated", help="hardware model (default h200-calibrated)")
@@ -65,6 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.cmd == "run" and (a.timeout <= 0 or (a.reps is not None and a.reps < 1)):
         _fail("--timeout must be > 0 and --reps >= 1")
+    if a.cmd == "run" and a.sequences is not None:
+        a.sequences = a.sequences.split(",")
+        unknown = [s for s in a.sequences if s not in SEQUENCES]
+        if unknown:
+            _fail(f"unknown sequence {unknown[0]!r}; give some of {', '.join(SEQUENCES)}")
     return cmd_run(a) if a.cmd == "run" else cmd_predict(a)
 
 

@@ -48,6 +48,35 @@ def predict_case(sequence: str, batch: int, mode: str, implementation: str, gpu:
     return simulate(s).latency_us - g.launch.launch_latency_us
 
 
+def predict_single(k: int, n: int, batch: int, implementation: str, gpu: str) -> float:
+    """Predicted µs of one ``K x N`` kernel launched alone between events (a stream of one op),
+    with the same implementation switch as :func:`predict_case`."""
+    if implementation not in C.IMPLEMENTATIONS:
+        raise MksimError(f"unknown implementation {implementation!r}; give one of {', '.join(C.IMPLEMENTATIONS)}")
+    wl = C.chain_workload(C.Sequence("single", "llama-3.2-1b", ((k, n),)), batch)
+    g = hwmodels.load(gpu)
+    opts = C.kernel_options(wl, "stream", gpu) if implementation == "mksim" else {}
+    s = mksim.build_schedule(wl, g, "stream", **opts)
+    return simulate(s).latency_us - g.launch.launch_latency_us
+
+
+def compare_singles(raw: dict, gpu: str) -> list[dict]:
+    """Predicted against measured for every single kernel of ``raw`` (the calibration set: reported,
+    not part of the chains' MAPE)."""
+    rows = []
+    for x in raw.get("singles", []):
+        try:
+            k, n, b, impl = int(x["K"]), int(x["N"]), int(x["batch"]), x["implementation"]
+            meas = float(x["measured_us"])
+        except (KeyError, TypeError, ValueError):
+            raise MksimError(f"a single kernel row lacks K, N, batch, implementation or measured_us: "
+                             f"{x!r:.80}") from None
+        pred = predict_single(k, n, b, impl, gpu)
+        rows.append({"implementation": impl, "batch": b, "K": k, "N": n, "weight_B": 2 * k * n, "measured_us": meas,
+                     "predicted_us": pred, "error": pred / meas - 1, "checked": x.get("checked", True)})
+    return rows
+
+
 def check_raw(raw: Any) -> None:
     """Reject a raw file that is not the runner's, in one line."""
     if not isinstance(raw, dict) or not isinstance(raw.get("cases"), list):
@@ -117,9 +146,13 @@ def report(raw: dict, gpu: str) -> dict:
     """Everything ``predict`` prints and writes: rows, PDL signs and the summary."""
     rows = compare(raw, gpu)
     signs = pdl_signs(rows)
+    singles = compare_singles(raw, gpu)
+    summ = summary(rows, signs)
+    summ["singles"] = {i: _mape([r for r in singles if r["implementation"] == i and r["checked"]])
+                       for i in C.IMPLEMENTATIONS}
     return {"gpu": gpu, "raw_gpu": raw.get("gpu"), "raw_date": raw.get("date"), "raw_commit": raw.get("commit"),
-            "synthetic": bool(raw.get("synthetic", False)), "rows": rows, "pdl": signs,
-            "summary": summary(rows, signs)}
+            "synthetic": bool(raw.get("synthetic", False)), "rows": rows, "pdl": signs, "singles": singles,
+            "summary": summ}
 
 
 def format_report(rep: dict) -> str:
@@ -139,6 +172,12 @@ def format_report(rep: dict) -> str:
         lines.append(f"MAPE {s['mape']:.1%} over {s['n']} chains; " + ", ".join(
             f"{k} {v:.1%}" for k, v in s["by_implementation"].items() if v is not None))
         lines.append("by mode: " + ", ".join(f"{k} {v:.1%}" for k, v in s["by_mode"].items() if v is not None))
+    for r in rep["singles"]:
+        lines.append(f"alone {r['implementation']:6s} b{r['batch']} {r['K']:6d} x {r['N']:6d} "
+                     f"{r['measured_us']:9.2f} {r['predicted_us']:9.2f} {r['error']:+7.1%}")
+    if any(v is not None for v in s["singles"].values()):
+        lines.append("single kernels (calibration set, not in the MAPE): " + ", ".join(
+            f"{k} {v:.1%}" for k, v in s["singles"].items() if v is not None))
     ps = s["pdl_sign"]
     lines.append(f"PDL sign right in {ps['right']} of {ps['counted']} chains with |measured effect| > "
                  f"{ps['threshold']:.0%}")

@@ -320,7 +320,7 @@ def device_name() -> str | None:
 
 
 def run(out_dir: Path, timeout_s: float, quick: bool = False, reps: int | None = None,
-        watchdog_s: float = 20.0) -> dict:
+        watchdog_s: float = 20.0, sequences: list[str] | None = None) -> dict:
     """Measure every case and the singles; write ``out_dir/chains.json`` after each step. Past
     ``timeout_s`` the rest is skipped (listed in ``skipped``); a hang ends the process (exit 3)
     with what was measured written."""
@@ -332,7 +332,7 @@ def run(out_dir: Path, timeout_s: float, quick: bool = False, reps: int | None =
     reps = reps or (10 if quick else 25)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / RAW
-    seqs = list(C.QUICK_SEQUENCES) if quick else list(C.SEQUENCES)
+    seqs = sequences or (list(C.QUICK_SEQUENCES) if quick else list(C.SEQUENCES))
     doc = new_doc(seqs, quick, reps)
     lock = threading.Lock()
 
