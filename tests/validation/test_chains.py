@@ -126,6 +126,15 @@ def test_raw_doc_and_case_record_have_the_schema():
     json.dumps(doc)
 
 
+def test_torch_check_passes_linear_and_flags_a_nan():
+    torch = pytest.importorskip("torch")
+    ws, x = R.weights([(512, 256), (256, 512)], 8, seed=0, device="cpu")
+    assert R.torch_check(ws, x) < 1e-2
+    ws[1][3, 5] = float("nan")
+    assert R.torch_check(ws, x) == math.inf
+    assert ws[0].dtype == torch.bfloat16 and ws[0].shape == (256, 512)
+
+
 def test_kernels_are_assigned_to_the_range_their_launch_lies_in():
     """A SYNTHETIC chrome trace: two ranges, a launch in each, one kernel per launch, one stray kernel."""
     ev = [{"ph": "X", "cat": "user_annotation", "name": "chains:2048x512", "ts": 0, "dur": 10},

@@ -143,12 +143,13 @@ def mk_singles(batch: int, shapes: list[tuple[int, int]], flush, reps: int, watc
 
 
 # -- torch / cuBLAS ---------------------------------------------------------------------------------
-def _weights(shapes, batch: int, seed: int):
+def weights(shapes, batch: int, seed: int, device: str = "cuda"):
+    """Random bf16 weights ``[N, K]`` (scaled by K^-0.5, so activations stay near 1) and an input."""
     import torch
 
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    ws = [(torch.randn(n, k, device="cuda", generator=g) * k ** -0.5).to(torch.bfloat16) for k, n in shapes]
-    x = torch.randn(batch, shapes[0][0], device="cuda", generator=g).to(torch.bfloat16)
+    g = torch.Generator(device=device).manual_seed(seed)
+    ws = [(torch.randn(n, k, device=device, generator=g) * k ** -0.5).to(torch.bfloat16) for k, n in shapes]
+    x = torch.randn(batch, shapes[0][0], device=device, generator=g).to(torch.bfloat16)
     return ws, x
 
 
@@ -196,7 +197,7 @@ def torch_case(case: C.Case, flush, reps: int, watchdog_s: float) -> dict:
     import torch.nn.functional as F
 
     shapes = C.SEQUENCES[case.sequence].shapes
-    ws, x = _weights(shapes, case.batch, seed=1)
+    ws, x = weights(shapes, case.batch, seed=1)
 
     def step():
         y = x
@@ -226,7 +227,7 @@ def torch_singles(batch: int, shapes: list[tuple[int, int]], flush, reps: int, w
 
     out = []
     for k, n in shapes:
-        ws, x = _weights([(k, n)], batch, seed=2)
+        ws, x = weights([(k, n)], batch, seed=2)
         err = torch_check(ws, x)
         times = torch_times(functools.partial(F.linear, x, ws[0]), flush, reps, watchdog_s)
         out.append({"implementation": "cublas", "batch": batch, "K": k, "N": n, "weight_B": k * n * 2, "grid": None,
@@ -244,7 +245,7 @@ def profile_kernels(batch: int, shapes: list[tuple[int, int]]) -> list[dict]:
 
     pairs = []
     for k, n in shapes:
-        ws, x = _weights([(k, n)], batch, seed=3)
+        ws, x = weights([(k, n)], batch, seed=3)
         for _ in range(3):
             F.linear(x, ws[0])
         pairs.append(((k, n), ws[0], x))
