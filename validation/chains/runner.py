@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
+import hashlib
 import json
 import os
 import subprocess
@@ -63,6 +64,18 @@ def commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         pass
     return os.environ.get("MKSIM_COMMIT")
+
+
+def sources() -> dict[str, str]:
+    """The git blob id of each source the run compiles or runs (``git log --all --find-object=BLOB``
+    finds the commits holding it), computed without git: the device gets a copy of the tree."""
+    root = Path(__file__).resolve().parents[2]
+    files = [*mkgpu.SOURCES, *sorted(Path(__file__).resolve().parent.glob("*.py"))]
+    out = {}
+    for f in files:
+        data = f.read_bytes()
+        out[f.relative_to(root).as_posix()] = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    return out
 
 
 # -- mksim's generated kernels ---------------------------------------------------------------------
@@ -288,14 +301,15 @@ def kernels_from_trace(events: list[dict], batch: int) -> list[dict]:
 # -- the run ----------------------------------------------------------------------------------------
 CASE_KEYS = ("name", "sequence", "implementation", "mode", "trigger", "batch", "shapes", "n_ops", "n_kernels",
              "measured_us", "p10_us", "p90_us", "times_us", "checked", "rel_err")
-DOC_KEYS = ("format", "gpu", "date", "commit", "command", "quick", "reps", "flush_B", "sequences", "cases", "singles",
-            "kernels", "errors", "skipped")
+DOC_KEYS = ("format", "gpu", "date", "commit", "sources", "command", "quick", "reps", "flush_B", "sequences",
+            "cases", "singles", "kernels", "errors", "skipped")
 
 
 def new_doc(seqs: list[str], quick: bool, reps: int) -> dict[str, Any]:
     """The raw file before any measurement (:data:`DOC_KEYS`)."""
     return {"format": FORMAT, "gpu": device_name(), "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-            "commit": commit(), "command": " ".join(["python -m validation.chains", *sys.argv[1:]]),
+            "commit": commit(), "sources": sources(),
+            "command": " ".join(["python -m validation.chains", *sys.argv[1:]]),
             "quick": quick, "reps": reps, "flush_B": FLUSH_B,
             "sequences": {s: {"model": C.SEQUENCES[s].model, "shapes": [list(x) for x in C.SEQUENCES[s].shapes],
                               "about": C.SEQUENCES[s].about} for s in seqs},
