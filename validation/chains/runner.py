@@ -166,6 +166,16 @@ def weights(shapes, batch: int, seed: int, device: str = "cuda"):
     return ws, x
 
 
+def rel_err(got, ref) -> float:
+    """``|got - ref| / |ref|`` (torch tensors); inf where ``got`` is not finite."""
+    import torch
+
+    g, r = got.float(), ref.float()
+    if not torch.isfinite(g).all():
+        return float("inf")
+    return (torch.linalg.vector_norm(g - r) / torch.linalg.vector_norm(r).clamp_min(1e-30)).item()
+
+
 def torch_check(ws, x) -> float:
     """The largest relative error of one op of the chain against fp32 from the same input."""
     import torch
@@ -174,9 +184,7 @@ def torch_check(ws, x) -> float:
     worst, y = 0.0, x
     for w in ws:
         got = F.linear(y, w)
-        ref = (y.float() @ w.float().t()).to(torch.bfloat16).float()
-        err = (torch.linalg.vector_norm(got.float() - ref) / torch.linalg.vector_norm(ref).clamp_min(1e-30)).item()
-        worst = max(worst, err if torch.isfinite(got).all() else float("inf"))
+        worst = max(worst, rel_err(got, (y.float() @ w.float().t()).to(torch.bfloat16)))
         y = got
     return worst
 
@@ -229,7 +237,11 @@ def torch_case(case: C.Case, flush, reps: int, watchdog_s: float) -> dict:
         torch.cuda.current_stream().wait_stream(side)
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
-            step()
+            out_g = step()
+        g.replay()
+        eager = step().float()
+        torch.cuda.synchronize()  # the replay's output is the eager chain's (cuBLAS may pick other kernels)
+        err = max(err, rel_err(out_g, eager))
         fn = g.replay
     times = torch_times(fn, flush, reps, watchdog_s)
     return {**stats(times), "checked": bool(err <= REL_ERR_MAX), "rel_err": err}
