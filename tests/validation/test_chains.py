@@ -235,3 +235,51 @@ def test_predict_cli_bad_input_is_one_line(tmp_path, capsys, text, msg):
         cli.main(["predict", str(raw)])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.startswith("error: ") and msg in err and err.count("\n") == 1
+
+
+# -- the runner's orchestration, with the GPU parts replaced by fakes --------------------------------
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """FAKE measurements (no GPU): every case and single 'measures' fixed numbers; cuBLAS's stream
+    case at batch 8 fails."""
+    import sys
+    import types
+
+    torch = pytest.importorskip("torch")
+    cupy = types.ModuleType("cupy")
+    cupy.get_default_memory_pool = lambda: types.SimpleNamespace(free_all_blocks=lambda: None)
+    cupy.empty = lambda *a, **k: None
+    cupy.float32 = "float32"
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, device=None, **k: empty(4))
+
+    def torch_case(case, *_):
+        if case.mode == "stream" and case.batch == 8:
+            raise RuntimeError("boom\nsecond line")
+        return {**R.stats([2.0]), "checked": True, "rel_err": 0.0}
+
+    def singles(impl):
+        return lambda b, shapes, *_: [{"implementation": impl, "batch": b, "K": k, "N": n, "measured_us": 1.0}
+                                      for k, n in shapes]
+
+    monkeypatch.setattr(R, "mk_case", lambda *_: {**R.stats([1.0, 2.0, 3.0]), "checked": True, "rel_err": 0.0})
+    monkeypatch.setattr(R, "torch_case", torch_case)
+    monkeypatch.setattr(R, "mk_singles", lambda *a: (singles("mksim")(*a), {"name": "mk_chain"}))
+    monkeypatch.setattr(R, "torch_singles", singles("cublas"))
+    monkeypatch.setattr(R, "profile_kernels", lambda b, shapes: [{"name": "gemv", "batch": b}])
+
+
+def test_run_writes_every_case_and_one_line_per_failure(fake_gpu, tmp_path):
+    doc = R.run(tmp_path, 100, quick=True)
+    disk = json.loads((tmp_path / R.RAW).read_text())
+    assert disk["cases"] == doc["cases"] and len(doc["cases"]) == 15
+    assert doc["errors"] == ["1b-gqa/b8/cublas/stream: RuntimeError: boom"] and doc["skipped"] == []
+    n_shapes = len(set(C.SEQUENCES["1b-gqa"].shapes)) + len(C.sweep_shapes(quick=True))
+    assert len(doc["singles"]) == 2 * 2 * n_shapes and len(doc["kernels"]) == 4
+    assert all(set(R.CASE_KEYS) <= set(c) for c in doc["cases"])
+
+
+def test_run_past_its_timeout_skips_the_rest(fake_gpu, tmp_path):
+    doc = R.run(tmp_path, 1e-9, quick=True)
+    assert doc["cases"] == [] and len(doc["skipped"]) == 16 + 6
