@@ -23,7 +23,6 @@ from typing import Any
 import hwmodels
 import mksim
 from mksim.errors import MksimError
-from mksim.sim import simulate
 
 from . import cases as C
 
@@ -45,7 +44,7 @@ def predict_case(sequence: str, batch: int, mode: str, implementation: str, gpu:
         s = mksim.build_schedule(wl, g, mode, **C.kernel_options(wl, mode, gpu))
     else:
         s = mksim.build_schedule(wl, g, mode)
-    return simulate(s).latency_us - g.launch.launch_latency_us
+    return mksim.simulate(s).latency_us - g.launch.launch_latency_us
 
 
 def predict_single(k: int, n: int, batch: int, implementation: str, gpu: str) -> float:
@@ -57,7 +56,7 @@ def predict_single(k: int, n: int, batch: int, implementation: str, gpu: str) ->
     g = hwmodels.load(gpu)
     opts = C.kernel_options(wl, "stream", gpu) if implementation == "mksim" else {}
     s = mksim.build_schedule(wl, g, "stream", **opts)
-    return simulate(s).latency_us - g.launch.launch_latency_us
+    return mksim.simulate(s).latency_us - g.launch.launch_latency_us
 
 
 def compare_singles(raw: dict, gpu: str) -> list[dict]:
