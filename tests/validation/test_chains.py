@@ -283,3 +283,9 @@ def test_run_writes_every_case_and_one_line_per_failure(fake_gpu, tmp_path):
 def test_run_past_its_timeout_skips_the_rest(fake_gpu, tmp_path):
     doc = R.run(tmp_path, 1e-9, quick=True)
     assert doc["cases"] == [] and len(doc["skipped"]) == 16 + 6
+
+
+def test_doctests():
+    import doctest
+
+    assert doctest.testmod(C).failed == 0
