@@ -1,7 +1,7 @@
 """Check and time one model's decode step in several modes: a quick look on the GPU.
 
 Run: python -m validation.megakernel [--model llama-3.2-1b] [--batch 1] [--modes megakernel,graph]
-[--json OUT] [--reps 20]. The standard suite and its report are ``mksim validate``.
+[--json OUT] [--reps 20] [--pdl-trigger early|late]. The standard suite and its report are ``mksim validate``.
 """
 
 from __future__ import annotations
@@ -56,6 +56,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--traces", default=None, help="directory for each mode's raw per-task trace (.npz)")
     ap.add_argument("--single-ops", action="store_true", help="also time each op alone (chain modes)")
+    ap.add_argument("--pdl-trigger", choices=("early", "late"), default="early",
+                    help="graph_pdl: trigger the next kernel's launch at the kernel's start (early, the default) "
+                         "or after its main loop (late)")
     ap.add_argument("--opt", action="append", default=[], help="schedule option KEY=VALUE")
     ap.add_argument("--wl", action="append", default=[],
                     help="workload option KEY=VALUE of mksim.workload.build_llm_workload (kv_splits=16, fuse_norm=1, "
@@ -82,12 +85,12 @@ def main(argv: list[str] | None = None) -> None:
             if a.traces:
                 os.makedirs(a.traces, exist_ok=True)
                 raw = os.path.join(a.traces, f"{a.model}-b{a.batch}-{mode}.npz")
-            r = measure(s, reps=a.reps, single_ops=a.single_ops, raw_trace=raw)
+            r = measure(s, reps=a.reps, single_ops=a.single_ops, raw_trace=raw, pdl_trigger=a.pdl_trigger)
         except MksimError as exc:
             print(f"{mode}: {exc}", flush=True)
             rows.append({"mode": mode, "error": str(exc)})
             continue
-        r.update(mode=mode, model=a.model, batch=a.batch, predicted_us=pred)
+        r.update(mode=mode, model=a.model, batch=a.batch, predicted_us=pred, pdl_trigger=a.pdl_trigger)
         rows.append(r)
         print(f"{mode:18s} measured {r['measured_us']:9.1f} us (spread {r['measured_spread_us']:.1f}), predicted "
               f"{pred:9.1f} us, {r['GBps']:6.0f} GB/s, max rel err {r['max_rel_err']:.1e} ({r['worst_op']}), "

@@ -43,14 +43,21 @@ ERRORS = {1: "an op counter was not reached in 2 s (a dependency never finished)
 WARMUP_MS = 20.0
 L2_FLUSH_B = 256 << 20  # written before each single-op launch: over four times the H200's 60 MB L2
 kernel_options = P.kernel_options
+# where mk_chain triggers launch_dependents under graph_pdl (MK_PDL_TRIGGER in mk_kernel.cu):
+# "early" (the default) at the kernel's start, "late" after the task's main loop
+PDL_TRIGGERS = {"early": 0, "late": 1}
 
 
-def compile_options() -> tuple[str, ...]:
+def compile_options(pdl_trigger: str = "early") -> tuple[str, ...]:
     """The flags the kernels are compiled with (NVRTC here; ``nvcc -arch=sm_90 -c`` takes the same):
-    C++17, the include path, the worker warps, the op kinds' opcodes (:func:`.encode.opcode_defines`)
-    and an experiment's ``MKSIM_KERNEL_DEFINES`` (``-DNAME=VALUE ...``)."""
+    C++17, the include path, the worker warps, the op kinds' opcodes (:func:`.encode.opcode_defines`),
+    the PDL trigger's position (:data:`PDL_TRIGGERS`) and an experiment's ``MKSIM_KERNEL_DEFINES``
+    (``-DNAME=VALUE ...``)."""
+    if pdl_trigger not in PDL_TRIGGERS:
+        raise MksimError(f"unknown PDL trigger {pdl_trigger!r}; give one of {', '.join(PDL_TRIGGERS)}")
     extra = tuple(os.environ.get("MKSIM_KERNEL_DEFINES", "").split())
-    return ("-std=c++17", f"-I{KERNELS}", f"-DMK_CONSUMERS={P.CONSUMERS}", *opcode_defines(), *extra)
+    return ("-std=c++17", f"-I{KERNELS}", f"-DMK_CONSUMERS={P.CONSUMERS}", *opcode_defines(),
+            f"-DMK_PDL_TRIGGER={PDL_TRIGGERS[pdl_trigger]}", *extra)
 
 
 def _cupy():
@@ -106,7 +113,7 @@ class _Launch:
 class Runner:
     """A planned schedule's buffers and kernels on the GPU."""
 
-    def __init__(self, schedule, seed: int = 0, source_dir: Path | None = None):
+    def __init__(self, schedule, seed: int = 0, source_dir: Path | None = None, pdl_trigger: str = "early"):
         cp = self.cp = _cupy()
         self.schedule = schedule
         self.plan = plan = P.plan(schedule, seed)
@@ -119,7 +126,7 @@ class Runner:
             for src in SOURCES:
                 (source_dir / src.name).write_text(src.read_text())
                 self.sources.append(str(source_dir / src.name))
-        options = compile_options()
+        options = compile_options(pdl_trigger)
         if source_dir is not None:  # the flags too: the opcodes are not in the sources
             (source_dir / "compile_options.txt").write_text(" ".join(options) + "\n")
             self.sources.append(str(source_dir / "compile_options.txt"))
@@ -350,14 +357,16 @@ class Runner:
 
 
 def measure(schedule, *, reps: int = 20, watchdog_s: float = 60.0, source_dir: Path | None = None,
-            tolerance: float = 1e-2, single_ops: bool | None = None, raw_trace: str | Path | None = None) -> dict:
+            tolerance: float = 1e-2, single_ops: bool | None = None, raw_trace: str | Path | None = None,
+            pdl_trigger: str = "early") -> dict:
     """Check and time ``schedule`` on the GPU (see the module docstring). ``single_ops`` (by
     default for the ``graph`` mode): also time each distinct op alone, one kernel, and record its
     tasks' compute times from the trace: the single-op measurements the model is calibrated on.
-    ``raw_trace``: write the last timed run's per-task stamps there (numpy .npz)."""
+    ``raw_trace``: write the last timed run's per-task stamps there (numpy .npz).
+    ``pdl_trigger``: where the chain kernels trigger the next one's launch (:data:`PDL_TRIGGERS`)."""
     if single_ops is None:
         single_ops = schedule.mode == "graph"
-    r = Runner(schedule, source_dir=source_dir)
+    r = Runner(schedule, source_dir=source_dir, pdl_trigger=pdl_trigger)
     try:
         errs, e2e = r.check(watchdog_s)
         worst = max(errs, key=errs.__getitem__)

@@ -722,11 +722,24 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1) mk_persistent(const 
         for (; passed < P.n_ops - 1; ++passed) mk_red_release(P.barrier);
 }
 
+// Where a chain kernel lets the next one launch under programmatic dependent launch (graph_pdl):
+// 0 (early, the default): first thing, before its prologue; 1 (late): once its workers have
+// computed the task (after the main loop). The next kernel's griddepcontrol.wait still waits for
+// this whole grid to finish and flush, so the position changes timing, never results.
+#ifndef MK_PDL_TRIGGER
+#define MK_PDL_TRIGGER 0
+#endif
+#if MK_PDL_TRIGGER != 0 && MK_PDL_TRIGGER != 1
+#error "MK_PDL_TRIGGER must be 0 (early) or 1 (late)"
+#endif
+
 // Chain modes: one launch per op, block b runs task row task0 + b. Weights stream before the
 // griddepcontrol.wait, so with programmatic dependent launch (graph_pdl) a block prefetches its
 // first pages while the previous kernel finishes; without it both instructions are no-ops.
 extern "C" __global__ void __launch_bounds__(MK_THREADS, 1) mk_chain(const MkParams* __restrict__ Pp, int task0) {
+#if MK_PDL_TRIGGER == 0
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
     const MkParams P = *Pp;
     MkBlock k = mk_block_init(P);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
@@ -746,6 +759,9 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1) mk_chain(const MkPar
     mk_bar(MK_NW);
     const MkOp o = P.ops[__ldg(t + 1)];  // by value: the fields live in registers
     const int code = mk_run_task(P, k, o, __ldg(t), __ldg(t + 1), __ldg(t + 3), __ldg(t + 4), tid);
+#if MK_PDL_TRIGGER == 1
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
     if (code && tid == 0) atomicCAS(P.error, 0, code);
     if (tid == 0 && P.trace) P.trace[4 * row + 2] = P.trace[4 * row + 3] = mk_now();
 }

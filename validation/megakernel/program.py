@@ -225,7 +225,10 @@ def _matmul_row(a: RowArgs) -> Buffer:
     K = op.attrs["k"]
     mma = mma_ok(op, a.bounds, a.page_B)
     a.buffers[f"w:{op.name}"] = Buffer((op.out_size, K), "bf16", "normal", K ** -0.5, "mma" if mma else "rows")
-    r.update(K=K, W=f"w:{op.name}", in0=a.ins[0], ld0=K, opt=OPT_MMA if mma else 0)
+    src = a.ins[0] if a.ins else f"x:{op.name}"
+    if not a.ins:  # the first op of a chain (validation.chains): its input is a buffer of its own
+        a.buffers[src] = Buffer((a.T, K), "bf16", "normal", 1.0)
+    r.update(K=K, W=f"w:{op.name}", in0=src, ld0=K, opt=OPT_MMA if mma else 0)
     if op.attrs.get("fused_norm"):
         a.buffers[f"w2:{op.name}"] = Buffer((K,), "bf16", "norm")
         r.update(opt=r["opt"] | OPT_FUSED_NORM, w2=f"w2:{op.name}", eps=a.cfg.rms_norm_eps)

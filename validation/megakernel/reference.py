@@ -51,7 +51,8 @@ def run(plan, bufs: dict, local: bool = False) -> dict:
     out: dict = {}
     for op, row, name in zip(wl.ops, plan.ops, plan.outputs, strict=True):
         src = bufs if local else out
-        out[name] = REFERENCES[op.kind](step, op, row, [src[f"out:{i.op}"] for i in op.inputs])
+        ins = [src[f"out:{i.op}"] for i in op.inputs] or ([bufs[row["in0"]]] if row["in0"] else [])
+        out[name] = REFERENCES[op.kind](step, op, row, ins)
     return out
 
 
