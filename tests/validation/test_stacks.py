@@ -23,7 +23,7 @@ TINY = tg.Shape(name="tiny", hidden=32, intermediate=48, layers=2, heads=4, kv_h
                 vocab=50, eps=1e-6, rope_theta=10000.0)
 
 
-@pytest.mark.parametrize("name", [p.model for p in runner.FULL_PLAN])
+@pytest.mark.parametrize("name", sorted({p.model for p in runner.FULL_PLAN}))
 def test_shapes_match_mksim_configs(name: str) -> None:
     from mksim import models
     s, cfg = tg.load_shape(name), models.get(name)
@@ -254,8 +254,10 @@ def test_plans() -> None:
                 setattr(ns, flag[2:].replace("-", "_"), ap_args[ap_args.index(flag) + 1])
         return cli.build_plan(ns)
     full = plan()
-    assert [p.model for p in full][:2] == ["llama-3.2-1b", "llama-3.1-8b"] and len(full) == 5
-    assert all((1, 1024) in p.cases and (8, 1024) in p.cases for p in full)
+    assert [p.model for p in full][:2] == ["llama-3.2-1b", "llama-3.1-8b"] and len({p.model for p in full}) == 5
+    cases = {(p.model, c) for p in full for c in p.cases}
+    assert all((p.model, (b, 1024)) in cases for p in full for b in (1, 8))
+    assert {m for m, (_, kv) in cases if kv == 4096} == {"llama-3.2-1b", "llama-3.1-8b"}
     assert {p.model for p in full if p.ops} == {"llama-3.2-1b", "llama-3.1-8b"}
     assert plan("--quick") == [runner.ModelPlan("llama-3.2-1b", ((1, 1024),), True)]
     got = plan("--models", "qwen3-8b,llama-3.2-1b", "--kv", "1024,4096", "--batches", "1")

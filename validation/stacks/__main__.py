@@ -4,8 +4,9 @@
         [--stacks torch_graph,inductor_graph] [--batches 1,8] [--kv 1024,4096] [--ops-models M,...]
     python3 -m validation.stacks table DIR
 
-Without --models/--batches/--kv the full plan runs (``runner.FULL_PLAN``: five models in priority
-order; kv 4096 and single-op profiles for llama-3.2-1b and llama-3.1-8b); --quick is llama-3.2-1b,
+Without --models/--batches/--kv the full plan runs (``runner.FULL_PLAN``: five models at batch 1, 8
+and kv 1024 in priority order, kv 4096 and single-op profiles for llama-3.2-1b and llama-3.1-8b, the
+8b's kv 4096 last); --quick is llama-3.2-1b,
 batch 1, kv 1024, both stacks with their single-op profiles. Needs only torch on the device.
 """
 
@@ -58,7 +59,7 @@ def build_plan(args: argparse.Namespace) -> list[runner.ModelPlan]:
     if args.batches is None and args.kv is None and not args.models:
         return [runner.ModelPlan(p.model, p.cases, p.ops if ops_models is None else p.model in ops_models)
                 for p in base]
-    by_model = {p.model: p for p in runner.FULL_PLAN}
+    by_model = {p.model: p for p in reversed(runner.FULL_PLAN)}
     batches = int_list(args.batches, "batches") if args.batches else [1, 8]
     kvs = int_list(args.kv, "kv") if args.kv else [1024]
     plan = []

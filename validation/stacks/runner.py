@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,13 +34,15 @@ class ModelPlan:
     ops: bool                            # single-op profiles for every case
 
 
-# The full run, in priority order (a model the budget cannot reach is skipped and said so).
+# The full run, in priority order (what the budget cannot reach is skipped and said so): every model at
+# kv 1024 first, llama-3.1-8b's kv 4096 cases last (a second process for that model).
 FULL_PLAN = (
     ModelPlan("llama-3.2-1b", ((1, 1024), (8, 1024), (1, 4096), (8, 4096)), ops=True),
-    ModelPlan("llama-3.1-8b", ((1, 1024), (8, 1024), (1, 4096), (8, 4096)), ops=True),
+    ModelPlan("llama-3.1-8b", ((1, 1024), (8, 1024)), ops=True),
     ModelPlan("qwen3-8b", ((1, 1024), (8, 1024)), ops=False),
     ModelPlan("mistral-7b", ((1, 1024), (8, 1024)), ops=False),
     ModelPlan("llama-3.2-3b", ((1, 1024), (8, 1024)), ops=False),
+    ModelPlan("llama-3.1-8b", ((1, 4096), (8, 4096)), ops=True),
 )
 QUICK_PLAN = (ModelPlan("llama-3.2-1b", ((1, 1024),), ops=True),)
 CACHE_DIR = "inductor-cache"
@@ -58,16 +61,15 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def worker(model: str, cases: list[tuple[int, int]], stacks: list[str], ops: bool, out: Path, replays: int,
-           reps: int, deadline: float, trace: bool) -> int:
+           reps: int, deadline: float, trace: bool, device: str = "cuda") -> int:
     """All cases of one model in this process; skips a case that would start after ``deadline``."""
     import torch
 
     from validation.stacks import inductor_graph as ig
     from validation.stacks import measure
-    from validation.stacks import ops as sops
     from validation.stacks import torch_graph as tg
 
-    dev, dt = torch.device("cuda"), torch.bfloat16
+    dev, dt = torch.device(device), torch.bfloat16
     ig.configure()
     s = tg.load_shape(model)
     t0 = time.time()
@@ -87,39 +89,56 @@ def worker(model: str, cases: list[tuple[int, int]], stacks: list[str], ops: boo
             eager: Callable[[], torch.Tensor] = functools.partial(tg.decode_step, s, w, tokens, pos, k_cache,
                                                                   v_cache, kv)
             for stack in stacks:
-                t1 = time.time()
-                extra: dict[str, Any] = {}
-                parts = None
-                step = eager
-                if stack == "inductor_graph":
-                    before = count_files(cache)
-                    parts = ig.compiled_parts(s, kv)
-                    step = ig.make_step(s, w, tokens, pos, k_cache, v_cache, kv, parts)
-                    extra = {"compile_s": round(ig.compile_step(step), 2), "compile_mode": "default",
-                             "compile_kwargs": ig.COMPILE_KW, "cache_files_before": before,
-                             "cache_files_after": count_files(cache)}
                 name = case_name(stack, model, batch, kv)
-                tpath = out / f"trace-{name}.json.gz" if trace and (batch, kv) == cases[0] else None
-                row = measure.measure_case(stack, s, w, step, eager, base["ref"], base["logits"], base["err"],
-                                           batch, kv, replays, tpath)
-                row.update(extra)
-                row["check"]["eager_repeat_max_abs_diff"] = base["eager_repeat_max_abs_diff"]
-                row["shape"] = asdict(s)
-                row["case_wall_s"] = round(time.time() - t1, 1)
-                write_json(out / f"step-{name}.json", row)
-                print(f"{name}: {row['step_us']['median']:.1f} us, {row['kernels_per_step_graph']} kernels, "
-                      f"ok={row['check']['ok']} {extra.get('compile_s', '')}", flush=True)
-                if ops and time.time() < deadline - reserve:
-                    t2 = time.time()
-                    rec = profile_stack(stack, s, w, tokens, pos, k_cache, v_cache, kv, parts, reps, out)
-                    sops.validate_record(rec)
-                    rec["wall_s"] = round(time.time() - t2, 1)
-                    write_json(out / f"ops-{name}.json", rec)
-                    print(f"ops-{name}: {len(rec['ops'])} ops, {rec['kernels_per_step']} kernels, "
-                          f"sum {rec['sum_us_cold_per_step']:.0f} us cold", flush=True)
-        del k_cache, v_cache, base, eager, step, parts
+                try:
+                    tpath = out / f"trace-{name}.json.gz" if trace and (batch, kv) == cases[0] else None
+                    run_stack(stack, name, s, w, tokens, pos, k_cache, v_cache, kv, eager, base, out, replays,
+                              reps, deadline - 5.0 if ops else 0.0, tpath, cache)
+                except Exception as e:   # one failed stack or case must not lose the others
+                    write_json(out / f"error-{name}.json", {"error": f"{type(e).__name__}: {e}",
+                                                           "traceback": traceback.format_exc()[-4000:]})
+                    print(f"{name}: failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
+        del k_cache, v_cache, base, eager
         torch.cuda.empty_cache()
     return 0
+
+
+def run_stack(stack: str, name: str, s: Any, w: dict[str, Any], tokens: Any, pos: Any, k_cache: Any,
+              v_cache: Any, kv: int, eager: Callable[[], Any], base: dict[str, Any], out: Path, replays: int,
+              reps: int, ops_until: float, trace_path: Path | None, cache: Path) -> None:
+    """Measure one stack at one case (``step-<name>.json``), then, if the clock is before ``ops_until``,
+    profile its single ops (``ops-<name>.json``)."""
+    from validation.stacks import inductor_graph as ig
+    from validation.stacks import measure
+    from validation.stacks import ops as sops
+
+    t1 = time.time()
+    extra: dict[str, Any] = {}
+    parts = None
+    step = eager
+    if stack == "inductor_graph":
+        before = count_files(cache)
+        parts = ig.compiled_parts(s, kv)
+        step = ig.make_step(s, w, tokens, pos, k_cache, v_cache, kv, parts)
+        extra = {"compile_s": round(ig.compile_step(step), 2), "compile_mode": "default",
+                 "compile_kwargs": ig.COMPILE_KW, "cache_files_before": before, "cache_files_after": count_files(cache)}
+    row = measure.measure_case(stack, s, w, step, eager, base["ref"], base["logits"], base["err"],
+                               tokens.shape[0], kv, replays, trace_path)
+    row.update(extra)
+    row["check"]["eager_repeat_max_abs_diff"] = base["eager_repeat_max_abs_diff"]
+    row["shape"] = asdict(s)
+    row["case_wall_s"] = round(time.time() - t1, 1)
+    write_json(out / f"step-{name}.json", row)
+    print(f"{name}: {row['step_us']['median']:.1f} us, {row['kernels_per_step_graph']} kernels, "
+          f"ok={row['check']['ok']} {extra.get('compile_s', '')}", flush=True)
+    if time.time() < ops_until:
+        t2 = time.time()
+        rec = profile_stack(stack, s, w, tokens, pos, k_cache, v_cache, kv, parts, reps, out)
+        sops.validate_record(rec)
+        rec["wall_s"] = round(time.time() - t2, 1)
+        write_json(out / f"ops-{name}.json", rec)
+        print(f"ops-{name}: {len(rec['ops'])} ops, {rec['kernels_per_step']} kernels, "
+              f"sum {rec['sum_us_cold_per_step']:.0f} us cold", flush=True)
 
 
 def profile_stack(stack: str, s: Any, w: dict[str, Any], tokens: Any, pos: Any, k_cache: Any, v_cache: Any,
@@ -172,9 +191,10 @@ def run(plan: list[ModelPlan], stacks: list[str], out: Path, timeout_s: float, r
     status: dict[str, str] = {}
     for i, p in enumerate(plan):
         left = deadline - time.time()
+        key = f"{p.model} {' '.join(f'b{b}/kv{k}' for b, k in p.cases)}"
         if left < 20:
-            status[p.model] = "skipped: budget"
-            print(f"{p.model}: skipped (budget)", flush=True)
+            status[key] = "skipped: budget"
+            print(f"{key}: skipped (budget)", flush=True)
             continue
         cmd = [sys.executable, "-m", "validation.stacks", "worker", "--model", p.model, "--out", str(out),
                "--stacks", ",".join(stacks), "--replays", str(replays), "--reps", str(reps),
@@ -187,12 +207,12 @@ def run(plan: list[ModelPlan], stacks: list[str], out: Path, timeout_s: float, r
         proc = subprocess.Popen(cmd, env=env, start_new_session=True)
         try:
             rc = proc.wait(timeout=max(left, 1.0))
-            status[p.model] = f"rc={rc} ({time.time() - t0:.0f} s)"
+            status[key] = f"rc={rc} ({time.time() - t0:.0f} s)"
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)   # the worker and its compile workers
             proc.wait()
-            status[p.model] = f"killed at the deadline after {time.time() - t0:.0f} s"
-        print(f"{p.model}: {status[p.model]}", flush=True)
+            status[key] = f"killed at the deadline after {time.time() - t0:.0f} s"
+        print(f"{key}: {status[key]}", flush=True)
     status["wall_s"] = f"{time.time() - start:.0f}"
     write_json(out / "status.json", status)
     return status
