@@ -113,10 +113,11 @@ def stats(times: list[float]) -> dict[str, float]:
 def measure_case(stack: str, s: tg.Shape, w: dict[str, Any], step: Callable[[], torch.Tensor],
                  eager: Callable[[], torch.Tensor], ref: torch.Tensor, eager_logits: torch.Tensor,
                  eager_err: float, batch: int, kv_len: int, replays: int,
-                 trace_path: Path | None = None) -> dict[str, Any]:
+                 trace_path: Path | None = None, side_logits: torch.Tensor | None = None) -> dict[str, Any]:
     """Capture ``step`` (a zero-argument callable over static buffers) and time it. ``eager`` runs the
     eager step on the same buffers; ``ref`` and ``eager_logits`` are the float32 and eager logits,
-    ``eager_err`` = max |eager - ref|. With ``trace_path``, a gzipped Chrome trace of 3 replays."""
+    ``eager_err`` = max |eager - ref|. With ``trace_path``, a gzipped Chrome trace of 3 replays; with
+    ``side_logits`` (the eager step run on a side stream), ``check.max_abs_diff_vs_eager_side_stream``."""
     graph, logits = capture(step)
     graph.replay()
     torch.cuda.synchronize()
@@ -129,7 +130,8 @@ def measure_case(stack: str, s: tg.Shape, w: dict[str, Any], step: Callable[[], 
              eager_logits), "max_abs_err_vs_fp32": err, "eager_max_abs_err_vs_fp32": eager_err,
              "top1_agree_vs_fp32": top1_agree(logits, ref), "logit_abs_max": scale,
              "graph_repeat_max_abs_diff": max_abs(first, logits), "ok": check_rule(err, eager_err, scale),
-             "rule": "max|stack - fp32| <= 1.5 * max|eager - fp32| + 0.01 * max|logit|"}
+             "rule": "max|stack - fp32| <= 1.5 * max|eager - fp32| + 0.01 * max|logit|",
+             "max_abs_diff_vs_eager_side_stream": max_abs(logits, side_logits) if side_logits is not None else None}
     event_times_us(graph.replay, 10)
     times = event_times_us(graph.replay, replays)
     eager_times = event_times_us(eager, 5)
@@ -153,14 +155,22 @@ def measure_case(stack: str, s: tg.Shape, w: dict[str, Any], step: Callable[[], 
 
 def eager_baseline(s: tg.Shape, w: dict[str, Any], tokens: torch.Tensor, pos: torch.Tensor,
                    k_cache: torch.Tensor, v_cache: torch.Tensor, kv_len: int) -> dict[str, Any]:
-    """The eager step's logits (first and second call), the float32 reference and their errors."""
+    """The eager step's logits (second call; the first call's and a side stream's differences to it),
+    the float32 reference and the eager error against it."""
     t0 = time.time()
     first = tg.decode_step(s, w, tokens, pos, k_cache, v_cache, kv_len).clone()
     second = tg.decode_step(s, w, tokens, pos, k_cache, v_cache, kv_len).clone()
+    # the same step on a fresh side stream, as the capture runs it (cuBLAS keeps a workspace per stream)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        third = tg.decode_step(s, w, tokens, pos, k_cache, v_cache, kv_len).clone()
+    torch.cuda.current_stream().wait_stream(side)
     ref = fp32_logits(s, w, tokens, pos, k_cache, v_cache, kv_len)
     torch.cuda.synchronize()
-    return {"logits": second, "ref": ref, "err": max_abs(second, ref),
-            "eager_repeat_max_abs_diff": max_abs(first, second), "wall_s": round(time.time() - t0, 2)}
+    return {"logits": second, "side_stream_logits": third, "ref": ref, "err": max_abs(second, ref),
+            "eager_repeat_max_abs_diff": max_abs(first, second),
+            "eager_side_stream_max_abs_diff": max_abs(third, second), "wall_s": round(time.time() - t0, 2)}
 
 
 def export_trace(run: Callable[[], Any], path: Path, n: int = 3) -> None:

@@ -123,9 +123,10 @@ def run_stack(stack: str, name: str, s: Any, w: dict[str, Any], tokens: Any, pos
         extra = {"compile_s": round(ig.compile_step(step), 2), "compile_mode": "default",
                  "compile_kwargs": ig.COMPILE_KW, "cache_files_before": before, "cache_files_after": count_files(cache)}
     row = measure.measure_case(stack, s, w, step, eager, base["ref"], base["logits"], base["err"],
-                               tokens.shape[0], kv, replays, trace_path)
+                               tokens.shape[0], kv, replays, trace_path, base["side_stream_logits"])
     row.update(extra)
     row["check"]["eager_repeat_max_abs_diff"] = base["eager_repeat_max_abs_diff"]
+    row["check"]["eager_side_stream_max_abs_diff"] = base["eager_side_stream_max_abs_diff"]
     row["shape"] = asdict(s)
     row["case_wall_s"] = round(time.time() - t1, 1)
     write_json(out / f"step-{name}.json", row)
