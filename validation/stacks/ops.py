@@ -76,14 +76,17 @@ def eager_ops(s: tg.Shape, w: dict[str, Any], tokens: torch.Tensor, pos: torch.T
 
     lw, n = w["layers"][0], s.layers
     x, dres = act(b, s.hidden), act(b, s.hidden)
-    q, k = act(b, s.heads, 1, s.head_dim), act(b, s.kv_heads, 1, s.head_dim)
-    v, a = act(b, s.kv_heads, 1, s.head_dim), act(b, s.intermediate)
+    # q, k, v as the step has them: strided views of the fused qkv output; rotated q, k contiguous
+    qs, ks, vs = act(b, s.q_size + 2 * s.kv_size).split([s.q_size, s.kv_size, s.kv_size], dim=-1)
+    q, k, v = (qs.view(b, s.heads, 1, s.head_dim), ks.view(b, s.kv_heads, 1, s.head_dim),
+               vs.view(b, s.kv_heads, 1, s.head_dim))
+    q_rot, k_rot, a = act(b, s.heads, 1, s.head_dim), act(b, s.kv_heads, 1, s.head_dim), act(b, s.intermediate)
     _, cos, sin = tg.embed_and_rope(s, w["embed"], tokens, pos)
     attn, gu = act(b, s.q_size), act(b, 2 * s.intermediate)
     kc, vc, gqa = k_cache[0], v_cache[0], s.kv_heads != s.heads
 
     def kv_write() -> None:
-        kc[:, :, kv_len: kv_len + 1] = k
+        kc[:, :, kv_len: kv_len + 1] = k_rot
         vc[:, :, kv_len: kv_len + 1] = v
 
     def silu_mul() -> torch.Tensor:
@@ -102,7 +105,7 @@ def eager_ops(s: tg.Shape, w: dict[str, Any], tokens: torch.Tensor, pos: torch.T
     units += [
         Unit("rope", lambda: (tg.rope(q, cos, sin), tg.rope(k, cos, sin)), n),
         Unit("kv_write", kv_write, n),
-        Unit("attention", lambda: F.scaled_dot_product_attention(q, kc, vc, enable_gqa=gqa), n),
+        Unit("attention", lambda: F.scaled_dot_product_attention(q_rot, kc, vc, enable_gqa=gqa), n),
         Unit("o_proj", lambda: x + F.linear(attn, lw["wo"]), n),
         Unit("mlp_norm", lambda: tg.rms_norm(x, lw["post_norm"], s.eps), n),
         Unit("gate_up", lambda: F.linear(x, lw["wgu"]).chunk(2, dim=-1), n),

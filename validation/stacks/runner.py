@@ -137,6 +137,7 @@ def run_stack(stack: str, name: str, s: Any, w: dict[str, Any], tokens: Any, pos
         rec = profile_stack(stack, s, w, tokens, pos, k_cache, v_cache, kv, parts, reps, out)
         sops.validate_record(rec)
         rec["wall_s"] = round(time.time() - t2, 1)
+        rec["kernels_per_step_in_graph"] = row["kernels_per_step_graph"]   # should equal kernels_per_step
         write_json(out / f"ops-{name}.json", rec)
         print(f"ops-{name}: {len(rec['ops'])} ops, {rec['kernels_per_step']} kernels, "
               f"sum {rec['sum_us_cold_per_step']:.0f} us cold", flush=True)
