@@ -18,11 +18,14 @@ What is compiled: three functions, each over static shapes: the prologue (embedd
 decoder block and the tail (final add, norm, LM head); the block is compiled once and called for every
 layer with that layer's weights and cache slices (tensor arguments, so no recompile per layer). The block
 is cut after the down-projection GEMM with the residual add deferred to the next block
-(``torch_graph.block``): every cut lies at the output of an extern cuBLAS GEMM, across which Inductor's
-default mode cannot fuse anyway, so the kernels are those of compiling the whole unrolled model, at the
-compile cost of one layer instead of L. The caches are static buffers mutated in place (Inductor
-re-inplaces the slice write into the input). Compile artefacts go to ``TORCHINDUCTOR_CACHE_DIR`` (the
-runner sets it under its output folder); ``compile_s`` is the wall time of the first (compiling) call.
+(``torch_graph.block``): every cut lies at the output of an extern cuBLAS GEMM, which Inductor's default
+mode does not fuse into Triton kernels, so the kernels are those of compiling the whole unrolled model, at
+the compile cost of one layer instead of L. One known difference: compiling the whole model, Inductor may
+fold the down projection's residual add into the GEMM (``addmm``, as it does for o_proj here); cut, the
+add is fused into the next block's RMSNorm kernel instead (same kernel count, same bytes but B x hidden).
+The caches are static buffers mutated in place (Inductor re-inplaces the slice write into the input).
+Compile artefacts go to ``TORCHINDUCTOR_CACHE_DIR`` (the runner sets it under its output folder);
+``compile_s`` is the wall time of the first (compiling) call.
 """
 
 from __future__ import annotations
