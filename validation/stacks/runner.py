@@ -215,6 +215,9 @@ def run(plan: list[ModelPlan], stacks: list[str], out: Path, timeout_s: float, r
             proc.wait()
             status[key] = f"killed at the deadline after {time.time() - t0:.0f} s"
         print(f"{key}: {status[key]}", flush=True)
+    cache = Path(env["TORCHINDUCTOR_CACHE_DIR"])
+    size = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file()) if cache.exists() else 0
+    status["inductor_cache"] = f"{cache}: {count_files(cache)} files, {size / 1e6:.1f} MB"
     status["wall_s"] = f"{time.time() - start:.0f}"
     write_json(out / "status.json", status)
     return status
