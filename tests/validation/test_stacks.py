@@ -6,6 +6,7 @@ themselves are marked gpu."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -274,6 +275,28 @@ def test_table_reads_step_files(tmp_path: Path) -> None:
     (tmp_path / "step-inductor_graph-tiny-b1-kv7.json").write_text(json.dumps(row))
     lines = runner.table(tmp_path).splitlines()
     assert len(lines) == 2 and "inductor_graph" in lines[1] and "3.0" in lines[1]
+
+
+def test_run_kills_a_worker_at_the_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watchdog: a worker that outlives the budget is killed with its process group; a model that
+    cannot start in the time left is skipped; status.json says both."""
+    fake = tmp_path / "fake-python"
+    fake.write_text("#!/bin/sh\necho \"$@\" > " + str(tmp_path / "args.txt") + "\nsleep 30\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(runner.sys, "executable", str(fake))
+    monkeypatch.setattr(runner, "environment", lambda: {"gpu": "none (test)"})
+    monkeypatch.setattr(runner, "MARGIN_S", 0.0)
+    monkeypatch.setattr(runner, "START_MIN_S", 1.0)
+    plan = [runner.ModelPlan("llama-3.2-1b", ((1, 1024),), True), runner.ModelPlan("qwen3-8b", ((8, 64),), False)]
+    t0 = time.time()
+    status = runner.run(plan, ["torch_graph"], tmp_path / "out", 1.5, 20, 2, trace=False)
+    assert time.time() - t0 < 10
+    assert status["llama-3.2-1b b1/kv1024"].startswith("killed at the deadline")
+    assert status["qwen3-8b b8/kv64"] == "skipped: budget"
+    args = (tmp_path / "args.txt").read_text().split()
+    assert args[:3] == ["-m", "validation.stacks", "worker"] and "--ops" in args and "1,1024" in args
+    saved = json.loads((tmp_path / "out" / "status.json").read_text())
+    assert saved["llama-3.2-1b b1/kv1024"] == status["llama-3.2-1b b1/kv1024"]
 
 
 @pytest.mark.gpu

@@ -46,6 +46,8 @@ FULL_PLAN = (
 )
 QUICK_PLAN = (ModelPlan("llama-3.2-1b", ((1, 1024),), ops=True),)
 CACHE_DIR = "inductor-cache"
+MARGIN_S = 5.0        # the run ends this long before its timeout
+START_MIN_S = 20.0    # no model process starts with less time left
 
 
 def case_name(stack: str, model: str, batch: int, kv_len: int) -> str:
@@ -183,7 +185,7 @@ def run(plan: list[ModelPlan], stacks: list[str], out: Path, timeout_s: float, r
         trace: bool) -> dict[str, str]:
     """Run each model's worker in its own process group, in order, until ``timeout_s`` is spent."""
     start = time.time()
-    deadline = start + timeout_s - 5.0
+    deadline = start + timeout_s - MARGIN_S
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str((out / CACHE_DIR).resolve()))
@@ -194,7 +196,7 @@ def run(plan: list[ModelPlan], stacks: list[str], out: Path, timeout_s: float, r
     for i, p in enumerate(plan):
         left = deadline - time.time()
         key = f"{p.model} {' '.join(f'b{b}/kv{k}' for b, k in p.cases)}"
-        if left < 20:
+        if left < START_MIN_S:
             status[key] = "skipped: budget"
             print(f"{key}: skipped (budget)", flush=True)
             continue
