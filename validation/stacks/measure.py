@@ -114,10 +114,11 @@ def measure_case(stack: str, s: tg.Shape, w: dict[str, Any], step: Callable[[], 
                  eager: Callable[[], torch.Tensor], ref: torch.Tensor, eager_logits: torch.Tensor,
                  eager_err: float, batch: int, kv_len: int, replays: int,
                  trace_path: Path | None = None, side_logits: torch.Tensor | None = None) -> dict[str, Any]:
-    """Capture ``step`` (a zero-argument callable over static buffers) and time it. ``eager`` runs the
-    eager step on the same buffers; ``ref`` and ``eager_logits`` are the float32 and eager logits,
-    ``eager_err`` = max |eager - ref|. With ``trace_path``, a gzipped Chrome trace of 3 replays; with
-    ``side_logits`` (the eager step run on a side stream), ``check.max_abs_diff_vs_eager_side_stream``."""
+    """Capture ``step`` (a zero-argument callable over static buffers) and time it (also 5 calls without
+    the graph: ``ungraphed_step_us_median``). ``eager`` runs the eager torch step on the same buffers;
+    ``ref`` and ``eager_logits`` are the float32 and eager logits, ``eager_err`` = max |eager - ref|.
+    With ``trace_path``, a gzipped Chrome trace of 3 replays; with ``side_logits`` (the eager step run on
+    a side stream), ``check.max_abs_diff_vs_eager_side_stream``."""
     graph, logits = capture(step)
     graph.replay()
     torch.cuda.synchronize()
@@ -135,6 +136,7 @@ def measure_case(stack: str, s: tg.Shape, w: dict[str, Any], step: Callable[[], 
     event_times_us(graph.replay, 10)
     times = event_times_us(graph.replay, replays)
     eager_times = event_times_us(eager, 5)
+    ungraphed = eager_times if step is eager else event_times_us(step, 5)
     prof_graph = tg.count_kernels(graph.replay)
     if trace_path is not None:
         export_trace(graph.replay, trace_path)
@@ -145,6 +147,7 @@ def measure_case(stack: str, s: tg.Shape, w: dict[str, Any], step: Callable[[], 
     return {"trace": trace_path.name if trace_path else None,
         "stack": stack, "model": s.name, "batch": batch, "kv_len": kv_len, "step_us": stats(times),
         "eager_step_us_median": round(tg.percentile(eager_times, 0.5), 2),
+        "ungraphed_step_us_median": round(tg.percentile(ungraphed, 0.5), 2),
         "kernels_per_step_graph": prof_graph["kernels"], "graph_profile": prof_graph,
         "weight_bytes": tg.weight_bytes(w), "weight_bytes_read": wread, "kv_bytes": kv_bytes,
         "implied_GBps": round((wread + kv_bytes) / (med * 1e-6) / 1e9, 1), "check": check,
