@@ -6,24 +6,15 @@ step = one new token for each of B sequences that already hold ``kv_len`` cached
 torch (+ the standard library); the shapes come from mksim's model configs (JSON read directly, so no
 mksim import is needed on the device machine).
 
-Run on a GPU::
-
-    python -m validation.stacks.torch_graph --out DIR            # all cases, one subprocess per model
-    python -m validation.stacks.torch_graph --model llama-3.2-1b --case 1,1024 --out DIR
+The step is cut into ``embed_and_rope``, ``block`` (one layer, its residual add deferred to the next)
+and ``tail``, the pieces ``inductor_graph`` compiles. Measured by ``python3 -m validation.stacks run``.
 """
 
 from __future__ import annotations
 
-import argparse
-import functools
-import gzip
 import json
 import math
-import shutil
-import subprocess
-import sys
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +22,6 @@ import torch
 import torch.nn.functional as F
 
 CONFIGS = Path(__file__).resolve().parents[2] / "mksim" / "models" / "configs"
-
-# (model, [(batch, kv_len), ...]) in the order they are run.
-CASES: list[tuple[str, list[tuple[int, int]]]] = [
-    ("llama-3.2-1b", [(1, 1024), (8, 1024), (1, 4096), (8, 4096)]),
-    ("llama-3.1-8b", [(1, 1024), (8, 1024)]),
-    ("qwen3-8b", [(1, 1024), (8, 1024)]),
-    ("mistral-7b", [(1, 1024), (8, 1024)]),
-    ("llama-3.2-3b", [(1, 1024), (8, 1024)]),
-]
-
 
 @dataclass(frozen=True)
 class Shape:
@@ -151,33 +132,61 @@ def new_cache(s: Shape, batch: int, kv_len: int, device: str | torch.device, dty
     return k, v
 
 
+def embed_and_rope(s: Shape, embed: torch.Tensor, tokens: torch.Tensor,
+                   pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The step's prologue: x [B, H] = embedding rows of ``tokens``; cos, sin [B, 1, 1, head_dim]."""
+    x = F.embedding(tokens, embed)
+    cos, sin = rope_cos_sin(pos, s.head_dim, s.rope_theta, x.dtype)
+    return x, cos[:, None, None, :], sin[:, None, None, :]
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    return x * cos + rotate_half(x) * sin
+
+
+def block(s: Shape, lw: dict[str, Any], x: torch.Tensor, dres: torch.Tensor | None, cos: torch.Tensor,
+          sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+          kv_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One decoder layer, cut after the down projection: returns (x, down_out) with the residual add
+    ``x + down_out`` left to the next block (or the tail). ``dres`` is the previous block's down_out
+    (None for layer 0); ``k_cache``/``v_cache`` are this layer's [B, kv_heads, kv_len + 1, head_dim]."""
+    b = x.shape[0]
+    if dres is not None:
+        x = x + dres
+    h = rms_norm(x, lw["in_norm"], s.eps)
+    qkv = F.linear(h, lw["wqkv"], lw["bqkv"])
+    q, k, v = qkv.split([s.q_size, s.kv_size, s.kv_size], dim=-1)
+    q = q.view(b, s.heads, 1, s.head_dim)
+    k = k.view(b, s.kv_heads, 1, s.head_dim)
+    v = v.view(b, s.kv_heads, 1, s.head_dim)
+    if s.qk_norm:
+        q, k = rms_norm(q, lw["q_norm"], s.eps), rms_norm(k, lw["k_norm"], s.eps)
+    q, k = rope(q, cos, sin), rope(k, cos, sin)
+    k_cache[:, :, kv_len: kv_len + 1] = k
+    v_cache[:, :, kv_len: kv_len + 1] = v
+    attn = F.scaled_dot_product_attention(q, k_cache, v_cache, enable_gqa=s.kv_heads != s.heads)
+    x = x + F.linear(attn.reshape(b, s.q_size), lw["wo"])
+    h = rms_norm(x, lw["post_norm"], s.eps)
+    gate, up = F.linear(h, lw["wgu"]).chunk(2, dim=-1)
+    return x, F.linear(F.silu(gate) * up, lw["wdown"])
+
+
+def tail(s: Shape, x: torch.Tensor, dres: torch.Tensor, final_norm: torch.Tensor,
+         lm_head: torch.Tensor) -> torch.Tensor:
+    """The last residual add, the final norm and the LM head: logits [B, vocab]."""
+    return F.linear(rms_norm(x + dres, final_norm, s.eps), lm_head)
+
+
 def decode_step(s: Shape, w: dict[str, Any], tokens: torch.Tensor, pos: torch.Tensor, k_cache: torch.Tensor,
                 v_cache: torch.Tensor, kv_len: int) -> torch.Tensor:
     """One decode step: tokens [B] at positions pos [B] (all = kv_len); writes slot kv_len of the caches,
     attends over kv_len + 1 positions; returns logits [B, vocab]."""
-    b = tokens.shape[0]
-    x = F.embedding(tokens, w["embed"])                                  # [B, H]
-    cos, sin = rope_cos_sin(pos, s.head_dim, s.rope_theta, x.dtype)
-    cos, sin = cos[:, None, None, :], sin[:, None, None, :]               # [B, 1, 1, hd]
+    x, cos, sin = embed_and_rope(s, w["embed"], tokens, pos)
+    dres = None
     for i, lw in enumerate(w["layers"]):
-        h = rms_norm(x, lw["in_norm"], s.eps)
-        qkv = F.linear(h, lw["wqkv"], lw["bqkv"])
-        q, k, v = qkv.split([s.q_size, s.kv_size, s.kv_size], dim=-1)
-        q = q.view(b, s.heads, 1, s.head_dim)
-        k = k.view(b, s.kv_heads, 1, s.head_dim)
-        v = v.view(b, s.kv_heads, 1, s.head_dim)
-        if s.qk_norm:
-            q, k = rms_norm(q, lw["q_norm"], s.eps), rms_norm(k, lw["k_norm"], s.eps)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        k_cache[i, :, :, kv_len: kv_len + 1] = k
-        v_cache[i, :, :, kv_len: kv_len + 1] = v
-        attn = F.scaled_dot_product_attention(q, k_cache[i], v_cache[i], enable_gqa=s.kv_heads != s.heads)
-        x = x + F.linear(attn.reshape(b, s.q_size), lw["wo"])
-        h = rms_norm(x, lw["post_norm"], s.eps)
-        gate, up = F.linear(h, lw["wgu"]).chunk(2, dim=-1)
-        x = x + F.linear(F.silu(gate) * up, lw["wdown"])
-    return F.linear(rms_norm(x, w["final_norm"], s.eps), w["lm_head"])
+        x, dres = block(s, lw, x, dres, cos, sin, k_cache[i], v_cache[i], kv_len)
+    assert dres is not None
+    return tail(s, x, dres, w["final_norm"], w["lm_head"])
 
 
 def reference_step(s: Shape, w: dict[str, Any], tokens: torch.Tensor, k_cache: torch.Tensor,
@@ -254,153 +263,3 @@ def count_kernels(run: Any) -> dict[str, Any]:
     return {"kernels": sum(kernels.values()), "other_gpu_ops": sum(names.values()) - sum(kernels.values()),
             "gpu_busy_us": round(gpu_us, 1),
             "by_name": dict(sorted(names.items(), key=lambda kv: -kv[1]))}
-
-
-def run_model(name: str, cases: list[tuple[int, int]], out: Path, replays: int, trace: bool) -> list[dict[str, Any]]:
-    """All cases of one model in this process (weights made once); one JSON per case under ``out``."""
-    dev, dt = torch.device("cuda"), torch.bfloat16
-    s = load_shape(name)
-    w = make_weights(s, dev, dt)
-    wbytes = weight_bytes(w)
-    rows = []
-    for batch, kv in cases:
-        t0 = time.time()
-        k_cache, v_cache = new_cache(s, batch, kv, dev, dt)
-        tokens = torch.randint(0, s.vocab, (batch,), device=dev, generator=torch.Generator(dev).manual_seed(2))
-        pos = torch.full((batch,), kv, device=dev, dtype=torch.long)
-        with torch.inference_mode():
-            eager = decode_step(s, w, tokens, pos, k_cache, v_cache, kv).clone()
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(3):
-                    decode_step(s, w, tokens, pos, k_cache, v_cache, kv)
-            torch.cuda.current_stream().wait_stream(side)
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                logits = decode_step(s, w, tokens, pos, k_cache, v_cache, kv)
-            graph.replay()
-            torch.cuda.synchronize()
-            diff = (logits.float() - eager.float()).abs().max().item()
-            scale = eager.float().abs().max().item()
-            same_argmax = bool((logits.argmax(-1) == eager.argmax(-1)).all().item())
-            ok = diff <= 2e-2 * max(scale, 1.0) and same_argmax
-            for _ in range(10):
-                graph.replay()
-            torch.cuda.synchronize()
-            times = []
-            for _ in range(replays):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                graph.replay()
-                b.record()
-                b.synchronize()
-                times.append(a.elapsed_time(b) * 1000.0)
-            eager_times = []
-            for _ in range(5):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                decode_step(s, w, tokens, pos, k_cache, v_cache, kv)
-                b.record()
-                b.synchronize()
-                eager_times.append(a.elapsed_time(b) * 1000.0)
-            prof_graph = count_kernels(graph.replay)
-            prof_eager = count_kernels(functools.partial(decode_step, s, w, tokens, pos, k_cache, v_cache, kv))
-            trace_file = None
-            if trace:
-                from torch.profiler import ProfilerActivity, profile
-                torch.cuda.synchronize()
-                with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                    for _ in range(3):
-                        graph.replay()
-                    torch.cuda.synchronize()
-                raw = out / f"trace-{name}-b{batch}.json"
-                prof.export_chrome_trace(str(raw))
-                with open(raw, "rb") as src, gzip.open(str(raw) + ".gz", "wb") as dst:
-                    shutil.copyfileobj(src, dst)
-                raw.unlink()
-                trace_file = raw.name + ".gz"
-                trace = False
-        kv_bytes = 2 * s.layers * batch * s.kv_heads * (kv + 1) * s.head_dim * 2
-        med = percentile(times, 0.5)
-        row = {
-            "stack": "torch_graph", "model": name, "batch": batch, "kv_len": kv,
-            "step_us": {"median": round(med, 2), "p10": round(percentile(times, 0.1), 2),
-                        "p90": round(percentile(times, 0.9), 2), "min": round(min(times), 2), "n": len(times)},
-            "eager_step_us_median": round(percentile(eager_times, 0.5), 2),
-            "kernels_per_step_graph": prof_graph["kernels"], "kernels_per_step_eager": prof_eager["kernels"],
-            "graph_profile": prof_graph, "eager_profile": prof_eager,
-            "weight_bytes": wbytes, "kv_bytes": kv_bytes,
-            "implied_GBps": round((wbytes + kv_bytes) / (med * 1e-6) / 1e9, 1),
-            "check": {"graph_vs_eager_max_abs_diff": diff, "logit_abs_max": scale, "same_argmax": same_argmax,
-                      "ok": ok},
-            "trace": trace_file, "shape": asdict(s),
-            "notes": "random bf16 weights; L2 not flushed between replays; one event pair per replay, "
-                     "synchronised after each; fused qkv and gate/up weights",
-            "case_wall_s": round(time.time() - t0, 1)}
-        (out / f"{name}-b{batch}-kv{kv}.json").write_text(json.dumps(row, indent=1) + "\n")
-        rows.append(row)
-        print(f"{name} b{batch} kv{kv}: {med:.1f} us ok={ok}", flush=True)
-        del k_cache, v_cache, graph, logits, eager
-        torch.cuda.empty_cache()
-    return rows
-
-
-def environment() -> dict[str, Any]:
-    props = torch.cuda.get_device_properties(0)
-    return {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": props.name,
-            "sms": props.multi_processor_count, "python": sys.version.split()[0],
-            "cudnn": torch.backends.cudnn.version(), "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--model")
-    ap.add_argument("--case", action="append", metavar="B,KV", help="batch,kv_len (repeatable; default 1,1024)")
-    ap.add_argument("--replays", type=int, default=50)
-    ap.add_argument("--budget-s", type=float, default=240.0, help="start no new model after this many seconds")
-    ap.add_argument("--per-model-timeout-s", type=float, default=120.0)
-    ap.add_argument("--trace", action="store_true", help="export a Chrome trace of the first case")
-    a = ap.parse_args(argv)
-    a.out.mkdir(parents=True, exist_ok=True)
-    if a.model:   # one model in this process
-        cases = [(int(c.split(",")[0]), int(c.split(",")[1])) for c in (a.case or ["1,1024"])]
-        run_model(a.model, cases, a.out, a.replays, a.trace)
-        return 0
-    (a.out / "environment.json").write_text(json.dumps(environment(), indent=1) + "\n")
-    start, status = time.time(), {}
-    for name, cases in CASES:
-        if time.time() - start > a.budget_s:
-            status[name] = "skipped: budget"
-            continue
-        cmd = [sys.executable, "-m", "validation.stacks.torch_graph", "--model", name, "--out", str(a.out),
-               "--replays", str(a.replays)]
-        for b, k in cases:
-            cmd += ["--case", f"{b},{k}"]
-        if name == "llama-3.2-1b" and a.trace:
-            cmd.append("--trace")
-        try:
-            r = subprocess.run(cmd, timeout=a.per_model_timeout_s)
-            status[name] = f"rc={r.returncode}"
-        except subprocess.TimeoutExpired:
-            status[name] = f"timeout after {a.per_model_timeout_s} s"
-    (a.out / "status.json").write_text(json.dumps(status, indent=1) + "\n")
-    print_table(a.out)
-    return 0
-
-
-def print_table(out: Path) -> None:
-    rows = [json.loads(p.read_text()) for p in sorted(out.glob("*-kv*.json"))]
-    print(f"{'model':14} {'B':>2} {'kv':>5} {'median':>8} {'p10':>8} {'p90':>8} {'eager':>8} {'kern':>5} "
-          f"{'GB/s':>7} ok")
-    for r in rows:
-        st = r["step_us"]
-        print(f"{r['model']:14} {r['batch']:>2} {r['kv_len']:>5} {st['median']:>8.1f} {st['p10']:>8.1f} "
-              f"{st['p90']:>8.1f} {r['eager_step_us_median']:>8.1f} {r['kernels_per_step_graph']:>5} "
-              f"{r['implied_GBps']:>7.1f} {r['check']['ok']}")
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,146 @@
+"""Command line: measure the stacks users run (torch_graph, inductor_graph) on a GPU.
+
+    python3 -m validation.stacks run --out DIR --timeout S [--quick] [--models M,...]
+        [--stacks torch_graph,inductor_graph] [--batches 1,8] [--kv 1024,4096] [--ops-models M,...]
+    python3 -m validation.stacks table DIR
+
+Without --models/--batches/--kv the full plan runs (``runner.FULL_PLAN``: five models at batch 1, 8
+and kv 1024 in priority order, kv 4096 and single-op profiles for llama-3.2-1b and llama-3.1-8b, the
+8b's kv 4096 last); --quick is llama-3.2-1b,
+batch 1, kv 1024, both stacks with their single-op profiles. Needs only torch on the device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from validation.stacks import runner
+
+CONFIGS = Path(__file__).resolve().parents[2] / "mksim" / "models" / "configs"
+
+
+class ArgError(Exception):
+    pass
+
+
+def models_known() -> list[str]:
+    return sorted(p.stem for p in CONFIGS.glob("*.json"))
+
+
+def int_list(text: str, what: str) -> list[int]:
+    try:
+        xs = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ArgError(f"--{what} takes comma-separated positive integers, got {text!r}") from None
+    if not xs or any(x < 1 for x in xs):
+        raise ArgError(f"--{what} takes comma-separated positive integers, got {text!r}")
+    return xs
+
+
+def name_list(text: str, known: list[str] | tuple[str, ...], what: str) -> list[str]:
+    xs = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in xs if x not in known]
+    if bad or not xs:
+        raise ArgError(f"unknown {what} {bad[0] if bad else text!r}; expected some of {', '.join(known)}")
+    return xs
+
+
+def build_plan(args: argparse.Namespace) -> list[runner.ModelPlan]:
+    """The models and cases to run, from the options (the quick or full plan when none is given)."""
+    known = models_known()
+    base = runner.QUICK_PLAN if args.quick else runner.FULL_PLAN
+    models = name_list(args.models, known, "model") if args.models else [p.model for p in base]
+    ops_models = None
+    if args.ops_models is not None:
+        ops_models = name_list(args.ops_models, known, "model") if args.ops_models.strip() else []
+    if args.batches is None and args.kv is None and not args.models:
+        return [runner.ModelPlan(p.model, p.cases, p.ops if ops_models is None else p.model in ops_models)
+                for p in base]
+    by_model = {p.model: p for p in reversed(runner.FULL_PLAN)}
+    batches = int_list(args.batches, "batches") if args.batches else [1, 8]
+    kvs = int_list(args.kv, "kv") if args.kv else [1024]
+    plan = []
+    for m in models:
+        ops = (m in ops_models) if ops_models is not None else (by_model[m].ops if m in by_model else False)
+        plan.append(runner.ModelPlan(m, tuple((b, k) for k in kvs for b in batches), ops))
+    return plan
+
+
+def parse_cases(text: str) -> list[tuple[int, int]]:
+    cases = []
+    for part in text.split(";"):
+        b, k = int_list(part, "cases")
+        cases.append((b, k))
+    return cases
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m validation.stacks", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="measure the stacks on a GPU (needs torch with CUDA)")
+    r.add_argument("--out", required=True, type=Path)
+    r.add_argument("--timeout", type=float, help="seconds for the whole run, compiles included (default 480; 60 "
+                   "with --quick)")
+    r.add_argument("--quick", action="store_true", help="llama-3.2-1b, batch 1, kv 1024 only")
+    r.add_argument("--models", help="comma-separated model config names")
+    r.add_argument("--stacks", default=",".join(runner.STACKS))
+    r.add_argument("--batches", help="comma-separated batch sizes (default 1,8)")
+    r.add_argument("--kv", help="comma-separated cached lengths (default 1024)")
+    r.add_argument("--ops-models", help="models that get single-op profiles ('' for none)")
+    r.add_argument("--replays", type=int, default=50, help="timed graph replays per case (>= 20)")
+    r.add_argument("--reps", type=int, default=5, help="profiled cold runs per single op")
+    r.add_argument("--trace", action="store_true", help="Chrome traces of the first model's first case")
+    t = sub.add_parser("table", help="print the step results saved in a folder")
+    t.add_argument("dir", type=Path)
+    w = sub.add_parser("worker", help=argparse.SUPPRESS)
+    w.add_argument("--model", required=True)
+    w.add_argument("--out", required=True, type=Path)
+    w.add_argument("--stacks", required=True)
+    w.add_argument("--cases", required=True)
+    w.add_argument("--ops", action="store_true")
+    w.add_argument("--replays", type=int, default=50)
+    w.add_argument("--reps", type=int, default=5)
+    w.add_argument("--deadline", type=float, default=float("inf"))
+    w.add_argument("--trace", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "table":
+            if not args.dir.is_dir():
+                raise ArgError(f"{args.dir} is not a folder")
+            print(runner.table(args.dir))
+            return 0
+        stacks = name_list(args.stacks, runner.STACKS, "stack")
+        if args.replays < 20:
+            raise ArgError(f"--replays must be >= 20, got {args.replays}")
+        if args.reps < 1:
+            raise ArgError(f"--reps must be >= 1, got {args.reps}")
+        if args.cmd == "worker":
+            return runner.worker(args.model, parse_cases(args.cases), stacks, args.ops, args.out, args.replays,
+                                 args.reps, args.deadline, args.trace)
+        if args.timeout is None:
+            args.timeout = 60.0 if args.quick else 480.0
+        if args.timeout <= 0:
+            raise ArgError(f"--timeout must be positive, got {args.timeout}")
+        plan = build_plan(args)
+        if args.out.exists() and not args.out.is_dir():
+            raise ArgError(f"--out {args.out} exists and is not a folder")
+    except ArgError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    import torch
+    if not torch.cuda.is_available():
+        print("error: no CUDA GPU visible to torch; run this on the device machine", file=sys.stderr)
+        return 2
+    t0 = time.time()
+    print(f"plan: {[(p.model, list(p.cases), p.ops) for p in plan]}, stacks {stacks}", flush=True)
+    runner.run(plan, stacks, args.out, args.timeout, args.replays, args.reps, args.trace)
+    print(runner.table(args.out))
+    print(f"total {time.time() - t0:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
