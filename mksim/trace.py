@@ -100,7 +100,7 @@ class TraceImport:
     n_sms: int | None
     steps_by: str                    #: "ProfilerStep ranges", "cuda graph launches" or "whole trace"
     step_spans_us: tuple[float, ...] #: every step's span, in time order
-    step_index: int                  #: the chosen step (0-based, time order)
+    step_number: int                 #: the chosen step, counted from 1 in time order
     left_out: int                    #: GPU activities outside every step
     kernels: tuple[TraceKernel, ...]
     step_us: float
@@ -162,7 +162,7 @@ class TraceImport:
         """A JSON-ready summary (``mksim trace import --json``)."""
         d: dict[str, Any] = {
             "path": self.path, "gpu_name": self.gpu_name, "n_sms": self.n_sms, "steps_by": self.steps_by,
-            "step_spans_us": list(self.step_spans_us), "step_index": self.step_index, "left_out": self.left_out,
+            "step_spans_us": list(self.step_spans_us), "step_number": self.step_number, "left_out": self.left_out,
             "step_us": self.step_us, "replay_us": self.replay_us, "replay_error": self.replay_error,
             "n_kernels": len(self.kernels), "streams": list(self.streams), "busy_us": self.busy_us,
             "gaps_us": self.gaps_us, "model": self.model, "batch": self.batch, "kv_len": self.kv_len,
@@ -348,11 +348,13 @@ def _default_gpu(name: str | None) -> str:
 
 
 def _pick(spans: list[float], step: int | None) -> int:
-    if step is None:   # the median step by span (of an even count, the shorter of the two middle ones)
+    """The index of ``step`` (counted from 1), or of the median step by span (of an even count, the
+    shorter of the two middle ones)."""
+    if step is None:
         return sorted(range(len(spans)), key=lambda i: spans[i])[(len(spans) - 1) // 2]
-    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < len(spans):
-        raise TraceError(f"step {step!r} out of range: the trace has {len(spans)} step(s), 0 to {len(spans) - 1}")
-    return step
+    if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= len(spans):
+        raise TraceError(f"step {step!r} out of range: the trace has {len(spans)} step(s); steps count from 1")
+    return step - 1
 
 
 def _read(p: Path, device: int | None) -> tuple[dict[str, Any], list[dict[str, Any]], int | None, str,
@@ -370,17 +372,18 @@ def import_trace(path: str | Path, *, model: str | None = None, batch: int = 1, 
     """Read a ``torch.profiler`` Chrome trace (see the module's docstring); with ``model`` (a built-in
     name or a Hugging Face config.json), map its kernels to that model's ops and, with ``predict``,
     predict the megakernel on ``gpu`` (default: the trace's GPU, calibrated where mksim has a calibration).
-    ``step``: which step (0-based, time order) instead of the median; ``device``: which GPU's kernels."""
+    ``step``: which step (1 = the first, in time order) instead of the median; ``device``: which GPU's
+    kernels, when the trace holds several."""
     data, acts, dev, how, groups = _read(Path(path), device)
     chains = [_chain(g) for g in groups]
     spans = [span for _, span in chains]
-    step = _pick(spans, step)
-    kernels, span = chains[step]
+    index = _pick(spans, step)
+    kernels, span = chains[index]
     props = {d.get("id"): d for d in data.get("deviceProperties", []) if isinstance(d, dict)}
     prop = props.get(dev, {})
     gpu_name = prop.get("name") if isinstance(prop.get("name"), str) else None
     n_sms = prop.get("numSms") if isinstance(prop.get("numSms"), int) else None
-    result = TraceImport(str(path), gpu_name, n_sms, how, tuple(spans), step,
+    result = TraceImport(str(path), gpu_name, n_sms, how, tuple(spans), index + 1,
                          len(acts) - sum(len(g) for g in groups), tuple(kernels), span, replay_us(kernels))
     if model is None:
         op_kinds = set(KINDS)

@@ -25,10 +25,6 @@ DEVICE = typer.Option(None, "--device", help="Which GPU's kernels, when the trac
 UNMAPPED_ROWS = 10  # kernel names listed as unmapped; the rest summed in one line
 
 
-def _step(step: int | None) -> int | None:
-    return None if step is None else step - 1
-
-
 @trace_app.command("import")
 def import_cmd(
     path: str = typer.Argument(..., help="Chrome trace (.json or .json.gz) from prof.export_chrome_trace()."),
@@ -45,7 +41,7 @@ def import_cmd(
     """Replay a traced step, map its kernels to the model's ops, predict the megakernel on the same GPU."""
     if json_out and json_out != "-":
         check_writable(json_out, "--json")
-    t = import_trace(path, model=model, batch=batch, kv_len=kv_len, gpu=gpu, device=device, step=_step(step))
+    t = import_trace(path, model=model, batch=batch, kv_len=kv_len, gpu=gpu, device=device, step=step)
     if json_out == "-":
         return emit_json(t.to_dict())
     for line in trace_lines(t)[:3]:
@@ -71,7 +67,7 @@ def cut_cmd(
 ) -> None:
     """Write one step of a trace (its kernels, their launches, the metadata) to a small file."""
     check_writable(dest, "DEST")
-    n = cut_trace(path, dest, step=_step(step), device=device)
+    n = cut_trace(path, dest, step=step, device=device)
     out.print(f"{n} events written to {dest}", markup=False)
 
 
@@ -90,7 +86,7 @@ def trace_lines(t: TraceImport) -> list[str]:
     left = f"; {t.left_out} GPU activities outside every step left out" if t.left_out else ""
     lines = [
         f"trace    {t.path}: {t.gpu_name or 'GPU not named'}" + (f" ({t.n_sms} SMs)" if t.n_sms else ""),
-        f"step     {t.step_index + 1} of {len(t.step_spans_us)} by {t.steps_by} ({which}; spans {spans} µs): "
+        f"step     {t.step_number} of {len(t.step_spans_us)} by {t.steps_by} ({which}; spans {spans} µs): "
         f"{len(t.kernels)} GPU activities on {streams}{left}",
         f"time     step {t.step_us:.1f} µs = kernels {t.busy_us:.1f} µs + gaps {t.gaps_us:.1f} µs "
         f"(median gap {median_gap_us(t):.2f} µs); replay {t.replay_us:.1f} µs ({100 * t.replay_error:+.2f} %)",
