@@ -110,6 +110,7 @@ class TraceImport:
     kv_len: int | None = None
     ops_without_kernels: tuple[str, ...] = ()
     prediction: Prediction | None = None
+    warnings: tuple[str, ...] = ()   #: doubts about the mapping (a trace of another model?)
 
     @property
     def busy_us(self) -> float:
@@ -167,7 +168,7 @@ class TraceImport:
             "n_kernels": len(self.kernels), "streams": list(self.streams), "busy_us": self.busy_us,
             "gaps_us": self.gaps_us, "model": self.model, "batch": self.batch, "kv_len": self.kv_len,
             "mapped_fraction": self.mapped_fraction, "by_kind": self.by_kind(), "unmapped": self.unmapped(),
-            "ops_without_kernels": list(self.ops_without_kernels),
+            "ops_without_kernels": list(self.ops_without_kernels), "warnings": list(self.warnings),
             "prediction": asdict(self.prediction) if self.prediction else None}
         if kernels:
             d["kernels"] = [asdict(k) for k in self.kernels]
@@ -397,8 +398,10 @@ def import_trace(path: str | Path, *, model: str | None = None, batch: int = 1, 
     mapped = tuple(replace(k, op=wl.ops[j].name, kind=wl.ops[j].kind) if j is not None else k
                    for k, j in zip(kernels, idx, strict=True))
     used = {j for j in idx if j is not None}
-    result = replace(result, kernels=mapped, model=wl.model.name if wl.model else model, batch=batch, kv_len=kv_len,
-                     ops_without_kernels=tuple(op.name for j, op in enumerate(wl.ops) if j not in used))
+    name = wl.model.name if wl.model else model
+    missing = tuple(op.name for j, op in enumerate(wl.ops) if j not in used)
+    result = replace(result, kernels=mapped, model=name, batch=batch, kv_len=kv_len, ops_without_kernels=missing,
+                     warnings=_doubts(kernels, wl.ops, missing, name))
     if not predict:
         return result
     check_fits(wl, g)
@@ -410,6 +413,19 @@ def import_trace(path: str | Path, *, model: str | None = None, batch: int = 1, 
     elif gpu_name and not g.full_name.lower().startswith(gpu_name.lower()):
         note = f"the trace ran on {gpu_name}, the prediction is for {g.full_name}"
     return replace(result, prediction=Prediction(g.name, str(g.path or ""), mk, graph, span / mk, note))
+
+
+def _doubts(kernels: list[TraceKernel], ops: tuple[Any, ...], missing: tuple[str, ...], model: str) -> tuple[str, ...]:
+    """Signs that the trace is not a step of ``model``: attention kernels and layers disagree, or many
+    ops got no kernel."""
+    n_attn = sum(1 for k in kernels if k.hint == "attn_partial")
+    layers = sum(1 for op in ops if op.kind == "attn_partial")
+    if n_attn and n_attn != layers:
+        return (f"the trace has {n_attn} attention kernels, {model} has {layers} layers: "
+                "is --model the traced model?",)
+    if len(missing) > 0.1 * len(ops):
+        return (f"{len(missing)} of {model}'s {len(ops)} ops got no kernel: is --model the traced model?",)
+    return ()
 
 
 def cut_trace(path: str | Path, out: str | Path, *, step: int | None = None, device: int | None = None) -> int:

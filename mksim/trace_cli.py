@@ -79,7 +79,7 @@ def _rel(path: str) -> str:
 
 
 def trace_lines(t: TraceImport) -> list[str]:
-    """The summary lines: the trace, the step, its time and replay (3), then the mapping (1)."""
+    """The summary lines: the trace, the step, its time and replay (3), then the mapping and its doubts."""
     spans = ", ".join(f"{s:.1f}" for s in t.step_spans_us)
     which = "the median" if len(t.step_spans_us) > 1 else "the only one"
     streams = f"{len(t.streams)} stream{'s' if len(t.streams) > 1 else ''}"
@@ -101,6 +101,7 @@ def trace_lines(t: TraceImport) -> list[str]:
     else:
         lines.append(f"mapped   {100 * t.mapped_fraction:.1f} % of the kernel time to an op kind by kernel name "
                      f"({n_mapped} of {len(t.kernels)}); give --model to map to ops and predict")
+    lines += [f"warning  {w}" for w in t.warnings]
     return lines
 
 
@@ -133,8 +134,10 @@ def prediction_lines(t: TraceImport) -> list[str]:
     if p is None:
         return []
     lines = [f"predict  {t.model}, batch {t.batch}, KV {t.kv_len} on {p.gpu} ({_rel(p.hardware_file)}):",
-             f"         megakernel {p.megakernel_us:.1f} µs, {p.speedup:.2f}x faster than the traced step "
-             f"{t.step_us:.1f} µs; mksim's own one-kernel-per-op CUDA graph {p.graph_us:.1f} µs"]
+             f"         megakernel {p.megakernel_us:.1f} µs, "
+             + (f"{p.speedup:.2f}x faster" if p.speedup >= 1 else f"{1 / p.speedup:.2f}x slower")
+             + f" than the traced step {t.step_us:.1f} µs; mksim's own one-kernel-per-op CUDA graph "
+               f"{p.graph_us:.1f} µs"]
     if p.note:
         lines.append(f"note     {p.note}")
     return lines

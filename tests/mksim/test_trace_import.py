@@ -153,6 +153,16 @@ def test_mapping_coverage_on_the_real_trace():
     assert rows[0]["kind"] == "matmul" and rows[-1]["kind"] == "unmapped"
 
 
+def test_another_model_is_doubted(capsys):
+    t = import_trace(STEP, model="llama-3.1-8b", predict=False)
+    assert t.warnings == ("the trace has 16 attention kernels, llama-3.1-8b has 32 layers: is --model the traced "
+                          "model?",)
+    assert len(t.ops_without_kernels) > 100
+    assert not import_trace(STEP, model="llama-3.2-1b", predict=False).warnings
+    code, stdout, _ = run_cli(["trace", "import", str(STEP), "-m", "llama-3.1-8b"], capsys)
+    assert code == 0 and "warning  the trace has 16 attention kernels" in stdout and "x slower than" in stdout
+
+
 def test_without_a_model_kinds_come_from_names():
     t = import_trace(STEP)
     assert t.prediction is None and t.model is None
@@ -179,7 +189,7 @@ def test_cli_json_schema(tmp_path, capsys):
     assert "megakernel" in stdout and f"written to {out}" in stdout
     d = json.loads(out.read_text())
     assert {"step_us", "replay_us", "replay_error", "n_kernels", "busy_us", "gaps_us", "mapped_fraction",
-            "by_kind", "unmapped", "ops_without_kernels", "prediction", "kernels", "steps_by"} <= set(d)
+            "by_kind", "unmapped", "ops_without_kernels", "prediction", "kernels", "steps_by", "warnings"} <= set(d)
     assert set(d["prediction"]) == {"gpu", "hardware_file", "megakernel_us", "graph_us", "speedup", "note"}
     assert set(d["by_kind"][0]) == {"kind", "kernels", "busy_us", "gaps_us", "share"}
     assert set(d["kernels"][0]) == {"name", "category", "stream", "start_us", "dur_us", "gap_us", "grid", "block",
