@@ -35,7 +35,7 @@ import math
 import re
 import statistics
 from collections import defaultdict
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +89,8 @@ class Prediction:
     graph_us: float                  #: mksim's own one-kernel-per-op chain in a CUDA graph
     speedup: float                   #: the trace's step over the predicted megakernel
     note: str | None = None
+    #: the graph's time per op kind (each op's span, summed): what mksim expects one kernel per op to take
+    graph_by_kind_us: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -406,13 +408,17 @@ def import_trace(path: str | Path, *, model: str | None = None, batch: int = 1, 
         return result
     check_fits(wl, g)
     mk = simulate(build_schedule(wl, g, "megakernel"), timeline=False).latency_us
-    graph = simulate(build_schedule(wl, g, "graph"), timeline=False).latency_us
+    graph_res = simulate(build_schedule(wl, g, "graph"), timeline=False)
+    by_kind: dict[str, float] = defaultdict(float)
+    for row in graph_res.per_op:
+        by_kind[row["kind"]] += row["time_us"]
     note = None
     if n_sms is not None and n_sms != g.sm.count:
         note = f"the trace ran on {n_sms} SMs, {g.name} has {g.sm.count}: the prediction is for {g.name}"
     elif gpu_name and not g.full_name.lower().startswith(gpu_name.lower()):
         note = f"the trace ran on {gpu_name}, the prediction is for {g.full_name}"
-    return replace(result, prediction=Prediction(g.name, str(g.path or ""), mk, graph, span / mk, note))
+    return replace(result, prediction=Prediction(g.name, str(g.path or ""), mk, graph_res.latency_us, span / mk,
+                                                 note, dict(by_kind)))
 
 
 def _doubts(kernels: list[TraceKernel], ops: tuple[Any, ...], missing: tuple[str, ...], model: str) -> tuple[str, ...]:

@@ -106,12 +106,15 @@ def trace_lines(t: TraceImport) -> list[str]:
 
 
 def kind_table(t: TraceImport):  # -> rich Table
-    """Time by op kind: kernels, their µs, the gaps before them, share of the step."""
-    tab = make_table("the traced step by op kind", ["kind", "kernels", "kernel µs", "gap µs", "% of step"],
-                     left=("kind",))
+    """Time by op kind: kernels, their µs, the gaps before them, share of the step; with a prediction,
+    the time mksim's one-kernel-per-op graph spends in the same kind's ops."""
+    p = t.prediction
+    cols = ["kind", "kernels", "kernel µs", "gap µs", "% of step"] + ([f"mksim graph µs ({p.gpu})"] if p else [])
+    tab = make_table("the traced step by op kind", cols, left=("kind",))
     for r in t.by_kind():
+        mine = [f"{p.graph_by_kind_us[r['kind']]:.1f}" if r["kind"] in p.graph_by_kind_us else ""] if p else []
         tab.add_row(r["kind"], str(r["kernels"]), f"{r['busy_us']:.1f}", f"{r['gaps_us']:.1f}",
-                    f"{100 * r['share']:.1f}")
+                    f"{100 * r['share']:.1f}", *mine)
     return tab
 
 

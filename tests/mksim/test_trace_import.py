@@ -177,6 +177,11 @@ def test_prediction_on_the_traces_gpu():
     assert p is not None and p.gpu == "h200-calibrated" and p.hardware_file.endswith("h200-calibrated.toml")
     assert p.megakernel_us < p.graph_us < t.step_us
     assert p.speedup == pytest.approx(t.step_us / p.megakernel_us)
+    # mksim's own graph: every op kind of the trace, each far below torch's many small kernels for norms
+    assert set(p.graph_by_kind_us) == {r["kind"] for r in t.by_kind()} - {"unmapped"}
+    assert sum(p.graph_by_kind_us.values()) < p.graph_us
+    traced = {r["kind"]: r["busy_us"] for r in t.by_kind()}
+    assert p.graph_by_kind_us["rmsnorm"] < traced["rmsnorm"] / 5
     other = import_trace(STEP, model="llama-3.2-1b", gpu="h100")
     assert other.prediction is not None and "NVIDIA H100" in (other.prediction.note or "")
 
@@ -190,7 +195,8 @@ def test_cli_json_schema(tmp_path, capsys):
     d = json.loads(out.read_text())
     assert {"step_us", "replay_us", "replay_error", "n_kernels", "busy_us", "gaps_us", "mapped_fraction",
             "by_kind", "unmapped", "ops_without_kernels", "prediction", "kernels", "steps_by", "warnings"} <= set(d)
-    assert set(d["prediction"]) == {"gpu", "hardware_file", "megakernel_us", "graph_us", "speedup", "note"}
+    assert set(d["prediction"]) == {"gpu", "hardware_file", "megakernel_us", "graph_us", "speedup", "note",
+                                    "graph_by_kind_us"}
     assert set(d["by_kind"][0]) == {"kind", "kernels", "busy_us", "gaps_us", "share"}
     assert set(d["kernels"][0]) == {"name", "category", "stream", "start_us", "dur_us", "gap_us", "grid", "block",
                                     "hint", "op", "kind"}
