@@ -13,7 +13,9 @@ another kernel on an op of its kind less, a kernel on an op of another kind noth
 A kernel whose kind has no op where it runs (torch's RoPE table, computed once per step) stays
 unmapped. ``elementwise`` and ``add`` kernels follow their neighbours: the op of the specific
 kernel after them when it can hold elementwise work (an ``x.float()`` copy before a norm's mean), else
-the one before (the multiply after SiLU), the residual add the GEMM it follows.
+the one before (the multiply after SiLU), else, between two GEMM or attention kernels, the elementwise
+op between their ops (an Inductor RoPE kernel between the q/k/v GEMM and attention); the residual add
+joins the GEMM it follows.
 
 >>> kernel_hint("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT")
 'matmul'
@@ -30,17 +32,18 @@ import numpy as np
 
 from mksim.workload import Op
 
-__all__ = ["ANCHOR_KINDS", "HINTS", "align", "kernel_hint"]
+__all__ = ["ANCHOR_KINDS", "HINTS", "TRITON_WORDS", "align", "kernel_hint"]
 
 #: (hint, pattern) in the order tried; the first pattern found in the lower-cased name wins.
 HINTS: tuple[tuple[str, str], ...] = (
     ("memory", r"^memset|^memcpy"),
     ("epilogue", r"splitkreduce|splitk_reduce|split_k_reduce"),
+    ("rope_kv", r"reshape_and_cache|concat_and_cache|kv_cache|cache_kernel"),   # the KV write (before "flash")
     ("attn_reduce", r"lean_reduction|combine|flash_fwd_splitkv_combine|reduce_attn|attn_reduce"),
     ("attn_partial", r"flash|fmha|sdpa|attention|attn|paged_attention|decode_kernel"),
     ("matmul", r"nvjet|gemm|gemv|cutlass|xmma|cublas|matmul|_mm_|\bmm\b"),
-    ("embed", r"indexselect|index_select|embedding"),
     ("rope_kv", r"rope|rotary|neg_kernel|catarray|cos_kernel|sin_kernel|arange|reciprocal|pow_tensor_tensor"),
+    ("embed", r"indexselect|index_select|embedding"),
     ("rmsnorm", r"rms|layer_?norm|meanops|rsqrt|pow_tensor_scalar"),
     ("silu_mul", r"silu|swiglu|gelu|act_and_mul|swish"),
     ("sample", r"argmax|softmax|topk|sampl"),
@@ -54,9 +57,31 @@ _GENERIC = ("elementwise", "add")
 ANCHOR_SCORE, ANCHOR_REPEAT_SCORE, KIND_SCORE = 10.0, 3.0, 2.0
 
 
+#: Inductor's Triton kernels are named after the ATen ops they fuse (``triton_red_fused_add_mean_pow_rsqrt_0``):
+#: (hint, any of these words), tried in order.
+TRITON_WORDS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("matmul", frozenset({"mm", "addmm", "bmm", "gemm"})),
+    ("embed", frozenset({"embedding"})),
+    ("rmsnorm", frozenset({"rsqrt", "mean"})),
+    ("rope_kv", frozenset({"neg", "cos", "sin", "rotary"})),
+    ("silu_mul", frozenset({"silu", "sigmoid", "gelu"})),
+    ("sample", frozenset({"argmax", "softmax", "topk"})),
+)
+
+
 def kernel_hint(name: str) -> str | None:
-    """The op kind a kernel's name suggests (see :data:`HINTS`), or ``None`` when it suggests none."""
+    """The op kind a kernel's name suggests (see :data:`HINTS` and :data:`TRITON_WORDS`), or ``None``.
+
+    >>> kernel_hint("triton_poi_fused_add_cat_mul_neg_slice_2"), kernel_hint("triton_poi_fused_mul_silu_3")
+    ('rope_kv', 'silu_mul')
+    """
     low = name.lower()
+    if low.startswith("triton_") and "flash" not in low and "attn" not in low:
+        words = set(low.split("_"))
+        for hint, group in TRITON_WORDS:
+            if words & group:
+                return hint
+        return "elementwise"
     for hint, pat in _COMPILED:
         if pat.search(low):
             return hint
@@ -147,3 +172,7 @@ def _fill_generic(hints: Sequence[str | None], kinds: list[str], out: list[int |
             out[i] = after
         elif before is not None and kinds[before] not in ANCHOR_KINDS:
             out[i] = before
+        elif before is not None and after is not None:  # between two anchors: the elementwise op between
+            between = [j for j in range(before + 1, after) if kinds[j] not in ANCHOR_KINDS]
+            if between:
+                out[i] = between[0]

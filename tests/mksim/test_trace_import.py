@@ -138,6 +138,36 @@ def test_align_leaves_kinds_with_no_place_unmapped():
         == [0, None, None, None, 1, 1, 2]
 
 
+LAYER0 = ["embed", "L0.attn_norm", "L0.qkv_proj", "L0.rope_kv", "L0.attn_partial", "L0.attn_reduce", "L0.o_proj",
+          "L0.mlp_norm", "L0.gate_up_proj", "L0.silu_mul", "L0.down_proj", "L1.attn_norm"]
+
+
+@pytest.mark.parametrize("names,expected", [
+    pytest.param(  # torch.compile: Triton kernels named after what they fuse, cuBLAS GEMMs, cuDNN SDPA
+        ["triton_poi_fused_embedding_0", "triton_red_fused__to_copy_mean_mul_pow_rsqrt_1", "nvjet_sm90_tst_TNT",
+         "triton_poi_fused_add_cat_index_put_mul_neg_2", "cudnn_generated_fort_native_sdpa_sm80_flash_fprop",
+         "void cudnn::fusion::lean_reduction_kernel<false>()", "nvjet_sm90_tst_TNT",
+         "triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_3", "nvjet_sm90_tst_TNT", "triton_poi_fused_mul_silu_4",
+         "nvjet_sm90_tst_splitK_TNT", "triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_3"],
+        LAYER0, id="inductor"),
+    pytest.param(  # an inference server's fused kernels, flash-decoding with split KV
+        ["void vllm::embedding_kernel<bf16>()", "void vllm::rms_norm_kernel<bf16>()", "sm90_xmma_gemm_bf16bf16",
+         "void vllm::rotary_embedding_kernel<bf16>()", "void vllm::reshape_and_cache_flash_kernel<bf16>()",
+         "void flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits>()", "void flash_fwd_splitkv_combine_kernel<>()",
+         "sm90_xmma_gemm_bf16bf16", "void vllm::fused_add_rms_norm_kernel<bf16>()", "sm90_xmma_gemm_bf16bf16",
+         "void vllm::act_and_mul_kernel<silu_kernel>()", "sm90_xmma_gemm_bf16bf16",
+         "void vllm::fused_add_rms_norm_kernel<bf16>()"],
+        LAYER0[:4] + ["L0.rope_kv"] + LAYER0[4:], id="fused-kernels"),
+    pytest.param(  # an elementwise kernel that names nothing, between the q/k/v GEMM and attention
+        ["nvjet_sm90_tst_TNT", "my_fused_elementwise_kernel", "flash_fwd_kernel<>()", "nvjet_sm90_tst_TNT"],
+        ["L0.qkv_proj", "L0.rope_kv", "L0.attn_partial", "L0.o_proj"], id="between-anchors"),
+])
+def test_align_other_stacks_kernel_names(names, expected):
+    ops = models.workload("llama-3.2-1b").ops
+    got = [ops[j].name if j is not None else None for j in align([kernel_hint(n) for n in names], ops)]
+    assert got == expected
+
+
 def test_mapping_coverage_on_the_real_trace():
     t = import_trace(FULL, model="llama-3.2-1b", predict=False)
     assert t.mapped_fraction > 0.97 and not t.ops_without_kernels
