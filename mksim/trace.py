@@ -34,6 +34,7 @@ import json
 import math
 import re
 import statistics
+import zlib
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -333,7 +334,7 @@ def _chain(group: list[dict[str, Any]]) -> tuple[list[TraceKernel], float]:
         start = a["ts"] - t0
         gap = start - end.get(a["stream"], 0.0)
         end[a["stream"]] = start + a["dur"]
-        stream = a["stream"] if isinstance(a["stream"], int) else hash(str(a["stream"])) % 10_000
+        stream = a["stream"] if isinstance(a["stream"], int) else zlib.crc32(str(a["stream"]).encode()) % 100_000
         out.append(TraceKernel(a["name"], a["category"], stream, start, a["dur"], gap, a["grid"], a["block"],
                                kernel_hint(a["name"]) if a["category"] == "kernel" else "memory"))
     return out, max(k.start_us + k.dur_us for k in out)

@@ -10,14 +10,16 @@ from pathlib import Path
 
 import typer
 from rich.markup import escape
+from rich.table import Table
 
 from mksim.console import emit_json, make_table, out, to_json, write_output
 from mksim.errors import check_writable
 from mksim.trace import TraceImport, cut_trace, import_trace, median_gap_us, short_name
 
-__all__ = ["trace_app", "trace_lines"]
+__all__ = ["kind_table", "prediction_lines", "trace_app", "trace_lines", "unmapped_table"]
 
-trace_app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+trace_app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                        rich_markup_mode=None,
                         help="Import a torch.profiler trace of a decode step: replay it, map its kernels to ops, "
                              "predict the megakernel of the same ops.")
 STEP = typer.Option(None, "--step", help="Which step of the trace, 1 = the first (default: the median by span).")
@@ -105,7 +107,7 @@ def trace_lines(t: TraceImport) -> list[str]:
     return lines
 
 
-def kind_table(t: TraceImport):  # -> rich Table
+def kind_table(t: TraceImport) -> Table:
     """Time by op kind: kernels, their µs, the gaps before them, share of the step; with a prediction,
     the time mksim's one-kernel-per-op graph spends in the same kind's ops."""
     p = t.prediction
@@ -118,7 +120,7 @@ def kind_table(t: TraceImport):  # -> rich Table
     return tab
 
 
-def unmapped_table(t: TraceImport):  # -> rich Table
+def unmapped_table(t: TraceImport) -> Table:
     """The kernels mapped to no op, by name, largest total first."""
     rows = t.unmapped()
     tab = make_table("unmapped kernels", ["kernel", "count", "µs"], left=("kernel",))
