@@ -92,6 +92,7 @@ class Prediction:
     note: str | None = None
     #: the graph's time per op kind (each op's span, summed): what mksim expects one kernel per op to take
     graph_by_kind_us: dict[str, float] = field(default_factory=dict)
+    graph_node_us: float | None = None   #: the hardware file's interval between graph nodes (the trace's gaps)
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ class TraceImport:
     n_sms: int | None
     steps_by: str                    #: "ProfilerStep ranges", "cuda graph launches" or "whole trace"
     step_spans_us: tuple[float, ...] #: every step's span, in time order
+    step_starts_us: tuple[float, ...] #: every step's first activity, from the first step's
     step_number: int                 #: the chosen step, counted from 1 in time order
     left_out: int                    #: GPU activities outside every step
     kernels: tuple[TraceKernel, ...]
@@ -127,6 +129,13 @@ class TraceImport:
     def replay_error(self) -> float:
         """(replay - step) / step."""
         return self.replay_us / self.step_us - 1.0
+
+    @property
+    def step_period_us(self) -> float | None:
+        """The median interval between the starts of consecutive steps (``None`` with one step): the span
+        plus what separates two steps (a graph launch, the host between steps)."""
+        d = [b - a for a, b in zip(self.step_starts_us, self.step_starts_us[1:], strict=False)]
+        return statistics.median(d) if d else None
 
     @property
     def streams(self) -> tuple[int, ...]:
@@ -166,7 +175,8 @@ class TraceImport:
         """A JSON-ready summary (``mksim trace import --json``)."""
         d: dict[str, Any] = {
             "path": self.path, "gpu_name": self.gpu_name, "n_sms": self.n_sms, "steps_by": self.steps_by,
-            "step_spans_us": list(self.step_spans_us), "step_number": self.step_number, "left_out": self.left_out,
+            "step_spans_us": list(self.step_spans_us),
+            "step_period_us": self.step_period_us, "step_number": self.step_number, "left_out": self.left_out,
             "step_us": self.step_us, "replay_us": self.replay_us, "replay_error": self.replay_error,
             "n_kernels": len(self.kernels), "streams": list(self.streams), "busy_us": self.busy_us,
             "gaps_us": self.gaps_us, "model": self.model, "batch": self.batch, "kv_len": self.kv_len,
@@ -387,7 +397,8 @@ def import_trace(path: str | Path, *, model: str | None = None, batch: int = 1, 
     prop = props.get(dev, {})
     gpu_name = prop.get("name") if isinstance(prop.get("name"), str) else None
     n_sms = prop.get("numSms") if isinstance(prop.get("numSms"), int) else None
-    result = TraceImport(str(path), gpu_name, n_sms, how, tuple(spans), index + 1,
+    starts = [min(a["ts"] for a in g) for g in groups]
+    result = TraceImport(str(path), gpu_name, n_sms, how, tuple(spans), tuple(t - starts[0] for t in starts), index + 1,
                          len(acts) - sum(len(g) for g in groups), tuple(kernels), span, replay_us(kernels))
     if model is None:
         op_kinds = set(KINDS)
@@ -419,7 +430,7 @@ def import_trace(path: str | Path, *, model: str | None = None, batch: int = 1, 
     elif gpu_name and not g.full_name.lower().startswith(gpu_name.lower()):
         note = f"the trace ran on {gpu_name}, the prediction is for {g.full_name}"
     return replace(result, prediction=Prediction(g.name, str(g.path or ""), mk, graph_res.latency_us, span / mk,
-                                                 note, dict(by_kind)))
+                                                 note, dict(by_kind), g.launch.graph_node_us))
 
 
 def _doubts(kernels: list[TraceKernel], ops: tuple[Any, ...], missing: tuple[str, ...], model: str) -> tuple[str, ...]:

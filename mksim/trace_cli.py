@@ -83,6 +83,8 @@ def _rel(path: str) -> str:
 def trace_lines(t: TraceImport) -> list[str]:
     """The summary lines: the trace, the step, its time and replay (3), then the mapping and its doubts."""
     spans = ", ".join(f"{s:.1f}" for s in t.step_spans_us)
+    if t.step_period_us is not None:
+        spans += f" µs, one every {t.step_period_us:.1f}"
     which = "the median" if len(t.step_spans_us) > 1 else "the only one"
     streams = f"{len(t.streams)} stream{'s' if len(t.streams) > 1 else ''}"
     left = f"; {t.left_out} GPU activities outside every step left out" if t.left_out else ""
@@ -143,6 +145,9 @@ def prediction_lines(t: TraceImport) -> list[str]:
              + (f"{p.speedup:.2f}x faster" if p.speedup >= 1 else f"{1 / p.speedup:.2f}x slower")
              + f" than the traced step {t.step_us:.1f} µs; mksim's own one-kernel-per-op CUDA graph "
                f"{p.graph_us:.1f} µs"]
+    if p.graph_node_us is not None:
+        lines.append(f"launch   the traced kernels are {median_gap_us(t):.2f} µs apart (median gap); {p.gpu} assumes "
+                     f"{p.graph_node_us:.2f} µs between the nodes of a CUDA graph")
     if p.note:
         lines.append(f"note     {p.note}")
     return lines

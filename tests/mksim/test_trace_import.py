@@ -86,6 +86,7 @@ def test_full_trace_takes_the_median_step():
     t = import_trace(FULL)
     assert len(t.step_spans_us) == 3 and t.left_out == 0
     assert t.step_us == sorted(t.step_spans_us)[1] == t.step_spans_us[t.step_number - 1]
+    assert t.step_starts_us[0] == 0 and max(t.step_spans_us) < t.step_period_us < 1.01 * t.step_us
     first = import_trace(FULL, step=1)
     assert first.step_us == t.step_spans_us[0]
 
@@ -224,9 +225,10 @@ def test_cli_json_schema(tmp_path, capsys):
     assert "megakernel" in stdout and f"written to {out}" in stdout
     d = json.loads(out.read_text())
     assert {"step_us", "replay_us", "replay_error", "n_kernels", "busy_us", "gaps_us", "mapped_fraction",
-            "by_kind", "unmapped", "ops_without_kernels", "prediction", "kernels", "steps_by", "warnings"} <= set(d)
+            "by_kind", "unmapped", "ops_without_kernels", "prediction", "kernels", "steps_by", "warnings",
+            "step_period_us"} <= set(d)
     assert set(d["prediction"]) == {"gpu", "hardware_file", "megakernel_us", "graph_us", "speedup", "note",
-                                    "graph_by_kind_us"}
+                                    "graph_by_kind_us", "graph_node_us"}
     assert set(d["by_kind"][0]) == {"kind", "kernels", "busy_us", "gaps_us", "share"}
     assert set(d["kernels"][0]) == {"name", "category", "stream", "start_us", "dur_us", "gap_us", "grid", "block",
                                     "hint", "op", "kind"}
