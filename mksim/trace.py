@@ -393,6 +393,8 @@ def import_trace(path: str | Path, *, model: str | None = None, batch: int = 1, 
     spans = [span for _, span in chains]
     index = _pick(spans, step)
     kernels, span = chains[index]
+    if not span > 0:
+        raise TraceError(f"trace {path}: step {index + 1} lasts 0 µs (its GPU activities have no duration)")
     props = {d.get("id"): d for d in data.get("deviceProperties", []) if isinstance(d, dict)}
     prop = props.get(dev, {})
     gpu_name = prop.get("name") if isinstance(prop.get("name"), str) else None

@@ -245,6 +245,7 @@ def _bad_files(d: Path) -> dict[str, tuple[list[str], str]]:
     write(d, [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 1}], "nokernels.json")
     write(d, [kernel("gemm", 0, 1, device=0), kernel("gemm", 0, 1, device=1)], "twogpus.json")
     write(d, [kernel("gemm", 0, -1)], "negdur.json")
+    write(d, [kernel("gemm", 5, 0)], "zerodur.json")
     write(d, [kernel("gemm", "soon", 1)], "strts.json")  # type: ignore[arg-type]
     write(d, [kernel("gemm", 0, 1)], "ok.json")
     (d / "ok.json.gz").write_bytes(gzip.compress((d / "ok.json").read_bytes()))
@@ -259,6 +260,7 @@ def _bad_files(d: Path) -> dict[str, tuple[list[str], str]]:
         "two-gpus": (["trace", "import", f"{d}/twogpus.json"], "kernels on 2 GPUs (0, 1); pick one with --device"),
         "device-absent": (["trace", "import", f"{d}/ok.json", "--device", "3"], "no kernels on GPU 3"),
         "neg-dur": (["trace", "import", f"{d}/negdur.json"], "dur = -1"),
+        "zero-span": (["trace", "import", f"{d}/zerodur.json"], "step 1 lasts 0 µs"),
         "str-ts": (["trace", "import", f"{d}/strts.json"], "ts = 'soon'"),
         "step-range": (["trace", "import", step, "--step", "2"], "step 2 out of range: the trace has 1 step(s)"),
         "model": (["trace", "import", step, "-m", "gpt-9"], "unknown model 'gpt-9'"),
