@@ -48,8 +48,8 @@ from mksim.sim import simulate
 from mksim.trace_map import align, kernel_hint
 from mksim.workload import KINDS
 
-__all__ = ["Prediction", "TraceError", "TraceImport", "TraceKernel", "cut_trace", "import_trace", "median_gap_us",
-           "replay_us", "short_name"]
+__all__ = ["Prediction", "TraceError", "TraceImport", "TraceKernel", "cut_trace", "gpu_key", "import_trace",
+           "median_gap_us", "replay_us", "short_name"]
 
 #: Chrome-trace categories of GPU activities (lower-cased; older torch wrote ``Kernel``, ``Memset``).
 GPU_CATEGORIES = {"kernel": "kernel", "gpu_memset": "memset", "gpu_memcpy": "memcpy", "memset": "memset",
@@ -351,11 +351,23 @@ def _chain(group: list[dict[str, Any]]) -> tuple[list[TraceKernel], float]:
 
 
 # -- the whole import ------------------------------------------------------------------------------------
+def gpu_key(name: str) -> str:
+    """The model of a GPU name, to match the trace's name with a hardware file's: the first word with a
+    digit in it.
+
+    >>> gpu_key("NVIDIA H100 80GB HBM3"), gpu_key("NVIDIA A100-SXM4-80GB"), gpu_key("NVIDIA GeForce RTX 4090")
+    ('h100', 'a100', '4090')
+    """
+    words = [w for w in re.split(r"[\s\-_]+", name.lower()) if any(c.isdigit() for c in w)]
+    return words[0] if words else name.lower().strip()
+
+
 def _default_gpu(name: str | None) -> str:
-    """The hardware file of the trace's GPU: a calibrated one if there is, else the datasheet model."""
+    """The hardware file of the trace's GPU (same model, :func:`gpu_key`): a calibrated one if there is,
+    else the datasheet model."""
     if not name:
         raise TraceError("the trace does not name its GPU; give --gpu (mksim hw list)")
-    found = [n for n in hwmodels.available() if hwmodels.load(n).full_name.lower().startswith(name.lower())]
+    found = [n for n in hwmodels.available() if gpu_key(hwmodels.load(n).full_name) == gpu_key(name)]
     if not found:
         raise TraceError(f"no mksim hardware file for the trace's GPU {name!r}; give --gpu (mksim hw list)")
     return sorted(found, key=lambda n: (not n.endswith("-calibrated"), len(n)))[0]
@@ -429,7 +441,7 @@ def import_trace(path: str | Path, *, model: str | None = None, batch: int = 1, 
     note = None
     if n_sms is not None and n_sms != g.sm.count:
         note = f"the trace ran on {n_sms} SMs, {g.name} has {g.sm.count}: the prediction is for {g.name}"
-    elif gpu_name and not g.full_name.lower().startswith(gpu_name.lower()):
+    elif gpu_name and gpu_key(g.full_name) != gpu_key(gpu_name):
         note = f"the trace ran on {gpu_name}, the prediction is for {g.full_name}"
     return replace(result, prediction=Prediction(g.name, str(g.path or ""), mk, graph_res.latency_us, span / mk,
                                                  note, dict(by_kind), g.launch.graph_node_us))

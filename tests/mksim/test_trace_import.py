@@ -280,6 +280,17 @@ def test_bad_files_are_one_line_exit_2(tmp_path, capsys):
         assert stdout == "", case
 
 
+@pytest.mark.parametrize("name,gpu", [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA A100-SXM4-80GB", "a100"),
+                                      ("NVIDIA H200", "h200-calibrated"), ("NVIDIA GeForce RTX 4090", "rtx4090")])
+def test_the_traces_gpu_picks_the_hardware_file(tmp_path, name, gpu):
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"deviceProperties": [{"id": 0, "name": name, "numSms": 7}],
+                             "traceEvents": [kernel("gemm", 0, 1)]}))
+    t = import_trace(p, model="llama-3.2-1b")
+    assert t.prediction is not None and t.prediction.gpu == gpu
+    assert "the trace ran on 7 SMs" in (t.prediction.note or "")
+
+
 def test_gzipped_and_plain_read_alike_and_gpu_needs_a_name(tmp_path):
     _bad_files(tmp_path)
     assert import_trace(tmp_path / "ok.json").step_us == import_trace(tmp_path / "ok.json.gz").step_us == 1.0
