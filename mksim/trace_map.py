@@ -88,7 +88,15 @@ def kernel_hint(name: str) -> str | None:
     return None
 
 
+def _slot(op: Op) -> str:
+    """What kernels an op can take: its kind, or ``rope_kv+norm`` for a RoPE that also does Qwen3's
+    per-head q/k RMS norms (torch runs those as norm kernels between the q/k/v GEMM and RoPE)."""
+    return "rope_kv+norm" if op.kind == "rope_kv" and op.attrs.get("qk_norm") else op.kind
+
+
 def _score(hint: str, kind: str) -> float:
+    if kind == "rope_kv+norm" and hint in ("rope_kv", "rmsnorm"):
+        return KIND_SCORE
     if hint == kind:
         return ANCHOR_SCORE if kind in ANCHOR_KINDS else KIND_SCORE
     if hint == "epilogue" and kind == "matmul":
@@ -104,7 +112,7 @@ def align(hints: Sequence[str | None], ops: Sequence[Op]) -> list[int | None]:
     >>> align(["embed", "rope_kv", "elementwise", "rmsnorm", "matmul", "elementwise", "rope_kv"], ops)
     [0, None, 1, 1, 2, 3, 3]
     """
-    kinds = [op.kind for op in ops]
+    kinds = [_slot(op) for op in ops]
     spec = [i for i, h in enumerate(hints) if h is not None and h not in _GENERIC and h != "memory"]
     out: list[int | None] = [None] * len(hints)
     if spec and kinds:

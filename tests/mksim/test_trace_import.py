@@ -143,6 +143,16 @@ LAYER0 = ["embed", "L0.attn_norm", "L0.qkv_proj", "L0.rope_kv", "L0.attn_partial
           "L0.mlp_norm", "L0.gate_up_proj", "L0.silu_mul", "L0.down_proj", "L1.attn_norm"]
 
 
+def test_align_qwen3_qk_norms_belong_to_rope():
+    """Qwen3's per-head q/k RMS norms run between the q/k/v GEMM and RoPE; mksim's rope_kv does them."""
+    ops = models.workload("qwen3-8b").ops
+    norm = ["elementwise", "rmsnorm", "rmsnorm", "elementwise", "rmsnorm", "elementwise"]
+    hints = ["embed", *norm, "matmul", *norm, *norm, "rope_kv", "elementwise", "attn_partial", "attn_reduce"]
+    got = [ops[j].name if j is not None else None for j in align(hints, ops)]
+    assert got == ["embed"] + ["L0.attn_norm"] * 6 + ["L0.qkv_proj"] + ["L0.rope_kv"] * 14 + ["L0.attn_partial",
+                                                                                           "L0.attn_reduce"]
+
+
 @pytest.mark.parametrize("names,expected", [
     pytest.param(  # torch.compile: Triton kernels named after what they fuse, cuBLAS GEMMs, cuDNN SDPA
         ["triton_poi_fused_embedding_0", "triton_red_fused__to_copy_mean_mul_pow_rsqrt_1", "nvjet_sm90_tst_TNT",
