@@ -113,6 +113,19 @@ def test_profiler_step_ranges_split_an_eager_trace(tmp_path):
     assert t.step_spans_us == pytest.approx([11.0, 12.0, 11.0]) and t.step_us == pytest.approx(11.0)
 
 
+def test_graph_launches_leave_other_kernels_out_and_device_picks_a_gpu(tmp_path):
+    launch = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 1, "ts": 50.0 + 100 * s,
+               "dur": 5.0, "args": {"correlation": 100 + s}} for s in range(2)]
+    ev = launch + [kernel("gemm", 100.0 * (s + 1) + 3 * i, 2.0, corr=100 + s) for s in range(2) for i in range(3)]
+    ev += [kernel("eager_copy", 400.0, 1.0, corr=7), kernel("gemm", 10.0, 9.0, device=1, corr=9)]
+    p = write(tmp_path, ev)
+    t = import_trace(p, device=0)
+    assert t.steps_by == "cuda graph launches" and t.step_spans_us == (8.0, 8.0) and t.left_out == 1
+    assert t.step_period_us == 100.0 and t.step_number == 1
+    one = import_trace(p, device=1)
+    assert one.steps_by == "whole trace" and one.step_us == 9.0
+
+
 # -- mapping ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name,hint", [
     ("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_splitK_TNT", "matmul"),
