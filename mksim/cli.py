@@ -4,8 +4,8 @@ Errors in input (unknown names, bad files, impossible parameters, wrong argument
 print one line, ``error: ...``, and exit with status 2.
 
 ``validate``, ``calibrate`` and ``explore`` belong to other packages (:mod:`validation.cli`,
-:mod:`explorer.cli`): they are mounted by dotted name and imported only when invoked or listed,
-so mksim does not import the packages built on it.
+:mod:`explorer.cli`), ``trace`` to :mod:`mksim.trace_cli`: they are mounted by dotted name and imported
+only when invoked or listed, so mksim does not import the packages built on it.
 """
 
 from __future__ import annotations
@@ -40,11 +40,12 @@ class LazyGroup(TyperGroup):
         "calibrate": "validation.cli:calibrate_app",
         "validate": "validation.cli:validate_app",
         "explore": "explorer.cli:app",
+        "trace": "mksim.trace_cli:trace_app",
     }
 
     #: The order ``mksim --help`` lists the commands in (names not here come last).
     order: tuple[str, ...] = ("models", "workload", "compare", "simulate", "sweep", "search", "calibrate", "explore",
-                              "hw", "validate")
+                              "trace", "hw", "validate")
 
     def list_commands(self, ctx: Context) -> list[str]:
         names = [*super().list_commands(ctx), *(n for n in self.lazy if n not in self.commands)]

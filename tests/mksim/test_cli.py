@@ -160,7 +160,7 @@ def test_help_lists_every_command_and_mksim_cli_imports_no_other_package():
     assert r.returncode == 0
     listed = [line.split()[0] for line in r.stdout.split("Commands:")[1].strip().splitlines()]
     assert sorted(listed) == sorted(["models", "workload", "compare", "simulate", "sweep", "search", "hw",
-                                     "calibrate", "validate", "explore"])
+                                     "calibrate", "validate", "explore", "trace"])
     assert "Measure this GPU" in r.stdout and "Start the web explorer" in r.stdout
     code = ("import sys, mksim.cli; print(sorted({m.split('.')[0] for m in sys.modules} & "
             "{'explorer', 'validation', 'dash', 'optuna', 'torch', 'cupy'}))")
