@@ -51,6 +51,9 @@
 #ifndef MK_POLL_BATCH
 #define MK_POLL_BATCH 8           // sentinel polls in flight per lane
 #endif
+#ifndef MK_SENTINEL_FENCE
+#define MK_SENTINEL_FENCE 1       // 0: no acquire fence after a task's polls (an experiment; see mk_wait_deps)
+#endif
 
 struct MkPoll {                 // a byte segment the waiter polls (POLL_FIELDS in program.py)
     const unsigned char* ptr;
@@ -752,10 +755,14 @@ __device__ void mk_publish(const MkParams& P, int i0, int i1, const int* finishe
 __device__ bool mk_wait_deps(const MkParams& P, const int* t, int lane) {
     const int d0 = __ldg(t + 5), nd = __ldg(t + 6);
     bool ok = true;
-    if (P.sentinel) {  // poll the data itself; one acquire fence orders the workers' reads after it
+    if (P.sentinel) {
+        // poll the data itself. The producer wrote it with plain stores and no fence: the polled
+        // bytes are the data, each element seen whole or not at all. One acquire fence per task
+        // (not per element, and none on the producer's side) orders the workers' reads, which go
+        // to L2 like the polls, after them.
         for (int d = d0; ok && d < d0 + nd; ++d)
             ok = mk_poll_data(P, __ldg(P.poll_deps + 2 * d), __ldg(P.poll_deps + 2 * d + 1), lane);
-        asm volatile("fence.acq_rel.gpu;" ::: "memory");
+        if (MK_SENTINEL_FENCE) asm volatile("fence.acq_rel.gpu;" ::: "memory");
         return __all_sync(0xffffffffu, ok);
     }
     for (int d = d0; d < d0 + nd; ++d) {
