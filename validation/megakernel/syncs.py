@@ -28,6 +28,7 @@ from pathlib import Path
 import mksim
 from mksim.errors import MksimError
 
+from .gpu import measure as gpu_measure
 from .program import check_supported, kernel_options
 
 GPU = "h200-mk-kernels"  # the suite's hardware model: the calibrated H200 and our device functions' costs
@@ -64,10 +65,7 @@ def run(out_dir: Path | str, *, timeout_s: float = 150.0, quick: bool = False, r
         say: Callable[[str], None] = print) -> dict:
     """Run the cases (see the module's documentation) and write ``out_dir/syncs.json``; returns it.
     ``measure``: :func:`validation.megakernel.gpu.measure` unless given (tests pass a fake one)."""
-    if measure is None:
-        from .gpu import measure as gpu_measure
-
-        measure = gpu_measure
+    measure = measure or gpu_measure
     cases, syncs = CASES, SYNCS
     if quick:
         cases, syncs, reps = QUICK_CASES, QUICK_SYNCS, QUICK_REPS
