@@ -278,3 +278,22 @@ def test_the_syncs_runner_refuses_bad_arguments(capsys):
     with pytest.raises(SystemExit) as exc:
         syncs.main(["run", "--out", "x", "--timeout", "0"])
     assert exc.value.code == 2 and capsys.readouterr().err.startswith("error: ")
+
+
+# -- the kernel's sentinel experiments compile without spilling ------------------------------------
+NVCC = __import__("shutil").which("nvcc")
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not installed (CI has none; the device machine compiles)")
+@pytest.mark.parametrize("extra", [[], ["-DMK_SENTINEL_FENCE=0", "-DMK_POLL_SLEEP_NS=100", "-DMK_POLL_BATCH=8"]])
+@pytest.mark.slow
+def test_the_sentinel_kernel_compiles_without_spills(extra, tmp_path):
+    from validation.megakernel.gpu import compile_options
+
+    flags = [f for f in compile_options() if not f.startswith("-DMK_CONSUMERS")]
+    r = subprocess.run([NVCC, "-arch=sm_90", *flags, "-DMK_CONSUMERS=8", "-Xptxas", "-v", "-c",
+                        str(ROOT / "validation/megakernel/mk_kernel.cu"), "-o", str(tmp_path / "out.o"), *extra],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    persistent = r.stderr.split("Function properties for mk_persistent")[1].splitlines()[1]
+    assert "0 bytes spill stores" in persistent, persistent

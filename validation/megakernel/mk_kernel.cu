@@ -49,7 +49,10 @@
 #define MK_ERR_DATA 8
 
 #ifndef MK_POLL_BATCH
-#define MK_POLL_BATCH 8           // sentinel polls in flight per lane
+#define MK_POLL_BATCH 16          // sentinel polls in flight per lane (32 spills registers)
+#endif
+#ifndef MK_POLL_SLEEP_NS
+#define MK_POLL_SLEEP_NS 0        // > 0: a lane sleeps this long after a pass that left units pending
 #endif
 #ifndef MK_SENTINEL_FENCE
 #define MK_SENTINEL_FENCE 1       // 0: no acquire fence after a task's polls (an experiment; see mk_wait_deps)
@@ -206,6 +209,7 @@ __device__ bool mk_poll_data(const MkParams& P, int s0, int s1, int lane) {
                     if (bit[q] >= 0 && mk_unit_written(v[q], kind[q])) pending &= ~(1ull << bit[q]);
             }
             if (pending) {
+                if (MK_POLL_SLEEP_NS > 0) __nanosleep(MK_POLL_SLEEP_NS);
                 if (t0 == 0) {
                     t0 = mk_now();
                 } else if (mk_now() - t0 > MK_SPIN_LIMIT_NS) {
