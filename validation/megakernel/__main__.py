@@ -108,7 +108,9 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(r)
         print(f"{mode:18s} measured {r['measured_us']:9.1f} us (spread {r['measured_spread_us']:.1f}), predicted "
               f"{pred:9.1f} us, {r['GBps']:6.0f} GB/s, max rel err {r['max_rel_err']:.1e} ({r['worst_op']}), "
-              f"end to end {r['e2e_rel_err']:.1e}", flush=True)
+              f"end to end {r['e2e_rel_err']:.1e}" + (f", kernel-reset set {r['recycled_max_rel_err']:.1e}"
+                                                      if r.get("recycled_max_rel_err") is not None else ""),
+              flush=True)
         print(f"   trace: span {r['trace']['span_us']:.1f} us; " + "; ".join(
             f"{k} n={v['tasks']} wait {v['wait_us']:.2f} compute {v['compute_us']:.2f} publish {v['publish_us']:.2f}"
             f" ({v['GBps_per_sm']:.0f} GB/s/SM)" for k, v in r["trace"]["kinds"].items()), flush=True)
