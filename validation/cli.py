@@ -19,6 +19,7 @@ from mksim import models
 from mksim.console import emit_json, make_table, out, say
 from mksim.errors import MksimError, UnknownNameError
 from mksim.schedule import MODES, Schedule
+from validation.megakernel.program import check_supported
 from validation.suite_schedules import SCHEDULES, search_schedules
 
 try:  # typer >= 0.20 vendors click as typer._click
@@ -160,7 +161,9 @@ def validate_cmd(
     else:
         raise MksimError("give --schedule FILE, or --model NAME and --mode MODE (or a subcommand: suite, report, "
                          "schedules)")
-    vs.build(case, gpu)  # a schedule that cannot be built: one line, before any GPU work
+    sched = vs.build(case, gpu)  # a schedule that cannot be built: one line, before any GPU work
+    if not dry_run:  # ... nor one the generated kernels would run as another design
+        check_supported(sched)
     if dry_run:
         return _dry_run([case], gpu, as_json)
     if out_dir:

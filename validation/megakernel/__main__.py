@@ -1,7 +1,10 @@
 """Check and time one model's decode step in several modes: a quick look on the GPU.
 
 Run: python -m validation.megakernel [--model llama-3.2-1b] [--batch 1] [--modes megakernel,graph]
-[--json OUT] [--reps 20] [--pdl-trigger early|late]. The standard suite and its report are ``mksim validate``.
+[--json OUT] [--reps 20] [--pdl-trigger early|late] [--opt sync=sentinel]. The standard suite and its
+report are ``mksim validate``. Every mode's schedule is built and checked before any GPU work: one the
+generated kernels cannot run as predicted (dynamic dispatch, dies, native movement, an unknown sync,
+...) is refused in one line (``error: ...``, exit 2).
 """
 
 from __future__ import annotations
@@ -13,10 +16,13 @@ import os
 import sys
 
 import mksim
+from mksim.console import parse_options
 from mksim.errors import MksimError
+from mksim.schedule import Options
 from mksim.workload import build_llm_workload
 
 from .gpu import kernel_options, measure
+from .program import check_supported
 
 # the options of build_llm_workload a quick look may set (the rest are its own arguments)
 _FIXED = ("cfg", "batch", "kv_len", "phase", "prefill_tokens", "weight_dtype", "n_sms")
@@ -64,10 +70,14 @@ def main(argv: list[str] | None = None) -> None:
                     help="workload option KEY=VALUE of mksim.workload.build_llm_workload (kv_splits=16, fuse_norm=1, "
                          "split_qkv=1, ...)")
     a = ap.parse_args(argv)
-    base = kernel_options(a.model, a.batch, a.kv_len, a.gpu)
-    for kv in a.opt:
-        k, v = kv.split("=", 1)
-        base[k] = type(getattr(mksim.schedule.Options(), k))(v)
+    try:
+        base = kernel_options(a.model, a.batch, a.kv_len, a.gpu)
+        opts = parse_options(a.opt)
+        Options.checked(opts)  # names and types, in one line
+        base.update(opts)
+    except MksimError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
     wl_opts = {}
     for kv in a.wl:
         k, _, v = kv.partition("=")
@@ -75,11 +85,18 @@ def main(argv: list[str] | None = None) -> None:
             wl_opts[k] = workload_option(k, v)
         except ValueError as exc:
             ap.error(f"--wl {kv}: {exc}")
-    rows = []
-    for mode in a.modes.split(","):
+    schedules = {}
+    for mode in a.modes.split(","):  # every schedule built and checked before any GPU work
         try:
             wl = mksim.models.workload(a.model, batch=a.batch, kv_len=a.kv_len, **wl_opts)
-            s = mksim.build_schedule(wl, a.gpu, mode, **base)
+            schedules[mode] = mksim.build_schedule(wl, a.gpu, mode, **base)
+            check_supported(schedules[mode])
+        except MksimError as exc:
+            print(f"error: {mode}: {exc}", file=sys.stderr)
+            sys.exit(2)
+    rows = []
+    for mode, s in schedules.items():
+        try:
             pred = mksim.simulate(s).latency_us - s.gpu.launch.launch_latency_us
             raw = None
             if a.traces:
@@ -90,11 +107,13 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{mode}: {exc}", flush=True)
             rows.append({"mode": mode, "error": str(exc)})
             continue
-        r.update(mode=mode, model=a.model, batch=a.batch, predicted_us=pred, pdl_trigger=a.pdl_trigger)
+        r.update(mode=mode, model=a.model, batch=a.batch, predicted_us=pred, options=opts, pdl_trigger=a.pdl_trigger)
         rows.append(r)
         print(f"{mode:18s} measured {r['measured_us']:9.1f} us (spread {r['measured_spread_us']:.1f}), predicted "
               f"{pred:9.1f} us, {r['GBps']:6.0f} GB/s, max rel err {r['max_rel_err']:.1e} ({r['worst_op']}), "
-              f"end to end {r['e2e_rel_err']:.1e}", flush=True)
+              f"end to end {r['e2e_rel_err']:.1e}" + (f", kernel-reset set {r['recycled_max_rel_err']:.1e}"
+                                                      if r.get("recycled_max_rel_err") is not None else ""),
+              flush=True)
         print(f"   trace: span {r['trace']['span_us']:.1f} us; " + "; ".join(
             f"{k} n={v['tasks']} wait {v['wait_us']:.2f} compute {v['compute_us']:.2f} publish {v['publish_us']:.2f}"
             f" ({v['GBps_per_sm']:.0f} GB/s/SM)" for k, v in r["trace"]["kinds"].items()), flush=True)

@@ -13,9 +13,12 @@ The generated kernel runs one block per SM. Block ``s`` reads its queue, ``queue
 
 A dependency row is ``(kind, op, t0, t1)``: ``DEP_OP`` waits until the op's completion counter
 reaches its tile count (every tile done); ``DEP_TILES`` waits for the flags of tiles
-``[t0, t1)`` of that op. Whole-op dependencies use the counter with ``sync = "counter"`` and the
-flags with ``sync = "flag"``; partial ranges always use flags (a counter cannot say which tiles
-are done). :func:`decode` inverts :func:`encode`, and tests hold the two together.
+``[t0, t1)`` of that op. Whole-op dependencies use the counter with ``sync = "counter"``; with
+``sync = "flag"`` every dependency is a range of flags, and partial ranges always are (a counter
+cannot say which tiles are done). With ``sync = "sentinel"`` every dependency is a tile range too,
+and the kernel polls the bytes those tiles write instead of any flag (``program.py`` turns each
+range into the byte segments to poll). :func:`decode` inverts :func:`encode`, and tests hold the
+two together.
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ def encode_queues(g, queues: list[list[int]], sync: str = "counter") -> Program:
             tile = tile_of[t]
             d0 = len(deps)
             for p, t0, t1 in g.deps(t):
-                whole = t1 - t0 == n_tiles[p]
+                whole = sync == "counter" and t1 - t0 == n_tiles[p]
                 deps.append((DEP_OP if whole else DEP_TILES, p, t0, t1))
             rows.append((OPCODES[g.ops[op].kind], op, tile, bounds[op][tile], bounds[op][tile + 1], d0,
                          len(deps) - d0, -(-int(stream_B[t]) // WEIGHT_UNIT_B)))
@@ -109,5 +112,8 @@ def decode(program: Program) -> tuple[list[list[int]], dict[int, tuple[tuple[int
 
 
 def waits_on_flags(program: Program) -> bool:
-    """Whether the kernel needs per-tile flags (partial-range deps, or ``sync = "flag"``)."""
+    """Whether the kernel waits on per-tile flags (partial-range deps, or ``sync = "flag"``; with
+    ``sync = "sentinel"`` it polls the data instead)."""
+    if program.sync == "sentinel":
+        return False
     return program.sync == "flag" or bool((program.deps[:, 0] == DEP_TILES).any())

@@ -10,6 +10,12 @@ with NaN, the step runs once, every op's output is compared with torch's (``refe
 Then the step is timed with CUDA events after a warm-up: median and p90 - p10 of ``reps`` runs.
 A kernel that does not finish within ``watchdog_s`` is reported as hung (the device side gives up
 its own waits after 2 s and sets an error code, so this is the last resort).
+
+With ``sync="sentinel"`` (megakernel) a step has two sets of outputs and KV caches and steps
+alternate between them (``SentinelPlan`` in program.py): each step resets the other set in the
+kernel, so the timed steps include their reset and poll data no host fill has touched. The check
+runs twice: once on set 0 after the host's poison, and once more after the timed steps on set 1,
+which only the kernel reset (``recycled_max_rel_err``).
 """
 
 from __future__ import annotations
@@ -39,7 +45,8 @@ ERRORS = {1: "an op counter was not reached in 2 s (a dependency never finished)
           4: "a shared-memory page was not filled or freed in 2 s (the weight pipeline stalled)",
           5: "no attention device function for this head shape",
           6: "an unknown opcode in the task table",
-          7: "no matmul device function for this batch"}
+          7: "no matmul device function for this batch",
+          8: "polled data kept its sentinel for 2 s (sync=sentinel: a producer never wrote it)"}
 WARMUP_MS = 20.0
 L2_FLUSH_B = 256 << 20  # written before each single-op launch: over four times the H200's 60 MB L2
 kernel_options = P.kernel_options
@@ -140,29 +147,29 @@ class Runner:
         g = schedule.graph
         for i, op in enumerate(schedule.workload.ops):
             self.bufs[f"bounds:{op.name}"][...] = cp.asarray(g.bounds[i].astype(np.int32))
-        addr = {name: a.data.ptr for name, a in self.bufs.items()}
+        sp = plan.sentinel
+        if sp is not None:  # the second set of outputs and KV caches (steps alternate)
+            for name in sp.twins:
+                self.bufs[P.twin(name, 1)] = twin = self.bufs[name].copy()
+                if name.startswith(("kc:", "vc:")):  # the slot the step appends starts as the sentinel
+                    twin[:, :, schedule.workload.kv_len].fill(0xFFFF)
+        addrs = [{name: self.bufs[P.twin(name, p) if sp is not None and name in sp.twins else name].data.ptr
+                  for name in plan.buffers} for p in (0, 1)]
         prog = plan.program
         self.d_tasks = cp.asarray(prog.tasks)
         self.d_qs = cp.asarray(prog.queue_start)
         self.d_deps = cp.asarray(prog.deps if len(prog.deps) else np.zeros((1, 4), np.int32))
         self.d_tiles = cp.asarray(prog.op_tiles)
-        self.d_ops = cp.asarray(P.op_table(plan, addr).view(np.uint8))
         n_ops = len(schedule.workload.ops)
         self.counters = cp.zeros(n_ops, dtype=cp.uint32)
         self.flags = cp.zeros(int(np.sum(prog.op_tiles)), dtype=cp.uint32)
         self.barrier = cp.zeros(1, dtype=cp.uint32)
         self.error = cp.zeros(1, dtype=cp.int32)
         self.trace = cp.zeros((len(prog.tasks), 4), dtype=cp.uint64)
-        params = np.zeros(1, dtype=P.PARAM_FIELDS)
-        for f, a in zip(P.PARAM_PTR_FIELDS, (self.d_tasks, self.d_qs, self.d_deps, self.d_tiles, self.d_ops,
-                                             self.counters, self.flags, self.barrier, self.error, self.trace),
-                        strict=True):
-            params[0][f] = a.data.ptr
-        for f, v in zip(P.PARAM_INT_FIELDS, (n_ops, plan.page_B, plan.depth, plan.x_B,
-                                             schedule.workload.batch * plan.acc_rows, plan.acc_rows, int(plan.ahead),
-                                             0), strict=True):
-            params[0][f] = v
-        self.d_params = cp.asarray(params.view(np.uint8))
+        self.d_keep: list = []  # per-parity tables the parameters point to
+        self.param_sets = [self._params(p, addrs, n_ops) for p in ((0, 1) if sp is not None else (0,))]
+        self.d_params = self.param_sets[0]
+        self.parity = 0  # the output set the next megakernel step uses (sync="sentinel")
         self.graph: Any = None  # a cupy.cuda.graph.Graph once captured (cupy ships no type stubs)
         self.launches: list[_Launch] = []
         if schedule.mode in ("stream", "graph", "graph_pdl"):
@@ -174,6 +181,32 @@ class Runner:
                                              pdl))
         self.stream.synchronize()
 
+    def _params(self, parity: int, addrs: list[dict[str, int]], n_ops: int):
+        """The kernel parameters of steps on output set ``parity`` (0 unless sync="sentinel")."""
+        cp, plan = self.cp, self.plan
+        sp = plan.sentinel
+        d_ops = cp.asarray(P.op_table(plan, addrs[parity]).view(np.uint8))
+        params = np.zeros(1, dtype=P.PARAM_FIELDS)
+        for f, a in zip(P.PARAM_PTR_FIELDS, (self.d_tasks, self.d_qs, self.d_deps, self.d_tiles, d_ops,
+                                             self.counters, self.flags, self.barrier, self.error, self.trace),
+                        strict=True):
+            params[0][f] = a.data.ptr
+        for f, v in zip(P.PARAM_INT_FIELDS, (n_ops, plan.page_B, plan.depth, plan.x_B,
+                                             self.schedule.workload.batch * plan.acc_rows, plan.acc_rows,
+                                             int(plan.ahead), 0), strict=True):
+            params[0][f] = v
+        self.d_keep.append(d_ops)
+        if sp is not None:  # poll this set's outputs, reset the other set's
+            polls = cp.asarray(P.poll_table(sp, addrs[parity]).view(np.uint8))
+            deps = cp.asarray(sp.poll_deps if len(sp.poll_deps) else np.zeros((1, 2), np.int32))
+            resets = cp.asarray(P.reset_table(sp, addrs[1 - parity]).view(np.uint8))
+            self.d_keep += [polls, deps, resets]
+            for f, a in zip(P.SENTINEL_PTR_FIELDS, (polls, deps, resets), strict=True):
+                params[0][f] = a.data.ptr
+            params[0]["n_resets"] = len(sp.resets)
+            params[0]["sentinel"] = 1
+        return cp.asarray(params.view(np.uint8))
+
     def _alloc(self, name: str, b: P.Buffer, rng):
         cp = self.cp
         n = int(np.prod(b.shape))
@@ -184,8 +217,8 @@ class Runner:
             return cp.asarray(P.rope_table(wl.model.head_dim, b.scale, wl.kv_len))
         if b.fill == "bounds":
             return cp.zeros(b.shape, dtype=cp.int32)
-        if b.dtype == "f32":
-            return cp.full(b.shape, cp.nan, dtype=cp.float32)
+        if b.dtype == "f32":  # all ones: the sentinel of sync="sentinel" (a NaN, as poison)
+            return cp.full(b.shape, 0xFFFFFFFF, dtype=cp.uint32).view(cp.float32)
         out = cp.empty(n, dtype=cp.uint16)
         if b.fill == "poison":
             out.fill(0xFFFF)
@@ -207,8 +240,10 @@ class Runner:
             self.flags.fill(0)
             self.barrier.fill(0)
             self._record_start()
+            params = self.param_sets[self.parity]
+            self.parity = (self.parity + 1) % len(self.param_sets)
             self.k_persistent((len(self.schedule.queues),), (P.THREADS,),
-                              (self.d_params, np.int32(mode == "persistent_barrier")), shared_mem=self.plan.smem_B,
+                              (params, np.int32(mode == "persistent_barrier")), shared_mem=self.plan.smem_B,
                               stream=self.stream)
         elif mode == "stream":
             self._record_start()
@@ -243,19 +278,25 @@ class Runner:
         return self.cp.cuda.get_elapsed_time(self.e0, self.e1) * 1e3
 
     def poison(self) -> None:
+        """Every output and the KV-cache slot the step appends to all-ones bytes (NaN; the sentinel
+        of sync="sentinel"), in output set 0."""
         for name in self.plan.outputs:
             a = self.bufs[name]
-            a.fill(0xFFFF if a.dtype == self.cp.uint16 else self.cp.nan)
+            a.view(self.cp.uint16 if a.dtype == self.cp.uint16 else self.cp.uint32).fill(
+                0xFFFF if a.dtype == self.cp.uint16 else 0xFFFFFFFF)
         pos = self.schedule.workload.kv_len
         for name, a in self.bufs.items():
-            if name.startswith(("kc:", "vc:")):
+            if name.startswith(("kc:", "vc:")) and "@" not in name:
                 a[:, :, pos].fill(0xFFFF)
 
-    def torch_buffers(self) -> dict:
+    def torch_buffers(self, parity: int = 0) -> dict:
+        """The plan's buffers as torch tensors (those of output set ``parity`` under their plain names)."""
         import torch
 
+        sp = self.plan.sentinel
         out = {}
-        for name, a in self.bufs.items():
+        for name in self.plan.buffers:
+            a = self.bufs[P.twin(name, parity) if sp is not None and name in sp.twins else name]
             if a.dtype == self.cp.uint16:
                 out[name] = torch.from_dlpack(a.view(self.cp.int16)).view(torch.bfloat16)
                 if self.plan.buffers[name].layout == "mma":  # the weight the packed array holds
@@ -268,9 +309,23 @@ class Runner:
         """Poison, run once, compare every op's output with torch. Two relative errors per op: with
         the op's inputs taken from the kernel (its own error), and end to end."""
         self.poison()
+        self.parity = 0
         self.run_once(watchdog_s)
+        return self._compare(0)
+
+    def check_recycled(self, watchdog_s: float = 60.0) -> tuple[dict[str, float], dict[str, float]]:
+        """sync="sentinel": run a step on output set 1 as the timed steps do, its outputs reset by
+        the step before (no host poison), and compare them with torch as :meth:`check` does."""
+        if self.plan.sentinel is None:
+            raise MksimError("check_recycled is for sync=sentinel schedules")
+        if self.parity == 0:
+            self.run_once(watchdog_s)
+        self.run_once(watchdog_s)
+        return self._compare(1)
+
+    def _compare(self, parity: int) -> tuple[dict[str, float], dict[str, float]]:
         self.stream.synchronize()
-        tb = self.torch_buffers()
+        tb = self.torch_buffers(parity)
         ops = self.schedule.workload.ops
         local = reference.run(self.plan, tb, local=True)
         e_local = {op.name: reference.rel_err(tb[n], local[n]) for op, n in zip(ops, self.plan.outputs, strict=True)}
@@ -371,6 +426,7 @@ def measure(schedule, *, reps: int = 20, watchdog_s: float = 60.0, source_dir: P
         errs, e2e = r.check(watchdog_s)
         worst = max(errs, key=errs.__getitem__)
         times = r.time(reps, watchdog_s)
+        recycled = max(r.check_recycled(watchdog_s)[0].values()) if r.plan.sentinel is not None else None
         trace = r.trace_summary()
         if raw_trace is not None:  # the last run's stamps, with the task rows they belong to
             np.savez_compressed(raw_trace, stamps=r.cp.asnumpy(r.trace), tasks=r.plan.program.tasks,
@@ -384,10 +440,15 @@ def measure(schedule, *, reps: int = 20, watchdog_s: float = 60.0, source_dir: P
     q = np.percentile(times, [10, 90])
     streamed = float(wl.weight_bytes + sum(op.kv_read_bytes for op in wl.ops))
     return {"measured_us": med, "measured_spread_us": float(q[1] - q[0]), "times_us": times,
-            "max_rel_err": errs[worst], "worst_op": worst, "rel_err": errs, "ok": errs[worst] <= tolerance,
+            "max_rel_err": errs[worst], "worst_op": worst, "rel_err": errs,
+            "ok": errs[worst] <= tolerance and (recycled is None or recycled <= tolerance),
+            "recycled_max_rel_err": recycled, "sync": schedule.options.sync,
             "e2e_rel_err": max(e2e.values()), "e2e_rel_err_by_op": e2e, "trace": trace, "single_ops": single,
             "bytes_moved": streamed, "GBps": streamed / med / 1e3,
             "kernel": {"threads": P.THREADS, "worker_warps": P.CONSUMERS, "smem_B": r.plan.smem_B,
                        "page_B": r.plan.page_B, "depth": r.plan.depth, "ahead": r.plan.ahead,
-                       "blocks": len(schedule.queues) if schedule.queues is not None else None},
+                       "blocks": len(schedule.queues) if schedule.queues is not None else None,
+                       "sentinel_polls": len(r.plan.sentinel.polls) if r.plan.sentinel is not None else 0,
+                       "sentinel_reset_B": (sum(b for _n, _o, b in r.plan.sentinel.resets)
+                                            if r.plan.sentinel is not None else 0)},
             "sources": r.sources}

@@ -18,9 +18,13 @@
 // op boundaries, as far as the ring allows (its depth is the schedule's prefetch_depth, its page
 // the schedule's page_KiB). Dependencies (megakernel): a whole-op dependency waits for the op's
 // counter to reach its tile count, a partial one for the tiles' flags; both are published with
-// red.release.gpu after every worker fenced its writes, and read with ld.acquire.gpu. Any wait
-// that lasts MK_SPIN_LIMIT_NS sets an error code and makes every warp of the grid stop: a hang
-// becomes an error the host reports.
+// red.release.gpu after every worker fenced its writes, and read with ld.acquire.gpu. With
+// sync="flag" every dependency waits on tile flags. With sync="sentinel" (Kog's data as its own
+// flag) there is neither: outputs start as all-ones bytes, producers write them with plain stores,
+// and the waiter polls the very bytes its task will read until none is the sentinel (see
+// mk_poll_data and SentinelPlan in program.py); the publisher warp then resets the other step's
+// outputs instead. Any wait that lasts MK_SPIN_LIMIT_NS sets an error code and makes every warp of
+// the grid stop: a hang becomes an error the host reports.
 #include "mk_ops.cuh"
 
 #ifndef MK_CONSUMERS
@@ -42,6 +46,28 @@
 #define MK_ERR_ATTN 5
 #define MK_ERR_OPCODE 6
 #define MK_ERR_BATCH 7
+#define MK_ERR_DATA 8
+
+#ifndef MK_POLL_BATCH
+#define MK_POLL_BATCH 16          // sentinel polls in flight per lane (32 spills registers)
+#endif
+#ifndef MK_POLL_SLEEP_NS
+#define MK_POLL_SLEEP_NS 0        // > 0: a lane sleeps this long after a pass that left units pending
+#endif
+#ifndef MK_SENTINEL_FENCE
+#define MK_SENTINEL_FENCE 1       // 0: no acquire fence after a task's polls (an experiment; see mk_wait_deps)
+#endif
+
+struct MkPoll {                 // a byte segment the waiter polls (POLL_FIELDS in program.py)
+    const unsigned char* ptr;
+    int end;                    // units of its dependency's list up to and including this segment
+    int kind;                   // 0: 16-byte words of bf16, 1: of fp32; 2: one bf16, 3: one fp32
+};
+
+struct MkReset {                // a piece of the next step's outputs to reset (RESET_FIELDS)
+    unsigned char* ptr;         // 16-byte aligned
+    unsigned long long nbytes;  // whole 4-byte words
+};
 
 struct MkParams {               // keep in step with PARAM_FIELDS in program.py
     const int* tasks;           // rows of MK_TASK_FIELDS int32 (see encode.py)
@@ -57,6 +83,10 @@ struct MkParams {               // keep in step with PARAM_FIELDS in program.py
     int n_ops, page_B, depth, x_B;  // ring page bytes and depth; bytes of the x / scratch region
     int acc_floats, acc_rows;  // row accumulators: T x acc_rows floats (acc_rows a power of two)
     int ahead, pad2;           // 0: the producer streams a task only once the workers have begun it
+    const MkPoll* polls;       // sync="sentinel": the segments to poll,
+    const int* poll_deps;      // ... each dependency row's segments [s0, s1) (int pairs),
+    const MkReset* resets;     // ... and the other step's outputs, reset by the publisher warps
+    int n_resets, sentinel;    // sentinel: 1 with sync="sentinel"
 };
 
 __device__ __forceinline__ unsigned mk_smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
@@ -95,6 +125,115 @@ __device__ bool mk_wait_at_least(const unsigned* p, unsigned want, int* error, i
         }
     }
     return true;
+}
+
+// ---------------------------------------------------------------- sync="sentinel"
+__device__ __forceinline__ uint4 mk_ld_relaxed_v4(const unsigned char* p) {
+    uint4 v;
+    asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+    return v;
+}
+
+// One unit of a polled segment (MkPoll.kind); a single element comes zero-extended in .x.
+__device__ __forceinline__ uint4 mk_poll_load(const unsigned char* p, int kind) {
+    if (kind < 2) return mk_ld_relaxed_v4(p);
+    unsigned x;
+    if (kind == 2) {
+        unsigned short h;
+        asm volatile("ld.relaxed.gpu.global.u16 %0, [%1];" : "=h"(h) : "l"(p) : "memory");
+        x = h;
+    } else {
+        asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(x) : "l"(p) : "memory");
+    }
+    return make_uint4(x, 0u, 0u, 0u);
+}
+
+// Whether no element of a unit is the sentinel (all ones): each 16-bit half of the words for
+// bf16, each word for fp32. Elements are checked one by one, so a unit whose producer has written
+// some of its elements (or a row written in part) still counts as pending.
+__device__ __forceinline__ bool mk_unit_written(uint4 v, int kind) {
+    if (kind & 1) return (v.x != ~0u) & (v.y != ~0u) & (v.z != ~0u) & (v.w != ~0u);
+    const unsigned w[4] = {v.x, v.y, v.z, v.w};
+    bool ok = true;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) ok &= ((w[i] & 0xffffu) != 0xffffu) & ((w[i] >> 16) != 0xffffu);
+    return ok;
+}
+
+// Poll the units of segments [s0, s1) of P.polls (one dependency's list) until none holds the
+// sentinel. Lane l takes units l, l + 32, ... of the list, a window of 64 of them at a time; a pass
+// loads every unit of the window still pending, MK_POLL_BATCH loads in flight, and passes repeat
+// until none is: data that lands in any order is seen one pass after its last unit. False, with
+// the error code set, after MK_SPIN_LIMIT_NS or when another block has failed.
+__device__ bool mk_poll_data(const MkParams& P, int s0, int s1, int lane) {
+    if (s0 >= s1) return true;
+    const MkPoll* S = P.polls;
+    const int total = __ldg(&S[s1 - 1].end);
+    unsigned long long t0 = 0;
+    int seg_w = s0, passes = 0;
+    for (int w0 = 0; w0 < total; w0 += 64 * 32) {
+        const int mine = min(64, max(0, (total - w0 - lane + 31) / 32));
+        unsigned long long pending = mine == 64 ? ~0ull : (1ull << mine) - 1;
+        while (__ldg(&S[seg_w].end) <= w0) ++seg_w;  // the segment of unit w0
+        while (pending) {
+            unsigned long long m = pending;
+            int seg = seg_w;
+            while (m) {
+                const unsigned char* addr[MK_POLL_BATCH];
+                int kind[MK_POLL_BATCH], bit[MK_POLL_BATCH];
+#pragma unroll
+                for (int q = 0; q < MK_POLL_BATCH; ++q) {
+                    bit[q] = -1;
+                    kind[q] = 0;
+                    addr[q] = nullptr;
+                    if (m) {
+                        const int j = __ffsll((long long)m) - 1;
+                        m &= m - 1;
+                        const int u = w0 + 32 * j + lane;
+                        while (__ldg(&S[seg].end) <= u) ++seg;
+                        const int first = seg == s0 ? 0 : __ldg(&S[seg - 1].end);
+                        kind[q] = __ldg(&S[seg].kind);
+                        const unsigned char* base = reinterpret_cast<const unsigned char*>(
+                            __ldg(reinterpret_cast<const unsigned long long*>(&S[seg].ptr)));
+                        addr[q] = base + (size_t)(u - first) * (kind[q] < 2 ? 16 : 2 * (kind[q] - 1));
+                        bit[q] = j;
+                    }
+                }
+                uint4 v[MK_POLL_BATCH];
+#pragma unroll
+                for (int q = 0; q < MK_POLL_BATCH; ++q)
+                    v[q] = bit[q] >= 0 ? mk_poll_load(addr[q], kind[q]) : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+                for (int q = 0; q < MK_POLL_BATCH; ++q)
+                    if (bit[q] >= 0 && mk_unit_written(v[q], kind[q])) pending &= ~(1ull << bit[q]);
+            }
+            if (pending) {
+                if (MK_POLL_SLEEP_NS > 0) __nanosleep(MK_POLL_SLEEP_NS);
+                if (t0 == 0) {
+                    t0 = mk_now();
+                } else if (mk_now() - t0 > MK_SPIN_LIMIT_NS) {
+                    atomicCAS(P.error, 0, MK_ERR_DATA);
+                    return false;
+                }
+                if ((++passes & 15) == 0 && mk_failed(P.error)) return false;
+            }
+        }
+    }
+    return true;
+}
+
+// The publisher warp with sync="sentinel" (nothing to publish): write the sentinel over the other
+// step's outputs and appended KV-cache slots, which no task of this step reads; block b takes
+// pieces b, b + grid, ... The next step starts after this one has ended, so sees them all.
+__device__ void mk_reset_next(const MkParams& P, int lane) {
+    const uint4 ones = make_uint4(~0u, ~0u, ~0u, ~0u);
+    for (int j = blockIdx.x; j < P.n_resets; j += gridDim.x) {
+        unsigned char* p = P.resets[j].ptr;
+        const long long n = (long long)P.resets[j].nbytes, n16 = n & ~15ll;
+        for (long long o = 16 * lane; o < n16; o += 16 * 32) *reinterpret_cast<uint4*>(p + o) = ones;
+        for (long long o = n16 + 4 * lane; o < n; o += 4 * 32) *reinterpret_cast<unsigned*>(p + o) = ~0u;
+    }
 }
 
 // ---------------------------------------------------------------- the page ring
@@ -620,6 +759,16 @@ __device__ void mk_publish(const MkParams& P, int i0, int i1, const int* finishe
 __device__ bool mk_wait_deps(const MkParams& P, const int* t, int lane) {
     const int d0 = __ldg(t + 5), nd = __ldg(t + 6);
     bool ok = true;
+    if (P.sentinel) {
+        // poll the data itself. The producer wrote it with plain stores and no fence: the polled
+        // bytes are the data, each element seen whole or not at all. One acquire fence per task
+        // (not per element, and none on the producer's side) orders the workers' reads, which go
+        // to L2 like the polls, after them.
+        for (int d = d0; ok && d < d0 + nd; ++d)
+            ok = mk_poll_data(P, __ldg(P.poll_deps + 2 * d), __ldg(P.poll_deps + 2 * d + 1), lane);
+        if (MK_SENTINEL_FENCE) asm volatile("fence.acq_rel.gpu;" ::: "memory");
+        return __all_sync(0xffffffffu, ok);
+    }
     for (int d = d0; d < d0 + nd; ++d) {
         const int kind = __ldg(P.deps + 4 * d), p = __ldg(P.deps + 4 * d + 1);
         const int t0 = __ldg(P.deps + 4 * d + 2), t1 = __ldg(P.deps + 4 * d + 3);
@@ -679,7 +828,8 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1) mk_persistent(const 
         return;
     }
     if (warp == MK_CONSUMERS + 1) {
-        if (lane == 0 && !barrier_mode) mk_publish(P, q0, q1, k.finished);
+        if (P.sentinel) mk_reset_next(P, lane);
+        else if (lane == 0 && !barrier_mode) mk_publish(P, q0, q1, k.finished);
         return;
     }
     if (warp == MK_CONSUMERS + 2) {

@@ -49,7 +49,24 @@ OP_FIELDS = np.dtype([(f, "<i4") for f in OP_INT_FIELDS] + [(f, "<f4") for f in 
 PARAM_PTR_FIELDS = ("tasks", "queue_start", "deps", "op_tiles", "ops", "counters", "flags", "barrier", "error",
                     "trace")
 PARAM_INT_FIELDS = ("n_ops", "page_B", "depth", "x_B", "acc_floats", "acc_rows", "ahead", "pad2")
-PARAM_FIELDS = np.dtype([(f, "<u8") for f in PARAM_PTR_FIELDS] + [(f, "<i4") for f in PARAM_INT_FIELDS])
+# sync="sentinel" (appended, so that the fields above keep their offsets): the byte segments the
+# waiter polls, each dependency's range of them, the segments the publisher warp resets for the
+# next step, and how many of those there are
+SENTINEL_PTR_FIELDS = ("polls", "poll_deps", "resets")
+SENTINEL_INT_FIELDS = ("n_resets", "sentinel")
+PARAM_FIELDS = np.dtype([(f, "<u8") for f in PARAM_PTR_FIELDS] + [(f, "<i4") for f in PARAM_INT_FIELDS]
+                        + [(f, "<u8") for f in SENTINEL_PTR_FIELDS] + [(f, "<i4") for f in SENTINEL_INT_FIELDS])
+# a segment the waiter polls (MkPoll in mk_kernel.cu): its address, the units of its dependency's
+# list up to and including it, and its unit (POLL_KINDS)
+POLL_FIELDS = np.dtype([("ptr", "<u8"), ("end", "<i4"), ("kind", "<i4")])
+# a unit of a polled segment: 16 bytes of bf16 or fp32 elements, or one element (the unaligned
+# head and tail of a segment)
+POLL_KINDS = {("vec", 2): 0, ("vec", 4): 1, ("one", 2): 2, ("one", 4): 3}
+POLL_UNIT_B = {0: 16, 1: 16, 2: 2, 3: 4}
+RESET_FIELDS = np.dtype([("ptr", "<u8"), ("nbytes", "<u8")])
+RESET_CHUNK_B = 4096  # the publisher warps split the next step's reset into pieces of at most this
+SENTINEL_BYTE = 0xFF   # every byte of a polled output before its producer writes it (see sentinel_plan)
+KERNEL_SYNCS = ("counter", "flag", "sentinel")  # the syncs the megakernel runs (Options.sync)
 
 
 @dataclass(frozen=True)
@@ -81,6 +98,7 @@ class Plan:
     acc_rows: int
     smem_B: int
     outputs: list[str] = field(default_factory=list)  # buffer of each op's output, in op order
+    sentinel: SentinelPlan | None = None  # sync="sentinel": what is polled and reset
 
 
 def x_region_bytes(schedule) -> int:
@@ -159,7 +177,33 @@ def kernel_options(model: str, batch: int, kv_len: int = 1024, gpu: str = "h200-
     return opts
 
 
-def _check_supported(schedule) -> None:
+KERNEL_RUNS = ("one block per SM, static per-SM queues (dispatch=static), one die (dies=false), "
+               "movement=ideal, sync " + "/".join(KERNEL_SYNCS))
+
+
+def check_designs(schedule) -> None:
+    """Refuse, in one line (:class:`ScheduleError`), a schedule whose designs the generated kernels
+    do not run, rather than run another design in its place: dynamic dispatch, dies, the native
+    data movement of ``movement="native"`` and syncs other than :data:`KERNEL_SYNCS`. The message
+    names what the kernels run (:data:`KERNEL_RUNS`)."""
+    o = schedule.options
+    why = None
+    if o.dispatch != "static":
+        why = f"dispatch={o.dispatch!r} (its scheduler warps) has no device code"
+    elif o.dies:
+        why = "dies=true (dependencies across dies) has no device code"
+    elif o.movement != "ideal":
+        why = f"movement={o.movement!r} (the generation's own loader) has no device code"
+    elif o.sync not in KERNEL_SYNCS:
+        why = f"sync={o.sync!r} has no device code"
+    if why:
+        raise ScheduleError(f"the generated kernel cannot run this schedule: {why}; it runs {KERNEL_RUNS}")
+
+
+def check_supported(schedule) -> None:
+    """Refuse, in one line, a schedule the generated kernels cannot run as it was predicted: its
+    designs (:func:`check_designs`), its model's op kinds and shapes, its batch, its pages."""
+    check_designs(schedule)
     wl = schedule.workload
     cfg = wl.model
     if cfg is None:
@@ -295,9 +339,147 @@ ROWS: dict[str, Callable[[RowArgs], Buffer]] = {
 }
 
 
+@dataclass
+class SentinelPlan:
+    """``sync="sentinel"`` (Kog's data as its own flag) as tables: no counter, no flag, no fence on
+    the producer's side. Every byte of a polled output starts as :data:`SENTINEL_BYTE` (all ones:
+    bf16 0xFFFF and fp32 0xFFFFFFFF, NaNs that no output takes: ``mk_f32_to_bf16`` writes every NaN
+    as 0x7fc0, the GPU's fp32 arithmetic gives the canonical NaN 0x7fffffff, the weights an
+    embedding copies are finite); a producer writes its outputs with plain stores, each element
+    once; a consumer's waiter polls every element of the tiles it depends on (16 bytes at a time,
+    each element checked, so a partly written row is seen as such) until none is the sentinel, then
+    fences once (acquire) before the workers read.
+
+    The reset for the next step is inside the step: a step has two sets of outputs and KV caches
+    (``twins``, the second named ``NAME@1``), steps alternate between them, and while step ``s``
+    runs on one set its publisher warps (idle with sentinels: nothing to publish) write the
+    sentinel over the other set's outputs and the KV-cache slot the step appends (``resets``), which
+    no task of step ``s`` reads; step ``s + 1`` starts after step ``s`` has ended. In a decode loop
+    the slot would be the next position's; here every step appends at the same one."""
+    polls: list[tuple[str, int, int]]   # per segment: buffer, byte offset, kind (POLL_KINDS)
+    poll_end: np.ndarray                # int32 per segment: units of its dependency's list up to it
+    poll_deps: np.ndarray               # (n_deps, 2) int32: each dependency row's segments [s0, s1)
+    resets: list[tuple[str, int, int]]  # buffer, byte offset, bytes (<= RESET_CHUNK_B): one step's reset
+    twins: tuple[str, ...]              # buffers a step has two of
+
+
+def byte_segments(buffer: str, a: int, z: int, esz: int) -> list[tuple[str, int, int, int]]:
+    """Bytes ``[a, z)`` of ``buffer`` (elements of ``esz`` bytes; the buffer 16-byte aligned) as
+    poll segments ``(buffer, offset, kind, units)``: whole 16-byte words, and single elements for
+    an unaligned head and tail.
+
+    >>> byte_segments("x", 6, 40, 2)
+    [('x', 6, 2, 5), ('x', 16, 0, 1), ('x', 32, 2, 4)]
+    """
+    if a % esz or z % esz:
+        raise ValueError(f"bytes [{a}, {z}) are not whole {esz}-byte elements")
+    A = min(z, -(-a // 16) * 16)
+    Z = A + (z - A) // 16 * 16
+    out = []
+    if A > a:
+        out.append((buffer, a, POLL_KINDS["one", esz], (A - a) // esz))
+    if Z > A:
+        out.append((buffer, A, POLL_KINDS["vec", esz], (Z - A) // 16))
+    if z > Z:
+        out.append((buffer, Z, POLL_KINDS["one", esz], (z - Z) // esz))
+    return out
+
+
+def written_bytes(op: Op, row: dict, lo: int, hi: int, T: int) -> list[tuple[str, int, int, int]]:
+    """What tiles ``[lo, hi)`` (output elements, the op's tile bounds) of ``op`` write:
+    ``(buffer, first byte, end byte, element bytes)`` ranges, adjacent ones merged: its rows of the
+    output and, for ``rope_kv``, the KV-cache slot it appends."""
+    out: list[tuple[str, int, int, int]] = []
+
+    def add(buf: str, a: int, z: int, esz: int) -> None:
+        if out and out[-1][0] == buf and out[-1][2] == a:
+            out[-1] = (buf, out[-1][1], z, esz)
+        elif z > a:
+            out.append((buf, a, z, esz))
+
+    if op.kind == "attn_partial":  # fp32 partials, one row of G (D + 2) floats each
+        stride = row["hq"] // row["hkv"] * (row["hd"] + 2) * 4
+        add(row["out"], lo * stride, hi * stride, 4)
+        return out
+    ld = row["ld_out"]
+    if op.kind == "attn_reduce":  # reduction i: the G heads of kv head g = i // T of row b = i % T
+        GD = row["hq"] // row["hkv"] * row["hd"]
+        for i in range(lo, hi):
+            g, b = divmod(i, T)
+            add(row["out"], (b * ld + g * GD) * 2, (b * ld + (g + 1) * GD) * 2, 2)
+        return out
+    for b in range(T):  # the other kinds: tiles are ranges of each row's output elements
+        add(row["out"], (b * ld + lo) * 2, (b * ld + hi) * 2, 2)
+    if op.kind == "rope_kv":
+        D, hkv, s_max, pos = row["hd"], row["hkv"], row["s_max"], row["pos"]
+        Q, KV = row["hq"] * D, hkv * D
+        for cache, base in (("kc", Q), ("vc", Q + KV)):
+            for b in range(T):
+                for h in range(hkv):
+                    e0, e1 = max(lo, base + h * D), min(hi, base + (h + 1) * D)
+                    if e1 > e0:
+                        slot = ((b * hkv + h) * s_max + pos) * D
+                        add(row[cache], (slot + e0 - base - h * D) * 2, (slot + e1 - base - h * D) * 2, 2)
+    return out
+
+
+def sentinel_plan(schedule, rows: list[dict], buffers: dict[str, Buffer], program: Program) -> SentinelPlan:
+    """The poll segments of every dependency of ``program`` and the reset of one step (see
+    :class:`SentinelPlan`)."""
+    wl, g = schedule.workload, schedule.graph
+    bounds = [b.tolist() for b in g.bounds]
+    polls: list[tuple[str, int, int]] = []
+    ends: list[int] = []
+    lists: dict[tuple[int, int, int], tuple[int, int]] = {}
+    poll_deps = np.zeros((len(program.deps), 2), dtype=np.int32)
+    for d, (_kind, p, t0, t1) in enumerate(program.deps.tolist()):
+        key = (p, t0, t1)
+        if key not in lists:
+            s0, units = len(polls), 0
+            for buf, a, z, esz in written_bytes(wl.ops[p], rows[p], bounds[p][t0], bounds[p][t1], wl.batch):
+                for _b, off, kind, n in byte_segments(buf, a, z, esz):
+                    units += n
+                    polls.append((buf, off, kind))
+                    ends.append(units)
+            lists[key] = (s0, len(polls))
+        poll_deps[d] = lists[key]
+    twins = tuple(n for n in buffers if n.startswith(("out:", "kc:", "vc:")))
+    spans: list[tuple[str, int, int]] = [(n, 0, buffers[n].nbytes) for n in twins if n.startswith("out:")]
+    for r in rows:  # the KV-cache slot each rope_kv appends
+        if r["kind"] == OPCODES["rope_kv"]:
+            D, slot_B = r["hd"], r["hd"] * 2
+            for cache in ("kc", "vc"):
+                for bh in range(wl.batch * r["hkv"]):
+                    spans.append((r[cache], ((bh * r["s_max"]) + r["pos"]) * D * 2, slot_B))
+    resets = [(n, a + c, min(RESET_CHUNK_B, nb - c)) for n, a, nb in spans for c in range(0, nb, RESET_CHUNK_B)]
+    return SentinelPlan(polls=polls, poll_end=np.array(ends, dtype=np.int32), poll_deps=poll_deps, resets=resets,
+                        twins=twins)
+
+
+def twin(name: str, parity: int) -> str:
+    """The name of buffer ``name`` in the set of step parity ``parity`` (sync="sentinel")."""
+    return f"{name}@1" if parity else name
+
+
+def poll_table(sp: SentinelPlan, address: dict[str, int]) -> np.ndarray:
+    """The poll segments with buffer names replaced by device addresses (POLL_FIELDS)."""
+    t = np.zeros(len(sp.polls), dtype=POLL_FIELDS)
+    for i, (buf, off, kind) in enumerate(sp.polls):
+        t[i] = (address[buf] + off, sp.poll_end[i], kind)
+    return t
+
+
+def reset_table(sp: SentinelPlan, address: dict[str, int]) -> np.ndarray:
+    """The reset pieces with buffer names replaced by device addresses (RESET_FIELDS)."""
+    t = np.zeros(len(sp.resets), dtype=RESET_FIELDS)
+    for i, (buf, off, nb) in enumerate(sp.resets):
+        t[i] = (address[buf] + off, nb)
+    return t
+
+
 def plan(schedule, seed: int = 0) -> Plan:
     """The buffers, op table and instruction tables of ``schedule`` (any mode)."""
-    _check_supported(schedule)
+    check_supported(schedule)
     wl, g = schedule.workload, schedule.graph
     cfg = wl.model
     T, kv_len = wl.batch, wl.kv_len
@@ -323,7 +505,7 @@ def plan(schedule, seed: int = 0) -> Plan:
         args = RowArgs(op=op, row=r, ins=[out_name(inp.op) for inp in op.inputs],
                        ins_op=[wl.ops[index[inp.op]] for inp in op.inputs], buffers=buffers, cfg=cfg, T=T,
                        kv_len=kv_len, bounds=g.bounds[i], page_B=page_B)
-        out = ROWS[op.kind](args)  # _check_supported has refused kinds without one
+        out = ROWS[op.kind](args)  # check_supported has refused kinds without one
         buffers[out_name(op.name)] = out
         outputs.append(out_name(op.name))
         rows.append(r)
@@ -345,8 +527,12 @@ def plan(schedule, seed: int = 0) -> Plan:
         program = encode(schedule)
     else:  # chains: every task in id order, one block per task
         program = encode_queues(g, [list(range(len(g)))], o.sync)
+    sentinel = None
+    if o.sync == "sentinel" and schedule.mode == "megakernel":
+        sentinel = sentinel_plan(schedule, rows, buffers, program)
     return Plan(schedule=schedule, buffers=buffers, ops=rows, program=program, page_B=page_B, depth=depth,
-                ahead=o.prefetch_depth > 0, x_B=x_B, acc_rows=n_rows, smem_B=smem, outputs=outputs)
+                ahead=o.prefetch_depth > 0, x_B=x_B, acc_rows=n_rows, smem_B=smem, outputs=outputs,
+                sentinel=sentinel)
 
 
 def rope_table(head_dim: int, theta: float, pos: int) -> np.ndarray:
