@@ -105,6 +105,16 @@ def load(name_or_path: str | Path, profile: str | None = None) -> GPUSpec:
     return _build(raw, path)
 
 
+def profile_info(name_or_path: str | Path) -> dict[str, str]:
+    """A profile's identity: ``{"profile", "full_name", "measured_on"}``.
+
+    >>> profile_info("mksim")["measured_on"]
+    'h200-calibrated'
+    """
+    prof = _read(resolve_profile(name_or_path))
+    return {k: str(prof.get(k, "")) for k in ("profile", "full_name", "measured_on")}
+
+
 def resolve_profile(name_or_path: str | Path) -> Path:
     """The file behind a profile name or path; unknown names list the known ones."""
     text = str(name_or_path)

@@ -163,6 +163,28 @@ def compare_workload(wl: Workload, g: GPUSpec, policy: str | None = None, design
     return {m: done[m] for m in [*have, *rows[len(order):]]}
 
 
+def assumptions(g: GPUSpec) -> dict[str, Any]:
+    """What a prediction on ``g`` assumes: the hardware file and the implementation profile, and a
+    sentence saying so (every output that shows a prediction prints it).
+
+    >>> import hwmodels
+    >>> assumptions(hwmodels.load("h200"))["text"][:80]
+    'assumes: hardware h200; no implementation profile: the best kernels the chip all'
+    >>> assumptions(hwmodels.load("h200-calibrated+mksim"))["profile"]
+    'mksim'
+    """
+    hw = g.name.split("+", 1)[0] if g.profile and "+" in g.name else g.name
+    if not g.profile:
+        return {"hardware": hw, "profile": None,
+                "text": f"assumes: hardware {hw}; no implementation profile: the best kernels the chip allows, "
+                        f"not a particular library (GPU+PROFILE names one: {', '.join(hwmodels.profiles())})"}
+    info = hwmodels.profile_info(g.profile)
+    moved = "" if info["measured_on"] in (hw, g.extends) else f", transferred from {info['measured_on']}"
+    return {"hardware": hw, "profile": g.profile, "measured_on": info["measured_on"],
+            "text": f"assumes: hardware {hw}; implementation profile {g.profile} ({info['full_name']}, measured on "
+                    f"{info['measured_on']}{moved})"}
+
+
 def compare_modes(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase: str = "decode",
                   prefill_tokens: int = 0, dtype: str = "bf16", policy: str | None = None,
                   designs: str | None = None, opts: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -179,4 +201,5 @@ def compare_modes(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phas
     base = results["stream"].latency_us if "stream" in results else next(iter(results.values())).latency_us
     return {"model": model, "gpu": g.name, "workload": wl.name, "batch": batch, "kv_len": kv_len,
             "phase": phase, "bandwidth_floor_us": wl.bandwidth_floor_us(g.dram.bandwidth_spec_GBps * 1e9),
-            "modes": {mode: r.row(base) for mode, r in results.items()}, "absent": absent_rows(g, designs)}
+            "modes": {mode: r.row(base) for mode, r in results.items()}, "absent": absent_rows(g, designs),
+            "assumes": assumptions(g)}

@@ -16,6 +16,7 @@ from rich.text import Text
 
 import hwmodels
 from hwmodels import GPUSpec
+from mksim.compare import assumptions
 from mksim.console import make_table, si
 from mksim.schedule import modes_on
 from mksim.search import SearchResult, report_rows
@@ -177,6 +178,8 @@ def compare_table(d: dict[str, Any]) -> RenderableType:
         t.add_row(label, _us(row["latency_us"]), f"{row['tokens_per_s']:.0f}", f"{row['hbm_util']:.0%}",
                   f"{row['speedup_vs_stream']:.2f}×")
     parts: list[RenderableType] = [t]
+    if "assumes" in d:
+        parts.append(Text(textwrap.fill(d["assumes"]["text"], TABLE_WIDTH)))
     absent = absent_lines(d)
     if absent:
         parts.append(Text("\n".join(absent), no_wrap=True))
@@ -192,9 +195,14 @@ def compare_table(d: dict[str, Any]) -> RenderableType:
 
 
 def simulate_line(res: SimResult) -> str:
+    """The result in one line, then what it assumes (hardware file, implementation profile)."""
+    try:
+        assumes = "\n" + textwrap.fill(assumptions(hwmodels.load(res.gpu))["text"], TABLE_WIDTH)
+    except hwmodels.HardwareError:  # a GPU built in code, not from a file: nothing to look up
+        assumes = ""
     return (f"{res.workload} on {res.gpu}, {res.mode}" + (f" ({res.policy})" if res.policy else "")
             + f": [bold]{res.latency_us:.1f} µs[/bold], {res.tokens_per_s:.0f} tokens/s, HBM {res.hbm_util:.0%}"
-            f" (floor {res.bandwidth_floor_us:.1f} µs)")
+            f" (floor {res.bandwidth_floor_us:.1f} µs)" + assumes)
 
 
 def breakdown_table(res: SimResult) -> Table:

@@ -13,6 +13,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+import hwmodels
 from validation.mechanisms import analysis, runner
 
 
@@ -62,7 +63,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    import hwmodels  # light, but only this command needs a hardware file
     from validation.mechanisms import fit  # scipy: only here, the device runner stays numpy-only
 
     d = Path(args.dir)
