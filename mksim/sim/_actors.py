@@ -51,7 +51,7 @@ class Loader:
     __slots__ = ("env", "hbm", "timeline", "q", "lane", "pre_B", "buf_B", "page_B", "cap", "lat", "i",
                  "phase", "head", "got", "body", "free_B", "want_B", "n_started", "waits_start", "n_loaded",
                  "loaded", "heads", "bubbles", "last_end", "flow_a", "flow_d", "flow_n", "first_lat", "gate",
-                 "issue_us")
+                 "issue_us", "op_cap", "op_of")
 
     def __init__(self, eng: _Engine, sm: int, q: list[int], buf_B: int, page_B: int):
         self.env, self.hbm, self.timeline, self.q = eng.env, eng.hbm, eng.timeline, q
@@ -79,6 +79,9 @@ class Loader:
         # cannot be loaded, and the engine runs the loader again when it arrives
         self.gate: tuple | None = None
         self.issue_us = 0.0      # movement="native": issuing the first copy of a pipeline that starts
+        # each op's cap where an implementation profile says what its loads keep in flight (else None)
+        self.op_cap: list[float] | None = None
+        self.op_of = eng.op_of
 
     def run(self, _ev: object = None) -> None:
         """Load as far as possible; return when waiting for a flow, pages or the executor."""
@@ -149,7 +152,12 @@ class Loader:
         if d > 0 and self.issue_us:
             d += self.issue_us
         self.flow_a, self.flow_d, self.flow_n = a, d, nbytes
-        self.hbm.start(nbytes, self.cap, self.flow_d, self._flowed)
+        cap = self.cap
+        if self.op_cap is not None:
+            own = self.op_cap[self.op_of[self.q[self.i]]]
+            if own < cap:
+                cap = own
+        self.hbm.start(nbytes, cap, self.flow_d, self._flowed)
 
     def _flowed(self) -> None:
         self.last_end = now = self.env.now

@@ -303,8 +303,14 @@ class _Engine:
 
         if barrier:
             env.process(self._barriers(barrier_done))
+        # an op whose implementation profile says what its loads keep in flight draws that over the
+        # stream latency (mksim.costs.block_dram_cap_Bpus, one block per SM)
+        op_cap = [block_dram_cap_Bpus(r.n_sms, 1, r, r.device[op.kind].inflight_B) if op.kind in r.device
+                  and r.device[op.kind].inflight_B < math.inf else math.inf for op in g.ops]
         for sm, q in enumerate(s.queues or []):
             ld = Loader(self, sm, q, buf_B, page_B)
+            if any(c < math.inf for c in op_cap):
+                ld.op_cap = op_cap
             if dynamic:  # a loader cannot stream a task's weights before the task is in its queue
                 ld.gate = (arrived, self._gated)
             if self.native:  # one loader warp issues every copy: a pipeline starts a copy late, and no
