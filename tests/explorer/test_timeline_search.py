@@ -444,7 +444,7 @@ def test_search_survives_a_restart_and_is_cancelled_by_the_next_server(tmp_path)
     import subprocess
     import sys
 
-    from explorer.pages.search import poll, start_or_open
+    from explorer.pages.search import start_or_open
 
     job = start_or_open("search-start", "llama-3.2-1b", "h200", 1, 1024, 5000, "latency",
                         str(tmp_path / "s.db"), "restart")
