@@ -3,10 +3,11 @@
 Every bad input to the command line or the Python API answers with one line on stderr,
 ``error: ...``, exit status 2, no traceback, in bounded time; sizes too large for the GPU are
 refused before anything big is allocated (run in a child process under a memory limit); and a
-finished result is never lost. Of the 14 rows the note found accepted (exit 0), the wrong accepts are
-refused rows here and the legitimate ones (an empty context, a huge tasks_per_sm, a model folder's
-config.json, validation without matplotlib) are checked to work. The files (``hf-*.json``, ``hw-*.toml``, ``sched-*.json``) are
-small variants of a real config, hardware file or schedule with the one defect the name says.
+finished result is never lost. Of the 14 rows the note found accepted (exit 0), the wrong accepts
+are refused rows here and the legitimate ones (an empty context, a huge tasks_per_sm, a model
+folder's config.json, validation without matplotlib) are checked to work. The files (``hf-*.json``,
+``hw-*.toml``, ``sched-*.json``) are small variants of a real config, hardware file or schedule
+with the one defect the name says.
 """
 
 from __future__ import annotations
