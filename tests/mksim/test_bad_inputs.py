@@ -63,6 +63,7 @@ HF_FILES: dict[str, Any] = {
     "headdim-neg": _hf(head_dim=-64),
     "layers-float": _hf(num_hidden_layers=16.0),
     "rope-str": _hf(rope_theta="abc"),
+    "rope-1e400": _hf(rope_theta=10**400),  # an integer too large for a float
     "eps-str": _hf(rms_norm_eps="x"),
     "ctx-str": _hf(max_position_embeddings="x"),
     "gpt2": _hf(model_type="gpt2"),
@@ -252,8 +253,8 @@ CLI_CASES: list[tuple[str, list[str], str]] = [
         ("missing", "missing key 'hidden_size'"), ("zero-heads", "num_attention_heads = 0"),
         ("nondiv", "hidden_size"), ("kv0", "num_key_value_heads = 0"), ("kvneg", "num_key_value_heads = -8"),
         ("kvstr", "num_key_value_heads = '8'"), ("headdim-str", "head_dim = '64'"), ("kv7", "not a multiple"),
-        ("headdim-neg", "head_dim = -64"),
-        ("layers-float", "num_hidden_layers = 16.0"), ("rope-str", "rope_theta = 'abc'"),
+        ("headdim-neg", "head_dim = -64"), ("layers-float", "num_hidden_layers = 16.0"),
+        ("rope-str", "rope_theta = 'abc'"), ("rope-1e400", "rope_theta = 1000"),
         ("eps-str", "rms_norm_eps = 'x'"), ("ctx-str", "max_position_embeddings = 'x'"),
         ("gpt2", "model_type 'gpt2'"), ("act-gelu", "hidden_act 'gelu'"), ("textcfg-list", "text_config"),
         ("list", "JSON object"), ("notjson", "not a readable JSON"), ("binary", "not a readable JSON"),
