@@ -37,7 +37,6 @@ study whatever happens to it.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -55,6 +54,11 @@ import hwmodels
 from explorer.data import storage_url
 from mksim.errors import MksimError
 from mksim.search import Problem, baseline_params, default_study_name
+
+try:  # POSIX: the registry's locks; elsewhere the page refuses to start a search, in one line
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 #: What the Search page offers as objectives (``mksim search --objective``).
 OBJECTIVE_CHOICES = ("latency", "latency,smem")
@@ -134,6 +138,8 @@ def _job_dirs() -> list[Path]:
 
 def _alive(folder: Path) -> bool:
     """Whether the search's worker still lives: it holds the folder's lock."""
+    if fcntl is None:
+        return False
     try:
         fd = os.open(folder / "lock", os.O_RDWR)
     except OSError:
@@ -231,6 +237,8 @@ def start_search(model: str, gpu: str, batch: int, kv_len: int, trials: int, obj
     url = storage_url(storage or default_storage())
     kwargs = dict(model=model, gpu=gpu, batch=batch, kv_len=kv_len, trials=trials, seed=seed, storage=url,
                   study_name=name, objectives=objectives)
+    if fcntl is None:
+        raise MksimError("the explorer runs searches on Linux or macOS only; run mksim search here")
     try:
         with _starting():
             return _start_locked(kwargs)
@@ -278,15 +286,18 @@ def cancel(job: str | None) -> str:
         return "no running search to cancel"
     folder = jobs_dir() / str(job)
     record = _read_json(folder / "job.json")
-    (folder / "cancelled").touch()
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if not _alive(folder):  # the lock says the worker (the leader of process group ``pid``) still lives
-            break
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(int(record["pid"]), sig)
-        deadline = time.monotonic() + 10
-        while _alive(folder) and time.monotonic() < deadline:
-            time.sleep(0.05)
+    try:
+        (folder / "cancelled").touch()
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if not _alive(folder):  # the lock says the worker (the leader of process group ``pid``) still lives
+                break
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(record["pid"]), sig)
+            deadline = time.monotonic() + 10
+            while _alive(folder) and time.monotonic() < deadline:
+                time.sleep(0.05)
+    except OSError as exc:  # another user's search, in a shared registry
+        return f"cannot cancel {job}: {exc.strerror or exc}"
     with _THREAD_LOCK:
         child = _CHILDREN.pop(str(job), None)
     if child is not None:
