@@ -38,5 +38,5 @@ def explore_cmd(
     app_module.create_app().run(host=host, port=port, debug=debug)
     running = require("explorer.jobs", "explorer", "mksim explore").running_jobs()
     if running:  # searches run in processes of their own: they go on, and the next explorer lists them
-        say(f"{len(running)} search(es) started here still run ({', '.join(running)}); the Search page of the next "
-            "mksim explore lists them, to follow or cancel")
+        say(f"{len(running)} search(es) still run ({', '.join(running)}); the Search page of the next mksim explore "
+            "lists them, to follow or cancel")

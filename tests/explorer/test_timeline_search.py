@@ -528,6 +528,28 @@ def test_jobs_list_and_follow(study, tmp_path, monkeypatch):
     assert jobs.job_state("search-99") == ("none", "") and jobs.job_state("../x") == ("none", "")
 
 
+def test_a_new_sqlite_storage_read_while_it_is_made_is_retried(tmp_path, monkeypatch):
+    """The page reads a search's new SQLite storage while its worker makes it: the two race to create the
+    tables, and SQLite's loser fails on alembic_version ("UNIQUE constraint failed"; seen in the browser
+    test, the search then failed at once). The worker tries again and finds the tables made."""
+    import optuna
+
+    from mksim.search import _study
+
+    real, calls = optuna.storages.RDBStorage, []
+
+    def raced(*args, **kw):
+        calls.append(args[0])
+        if len(calls) == 1:
+            raise RuntimeError("(sqlite3.IntegrityError) UNIQUE constraint failed: alembic_version.version_num")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", raced)
+    monkeypatch.setattr(_study.time, "sleep", lambda s: None)
+    url, storage = _study.storage_for(f"sqlite:///{tmp_path / 's.db'}", "s")
+    assert len(calls) == 2 and isinstance(storage, real)
+
+
 # -- the app -----------------------------------------------------------------------------
 def test_app_serves_timeline_and_search():
     """In a process of its own: Dash gives the pages' callbacks to the first app a process creates."""
