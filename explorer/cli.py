@@ -7,7 +7,7 @@ import socket
 
 import typer
 
-from mksim.console import out
+from mksim.console import out, say
 from mksim.errors import MksimError
 from mksim.extras import require
 
@@ -36,3 +36,7 @@ def explore_cmd(
     app_module = require("explorer.app", "explorer", "mksim explore")
     out.print(f"mksim explorer at http://{host}:{port}/ (Ctrl-C stops it)")
     app_module.create_app().run(host=host, port=port, debug=debug)
+    running = require("explorer.jobs", "explorer", "mksim explore").running_jobs()
+    if running:  # searches run in processes of their own: they go on, and the next explorer lists them
+        say(f"{len(running)} search(es) still run ({', '.join(running)}); the Search page of the next mksim explore "
+            "lists them, to follow or cancel")

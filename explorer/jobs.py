@@ -1,59 +1,87 @@
-"""Searches started from the explorer, each in a worker process of its own.
+"""Searches started from the explorer: each a process of its own, listed in a registry on disk.
 
-The server stays responsive while a study runs: the search is ``mksim.search.search`` in a spawned
-process (safe from a threaded server, where fork is not), and the Search page follows it the way it
-opens any study, by reading the study's storage every second (:func:`explorer.data.study_data`).
-This module only starts the worker, says whether it is still running, finished, failed (with
-mksim's one-line message) or cancelled, and cancels it (the worker process is terminated; the trial
-it was running stays RUNNING in the study, as when ``mksim search`` is interrupted). At most
-:data:`MAX_RUNNING` searches run at once: a further one is refused with one line. Inputs are checked
-here before any process starts, so a bad batch or an unknown GPU answers at once.
+The server stays responsive while a study runs: the search is ``mksim.search.search`` in a worker
+process (``python -m explorer.worker``), and the Search page follows it the way it opens any study,
+by reading the study's storage every second (:func:`explorer.data.study_data`). This module starts
+the worker, lists the searches, says whether each still runs, finished, failed (with mksim's one-line
+message), was cancelled or stopped (its process ended without an answer: killed, out of memory, the
+machine restarted), and cancels one (its process is terminated; the trial it was running stays
+RUNNING in the study, as when ``mksim search`` is interrupted). At most :data:`MAX_RUNNING` searches
+run at once: a further one is refused with one line. Inputs are checked here before any process
+starts, so a bad batch or an unknown GPU answers at once.
+
+Why a registry on disk and detached workers, not Dash background callbacks (``DiskcacheManager``):
+a background callback's job belongs to the browser page whose callback started it, so a restarted
+server (or another tab) has no list of the jobs, nothing to re-attach to and nothing to cancel; it
+would also need two more packages (``multiprocess``, ``psutil``). Here every search is a folder of
+:func:`jobs_dir` (``MKSIM_EXPLORER_JOBS``; default under the temporary folder) holding small files,
+each written whole (a temporary file renamed) by one writer only, so no file is ever read half
+written and no two processes update the same one:
+
+- ``job.json``: what was asked (model, GPU, study, storage, trials) and the worker's pid; the server
+  writes it when it starts the worker;
+- ``outcome.json``: ``{"state": "done"}`` or ``{"state": "failed", "error": one line}``; the worker
+  writes it as it ends;
+- ``cancelled``: the server's note that it cancelled the search;
+- ``lock``: an ``flock`` the worker holds while it lives. The server takes it before it starts the
+  worker and hands it over (the worker inherits the descriptor), so a search is running exactly while
+  the lock is held: the kernel releases it however the process ends, and a pid reused by another
+  process never reads as a live search;
+- ``worker.log``: the worker's output, for a search that went wrong.
+
+The worker runs in a session of its own: stopping the server (Ctrl-C, a restart) leaves it running,
+and the next server lists it again, follows it and can cancel it. Its finished trials are in the
+study whatever happens to it.
 """
 
 from __future__ import annotations
 
-import itertools
-import multiprocessing as mp
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
-from dataclasses import dataclass
-from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import hwmodels
 from explorer.data import storage_url
 from mksim.errors import MksimError
-from mksim.search import Problem, baseline_params, default_study_name, search
+from mksim.search import Problem, baseline_params, default_study_name
+
+try:  # POSIX: the registry's locks; elsewhere the page refuses to start a search, in one line
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 #: What the Search page offers as objectives (``mksim search --objective``).
 OBJECTIVE_CHOICES = ("latency", "latency,smem")
 
-#: Searches one server runs at once (each takes a CPU core); a further one is refused until one ends.
+#: Searches that run at once (each takes a CPU core), counted over the registry, whichever server started
+#: them; a further one is refused until one ends.
 MAX_RUNNING = 2
 
+#: Searches the registry remembers; when a new one starts, the oldest ended ones beyond this are forgotten
+#: (their studies stay in their storage).
+KEEP_JOBS = 20
 
-@dataclass
-class _Job:
-    process: BaseProcess
-    results: Connection  # the worker sends one dict: {"result": ...} or {"error": one line}
-    out: dict[str, Any] | None = None
-    cancelled: bool = False
+#: Why a search without an answer and without a process stopped.
+STOPPED = ("its process ended before the search finished (killed, or the machine restarted); the study keeps "
+           "every finished trial")
 
-    def running(self) -> bool:
-        """Whether the worker still runs (reading its result if it has sent it)."""
-        if self.out is None and not self.cancelled and self.results.poll():
-            try:
-                self.out = self.results.recv()
-            except (EOFError, OSError):
-                pass
-        return self.out is None and not self.cancelled and self.process.is_alive()
+_THREAD_LOCK = threading.Lock()
+_CHILDREN: dict[str, subprocess.Popen[bytes]] = {}  # the workers this server started, reaped when they end
 
 
-_LOCK = threading.Lock()
-_IDS = itertools.count(1)
-_JOBS: dict[str, _Job] = {}
+def jobs_dir() -> Path:
+    """The registry's folder: ``MKSIM_EXPLORER_JOBS``, else ``mksim-explorer/jobs`` in the temporary folder."""
+    return Path(os.environ.get("MKSIM_EXPLORER_JOBS") or Path(tempfile.gettempdir()) / "mksim-explorer" / "jobs")
 
 
 def default_storage() -> str:
@@ -77,26 +105,126 @@ def check_search(model: str, gpu: str, batch: int, kv_len: int, trials: int, obj
     return default_study_name(problem, tuple(objectives.split(",")))
 
 
-def _run(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """In the worker: run the search; errors come back as one line (exceptions need not pickle)."""
+# -- the registry's files ---------------------------------------------------------------------
+def write_json(path: Path, value: Any) -> None:
+    """Write ``value`` to ``path`` whole: a reader sees the old file or the new one, never a part."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(value))
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> Any:
     try:
-        return {"result": search(**kwargs).to_dict()}
-    except MksimError as exc:
-        return {"error": str(exc)}
-    except Exception as exc:  # noqa: BLE001 - shown in the page rather than lost in a worker
-        return {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"}
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
-def _worker(kwargs: dict[str, Any], results: Connection) -> None:
-    """The worker process's entry: run the search, send its outcome."""
-    results.send(_run(kwargs))
-    results.close()
+def _number(job: str) -> int:
+    try:
+        return int(job.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        return 0
+
+
+def _job_dirs() -> list[Path]:
+    """The registry's searches, newest first."""
+    try:
+        found = [d for d in jobs_dir().iterdir() if d.is_dir() and d.name.startswith("search-")]
+    except OSError:
+        return []
+    return sorted(found, key=lambda d: _number(d.name), reverse=True)
+
+
+def _alive(folder: Path) -> bool:
+    """Whether the search's worker still lives: it holds the folder's lock."""
+    if fcntl is None:
+        return False
+    try:
+        fd = os.open(folder / "lock", os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # closing also releases the lock if we got it
+    return False
+
+
+def _reap() -> None:
+    """Collect the exit status of this server's workers that ended (no zombie processes)."""
+    for job, proc in list(_CHILDREN.items()):
+        if proc.poll() is not None:
+            del _CHILDREN[job]
+
+
+@contextlib.contextmanager
+def _starting() -> Iterator[None]:
+    """One start at a time, across threads and servers sharing the registry: the count of running
+    searches and the new one's number stay right."""
+    jobs_dir().mkdir(parents=True, exist_ok=True)
+    with _THREAD_LOCK, open(jobs_dir() / "start.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def _state(folder: Path) -> tuple[str, str]:
+    outcome = _read_json(folder / "outcome.json")
+    if isinstance(outcome, dict) and outcome.get("state") in ("done", "failed"):
+        return outcome["state"], str(outcome.get("error", ""))
+    if (folder / "cancelled").exists():
+        return "cancelled", "the search was cancelled"
+    if _alive(folder):
+        return "running", ""
+    return "stopped", STOPPED
+
+
+# -- what the page calls ---------------------------------------------------------------------
+def job_state(job: str | None) -> tuple[str, str]:
+    """``(state, message)``: ``running``, ``done``, ``failed`` (message: the one-line error), ``cancelled``,
+    ``stopped`` (message: why) or ``none`` (no such search in the registry: an opened study)."""
+    folder = jobs_dir() / (job or "")
+    if not job or "/" in job or not (folder / "job.json").is_file():
+        return "none", ""
+    with _THREAD_LOCK:
+        _reap()
+    return _state(folder)
+
+
+def list_jobs() -> list[dict[str, Any]]:
+    """The registry's searches, newest first: ``{"job", "model", "gpu", "study", "storage", "trials",
+    "objectives", "started" (Unix time), "state", "message"}``."""
+    with _THREAD_LOCK:
+        _reap()
+    jobs = []
+    for folder in _job_dirs():
+        record = _read_json(folder / "job.json")
+        if isinstance(record, dict):
+            state, message = _state(folder)
+            jobs.append({**{k: v for k, v in record.items() if k != "pid"}, "state": state, "message": message})
+    return jobs
 
 
 def running_jobs() -> list[str]:
-    """The searches of this server that still run."""
-    with _LOCK:
-        return [job for job, j in _JOBS.items() if j.running()]
+    """The searches that still run (whichever server started them)."""
+    return [j["job"] for j in list_jobs() if j["state"] == "running"]
+
+
+def follow(job: str) -> dict[str, Any]:
+    """What the page follows for a search of the registry: ``{"job", "storage", "study", "trials"}``."""
+    record = _read_json(jobs_dir() / job / "job.json") if job and "/" not in job else None
+    if not isinstance(record, dict):
+        raise MksimError(f"no search {job!r} in {jobs_dir()}")
+    return {k: record[k] for k in ("job", "storage", "study", "trials")}
+
+
+def _forget_old() -> None:
+    """Forget the oldest ended searches beyond :data:`KEEP_JOBS` (their studies stay)."""
+    for folder in _job_dirs()[KEEP_JOBS:]:
+        if _state(folder)[0] != "running":
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def start_search(model: str, gpu: str, batch: int, kv_len: int, trials: int, objectives: str = "latency",
@@ -109,47 +237,69 @@ def start_search(model: str, gpu: str, batch: int, kv_len: int, trials: int, obj
     url = storage_url(storage or default_storage())
     kwargs = dict(model=model, gpu=gpu, batch=batch, kv_len=kv_len, trials=trials, seed=seed, storage=url,
                   study_name=name, objectives=objectives)
-    ctx = mp.get_context("spawn")
-    with _LOCK:
-        if sum(j.running() for j in _JOBS.values()) >= MAX_RUNNING:
-            raise MksimError(f"{MAX_RUNNING} searches are running already (at most {MAX_RUNNING} at once): "
-                             "wait for one to end or cancel it")
-        receive, send = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_worker, args=(kwargs, send), daemon=True, name="mksim-explorer-search")
-        proc.start()
-        send.close()  # the worker holds its end: the pipe reports EOF if the worker dies
-        job = f"search-{next(_IDS)}"
-        _JOBS[job] = _Job(proc, receive)
-    return {"job": job, "storage": url, "study": name, "trials": trials}
+    if fcntl is None:
+        raise MksimError("the explorer runs searches on Linux or macOS only; run mksim search here")
+    try:
+        with _starting():
+            return _start_locked(kwargs)
+    except OSError as exc:
+        raise MksimError(f"cannot start the search in {jobs_dir()}: {exc.strerror or exc}") from None
+
+
+def _start_locked(kwargs: dict[str, Any]) -> dict[str, Any]:
+    _reap()
+    dirs = _job_dirs()
+    if sum(_state(d)[0] == "running" for d in dirs) >= MAX_RUNNING:
+        raise MksimError(f"{MAX_RUNNING} searches are running already (at most {MAX_RUNNING} at once): "
+                         "wait for one to end or cancel it")
+    job = f"search-{(_number(dirs[0].name) if dirs else 0) + 1}"
+    folder = jobs_dir() / job
+    folder.mkdir()
+    lock = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # held from now on: the search reads as running from the start
+        package_root = str(Path(__file__).resolve().parents[1])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+        with open(folder / "worker.log", "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "explorer.worker", str(folder), json.dumps(kwargs)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                pass_fds=(lock,),  # the worker inherits the lock and holds it while it lives
+                start_new_session=True)  # not stopped with the server (Ctrl-C reaches its group only)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    finally:
+        os.close(lock)  # the worker's copy keeps the lock
+    _CHILDREN[job] = proc
+    record = {"job": job, "pid": proc.pid, "model": kwargs["model"], "gpu": kwargs["gpu"],
+              "study": kwargs["study_name"], "storage": kwargs["storage"], "trials": kwargs["trials"],
+              "objectives": kwargs["objectives"], "started": time.time()}
+    write_json(folder / "job.json", record)
+    _forget_old()
+    return {k: record[k] for k in ("job", "storage", "study", "trials")}
 
 
 def cancel(job: str | None) -> str:
-    """Stop a search of this server: its worker process is terminated. Returns a one-line message."""
-    with _LOCK:
-        j = _JOBS.get(job or "")
-        if j is None or not j.running():
-            return "no running search to cancel"
-        j.cancelled = True
-    j.process.terminate()
-    j.process.join(timeout=10)
-    if j.process.is_alive():
-        j.process.kill()
-        j.process.join(timeout=10)
+    """Stop a running search, whichever server started it: its worker is terminated. Returns one line."""
+    if job_state(job)[0] != "running":
+        return "no running search to cancel"
+    folder = jobs_dir() / str(job)
+    record = _read_json(folder / "job.json")
+    try:
+        (folder / "cancelled").touch()
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if not _alive(folder):  # the lock says the worker (the leader of process group ``pid``) still lives
+                break
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(record["pid"]), sig)
+            deadline = time.monotonic() + 10
+            while _alive(folder) and time.monotonic() < deadline:
+                time.sleep(0.05)
+    except OSError as exc:  # another user's search, in a shared registry
+        return f"cannot cancel {job}: {exc.strerror or exc}"
+    with _THREAD_LOCK:
+        child = _CHILDREN.pop(str(job), None)
+    if child is not None:
+        child.wait(timeout=10)
     return "search cancelled"
-
-
-def job_state(job: str | None) -> tuple[str, str]:
-    """``(state, message)``: ``running``, ``done``, ``failed`` (message: the one-line error), ``cancelled``
-    or ``none`` (no such job in this server: an opened study, or a server restarted since)."""
-    with _LOCK:
-        j = _JOBS.get(job or "")
-        if j is None:
-            return "none", ""
-        if j.running():
-            return "running", ""
-    if j.cancelled:
-        return "cancelled", "the search was cancelled"
-    if j.out is None:  # the worker process died without an answer (killed, out of memory)
-        j.process.join(timeout=5)
-        return "failed", f"the search worker stopped (exit code {j.process.exitcode})"
-    return ("failed", j.out["error"]) if "error" in j.out else ("done", "")

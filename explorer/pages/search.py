@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import plotly.graph_objects as go
-from dash import Input, Output, State, callback, ctx, dcc, html, no_update
+from dash import ALL, Input, Output, State, callback, ctx, dcc, html, no_update
 
 from explorer import data, figures, jobs, store
 from explorer.pages.timeline import PATH as TIMELINE_PATH
@@ -14,6 +15,7 @@ from mksim.errors import MksimError
 PATH, NAME = "/search", "Search"
 GRAPHS = ("search-history", "search-parallel", "search-pareto")
 POLL_MS = 1000
+JOBS_POLL_MS = 2000
 NO_STUDY = "Start a search or open a study: its trials are drawn here."
 HIDDEN: dict[str, str] = {"display": "none"}
 
@@ -47,8 +49,10 @@ def layout(**_query: Any) -> html.Div:
                                                style={"width": "18em"})),
             html.Button("Open study", id="search-open", n_clicks=0),
         ], style={"margin": "0.5em 0"}),
-        dcc.Store(id="search-job"), dcc.Store(id="search-seen"),
+        html.Div(id="search-jobs", style={"margin": "0.5em 0"}),
+        dcc.Store(id="search-job"), dcc.Store(id="search-seen"), dcc.Store(id="search-jobs-seen"),
         dcc.Interval(id="search-poll", interval=POLL_MS, disabled=True),
+        dcc.Interval(id="search-jobs-poll", interval=JOBS_POLL_MS),
         dcc.Location(id="search-location", refresh="callback-nav"),
         html.Div(id="search-message", role="alert", style={"color": "#b00020", "margin": "0.5em 0"}),
         html.P(id="search-progress"),
@@ -98,8 +102,9 @@ def start_or_open(trigger: str | None, model: str | None, gpu: str | None, batch
                   objectives: str | None, storage: str | None, study: str | None,
                   chosen: str | None = None) -> dict[str, Any] | None:
     """What the page follows: ``{"job", "storage", "study", "trials"}`` (``job`` ``None`` for an opened
-    study), or ``{"error": one line}``; ``None`` before either button is pressed. "Open study" opens the
-    typed ``study``, else the ``chosen`` one of the list, else the storage's only study. Never raises."""
+    study), or ``{"error": one line}``; ``None`` before a button is pressed. "Open study" opens the
+    typed ``study``, else the ``chosen`` one of the list, else the storage's only study; a *Follow* button
+    of the list of searches (``{"type": "search-follow", "job": ...}``) follows that search. Never raises."""
     try:
         if trigger == "search-start":
             if not model or not gpu:
@@ -109,6 +114,8 @@ def start_or_open(trigger: str | None, model: str | None, gpu: str | None, batch
         if trigger == "search-open":
             name = _study_to_open(storage or "", study, chosen)
             return {"job": None, "storage": data.storage_url(storage or ""), "study": name, "trials": None}
+        if isinstance(trigger, dict) and trigger.get("type") == "search-follow":
+            return jobs.follow(str(trigger.get("job")))
     except MksimError as exc:
         return {"error": str(exc)}
     return None
@@ -136,6 +143,8 @@ def _progress(d: dict[str, Any], trials: int | None, state: str) -> str:
         parts.append("running…")
     elif state == "cancelled":
         parts.append("cancelled")
+    elif state == "stopped":
+        parts.append(f"stopped: {jobs.STOPPED}")
     return "; ".join(parts) + f" — study {d['study']}"
 
 
@@ -159,6 +168,9 @@ def poll(job: dict[str, Any] | None, seen: Any = None) -> tuple:
             return ("", f"starting the search of {job['study']}…", *(no_update for _ in GRAPHS), False, seen)
         if state == "cancelled":
             return ("", f"the search of {job['study']} was cancelled before its first trial", *_empty(), True, None)
+        if state == "stopped":
+            return ("", f"the search of {job['study']} stopped before its first trial: {jobs.STOPPED}", *_empty(),
+                    True, None)
         return (f"error: {err or exc}", "", *_empty(), True, None)
     now = [job["study"], job["storage"], d["finished"], d["counts"]["FAIL"], state]
     figs = ((figures.study_history_figure(d), figures.study_parallel_figure(d), figures.study_pareto_figure(d))
@@ -166,6 +178,34 @@ def poll(job: dict[str, Any] | None, seen: Any = None) -> tuple:
     message = f"error: {err}" if state == "failed" else ""
     live = state == "running" or (state == "none" and d["counts"]["RUNNING"] > 0)
     return (message, _progress(d, job.get("trials"), "running" if live else state), *figs, not live, now)
+
+
+def jobs_rows(listed: list[dict[str, Any]] | None = None) -> list[list[str]]:
+    """The list of searches as shown: ``[job, study, trials, started, state]`` per search, newest first
+    (``listed``: :func:`explorer.jobs.list_jobs`'s, read now when not given)."""
+    rows = []
+    for j in jobs.list_jobs() if listed is None else listed:
+        state = j["state"] + (f": {j['message']}" if j["state"] == "failed" else "")
+        rows.append([j["job"], j["study"], str(j["trials"]),
+                     time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(j["started"])), state])
+    return rows
+
+
+def jobs_table(rows: list[list[str]]) -> html.Div | str:
+    """The list of searches: one row each, with a *Follow* button (a search listed by a server restarted
+    since it started is followed and cancelled as well)."""
+    if not rows:
+        return ""
+    head = html.Tr([html.Th(h, style={"textAlign": "left", "paddingRight": "1em"})
+                    for h in ("search", "study", "trials", "started", "state", "")])
+    body = [html.Tr([*(html.Td(c, style={"paddingRight": "1em"}) for c in row[:4]),
+                     html.Td(row[4], className="search-job-state", style={"paddingRight": "1em"}),
+                     html.Td(html.Button("Follow", id={"type": "search-follow", "job": row[0]}, n_clicks=0))],
+                    id=f"search-jobs-{row[0]}")
+            for row in rows]
+    return html.Div([html.Span(f"Searches (at most {jobs.MAX_RUNNING} run at once; they go on when the "
+                               "explorer stops, and the next one lists them):", style={"color": "grey"}),
+                     html.Table([html.Thead(head), html.Tbody(body)], id="search-jobs-table")])
 
 
 def cancel_search(n_clicks: int | None, job: dict[str, Any] | None) -> str:
@@ -197,11 +237,14 @@ def open_best(n_clicks: int | None, job: dict[str, Any] | None) -> tuple[Any, st
 
 
 @callback(Output("search-job", "data"), Input("search-start", "n_clicks"), Input("search-open", "n_clicks"),
-          State("search-model", "value"), State("search-gpu", "value"), State("search-batch", "value"),
-          State("search-kv-len", "value"), State("search-trials", "value"), State("search-objectives", "value"),
+          Input({"type": "search-follow", "job": ALL}, "n_clicks"), State("search-model", "value"),
+          State("search-gpu", "value"), State("search-batch", "value"), State("search-kv-len", "value"),
+          State("search-trials", "value"), State("search-objectives", "value"),
           State("search-storage", "value"), State("search-study", "value"), State("search-studies", "value"),
           prevent_initial_call=True)
-def _on_start(n_start, n_open, model, gpu, batch, kv_len, trials, objectives, storage, study, chosen):
+def _on_start(n_start, n_open, n_follow, model, gpu, batch, kv_len, trials, objectives, storage, study, chosen):
+    if isinstance(ctx.triggered_id, dict) and not ctx.triggered[0]["value"]:
+        return no_update  # a Follow button drawn anew, not pressed
     return start_or_open(ctx.triggered_id, model, gpu, batch, kv_len, trials, objectives, storage, study, chosen)
 
 
@@ -235,3 +278,13 @@ def _on_poll(n_intervals, job, seen):
           Input("search-best", "n_clicks"), State("search-job", "data"), prevent_initial_call=True)
 def _on_best(n_clicks, job):
     return open_best(n_clicks, job)
+
+
+@callback(Output("search-jobs", "children"), Output("search-jobs-seen", "data"),
+          Input("search-jobs-poll", "n_intervals"), Input("search-job", "data"),
+          Input("search-cancel-message", "children"), State("search-jobs-seen", "data"))
+def _on_jobs(_n, _job, _cancelled, seen):
+    rows = jobs_rows()
+    if rows == seen:
+        return no_update, no_update  # unchanged: the buttons are not drawn anew under the pointer
+    return jobs_table(rows), rows

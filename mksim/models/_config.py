@@ -127,7 +127,11 @@ def config_from_hf(path_or_dict: str | Path | Mapping[str, Any], *, name: str | 
 
     def number(key: str, default: float) -> float:
         v = default if raw.get(key) is None else raw[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+        try:  # an integer too large for a float (rope_theta: 1e400 written out) overflows
+            ok = not isinstance(v, bool) and isinstance(v, (int, float)) and 0 < float(v) < math.inf
+        except OverflowError:
+            ok = False
+        if not ok:
             raise WorkloadError(f"{where}: {key} = {v!r}; expected a positive number")
         return float(v)
 

@@ -122,7 +122,8 @@ def storage_for(url: str | None, study_name: str):
         except Exception as exc:  # sqlalchemy's own errors: bad URL, server down, missing driver
             # workers that start together on a new database race to create its tables: the
             # loser's CREATE fails once the winner's exists, and a retry finds them made
-            if "already exists" in str(exc) or "UniqueViolation" in str(exc) or "duplicate key" in str(exc):
+            if any(m in str(exc) for m in ("already exists", "UniqueViolation", "duplicate key",
+                                             "UNIQUE constraint failed")):  # the last: SQLite's alembic_version
                 time.sleep(0.5 * (attempt + 1))
                 continue
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

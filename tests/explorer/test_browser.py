@@ -8,9 +8,11 @@ with ``MKSIM_DOCS_SCREENSHOTS=1`` the ones docs/explorer.md shows are written to
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -64,15 +66,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(browser, tmp_path_factory):
-    """``mksim explore`` on a free port, as a user starts it; its log goes to the artifacts."""
-    port = _free_port()
+@contextlib.contextmanager
+def _explore(port: int, log: Path, stop=signal.SIGTERM):
+    """``mksim explore --port PORT`` as a user starts it, until it answers; stopped with ``stop`` on exit
+    (SIGINT: Ctrl-C) sent to its process group, as a terminal does; its log goes to the artifacts."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    log = tmp_path_factory.mktemp("explore") / "explore.log"
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "mksim", "explore", "--port", str(port)], cwd=ROOT, env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + WAIT_S
@@ -88,14 +89,21 @@ def server(browser, tmp_path_factory):
             time.sleep(0.3)
         yield url
     finally:
-        proc.terminate()
+        os.killpg(proc.pid, stop)  # to its process group, as a terminal's Ctrl-C
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        shutil.copy(log, ARTIFACTS / "explore.log")
+        shutil.copy(log, ARTIFACTS / log.name)
+
+
+@pytest.fixture(scope="module")
+def server(browser, tmp_path_factory):
+    """``mksim explore`` on a free port, as a user starts it."""
+    with _explore(_free_port(), tmp_path_factory.mktemp("explore") / "explore.log") as url:
+        yield url
 
 
 def _shot(driver, name: str, element=None, docs: bool = True) -> None:
@@ -403,3 +411,70 @@ def test_search_cancel(browser, server, tmp_path):
     _wait(browser, lambda d: _text(d, "search-cancel-message") == "search cancelled", "the cancel")
     _wait(browser, lambda d: "; cancelled — study " in _text(d, "search-progress"), "the progress to say cancelled")
     assert _text(browser, "search-message") == ""
+
+
+def _job_states(driver) -> dict[str, str]:
+    """The Search page's list of searches: ``{job: state}``."""
+    from selenium.webdriver.common.by import By
+
+    return {r.find_element(By.TAG_NAME, "td").text: r.find_element(By.CLASS_NAME, "search-job-state").text
+            for r in driver.find_elements(By.CSS_SELECTOR, "#search-jobs-table tbody tr")}
+
+
+def test_search_survives_a_restart(browser, tmp_path):
+    """Searches go on when the explorer stops (Ctrl-C) and the next one lists them with their state: one
+    running (followed and cancelled from the new server), one whose process was killed meanwhile (stopped,
+    its finished trials kept); a third is refused while two run."""
+    from selenium.webdriver.common.by import By
+
+    from explorer import jobs
+
+    old_registry = os.environ["MKSIM_EXPLORER_JOBS"]
+    os.environ["MKSIM_EXPLORER_JOBS"] = str(tmp_path / "jobs")  # a registry of its own: the searches below only
+    port = _free_port()
+    try:
+        with _explore(port, tmp_path / "explore-before-restart.log", stop=signal.SIGINT) as url:
+            browser.get(url + "/search")
+            _wait(browser, lambda d: d.find_elements(By.ID, "search-start"), "the search page")
+            _type(browser, "search-trials", "5000")
+            _type(browser, "search-storage", str(tmp_path / "restart.db"))
+            for name in ("kept", "killed", "third"):
+                _type(browser, "search-study", name)
+                browser.find_element(By.ID, "search-start").click()
+                if name == "third":
+                    _wait(browser, lambda d: _text(d, "search-message").startswith("error: 2 searches are running "
+                                                                                     "already"), "the refusal")
+                else:
+                    _wait(browser, lambda d, n=name: "running" in _text(d, "search-progress")
+                          and f"study {n}" in _text(d, "search-progress"), f"search {name} to run")
+            states = _wait(browser, lambda d: len(_job_states(d)) == 2 and _job_states(d), "the list of searches")
+            assert states == {"search-2": "running", "search-1": "running"}
+        assert "2 search(es) still run (search-2, search-1)" in (tmp_path / "explore-before-restart.log").read_text()
+        killed = json.loads((tmp_path / "jobs" / "search-2" / "job.json").read_text())
+        os.killpg(killed["pid"], signal.SIGKILL)  # while no server runs
+        deadline = time.monotonic() + 30
+        while "search-2" in jobs.running_jobs() and time.monotonic() < deadline:  # until the kernel has ended it
+            time.sleep(0.1)
+        assert jobs.running_jobs() == ["search-1"]
+
+        with _explore(port, tmp_path / "explore-after-restart.log") as url:
+            browser.get(url + "/search")
+            states = _wait(browser, lambda d: len(_job_states(d)) == 2 and _job_states(d), "the list after restart")
+            assert states == {"search-2": "stopped", "search-1": "running"}
+            _shot(browser, "search-jobs", docs=False)
+            browser.find_element(By.ID, "search-jobs-search-1").find_element(By.TAG_NAME, "button").click()
+            _wait(browser, lambda d: "running…" in _text(d, "search-progress")
+                  and _text(d, "search-progress").endswith("study kept"), "the re-attached search")
+            browser.find_element(By.ID, "search-cancel").click()
+            _wait(browser, lambda d: _text(d, "search-cancel-message") == "search cancelled", "the cancel")
+            _wait(browser, lambda d: "; cancelled — study kept" in _text(d, "search-progress"), "cancelled")
+            _wait(browser, lambda d: _job_states(d).get("search-1") == "cancelled", "the list to say cancelled")
+            browser.find_element(By.ID, "search-jobs-search-2").find_element(By.TAG_NAME, "button").click()
+            progress = _wait(browser, lambda d: "; stopped: " in _text(d, "search-progress")
+                             and _text(d, "search-progress"), "the stopped search")
+            assert progress.endswith("— study killed") and _text(browser, "search-message") == ""
+        assert jobs.running_jobs() == []
+    finally:
+        for job in jobs.running_jobs():
+            jobs.cancel(job)
+        os.environ["MKSIM_EXPLORER_JOBS"] = old_registry

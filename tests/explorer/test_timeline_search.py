@@ -387,6 +387,33 @@ def test_failed_search_shows_its_error(study):
     assert msg.startswith("error: ") and "searches" in msg and "pick another --study name" in msg and "\n" not in msg
 
 
+def _pid(job: str) -> int:
+    return json.loads((jobs.jobs_dir() / job / "job.json").read_text())["pid"]
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _until_trials(job, at_least: int = 1) -> None:
+    """Wait until the followed search has finished ``at_least`` trials (it is cancelled mid-study then)."""
+    from explorer.pages.search import poll
+
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 90:
+        progress = poll(job)[1]
+        if "trials finished" in progress and int(progress.split(" ")[0]) >= at_least:
+            return
+        time.sleep(0.3)
+    pytest.fail(f"no finished trial in 90 s: {poll(job)}")
+
+
 def test_search_limit_and_cancel(tmp_path, monkeypatch):
     """Beyond MAX_RUNNING searches a new one is refused in one line; Cancel terminates the worker."""
     from explorer.pages.search import cancel_search, poll, start_or_open
@@ -398,12 +425,10 @@ def test_search_limit_and_cancel(tmp_path, monkeypatch):
     refused = start_or_open("search-start", *args, "second")
     assert refused == {"error": "1 searches are running already (at most 1 at once): wait for one to end or "
                                 "cancel it"}
-    t0 = time.monotonic()  # let it run a few trials: cancelled mid-study
-    while "trials finished" not in poll(first)[1] and time.monotonic() - t0 < 60:
-        time.sleep(0.3)
-    proc = jobs._JOBS[first["job"]].process
+    _until_trials(first)  # cancelled mid-study
+    pid = _pid(first["job"])
     assert cancel_search(1, first) == "search cancelled"
-    assert not proc.is_alive() and jobs.job_state(first["job"]) == ("cancelled", "the search was cancelled")
+    assert not _alive(pid) and jobs.job_state(first["job"]) == ("cancelled", "the search was cancelled")
     assert cancel_search(1, first) == "no running search to cancel" and cancel_search(0, first) == ""
     assert cancel_search(1, None) == "no running search to cancel"
     msg, progress, *_figs, disabled, _seen = poll(first)
@@ -411,6 +436,118 @@ def test_search_limit_and_cancel(tmp_path, monkeypatch):
     second = start_or_open("search-start", *args, "second")  # the slot is free again
     assert "error" not in second and cancel_search(1, second) == "search cancelled"
     assert jobs.running_jobs() == []
+
+
+def test_search_survives_a_restart_and_is_cancelled_by_the_next_server(tmp_path):
+    """A search goes on when its server stops: another server process (the same registry) lists it as
+    running, follows it and cancels it; its finished trials stay in the study."""
+    import subprocess
+    import sys
+
+    from explorer.pages.search import start_or_open
+
+    job = start_or_open("search-start", "llama-3.2-1b", "h200", 1, 1024, 5000, "latency",
+                        str(tmp_path / "s.db"), "restart")
+    _until_trials(job)
+    code = """if True:
+        import json, sys
+        from explorer import jobs
+        from explorer.pages.search import jobs_rows, poll
+        listed = {j["job"]: j["state"] for j in jobs.list_jobs()}
+        followed = jobs.follow(sys.argv[1])
+        progress = poll(followed)[1]
+        print(json.dumps({"listed": listed, "followed": followed, "progress": progress,
+                          "rows": jobs_rows(), "cancel": jobs.cancel(sys.argv[1]),
+                          "after": jobs.job_state(sys.argv[1])}))
+    """
+    r = subprocess.run([sys.executable, "-c", code, job["job"]], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["listed"][job["job"]] == "running" and got["followed"] == job
+    assert "running…" in got["progress"] and got["cancel"] == "search cancelled"
+    assert [row for row in got["rows"] if row[0] == job["job"]][0][1:3] == ["restart", "5000"]
+    assert got["after"] == ["cancelled", "the search was cancelled"]
+    assert jobs.job_state(job["job"]) == ("cancelled", "the search was cancelled")  # here too
+    d = data.study_data(job["storage"], job["study"])
+    assert d["finished"] >= 1  # the trials it finished are kept
+
+
+def test_a_search_whose_process_died_is_stopped(tmp_path):
+    """A worker killed without a word (kill -9, out of memory) reads as stopped, not running nor failed;
+    its finished trials stay in the study and the page says so."""
+    import os
+    import signal
+
+    from explorer.pages.search import cancel_search, poll, start_or_open
+
+    job = start_or_open("search-start", "llama-3.2-1b", "h200", 1, 1024, 5000, "latency",
+                        str(tmp_path / "s.db"), "killed")
+    _until_trials(job)
+    pid = _pid(job["job"])
+    os.killpg(pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    while jobs.job_state(job["job"])[0] == "running" and time.monotonic() - t0 < 30:
+        time.sleep(0.1)
+    assert jobs.job_state(job["job"]) == ("stopped", jobs.STOPPED)
+    assert job["job"] not in jobs.running_jobs()
+    msg, progress, *_figs, disabled, _seen = poll(job)
+    assert msg == "" and disabled and f"; stopped: {jobs.STOPPED} — study killed" in progress
+    assert int(progress.split(" ")[0]) >= 1
+    assert cancel_search(1, job) == "no running search to cancel"
+
+
+def test_jobs_list_and_follow(study, tmp_path, monkeypatch):
+    """The page's list of searches: one row each, newest first, a failed one with its line; Follow
+    follows a listed search; the registry forgets the oldest ended ones beyond KEEP_JOBS."""
+    from explorer.pages.search import jobs_rows, jobs_table, start_or_open
+
+    monkeypatch.setenv("MKSIM_EXPLORER_JOBS", str(tmp_path / "jobs"))
+    monkeypatch.setattr(jobs, "KEEP_JOBS", 2)
+    assert jobs.list_jobs() == [] and jobs_table(jobs_rows()) == ""
+    made = []
+    for _ in range(3):  # searches that fail in their worker at once: the study was made for batch 1
+        job = start_or_open("search-start", "llama-3.2-1b", "h200", 2, 1024, 25, "latency,smem", str(study["db"]),
+                            study["job"]["study"])
+        made.append(job["job"])
+        t0 = time.monotonic()
+        while jobs.job_state(job["job"])[0] == "running" and time.monotonic() - t0 < 120:
+            time.sleep(0.2)
+    assert made == ["search-1", "search-2", "search-3"]
+    listed = jobs.list_jobs()
+    assert [j["job"] for j in listed] == ["search-3", "search-2"]  # search-1 forgotten when search-3 started
+    assert not (jobs.jobs_dir() / "search-1").exists()
+    rows = jobs_rows(listed)
+    assert [r[:3] for r in rows] == [[j, study["job"]["study"], "25"] for j in ("search-3", "search-2")]
+    assert all(r[4].startswith("failed: ") and "pick another --study name" in r[4] for r in rows)
+    table = jobs_table(rows)
+    assert "at most 2 run at once" in table.children[0].children
+    assert start_or_open({"type": "search-follow", "job": "search-3"}, *(None,) * 9) == {
+        "job": "search-3", "storage": study["job"]["storage"], "study": study["job"]["study"], "trials": 25}
+    assert start_or_open({"type": "search-follow", "job": "search-99"}, *(None,) * 9) == {
+        "error": f"no search 'search-99' in {jobs.jobs_dir()}"}
+    assert jobs.job_state("search-99") == ("none", "") and jobs.job_state("../x") == ("none", "")
+
+
+def test_a_new_sqlite_storage_read_while_it_is_made_is_retried(tmp_path, monkeypatch):
+    """The page reads a search's new SQLite storage while its worker makes it: the two race to create the
+    tables, and SQLite's loser fails on alembic_version ("UNIQUE constraint failed"; seen in the browser
+    test, the search then failed at once). The worker tries again and finds the tables made."""
+    import optuna
+
+    from mksim.search import _study
+
+    real, calls = optuna.storages.RDBStorage, []
+
+    def raced(*args, **kw):
+        calls.append(args[0])
+        if len(calls) == 1:
+            raise RuntimeError("(sqlite3.IntegrityError) UNIQUE constraint failed: alembic_version.version_num")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", raced)
+    monkeypatch.setattr(_study.time, "sleep", lambda s: None)
+    url, storage = _study.storage_for(f"sqlite:///{tmp_path / 's.db'}", "s")
+    assert len(calls) == 2 and isinstance(storage, real)
 
 
 # -- the app -----------------------------------------------------------------------------

@@ -3,8 +3,11 @@
 Every bad input to the command line or the Python API answers with one line on stderr,
 ``error: ...``, exit status 2, no traceback, in bounded time; sizes too large for the GPU are
 refused before anything big is allocated (run in a child process under a memory limit); and a
-finished result is never lost. The files (``hf-*.json``, ``hw-*.toml``, ``sched-*.json``) are
-small variants of a real config, hardware file or schedule with the one defect the name says.
+finished result is never lost. Of the 14 rows the note found accepted (exit 0), the wrong accepts
+are refused rows here and the legitimate ones (an empty context, a huge tasks_per_sm, a model
+folder's config.json, validation without matplotlib) are checked to work. The files (``hf-*.json``,
+``hw-*.toml``, ``sched-*.json``) are small variants of a real config, hardware file or schedule
+with the one defect the name says.
 """
 
 from __future__ import annotations
@@ -55,10 +58,12 @@ HF_FILES: dict[str, Any] = {
     "kv0": _hf(num_key_value_heads=0),
     "kvneg": _hf(num_key_value_heads=-8),
     "kvstr": _hf(num_key_value_heads="8"),
+    "headdim-str": _hf(head_dim="64"),
     "kv7": _hf(num_key_value_heads=7),
     "headdim-neg": _hf(head_dim=-64),
     "layers-float": _hf(num_hidden_layers=16.0),
     "rope-str": _hf(rope_theta="abc"),
+    "rope-1e400": _hf(rope_theta=10**400),  # an integer too large for a float
     "eps-str": _hf(rms_norm_eps="x"),
     "ctx-str": _hf(max_position_embeddings="x"),
     "gpt2": _hf(model_type="gpt2"),
@@ -108,6 +113,8 @@ def bad(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (d / "raw-garbage.raw.json").write_bytes(bytes(range(256)))
     (d / "raw-nometa.raw.json").write_text("{}")
     (d / "a-dir").mkdir()
+    (d / "hfdir").mkdir()  # a Hugging Face model folder
+    (d / "hfdir" / "config.json").write_text(json.dumps(HF))
     good = json.loads(build_schedule("llama-3.2-1b", "h200", "megakernel").to_json())
 
     def sched(name: str, **change: Any) -> None:
@@ -245,8 +252,9 @@ CLI_CASES: list[tuple[str, list[str], str]] = [
     *[(f"hf-{n}", ["workload", "--model", f"{{d}}/hf-{n}.json"], frag) for n, frag in [
         ("missing", "missing key 'hidden_size'"), ("zero-heads", "num_attention_heads = 0"),
         ("nondiv", "hidden_size"), ("kv0", "num_key_value_heads = 0"), ("kvneg", "num_key_value_heads = -8"),
-        ("kvstr", "num_key_value_heads = '8'"), ("kv7", "not a multiple"), ("headdim-neg", "head_dim = -64"),
-        ("layers-float", "num_hidden_layers = 16.0"), ("rope-str", "rope_theta = 'abc'"),
+        ("kvstr", "num_key_value_heads = '8'"), ("headdim-str", "head_dim = '64'"), ("kv7", "not a multiple"),
+        ("headdim-neg", "head_dim = -64"), ("layers-float", "num_hidden_layers = 16.0"),
+        ("rope-str", "rope_theta = 'abc'"), ("rope-1e400", "rope_theta = 1000"),
         ("eps-str", "rms_norm_eps = 'x'"), ("ctx-str", "max_position_embeddings = 'x'"),
         ("gpt2", "model_type 'gpt2'"), ("act-gelu", "hidden_act 'gelu'"), ("textcfg-list", "text_config"),
         ("list", "JSON object"), ("notjson", "not a readable JSON"), ("binary", "not a readable JSON"),
@@ -406,6 +414,98 @@ def test_busy_port_is_refused_before_the_url_is_printed(capsys: pytest.CaptureFi
         code, out, err = run_cli(["explore", "--port", str(s.getsockname()[1])], capsys)
     assert_one_line(code, err, "already in use")
     assert "explorer at" not in out
+
+
+# -- the rows the note found accepted (exit 0) ----------------------------------------------------------
+#: The note's wrong accepts, each now a row of CLI_CASES above (refused in one line). ``hf-headdim-str``
+#: (``"head_dim": "64"``), accepted then as harmless, is refused as ``num_key_value_heads: "8"`` is: a config
+#: value of the wrong type is a broken config.
+WRONG_ACCEPTS = ("sched-bool", "sched-polopts-str", "sched-version99", "hf-nondiv", "compare-hf-nondiv", "hf-kv0",
+                 "hf-vocab-1e15", "hf-headdim-str")
+
+
+def test_every_wrong_accept_of_the_note_is_a_refused_row() -> None:
+    assert set(WRONG_ACCEPTS) <= {i for i, _a, _f in CLI_CASES}
+
+
+def _json_ok(argv: list[str], capsys: pytest.CaptureFixture[str]) -> Any:
+    code, out, err = run_cli([*argv, "--json"], capsys)
+    assert code == 0 and "Traceback" not in err, err[-2000:]
+    return json.loads(out)
+
+
+MODES = ["stream", "graph", "graph_pdl", "persistent_barrier", "megakernel"]
+
+
+def test_accepted_empty_context(capsys: pytest.CaptureFixture[str]) -> None:
+    """``compare --kv-len 0`` and ``sweep --kv-len 0``: a step with an empty KV cache (the first token)
+    is a real case; both answer with the same numbers, a bandwidth floor below the default's, and every
+    mode above its floor."""
+    zero = _json_ok(["compare", "--kv-len", "0"], capsys)
+    ref = _json_ok(["compare"], capsys)
+    assert zero["workload"] == "llama-3.2-1b decode b1 kv0" and list(zero["modes"]) == MODES
+    assert 0 < zero["bandwidth_floor_us"] < ref["bandwidth_floor_us"]
+    for m in MODES:
+        assert zero["modes"][m]["latency_us"] >= zero["bandwidth_floor_us"]
+    assert zero["modes"]["stream"]["latency_us"] < ref["modes"]["stream"]["latency_us"]  # less KV to read
+    rows = _json_ok(["sweep", "--batch", "1", "--kv-len", "0"], capsys)["rows"]
+    assert [(r["batch"], r["kv_len"]) for r in rows] == [(1, 0)]
+    for m in MODES:
+        assert rows[0][f"{m}_us"] == pytest.approx(zero["modes"][m]["latency_us"], rel=1e-12)
+
+
+def test_accepted_huge_tasks_per_sm_clamps(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--opt tasks_per_sm=1e9``: an op is never cut finer than its rows, so past some value more tasks
+    per SM change nothing (36,240 tasks for llama-3.2-1b on h200), in bounded time."""
+    huge = _json_ok(["simulate", "--opt", "tasks_per_sm=1e9"], capsys)
+    fine = _json_ok(["simulate", "--opt", "tasks_per_sm=1e5"], capsys)
+    default = _json_ok(["simulate"], capsys)
+    assert huge["n_tasks"] == fine["n_tasks"] > default["n_tasks"]
+    assert huge["latency_us"] == fine["latency_us"] >= huge["bandwidth_floor_us"]
+
+
+def test_accepted_config_in_a_model_folder(bad: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--model hfdir/config.json``: the config of a Hugging Face model folder is the model, named after
+    the folder; the same copy under a built-in's name gives the built-in's workload."""
+    got = _json_ok(["workload", "--model", str(bad / "hfdir" / "config.json")], capsys)
+    ref = _json_ok(["workload", "--model", "llama-3.2-1b"], capsys)
+    assert got["name"] == "hfdir decode b1 kv1024"
+    assert {k: v for k, v in got.items() if k != "name"} == {k: v for k, v in ref.items() if k != "name"}
+
+
+def _measured_subset(tmp_path: Path, names: tuple[str, ...]) -> Path:
+    """A copy of the committed H200 run's measured.json holding only the cases ``names``."""
+    measured = json.loads((ROOT / "validation/results/h200/measured.json").read_text())
+    measured["cases"] = [c for c in measured["cases"] if c["name"] in names]
+    assert [c["name"] for c in measured["cases"]] == list(names)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "measured.json").write_text(json.dumps(measured))
+    return run
+
+
+def test_accepted_validate_without_matplotlib(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The base install (no matplotlib): ``validate report`` writes summary.json and table.md, no plots,
+    with the committed run's measured and predicted times; ``validate suite --dry-run`` predicts the same."""
+    for name in ("matplotlib", "matplotlib.pyplot"):
+        monkeypatch.setitem(sys.modules, name, None)
+    names = ("llama-3.2-1b/b1/stream", "llama-3.2-1b/b1/graph")
+    committed = {c["name"]: c for c in json.loads((ROOT / "validation/results/h200/summary.json").read_text())["cases"]}
+    run = _measured_subset(tmp_path, names)
+    summary = _json_ok(["validate", "report", str(run)], capsys)
+    assert sorted(p.name for p in run.iterdir()) == ["measured.json", "summary.json", "table.md"]
+    assert json.loads((run / "summary.json").read_text())["cases"] == summary["cases"]
+    assert [c["name"] for c in summary["cases"]] == list(names)
+    for case in summary["cases"]:
+        ref = committed[case["name"]]
+        assert case["measured_us"] == ref["measured_us"]
+        assert case["predicted_us"] == pytest.approx(ref["predicted_us"], rel=1e-9)
+    table = (run / "table.md").read_text()
+    assert all(f"{committed[n]['measured_us']:.1f}" in table for n in names)
+    dry = _json_ok(["validate", "suite", "--dry-run", "--only", names[0]], capsys)
+    assert [(c["name"], c["error"]) for c in dry] == [(names[0], None)]
+    assert dry[0]["predicted_us"] == pytest.approx(committed[names[0]]["predicted_us"], rel=1e-9)
 
 
 # -- the Python API ----------------------------------------------------------------------------------
