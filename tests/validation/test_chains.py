@@ -154,29 +154,31 @@ def test_kernels_are_assigned_to_the_range_their_launch_lies_in():
 
 # -- the predictor on a SYNTHETIC raw file ---------------------------------------------------------------
 def synthetic_raw(scale: float = 1.1) -> dict:
-    """SYNTHETIC test data, not a measurement: every case 'measured' at ``scale`` x its prediction,
-    except graph_pdl late, 'measured' 20 % slower than graph (PDL losing)."""
+    """SYNTHETIC test data, not a measurement: every case 'measured' at ``scale`` x its ideal-kernel
+    prediction, except graph_pdl late, 'measured' 20 % slower than graph (PDL losing); each
+    implementation's single 'measured' (graph-timed) at twice its prediction."""
     raw = R.new_doc(["1b-gqa"], quick=True, reps=10)
     raw["synthetic"] = True
     raw["gpu"] = "SYNTHETIC"
-    graph = scale * PR.predict_case("1b-gqa", 1, "graph", "mksim", "h200-calibrated")
+    graph = scale * PR.predict_case("1b-gqa", 1, "graph", "mksim", "h200-calibrated", profiles=False)
     for c in C.case_list(["1b-gqa"]):
         if c.batch != 1:
             continue
         rec = R.case_record(c)
-        pred = PR.predict_case(c.sequence, c.batch, c.mode, c.implementation, "h200-calibrated")
+        pred = PR.predict_case(c.sequence, c.batch, c.mode, c.implementation, "h200-calibrated", c.trigger,
+                               profiles=False)
         meas = 1.2 * graph if c.trigger == "late" else scale * pred
         rec.update(measured_us=meas, p10_us=meas, p90_us=meas, checked=True, rel_err=0.0)
         raw["cases"].append(rec)
     for impl in C.IMPLEMENTATIONS:
-        meas = 2 * PR.predict_single(2048, 512, 1, impl, "h200-calibrated")
-        raw["singles"].append({"implementation": impl, "batch": 1, "K": 2048, "N": 512, "weight_B": 2 * 2048 * 512,
-                               "measured_us": meas, "checked": True})
+        meas = 2 * PR.predict_single(2048, 512, 1, impl, "h200-calibrated", profiles=False)
+        raw["singles"].append(R.single_record(impl, 1, 2048, 512, None, [meas + 10] * 3, [meas + 5] * 3, [30.0] * 3,
+                                              [5.0] * 3, 2, True, 0.0))
     return raw
 
 
 def test_predictor_on_synthetic_raw():
-    rep = PR.report(synthetic_raw(), "h200-calibrated")
+    rep = PR.report(synthetic_raw(), "h200-calibrated", profiles=False)
     assert rep["synthetic"]
     rows = {r["name"]: r for r in rep["rows"]}
     assert len(rows) == 8
@@ -206,16 +208,20 @@ def test_a_bigger_single_kernel_is_predicted_slower():
 def test_unchecked_cases_are_left_out_of_the_mape():
     raw = synthetic_raw()
     raw["cases"][0]["checked"] = False
-    s = PR.report(raw, "h200-calibrated")["summary"]
+    s = PR.report(raw, "h200-calibrated", profiles=False)["summary"]
     assert s["n"] == 7 and s["n_unchecked"] == 1 and math.isfinite(s["mape"])
 
 
 def test_predict_cli_writes_json(tmp_path, capsys):
     raw = tmp_path / "chains.json"
     raw.write_text(json.dumps(synthetic_raw()))
-    assert cli.main(["predict", str(raw), "--json", str(tmp_path / "out.json")]) == 0
+    assert cli.main(["predict", str(raw), "--no-profiles", "--json", str(tmp_path / "out.json"),
+                     "--summary", str(tmp_path / "summary.json")]) == 0
     assert "PDL sign right in 1 of 2" in capsys.readouterr().out
     assert json.loads((tmp_path / "out.json").read_text())["summary"]["n"] == 8
+    summ = json.loads((tmp_path / "summary.json").read_text())
+    assert summ["synthetic"] and summ["pdl_sign"]["right"] == 1 and summ["pdl_sign"]["of"] == 2
+    assert {c["gpu"] for c in summ["cases"]} == {"h200-calibrated"}
 
 
 def test_run_cli_refuses_an_unknown_sequence(capsys):
