@@ -230,6 +230,8 @@ def mk_singles(batch: int, shapes: list[tuple[int, int]], flush, reps: int, watc
             with r.stream:
                 empty((1,), (1,), ())
 
+        launch_empty()  # compiled and loaded before any capture (a module load may not run in one)
+        r.stream.synchronize()
         g_empty = capture([launch_empty])
         empty_us = times(lambda: g_empty.launch(r.stream))
         first = 0
