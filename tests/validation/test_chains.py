@@ -10,6 +10,7 @@ import pytest
 
 from mksim.errors import MksimError
 from validation.chains import __main__ as cli
+from validation.chains import calibrate as K
 from validation.chains import cases as C
 from validation.chains import predict as PR
 from validation.chains import runner as R
@@ -154,29 +155,31 @@ def test_kernels_are_assigned_to_the_range_their_launch_lies_in():
 
 # -- the predictor on a SYNTHETIC raw file ---------------------------------------------------------------
 def synthetic_raw(scale: float = 1.1) -> dict:
-    """SYNTHETIC test data, not a measurement: every case 'measured' at ``scale`` x its prediction,
-    except graph_pdl late, 'measured' 20 % slower than graph (PDL losing)."""
+    """SYNTHETIC test data, not a measurement: every case 'measured' at ``scale`` x its ideal-kernel
+    prediction, except graph_pdl late, 'measured' 20 % slower than graph (PDL losing); each
+    implementation's single 'measured' (graph-timed) at twice its prediction."""
     raw = R.new_doc(["1b-gqa"], quick=True, reps=10)
     raw["synthetic"] = True
     raw["gpu"] = "SYNTHETIC"
-    graph = scale * PR.predict_case("1b-gqa", 1, "graph", "mksim", "h200-calibrated")
+    graph = scale * PR.predict_case("1b-gqa", 1, "graph", "mksim", "h200-calibrated", profiles=False)
     for c in C.case_list(["1b-gqa"]):
         if c.batch != 1:
             continue
         rec = R.case_record(c)
-        pred = PR.predict_case(c.sequence, c.batch, c.mode, c.implementation, "h200-calibrated")
+        pred = PR.predict_case(c.sequence, c.batch, c.mode, c.implementation, "h200-calibrated", c.trigger,
+                               profiles=False)
         meas = 1.2 * graph if c.trigger == "late" else scale * pred
         rec.update(measured_us=meas, p10_us=meas, p90_us=meas, checked=True, rel_err=0.0)
         raw["cases"].append(rec)
     for impl in C.IMPLEMENTATIONS:
-        meas = 2 * PR.predict_single(2048, 512, 1, impl, "h200-calibrated")
-        raw["singles"].append({"implementation": impl, "batch": 1, "K": 2048, "N": 512, "weight_B": 2 * 2048 * 512,
-                               "measured_us": meas, "checked": True})
+        meas = 2 * PR.predict_single(2048, 512, 1, impl, "h200-calibrated", profiles=False)
+        raw["singles"].append(R.single_record(impl, 1, 2048, 512, None, [meas + 10] * 3, [meas + 5] * 3, [30.0] * 3,
+                                              [5.0] * 3, 2, True, 0.0))
     return raw
 
 
 def test_predictor_on_synthetic_raw():
-    rep = PR.report(synthetic_raw(), "h200-calibrated")
+    rep = PR.report(synthetic_raw(), "h200-calibrated", profiles=False)
     assert rep["synthetic"]
     rows = {r["name"]: r for r in rep["rows"]}
     assert len(rows) == 8
@@ -206,16 +209,20 @@ def test_a_bigger_single_kernel_is_predicted_slower():
 def test_unchecked_cases_are_left_out_of_the_mape():
     raw = synthetic_raw()
     raw["cases"][0]["checked"] = False
-    s = PR.report(raw, "h200-calibrated")["summary"]
+    s = PR.report(raw, "h200-calibrated", profiles=False)["summary"]
     assert s["n"] == 7 and s["n_unchecked"] == 1 and math.isfinite(s["mape"])
 
 
 def test_predict_cli_writes_json(tmp_path, capsys):
     raw = tmp_path / "chains.json"
     raw.write_text(json.dumps(synthetic_raw()))
-    assert cli.main(["predict", str(raw), "--json", str(tmp_path / "out.json")]) == 0
+    assert cli.main(["predict", str(raw), "--no-profiles", "--json", str(tmp_path / "out.json"),
+                     "--summary", str(tmp_path / "summary.json")]) == 0
     assert "PDL sign right in 1 of 2" in capsys.readouterr().out
     assert json.loads((tmp_path / "out.json").read_text())["summary"]["n"] == 8
+    summ = json.loads((tmp_path / "summary.json").read_text())
+    assert summ["synthetic"] and summ["pdl_sign"]["right"] == 1 and summ["pdl_sign"]["of"] == 2
+    assert {c["gpu"] for c in summ["cases"]} == {"h200-calibrated"}
 
 
 def test_run_cli_refuses_an_unknown_sequence(capsys):
@@ -285,7 +292,150 @@ def test_run_past_its_timeout_skips_the_rest(fake_gpu, tmp_path):
     assert doc["cases"] == [] and len(doc["skipped"]) == 16 + 6
 
 
+# -- single kernels: how the runner times them, what the first run's measure ------------------------------
+def test_a_single_is_its_graph_replay_less_an_empty_kernel():
+    """A story: 8 copies take 1 + 8 * 3 µs of replay, one takes 1 + 3, an empty kernel 2: the
+    marginal cost is 3 µs and the kernel alone costs 2 µs more than an empty kernel."""
+    r = R.single_record("cublas", 8, 4096, 1024, None, [25.0, 24.0, 26.0], [4.0] * 3, [40.0] * 3, [2.0] * 3, 8,
+                        True, 1e-3)
+    assert set(R.SINGLE_KEYS) <= set(r) and r["method"] == R.SINGLES_METHOD == "graph"
+    assert r["kernel_us"] == pytest.approx(3.0) and r["alone_us"] == r["measured_us"] == pytest.approx(2.0)
+    assert r["event"]["measured_us"] == 40.0 and r["graph_n"]["p10_us"] < 25.0 < r["graph_n"]["p90_us"]
+    json.dumps(r)
+    with pytest.raises(MksimError, match="at least 2 copies"):
+        R.single_record("mksim", 1, 2048, 16, 1, [1.0], [1.0], [1.0], [1.0], 1, True, 0.0)
+
+
+def test_copies_keep_at_most_a_GiB_of_weights_and_at_least_two():
+    assert R.copies_for(64 << 10) == R.SINGLE_COPIES == 8
+    assert R.copies_for(128 << 20) == 8 and R.copies_for(256 << 20) == 4 and R.copies_for(4 << 30) == 2
+
+
+def test_graph_times_flush_and_drain_before_every_replay_and_drop_two_warm_ones():
+    log: list[str] = []
+
+    def record():  # replay i 'takes' i µs
+        log.append("start")
+        i = log.count("start") - 1
+        return (lambda: log.append("stop") or "e1"), lambda: float(i)
+
+    out = R.graph_times(lambda: log.append("launch"), lambda: log.append("sync"), record,
+                        lambda i: log.append(f"flush {i}"), 3, lambda e1: log.append(f"wait {e1}"))
+    assert out == [2.0, 3.0, 4.0]
+    assert log[:6] == ["flush 1", "sync", "start", "launch", "stop", "wait e1"] and len(log) == 5 * 6
+
+
+def first_run_raw() -> dict:
+    """SYNTHETIC test data shaped like the first run: event singles and profiler kernels."""
+    raw = R.new_doc(["1b-gqa"], quick=True, reps=10)
+    raw["synthetic"] = True
+    raw["singles"] = [{"implementation": "cublas", "batch": 1, "K": 4096, "N": 1024, "measured_us": 30.0},
+                      {"implementation": "cublas", "batch": 1, "K": 2048, "N": 512, "measured_us": 28.0},
+                      {"implementation": "mksim", "batch": 1, "K": 2048, "N": 512, "measured_us": 12.0}]
+    raw["kernels"] = [{"implementation": "cublas", "batch": 1, "K": 4096, "N": 1024, "duration_us": 4.0,
+                       "name": "nvjet_sm90_tst_64x8_64x16_4x1_v_bz_splitK_TNT"},
+                      {"implementation": "cublas", "batch": 1, "K": 4096, "N": 1024, "duration_us": 1.5,
+                       "name": "void cublasLt::splitKreduce_kernel<32, 16>"},
+                      {"implementation": "cublas", "batch": 1, "K": 2048, "N": 512, "duration_us": 5.0,
+                       "name": "nvjet_sm90_tst_8x64_64x16_4x1_v_bz_TNN"},
+                      {"implementation": "cublas", "batch": 1, "K": 1024, "N": 4096, "duration_us": 5.0,
+                       "name": "nvjet_sm90_tst_128x8_64x12_2x1_v_bz_TNT"},
+                      {"implementation": "mksim", "batch": 1, "name": "mk_chain"}]
+    return raw
+
+
+def test_the_first_runs_singles_hold_a_host_gap_and_only_cublas_has_gpu_times():
+    raw = first_run_raw()
+    gaps = K.host_gaps(raw)
+    assert [(g["K"], g["gpu_us"], g["gap_us"]) for g in gaps] == [(4096, 5.5, 24.5), (2048, 5.0, 23.0)]
+    assert K.gap_summary(gaps) == {"cublas b1": {"n": 2, "median_us": 23.75, "min_us": 23.0, "max_us": 24.5}}
+    gs = K.gpu_singles(raw)
+    assert [(g["implementation"], g["us"], g["source"]) for g in gs] == [("cublas", 5.5, "profiler"),
+                                                                         ("cublas", 5.0, "profiler")]
+    graph = synthetic_raw()  # graph-timed singles: their alone_us, both implementations
+    assert {(g["implementation"], g["source"]) for g in K.gpu_singles(graph)} == {("mksim", "graph"),
+                                                                                  ("cublas", "graph")}
+
+
+def test_inflight_is_the_stage_ring_of_the_kernels_cublas_picks():
+    kib, note = K.inflight_from_kernels(first_run_raw())
+    assert kib == 128 and "2 of 3" in note and "192" in note  # 64 x 64 x 2 B x 16; 128 x 64 x 2 B x 12
+    assert K.inflight_from_kernels({"kernels": []})[0] is None
+
+
+def test_the_cublas_profile_loads_and_every_value_says_where_it_comes_from():
+    import tomllib
+
+    import hwmodels
+
+    g = hwmodels.load("h200-calibrated+cublas")
+    c = g.kernels.per_kind["matmul"]
+    assert g.profile == "cublas" and c.task_fixed_us > 0 and c.consume_GBps > 0 and c.inflight_KiB == 128
+    doc = tomllib.loads(hwmodels.resolve_profile("cublas").read_text())
+    assert doc["measured_on"] == "h200-calibrated"
+    for key, v in doc["runtime"]["kernels"]["matmul"].items():
+        assert v["source"] in doc["sources"] and len(v["note"]) > 40, key
+    assert "single kernels" in doc["runtime"]["kernels"]["matmul"]["task_fixed_us"]["note"]
+
+
+def test_a_fit_to_singles_made_by_a_known_cost_recovers_it():
+    """SYNTHETIC singles: each 'measured' at what mksim predicts with fixed 3 µs and 40 GB/s."""
+    pytest.importorskip("scipy")
+    import hwmodels
+    from hwmodels import KernelCost
+
+    truth = K.with_matmul(hwmodels.load("h200-calibrated"), KernelCost(task_fixed_us=3.0, consume_GBps=40.0))
+    raw = first_run_raw()
+    raw["singles"] = [R.single_record("cublas", 1, 2048, n, None, [9.0] * 3, [K.predict_alone(2048, n, 1, truth) + 1]
+                                      * 3, [30.0] * 3, [1.0] * 3, 2, True, 0.0) for n in (16, 4096, 32768)]
+    fit = K.fit_cublas(raw)
+    assert fit.cost.task_fixed_us == pytest.approx(3.0, rel=0.05)
+    assert fit.cost.consume_GBps == pytest.approx(40.0, rel=0.1) and fit.rms < 0.01
+
+
+def test_fit_cli_refuses_a_file_without_singles(tmp_path, capsys):
+    raw = tmp_path / "chains.json"
+    raw.write_text('{"cases": []}')
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["fit", str(raw)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "no 'singles' list" in err and err.count("\n") == 1
+
+
+# -- profiles, triggers and the committed summary -------------------------------------------------------
+def test_each_implementation_is_predicted_with_its_profile():
+    assert PR.model_for("mksim", "h200-calibrated")[0] == "h200-calibrated+mksim"
+    assert PR.model_for("cublas", "h200-calibrated")[0] == "h200-calibrated+cublas"
+    assert PR.model_for("cublas", "h200-calibrated", profiles=False) == ("h200-calibrated", "ideal kernels (no "
+                                                                                           "implementation profile)")
+    assert PR.model_for("cublas", "h200-calibrated+mksim")[0] == "h200-calibrated+mksim"
+
+
+def test_the_trigger_reaches_the_schedule():
+    """With ideal kernels, a late trigger lets the next kernel prefetch later: slower than early."""
+    early = PR.predict_case("1b-gqa", 1, "graph_pdl", "mksim", "h200-calibrated", "early", profiles=False)
+    late = PR.predict_case("1b-gqa", 1, "graph_pdl", "mksim", "h200-calibrated", "late", profiles=False)
+    assert late > early
+
+
+RESULTS = "validation/results/h200-mechanisms"
+
+
+def test_the_committed_summary_is_what_the_committed_raw_file_gives():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    raw_path = f"{RESULTS}/chains/chains.json"
+    raw = json.loads((root / raw_path).read_text())
+    committed = json.loads((root / RESULTS / "summary.json").read_text())
+    assert PR.summary_json(PR.report(raw, "h200-calibrated"), raw_path) == committed
+    assert committed["n"] == 56 and not committed["synthetic"]
+    assert {c["implementation"]: c["gpu"] for c in committed["cases"]} == {"mksim": "h200-calibrated+mksim",
+                                                                          "cublas": "h200-calibrated+cublas"}
+
+
 def test_doctests():
     import doctest
 
     assert doctest.testmod(C).failed == 0
+    assert doctest.testmod(R).failed == 0

@@ -1,7 +1,8 @@
 """Chains of LLM projections, mksim's kernels and cuBLAS: measure (GPU) and predict (CPU).
 
 Run: python -m validation.chains run --out DIR [--quick] [--timeout S] [--reps N]
-     python -m validation.chains predict RAW.json [--gpu h200-calibrated] [--json OUT]
+     python -m validation.chains predict RAW.json [--summary OUT] [--json OUT]
+     python -m validation.chains fit RAW.json [--out hwmodels/profiles/cublas.toml]
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from pathlib import Path
 
 from mksim.errors import MksimError
 
+from . import calibrate as K
 from .cases import SEQUENCES
-from .predict import format_report, report
+from .predict import format_report, report, summary_json
 from .runner import run
 
 
@@ -31,23 +33,48 @@ def cmd_run(a: argparse.Namespace) -> int:
     return 0 if doc["cases"] and not doc["errors"] else 1
 
 
-def cmd_predict(a: argparse.Namespace) -> int:
+def _read(path: str) -> dict:
     try:
-        raw = json.loads(Path(a.raw).read_text())
+        return json.loads(Path(path).read_text())
     except OSError as exc:
-        _fail(f"{a.raw}: {exc.strerror or exc}")
+        _fail(f"{path}: {exc.strerror or exc}")
     except json.JSONDecodeError as exc:
-        _fail(f"{a.raw}: not JSON ({exc.msg}, line {exc.lineno})")
+        _fail(f"{path}: not JSON ({exc.msg}, line {exc.lineno})")
+    raise AssertionError  # _fail exits
+
+
+def _write(path: str, text: str) -> None:
     try:
-        rep = report(raw, a.gpu)
+        Path(path).write_text(text)
+    except OSError as exc:
+        _fail(f"{path}: {exc.strerror or exc}")
+
+
+def cmd_predict(a: argparse.Namespace) -> int:
+    raw = _read(a.raw)
+    try:
+        rep = report(raw, a.gpu, profiles=not a.no_profiles)
     except MksimError as exc:
         _fail(f"{a.raw}: {exc}")
     print(format_report(rep))
     if a.json:
-        try:
-            Path(a.json).write_text(json.dumps(rep, indent=1) + "\n")
-        except OSError as exc:
-            _fail(f"{a.json}: {exc.strerror or exc}")
+        _write(a.json, json.dumps(rep, indent=1) + "\n")
+    if a.summary:
+        _write(a.summary, json.dumps(summary_json(rep, a.raw), indent=1) + "\n")
+    return 0
+
+
+def cmd_fit(a: argparse.Namespace) -> int:
+    raw = _read(a.raw)
+    try:
+        K.check_fit_input(raw)
+        fit = K.fit_cublas(raw, a.gpu)
+    except MksimError as exc:
+        _fail(f"{a.raw}: {exc}")
+    print(K.fit_report(fit))
+    if a.out:
+        _write(a.out, K.profile_toml(fit, raw, a.raw, a.gpu))
+        print(f"wrote {a.out}")
     return 0
 
 
@@ -62,8 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--sequences", default=None, help=f"comma-separated subset of {','.join(SEQUENCES)}")
     p = sub.add_parser("predict", help="predict the measured chains with mksim (CPU)")
     p.add_argument("raw", help="chains.json written by run")
-    p.add_argument("--gpu", default="h200-calibrated", help="hardware model (default h200-calibrated)")
+    p.add_argument("--gpu", default="h200-calibrated", help="hardware model (default h200-calibrated); each "
+                   "implementation's profile is applied to it where one exists")
+    p.add_argument("--no-profiles", action="store_true", help="ideal kernels for every implementation")
     p.add_argument("--json", default=None, help="write the report here")
+    p.add_argument("--summary", default=None, help="write the issue's summary.json here")
+    f = sub.add_parser("fit", help="fit the cublas profile to the run's single kernels (CPU)")
+    f.add_argument("raw", help="chains.json written by run")
+    f.add_argument("--gpu", default="h200-calibrated", help="hardware model the profile is measured on")
+    f.add_argument("--out", default=None, help="write the profile here (hwmodels/profiles/cublas.toml)")
     a = ap.parse_args(argv)
     if a.cmd == "run" and (a.timeout <= 0 or (a.reps is not None and a.reps < 1)):
         _fail("--timeout must be > 0 and --reps >= 1")
@@ -72,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         unknown = [s for s in a.sequences if s not in SEQUENCES]
         if unknown:
             _fail(f"unknown sequence {unknown[0]!r}; give some of {', '.join(SEQUENCES)}")
-    return cmd_run(a) if a.cmd == "run" else cmd_predict(a)
+    return {"run": cmd_run, "predict": cmd_predict, "fit": cmd_fit}[a.cmd](a)
 
 
 if __name__ == "__main__":

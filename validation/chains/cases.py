@@ -130,10 +130,11 @@ def kernel_options(wl: Workload, mode: str, gpu: str = GPU) -> dict:
     return opts
 
 
-def build_schedule(wl: Workload, mode: str, gpu: str = GPU):
+def build_schedule(wl: Workload, mode: str, gpu: str = GPU, **options):
     """The schedule mksim's generated kernels run ``wl`` with in ``mode`` (the runner's and the
-    predictor's, so that both see the same tiling and queues)."""
-    return mksim.build_schedule(wl, gpu, mode, **kernel_options(wl, mode, gpu))
+    predictor's, so that both see the same tiling and queues); ``options`` add schedule options
+    the kernels do not need (``pdl_trigger``: the predictor's)."""
+    return mksim.build_schedule(wl, gpu, mode, **kernel_options(wl, mode, gpu), **options)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,16 @@ queued (a stream of launches is paced by the host, as in use). Median, p10, p90 
 mksim's side runs :class:`validation.megakernel.gpu.Runner` unchanged (``graph_pdl`` compiled with
 the trigger early or late); torch's side is ``y = F.linear(y, W_i)`` on bf16 tensors, as a plain
 stream of launches and captured in one CUDA graph. Singles (the calibration set): every distinct
-shape of the chains and a size sweep of weights (64 KiB .. 256 MiB at K = 2048), each kernel alone,
-cold, both implementations; torch.profiler records which kernels cuBLAS launches for each.
+shape of the chains and a size sweep of weights (64 KiB .. 256 MiB at K = 2048), both
+implementations, each timed in CUDA graphs (:func:`single_record`): ``copies`` copies on distinct
+weights, one alone, and one empty kernel, every replay cold; torch.profiler records which kernels
+cuBLAS launches for each. (The first run, 2026-12-01, timed each single as one launch from Python
+between events on an idle GPU: that includes the host's submission of the launch after the start
+event, 8-9 µs for mksim's ctypes launch and ~24 µs for ``F.linear``; ``event`` keeps that number.)
+
+The chains themselves are timed as the first run timed them: each replay's start event is
+recorded on an idle GPU before the host submits the step, so every chain includes one host
+submission (a graph launch, a persistent kernel's launch or the stream's first launch).
 
 GPU only (torch, CuPy); ``python -m validation.chains run --out DIR`` calls :func:`run`.
 """
@@ -38,6 +46,10 @@ from validation.megakernel import gpu as mkgpu
 from . import cases as C
 
 FLUSH_B = 256 << 20
+SINGLES_METHOD = "graph"  # singles: graph replays (single_record); the first run's were "event" (host included)
+SINGLE_COPIES = 8
+SINGLE_COPIES_BYTES = 1 << 30
+EMPTY_KERNEL = 'extern "C" __global__ void mk_empty() {}'
 REL_ERR_MAX = 1e-2
 FORMAT = "mksim-chains-raw"
 RAW = "chains.json"
@@ -120,33 +132,120 @@ def mk_case(case: C.Case, flush, reps: int, watchdog_s: float) -> dict:
             "kernel": kernel}
 
 
+def graph_times(launch_graph, sync, record, flush_fill, reps: int, wait) -> list[float]:
+    """``reps`` cold replays of a captured graph (after 2 warm ones): ``flush_fill(i)`` evicts the
+    L2 and ``sync`` drains the GPU before each; ``record()`` gives a started event pair's end-recorder
+    and elapsed-time reader around ``launch_graph()``; ``wait(e1)`` waits (watchdog) for the end."""
+    out = []
+    for rep in range(reps + 2):
+        flush_fill(rep + 1)
+        sync()
+        stop, elapsed = record()
+        launch_graph()
+        e1 = stop()
+        wait(e1)
+        if rep >= 2:
+            out.append(elapsed())
+    return out
+
+
+def single_record(implementation: str, batch: int, k: int, n: int, grid, graph_n_us: list[float],
+                  graph_1_us: list[float], event_us: list[float], empty_us: list[float], copies: int,
+                  checked: bool, rel_err: float) -> dict:
+    """One single kernel's row (:data:`SINGLE_KEYS`), timed as :data:`SINGLES_METHOD` says:
+
+    - ``kernel_us``: its cost as one node of a graph of ``copies`` copies on distinct weights
+      (every copy cold), ``(replay(copies) - replay(1)) / (copies - 1)`` on the medians;
+    - ``alone_us`` (also ``measured_us``): a graph of it alone less a graph of one empty kernel,
+      each replayed the same way: its time beyond an empty kernel's, without the host's launch;
+    - ``event_us``: one launch from Python between CUDA events on an idle GPU, as the first run
+      measured singles: includes the host's submission after the start event (see README).
+
+    >>> r = single_record("mksim", 1, 2048, 16, 1, [21.0] * 3, [7.0] * 3, [12.0] * 3, [5.0] * 3, 8, True, 0.0)
+    >>> r["kernel_us"], r["alone_us"], r["measured_us"]
+    (2.0, 2.0, 2.0)
+    """
+    if copies < 2:
+        raise MksimError(f"a single kernel's marginal cost needs at least 2 copies, not {copies}")
+    g_n, g_1, e = (float(np.median(x)) for x in (graph_n_us, graph_1_us, empty_us))
+    alone = g_1 - e
+    return {"implementation": implementation, "batch": batch, "K": k, "N": n, "weight_B": 2 * k * n, "grid": grid,
+            "method": SINGLES_METHOD, "copies": copies, "kernel_us": (g_n - g_1) / (copies - 1),
+            "alone_us": alone, "measured_us": alone, "graph_n": stats(graph_n_us), "graph_1": stats(graph_1_us),
+            "event": stats(event_us), "empty_graph_us": e, "checked": checked, "rel_err": rel_err}
+
+
+def copies_for(weight_B: int) -> int:
+    """Copies of a single kernel in its graph: :data:`SINGLE_COPIES`, fewer for the largest weights
+    (at least 2, and at most :data:`SINGLE_COPIES_BYTES` of weights per shape)."""
+    return max(2, min(SINGLE_COPIES, SINGLE_COPIES_BYTES // max(weight_B, 1)))
+
+
+def _cp_timer(cp, stream):
+    def record():
+        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+        e0.record(stream)
+
+        def stop():
+            e1.record(stream)
+            return e1
+        return stop, lambda: cp.cuda.get_elapsed_time(e0, e1) * 1e3
+    return record
+
+
 def mk_singles(batch: int, shapes: list[tuple[int, int]], flush, reps: int, watchdog_s: float) -> tuple[list, dict]:
-    """Each shape alone as one mk_chain launch (graph mode's kernel), cold; and the kernel's
-    registers and launch shape."""
+    """Each shape as :func:`single_record` times it, with mksim's graph-mode kernel (one launch of
+    ``mk_chain`` per op, one block per tile); and the kernel's registers and launch shape."""
     import cupy as cp
 
-    wl = C.chain_workload(C.Sequence("singles", "llama-3.2-1b", tuple(shapes)), batch, independent=True)
+    counts = [copies_for(2 * k * n) for k, n in shapes]
+    seq = C.Sequence("singles", "llama-3.2-1b", tuple(sh for sh, c in zip(shapes, counts, strict=True)
+                                                      for _ in range(c)))
+    wl = C.chain_workload(seq, batch, independent=True)
     s = C.build_schedule(wl, "graph")
     r = mkgpu.Runner(s)
     out = []
     try:
         errs, _ = r.check(watchdog_s)
-        for i, op in enumerate(wl.ops):
-            times = []
-            for rep in range(reps + 2):
-                with r.stream:
-                    flush.fill(rep + 1)
-                r.stream.synchronize()
-                e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-                e0.record(r.stream)
-                r.launches[i]()
-                e1.record(r.stream)
-                _mk_wait(r, e1, watchdog_s, f"op {op.name} alone")
-                if rep >= 2:
-                    times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3)
-            out.append({"implementation": "mksim", "batch": batch, "K": op.attrs["k"], "N": op.out_size,
-                        "weight_B": int(op.weight_bytes), "grid": int(s.graph.n_tiles[i]), **stats(times),
-                        "checked": bool(errs[op.name] <= REL_ERR_MAX), "rel_err": errs[op.name]})
+        empty = cp.RawKernel(EMPTY_KERNEL, "mk_empty")
+        record = _cp_timer(cp, r.stream)
+
+        def capture(fns):
+            r.stream.begin_capture()
+            for f in fns:
+                f()
+            return r.stream.end_capture()
+
+        def flush_fill(i):
+            with r.stream:
+                flush.fill(i)
+
+        def wait(e1):
+            _mk_wait(r, e1, watchdog_s, "a single kernel")
+
+        def times(fn):
+            return graph_times(fn, r.stream.synchronize, record, flush_fill, reps, wait)
+
+        def launch_empty():
+            with r.stream:
+                empty((1,), (1,), ())
+
+        launch_empty()  # compiled and loaded before any capture (a module load may not run in one)
+        r.stream.synchronize()
+        g_empty = capture([launch_empty])
+        empty_us = times(lambda: g_empty.launch(r.stream))
+        first = 0
+        for (k, n), c in zip(shapes, counts, strict=True):
+            ops = wl.ops[first:first + c]
+            g_n = capture(r.launches[first:first + c])
+            g_1 = capture(r.launches[first:first + 1])
+            t_n = times(lambda g=g_n: g.launch(r.stream))
+            t_1 = times(lambda g=g_1: g.launch(r.stream))
+            t_e = times(r.launches[first])
+            worst = max(errs[op.name] for op in ops)
+            out.append(single_record("mksim", batch, k, n, int(s.graph.n_tiles[first]), t_n, t_1, t_e, empty_us, c,
+                                     bool(worst <= REL_ERR_MAX), worst))
+            first += c
         kernel = {"implementation": "mksim", "batch": batch, "name": "mk_chain", "block": [mkgpu.P.THREADS, 1, 1],
                   "registers": int(r.k_chain.num_regs), "smem_B": r.plan.smem_B,
                   "grid": "one block per tile of the op (singles' grid)"}
@@ -247,16 +346,70 @@ def torch_case(case: C.Case, flush, reps: int, watchdog_s: float) -> dict:
     return {**stats(times), "checked": bool(err <= REL_ERR_MAX), "rel_err": err}
 
 
+def _torch_timer(torch):
+    def record():
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+
+        def stop():
+            e1.record()
+            return e1
+        return stop, lambda: e0.elapsed_time(e1) * 1e3
+    return record
+
+
+def _torch_wait(watchdog_s: float):
+    def wait(e1) -> None:
+        t0 = time.monotonic()
+        while not e1.query():
+            if time.monotonic() - t0 > watchdog_s:
+                raise MksimError(f"a torch kernel ran over {watchdog_s:g} s (hung)")
+            time.sleep(2e-5)
+    return wait
+
+
+def torch_graph(torch, fn):
+    """``fn`` captured in a CUDA graph (warmed up on a side stream first, as torch asks)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    torch.cuda.synchronize()
+    return g
+
+
 def torch_singles(batch: int, shapes: list[tuple[int, int]], flush, reps: int, watchdog_s: float) -> list[dict]:
+    """Each shape as :func:`single_record` times it, with ``F.linear`` (cuBLAS): ``copies`` distinct
+    weights in one graph, one alone, and a graph of one empty kernel (a one-element fill: torch
+    launches no empty kernel)."""
+    import torch
     import torch.nn.functional as F
 
+    record, wait = _torch_timer(torch), _torch_wait(watchdog_s)
+
+    def times(fn):
+        return graph_times(fn, torch.cuda.synchronize, record, flush.fill_, reps, wait)
+
+    z = torch.zeros(1, device="cuda")
+    g_empty = torch_graph(torch, z.zero_)
+    empty_us = times(g_empty.replay)
     out = []
     for k, n in shapes:
-        ws, x = weights([(k, n)], batch, seed=2)
-        err = torch_check(ws, x)
-        times = torch_times(functools.partial(F.linear, x, ws[0]), flush, reps, watchdog_s)
-        out.append({"implementation": "cublas", "batch": batch, "K": k, "N": n, "weight_B": k * n * 2, "grid": None,
-                    **stats(times), "checked": bool(err <= REL_ERR_MAX), "rel_err": err})
+        c = copies_for(2 * k * n)
+        ws, x = weights([(k, n)] * c, batch, seed=2)
+        err = torch_check(ws[:1], x)
+        g_n = torch_graph(torch, lambda ws=ws, x=x: [F.linear(x, w) for w in ws])
+        g_1 = torch_graph(torch, lambda w=ws[0], x=x: F.linear(x, w))
+        t_n, t_1 = times(g_n.replay), times(g_1.replay)
+        t_e = times(functools.partial(F.linear, x, ws[0]))
+        out.append(single_record("cublas", batch, k, n, None, t_n, t_1, t_e, empty_us, c,
+                                 bool(err <= REL_ERR_MAX), err))
+        del g_n, g_1, ws
     return out
 
 
@@ -313,8 +466,10 @@ def kernels_from_trace(events: list[dict], batch: int) -> list[dict]:
 # -- the run ----------------------------------------------------------------------------------------
 CASE_KEYS = ("name", "sequence", "implementation", "mode", "trigger", "batch", "shapes", "n_ops", "n_kernels",
              "measured_us", "p10_us", "p90_us", "times_us", "checked", "rel_err")
-DOC_KEYS = ("format", "gpu", "date", "commit", "sources", "command", "quick", "reps", "flush_B", "sequences",
-            "cases", "singles", "kernels", "errors", "skipped")
+DOC_KEYS = ("format", "gpu", "date", "commit", "sources", "command", "quick", "reps", "flush_B", "singles_method",
+            "sequences", "cases", "singles", "kernels", "errors", "skipped")
+SINGLE_KEYS = ("implementation", "batch", "K", "N", "weight_B", "grid", "method", "copies", "kernel_us", "alone_us",
+               "measured_us", "graph_n", "graph_1", "event", "empty_graph_us", "checked", "rel_err")
 
 
 def new_doc(seqs: list[str], quick: bool, reps: int) -> dict[str, Any]:
@@ -322,7 +477,7 @@ def new_doc(seqs: list[str], quick: bool, reps: int) -> dict[str, Any]:
     return {"format": FORMAT, "gpu": device_name(), "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "commit": commit(), "sources": sources(),
             "command": " ".join(["python -m validation.chains", *sys.argv[1:]]),
-            "quick": quick, "reps": reps, "flush_B": FLUSH_B,
+            "quick": quick, "reps": reps, "flush_B": FLUSH_B, "singles_method": SINGLES_METHOD,
             "sequences": {s: {"model": C.SEQUENCES[s].model, "shapes": [list(x) for x in C.SEQUENCES[s].shapes],
                               "about": C.SEQUENCES[s].about} for s in seqs},
             "cases": [], "singles": [], "kernels": [], "errors": [], "skipped": []}
