@@ -545,12 +545,29 @@ class TaskTimes:
     - ``tail_us``: what it still takes after its last bytes are in (a device function consuming its
       last page, the MMA tail);
     - ``on_device``: whether a device function's cost applies (its work counts from when its inputs
-      are visible, not from when its bytes are in).
+      are visible, not from when its bytes are in);
+    - ``warm_us``: a device task's work without the cold start its single-op measurement paid
+      (:func:`cold_start_us`): the engine counts it from when its inputs are visible *and* its first
+      bytes are in, so a task whose first pages were prefetched (a megakernel's ring, a PDL prologue)
+      saves that start, and a cold one pays it as its flow's first-byte wait (``work_us`` elsewhere).
     """
     pre_B: np.ndarray
     work_us: np.ndarray
     tail_us: np.ndarray
     on_device: np.ndarray
+    warm_us: np.ndarray | None = None
+
+
+def cold_start_us(r: Rates) -> float:
+    """What a fresh kernel's block pays before its first bytes are in on an idle chip: its set-up and
+    its first load (``launch.block_setup_us + first_load_us``, measured by boundary microbenchmarks).
+    A device function's task cost measured on single ops (each op one fresh kernel) holds it.
+
+    >>> import hwmodels
+    >>> round(cold_start_us(rates(hwmodels.load("h200-calibrated"))), 2)
+    0.9
+    """
+    return r.block_setup_us + r.first_load_us
 
 
 def task_times(graph: TaskGraph, r: Rates, *, blocks_per_sm: int = 1, page_KiB: float = 32.0,
@@ -574,7 +591,10 @@ def task_times(graph: TaskGraph, r: Rates, *, blocks_per_sm: int = 1, page_KiB: 
     work = np.where(pre <= 0, tail + r.l2_latency_us, tail)  # nothing streamed: the L2 read latency
     on_device = np.zeros(len(g), dtype=bool)
     consume_tail = np.zeros(len(g))
+    warm = None
     if r.device:
+        warm = work.copy()
+        cold = cold_start_us(r)
         page_B = page_KiB * 1024
         for i, op in enumerate(g.ops):
             cost = r.device.get(op.kind)
@@ -582,8 +602,16 @@ def task_times(graph: TaskGraph, r: Rates, *, blocks_per_sm: int = 1, page_KiB: 
                 continue
             a, b = int(g.op_first[i]), int(g.op_first[i + 1])
             share = resident_blocks(int(g.n_tiles[i]), r.n_sms, blocks_per_sm)
-            work[a:b], consume_tail[a:b] = device_task_us(work[a:b], pre[a:b], op.attrs.get("rows", g.workload.tokens),
-                                                          cost, share, page_B)
+            rows = op.attrs.get("rows", g.workload.tokens)
+            base = work[a:b].copy()
+            work[a:b], consume_tail[a:b] = device_task_us(base, pre[a:b], rows, cost, share, page_B)
+            if cold > 0 and cost.fixed_us > 0:  # the same cost without the cold start it was measured with
+                lean = DeviceCost(fixed_us=max(cost.fixed_us - cold, 0.0), row_us=cost.row_us,
+                                  consume_Bpus=cost.consume_Bpus, row_consume_Bpus=cost.row_consume_Bpus)
+                w = device_task_us(base, pre[a:b], rows, lean, share, page_B)[0]
+                warm[a:b] = np.where(pre[a:b] > 0, w, work[a:b])  # nothing streamed: no first bytes to wait for
+            else:
+                warm[a:b] = work[a:b]
             on_device[a:b] = True
     if native:  # a tensor-core task ends its MMA latency after its work and after its last bytes are
         for i, op in enumerate(g.ops):  # in (measured device costs include it already)
@@ -592,4 +620,4 @@ def task_times(graph: TaskGraph, r: Rates, *, blocks_per_sm: int = 1, page_KiB: 
                 extra = np.where(on_device[a:b], 0.0, r.mma_latency_us)
                 work[a:b] += extra
                 consume_tail[a:b] += extra
-    return TaskTimes(pre_B=pre, work_us=work, tail_us=consume_tail, on_device=on_device)
+    return TaskTimes(pre_B=pre, work_us=work, tail_us=consume_tail, on_device=on_device, warm_us=warm)

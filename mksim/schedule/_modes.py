@@ -25,8 +25,7 @@ Every mode (:class:`BaseMode`) has
 A **chain** mode (:class:`ChainMode`) runs one kernel per op, in op order, each kernel's blocks
 spread over ``blocks_per_sm`` slots per SM. The launcher asks, for each kernel ``k`` in turn:
 
-1. once kernel ``k - 1`` is dispatched, and also loaded or ended as :meth:`~ChainMode.dispatch_after`
-   says: :meth:`~ChainMode.dispatch_us` — when kernel ``k``'s blocks may be placed on SMs;
+1. once kernel ``k - 1`` is dispatched, and also ended if :meth:`~ChainMode.dispatch_after` says so: :meth:`~ChainMode.dispatch_us` — when kernel ``k``'s blocks may be placed on SMs;
 2. if ``separate_release`` (PDL), once kernel ``k - 1`` has ended: :meth:`~ChainMode.release_us` —
    when the blocks' dependent part may run; until then a placed block streams at most
    :meth:`~ChainMode.prologue_B` of its bytes. Without it a kernel is released as it is dispatched.
@@ -104,14 +103,12 @@ class ChainMode(BaseMode, ABC):
     @abstractmethod
     def dispatch_us(self, k: int, prev_start_us: float, prev_end_us: float, r: Rates) -> float:
         """When kernel ``k``'s blocks may be placed: ``prev_start_us`` is when kernel ``k - 1`` was
-        dispatched and ``prev_end_us`` when it ended — or, for a mode that dispatches once kernel
-        ``k - 1``'s bytes are in (:meth:`dispatch_after` ``"loaded"``), when they were (NaN where
-        not known: ``k = 0``, or the mode waits for neither)."""
+        dispatched and ``prev_end_us`` when it ended (NaN where not known: ``k = 0``, or the mode
+        does not wait for it)."""
 
     def dispatch_after(self, options: Options) -> str:
         """What of kernel ``k - 1`` the launcher waits for before asking :meth:`dispatch_us`:
-        ``"start"`` (its dispatch), ``"loaded"`` (every block's bytes in: a late PDL trigger) or
-        ``"end"``."""
+        ``"start"`` (its dispatch) or ``"end"``."""
         return "end" if self.waits_for_previous_end else "start"
 
     def release_us(self, k: int, prev_end_us: float, r: Rates) -> float:

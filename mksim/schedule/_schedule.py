@@ -54,9 +54,9 @@ class Options:
       ``[chip.movement]`` (cp.async or TMA issue, tensor-core latency, cluster multicast of shared
       activations), and a prefetch depth filling the shared memory unless given.
     - ``pdl_trigger`` (graph_pdl): where each kernel calls ``launch_dependents``: ``early`` (at its
-      start: the next kernel's blocks are placed while it runs), ``late`` (after its main loop: once
-      every block's bytes are in) or ``never`` (the next kernel is placed when it ends; PDL then
-      saves only the node interval).
+      start: the next kernel's blocks are placed while it runs), ``late`` (after its main loop:
+      once every block's work is done, in this model its end) or ``never`` (placed when it ends; PDL
+      then saves only the node interval).
     """
     tasks_per_sm: float = 1.0
     blocks_per_sm: int = 1

@@ -51,7 +51,7 @@ class Loader:
     __slots__ = ("env", "hbm", "timeline", "q", "lane", "pre_B", "buf_B", "page_B", "cap", "lat", "i",
                  "phase", "head", "got", "body", "free_B", "want_B", "n_started", "waits_start", "n_loaded",
                  "loaded", "heads", "bubbles", "last_end", "flow_a", "flow_d", "flow_n", "first_lat", "gate",
-                 "issue_us", "op_cap", "op_of")
+                 "issue_us", "op_cap", "op_of", "first_in")
 
     def __init__(self, eng: _Engine, sm: int, q: list[int], buf_B: int, page_B: int):
         self.env, self.hbm, self.timeline, self.q = eng.env, eng.hbm, eng.timeline, q
@@ -82,6 +82,7 @@ class Loader:
         # each op's cap where an implementation profile says what its loads keep in flight (else None)
         self.op_cap: list[float] | None = None
         self.op_of = eng.op_of
+        self.first_in = eng.first_in
 
     def run(self, _ev: object = None) -> None:
         """Load as far as possible; return when waiting for a flow, pages or the executor."""
@@ -152,6 +153,9 @@ class Loader:
         if d > 0 and self.issue_us:
             d += self.issue_us
         self.flow_a, self.flow_d, self.flow_n = a, d, nbytes
+        t = self.q[self.i]
+        if self.first_in[t] != self.first_in[t]:  # NaN: the task's first flow
+            self.first_in[t] = a + d
         cap = self.cap
         if self.op_cap is not None:
             own = self.op_cap[self.op_of[self.q[self.i]]]
@@ -184,17 +188,15 @@ class Chain:
     """
 
     def __init__(self, eng: _Engine, n_lanes: int, dispatch: list[Event], release: list[Event],
-                 done: list[Event], end_t: list[float], cap: list[float], head_B: float, released_at: list[float],
-                 loaded: list[Event] | None = None):
+                 done: list[Event], end_t: list[float], cap: list[float], head_B: float, released_at: list[float]):
         self.env, self.hbm, self.timeline = eng.env, eng.hbm, eng.timeline
         self.pre_B, self.work_us, self.tail_us, self.start, self.end, self.lane_of = (
             eng.pre_B, eng.work_us, eng.tail_us, eng.start, eng.end, eng.lane_of)
+        self.warm_us, self.first_in = eng.warm_us, eng.first_in
         first = eng.op_first
         self.queues = [deque(range(first[k], first[k + 1])) for k in range(len(first) - 1)]
         self.dispatch, self.release, self.done = dispatch, release, done
         self.left = list(eng.n_tiles)  # blocks of each kernel not yet finished
-        self.loaded = loaded           # fired when every block of a kernel has its bytes in (or None)
-        self.to_load = list(eng.n_tiles)  # ... blocks of each kernel whose bytes are not yet all in
         self.end_t = end_t
         self.cap, self.head_B = cap, head_B
         self.r = eng.r
@@ -233,12 +235,6 @@ class Chain:
         self.sm_kernel[sm] = k
         self.cold_until[sm] = now + d
         return d
-
-    def block_loaded(self, k: int) -> None:
-        """A block of kernel ``k`` has all its bytes in (its main loop is done)."""
-        self.to_load[k] -= 1
-        if self.to_load[k] == 0 and self.loaded is not None:
-            self.loaded[k].succeed()
 
     def _dispatched(self, _ev: Event) -> None:
         for idle in self.idle:
@@ -297,6 +293,7 @@ class Slot:
                     if head > 0:  # PDL prologue: stream the first pages while the previous kernel runs
                         self.pre -= head
                         self.d = ch.first_byte(self.sm, self.k, self.t_in)
+                        ch.first_in[self.t] = env.now + self.d
                         ch.hbm.start(head, ch.cap[self.k], self.d, self._prologue_in)
                         return
             elif ph == _RELEASE:
@@ -326,12 +323,16 @@ class Slot:
                     else:
                         d = ch.first_byte(sm, self.k, self.t_in)
                     self.d = d
+                    if ch.first_in[self.t] != ch.first_in[self.t]:  # NaN: no prologue streamed it
+                        ch.first_in[self.t] = env.now + d
                     ch.hbm.start(self.pre, ch.cap[self.k], d, self._loaded)
                     return
             elif ph == _COMPUTE:
-                if ch.loaded is not None:
-                    ch.block_loaded(self.k)
-                rest = ch.work_us[self.t] - (env.now - self.w0)
+                if ch.warm_us is not None and ch.on_device[self.t]:  # from its inputs and first bytes
+                    fi = ch.first_in[self.t]
+                    rest = ch.warm_us[self.t] - (env.now - (fi if fi > self.w0 else self.w0))
+                else:
+                    rest = ch.work_us[self.t] - (env.now - self.w0)
                 if rest < ch.tail_us[self.t]:  # a device function consumes the last page once it is in
                     rest = ch.tail_us[self.t]
                 if rest > 0:

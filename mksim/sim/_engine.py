@@ -91,6 +91,9 @@ class _Engine:
         self.pre_B: list[float] = tt.pre_B.tolist()
         self.work_us: list[float] = tt.work_us.tolist()
         self.tail_us: list[float] = tt.tail_us.tolist()
+        # device tasks: their work without the measured cold start, counted from their first bytes
+        self.warm_us: list[float] | None = tt.warm_us.tolist() if tt.warm_us is not None else None
+        self.first_in = [math.nan] * n  # when each task's first bytes are in (its first flow's latency paid)
         self.op_of: list[int] = g.op_of.tolist()
         self.n_tiles: list[int] = g.n_tiles.tolist()
         self.op_first: list[int] = g.op_first.tolist()
@@ -162,7 +165,6 @@ class _Engine:
         release = [env.event() for _ in range(n_k)]    # dependent part may run (PDL: later than dispatch)
         done = [env.event() for _ in range(n_k)]
         after = mode.dispatch_after(s.options)         # what of kernel k - 1 the launcher waits for
-        loaded = [env.event() for _ in range(n_k)] if after == "loaded" else None  # every block's bytes in
         start_t = [math.nan] * n_k
         end_t = [math.nan] * n_k
         released_at = [math.inf] * n_k                   # set as release[k] triggers
@@ -176,10 +178,6 @@ class _Engine:
                     if not done[k - 1].triggered:
                         yield done[k - 1]
                     prev_end = end_t[k - 1]
-                elif k > 0 and loaded is not None:
-                    if not loaded[k - 1].triggered:
-                        yield loaded[k - 1]
-                    prev_end = env.now  # when kernel k - 1's bytes were all in: its blocks' trigger
                 at = mode.dispatch_us(k, start_t[k - 1] if k else math.nan, prev_end, r)
                 if at > env.now:
                     yield env.timeout(at - env.now)
@@ -203,7 +201,7 @@ class _Engine:
 
         env.process(launcher())
         # the slots wake on dispatch
-        Chain(self, self.n_lanes, dispatch, release, done, end_t, cap, head_B, released_at, loaded)
+        Chain(self, self.n_lanes, dispatch, release, done, end_t, cap, head_B, released_at)
         self.t0 = r.launch_latency_us
         self._chain_times = (start_t, end_t)
 
@@ -230,7 +228,7 @@ class _Engine:
         n_ops = len(g.ops)
         barrier_done = [env.event() for _ in range(n_ops)]
         pre_B, work_us, start, end, timeline = self.pre_B, self.work_us, self.start, self.end, self.timeline
-        tail_us = self.tail_us
+        tail_us, warm_us, first_in, on_device = self.tail_us, self.warm_us, self.first_in, self.on_device.tolist()
         # work counts from the task's start where its bytes stream after it (more than the pages
         # hold) or a device function's fixed part overlaps the wait for them; else from its data
         from_start = ((np.asarray(pre_B) > buf_B) | self.on_device).tolist()
@@ -288,7 +286,11 @@ class _Engine:
                     ld.loaded = ev = event()
                     bubbles = yield ev
                     timeline.data_wait(sm, t_in, env.now, t, bubbles)
-                rest = work_us[t] - (env.now - (t_in if from_start[t] else env.now))
+                if warm_us is not None and on_device[t]:  # counted from its start and its first bytes
+                    fi = first_in[t]
+                    rest = warm_us[t] - (env.now - (fi if fi > t_in else t_in))
+                else:
+                    rest = work_us[t] - (env.now - (t_in if from_start[t] else env.now))
                 if rest < tail_us[t]:  # the last page is consumed after it is in
                     rest = tail_us[t]
                 if rest > 0:

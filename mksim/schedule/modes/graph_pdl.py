@@ -47,9 +47,10 @@ class GraphPDL(ChainMode):
         return f"{gpu.name} has no programmatic dependent launch ({why})"
 
     def dispatch_after(self, options: Options) -> str:
-        """Where kernel ``k - 1`` triggers its dependents (``pdl_trigger``): at its start (early),
-        once its blocks' bytes are in (late: after the main loop), or never (at its end)."""
-        return {"early": "start", "late": "loaded", "never": "end"}[options.pdl_trigger]
+        """Where kernel ``k - 1`` triggers its dependents (``pdl_trigger``): at its start (early), or
+        after its main loop (late) — once every block's work is done, which in this model is its end,
+        the same instant as never."""
+        return "start" if options.pdl_trigger == "early" else "end"
 
     def dispatch_us(self, k: int, prev_start_us: float, prev_end_us: float, r: Rates) -> float:
         if k == 0:
