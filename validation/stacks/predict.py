@@ -26,6 +26,7 @@ from validation.stacks.fit import STACK_PROFILE, FitError
 
 MEGAKERNEL_PROFILE = "mksim"
 TABLE_START, TABLE_END = "<!-- stacks-table:start -->", "<!-- stacks-table:end -->"
+LAYER_MODELS = ("llama-3.2-1b", "llama-3.1-8b")
 LAYER_START, LAYER_END = "<!-- stacks-layer:start -->", "<!-- stacks-layer:end -->"
 
 
@@ -175,8 +176,8 @@ def update_docs(path: Path, summary: dict[str, Any], gpu: str = "h200-calibrated
     """Rewrite the generated parts of ``path`` between their markers (each must be there)."""
     text = path.read_text()
     parts = {(TABLE_START, TABLE_END): table(summary),
-             (LAYER_START, LAYER_END): per_layer("llama-3.2-1b", 1, 1024, gpu) + "\n\n"
-             + per_layer("llama-3.1-8b", 1, 1024, gpu)}
+             (LAYER_START, LAYER_END): "\n\n".join(f"{m}, batch 1, KV 1024:\n\n" + per_layer(m, 1, 1024, gpu)
+                                                  for m in LAYER_MODELS)}
     for (a, b), body in parts.items():
         if a not in text or b not in text:
             raise FitError(f"{path}: markers {a} ... {b} missing")
