@@ -20,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
+import hwmodels
 import mksim
+from mksim.costs import rates
 from mksim.workload import kernel_of
 from validation.stacks.fit import STACK_PROFILE, FitError
 
@@ -106,6 +108,8 @@ def summarise(run: Path, gpu: str = "h200-calibrated") -> dict[str, Any]:
             "measured_gap_us_per_kernel": round((st.median_us - st.busy_us) / st.kernels, 3),
             "predicted_kernel_us": round(sum(o["time_us"] for o in res.per_op), 1),
             "megakernel_us": round(mk[key], 1), "megakernel_speedup": round(st.median_us / mk[key], 2)})
+    node_us = float(rates(hwmodels.load(gpu)).graph_node_us)
+    misses = [miss(c, node_us) for c in cases if abs(c["error_pct"]) > 10]
     errs = np.array([abs(c["error_pct"]) for c in cases])
     by_stack = {s: round(float(np.mean([abs(c["error_pct"]) for c in cases if c["stack"] == s])), 1)
                 for s in sorted({c["stack"] for c in cases})}
@@ -122,7 +126,30 @@ def summarise(run: Path, gpu: str = "h200-calibrated") -> dict[str, Any]:
         "cases": cases, "mape_pct": round(float(errs.mean()), 1), "max_abs_error_pct": round(float(errs.max()), 1),
         "mape_pct_by_stack": by_stack,
         "mape_pct_held_out": round(float(np.mean([abs(c["error_pct"]) for c in held])), 1) if held else None,
-        "cases_beyond_10_pct": sum(1 for e in errs if e > 10), "cases_beyond_20_pct": sum(1 for e in errs if e > 20)}
+        "cases_beyond_10_pct": sum(1 for e in errs if e > 10), "cases_beyond_20_pct": sum(1 for e in errs if e > 20),
+        "misses": misses,
+        "models": sorted({c["model"] for c in cases}),
+        "target": "issue 17: MAPE <= 10 %, no case beyond 20 %, over at least 6 dense models (this run has "
+                  f"{len({c['model'] for c in cases})})"}
+
+
+def miss(c: dict[str, Any], node_us: float) -> dict[str, Any]:
+    """Which effect a case beyond 10 % lacks, from its own measurement: kernels the profile does not
+    know (a held-out model's ops), or launch boundaries shorter than the hardware file's."""
+    out = {"model": c["model"], "batch": c["batch"], "kv_len": c["kv_len"], "stack": c["stack"],
+           "error_pct": c["error_pct"], "error_us": round(c["predicted_us"] - c["measured_us"], 1)}
+    dk = c["kernels_per_step"] - c["predicted_kernels_per_step"]
+    if abs(dk) > 0.1 * c["kernels_per_step"]:
+        out["effect"] = (f"kernels: {c['kernels_per_step']} measured, {c['predicted_kernels_per_step']} predicted: "
+                         "ops of this model the profile's models do not have")
+        return out
+    gap = c["measured_gap_us_per_kernel"]
+    part = (node_us - gap) * c["predicted_kernels_per_step"]
+    out["effect"] = (f"launch boundaries: the step's kernels are {gap:.2f} us apart (step - kernel time, per kernel), "
+                     f"the hardware file's graph node {node_us:.2f} us: {part:.0f} us of the {out['error_us']:.0f} us; "
+                     f"kernel time {c['predicted_kernel_us']:.0f} us predicted, {c['measured_kernel_us']:.0f} us in "
+                     "the profiled replay")
+    return out
 
 
 def table(summary: dict[str, Any]) -> str:
@@ -141,6 +168,9 @@ def table(summary: dict[str, Any]) -> str:
              f"({', '.join(summary['held_out_models'])}): {summary['mape_pct_held_out']} %; largest error "
              f"{summary['max_abs_error_pct']} %; {summary['cases_beyond_10_pct']} cases beyond 10 %, "
              f"{summary['cases_beyond_20_pct']} beyond 20 %."]
+    if summary["misses"]:
+        rows += ["", "Beyond 10 %:", ""] + [f"- {m['stack']} {m['model']} b{m['batch']} kv{m['kv_len']} "
+                                            f"({m['error_pct']:+.1f} %): {m['effect']}" for m in summary["misses"]]
     return "\n".join(rows)
 
 
