@@ -8,12 +8,13 @@
 
 ``profile`` fits a stack's implementation profile to DIR's single-op files (``fit.py``); ``predict``
 holds mksim's predictions with the profiles against DIR's whole steps (``predict.py``). Both run
-here, with mksim; ``run`` runs on the device with torch alone.
+here, with mksim; ``run`` runs on the device.
 
 Without --models/--batches/--kv the full plan runs (``runner.FULL_PLAN``: five models at batch 1, 8
 and kv 1024 in priority order, kv 4096 and single-op profiles for llama-3.2-1b and llama-3.1-8b, the
 8b's kv 4096 last); --quick is llama-3.2-1b,
-batch 1, kv 1024, both stacks with their single-op profiles. Needs only torch on the device.
+batch 1, kv 1024, both stacks with their single-op profiles. `run` needs torch and numpy on the device
+(mksim and hwmodels load too, light: numpy and the standard library).
 """
 
 from __future__ import annotations
