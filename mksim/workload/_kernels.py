@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 from mksim.errors import WorkloadError
 
@@ -88,6 +89,24 @@ def expand_kernels(workload: Workload, kernels_per_op: Mapping[str, float]) -> W
             prev = name
         last[op.name] = prev
     return replace(workload, ops=tuple(out))
+
+
+def kernels_per_op(per_kind: Mapping[str, Any]) -> dict[str, float]:
+    """``{kind: kernels_per_op_count}`` of a hardware file's ``[runtime.kernels.<kind>]`` tables
+    (``GPUSpec.kernels.per_kind``) that give one: what :func:`expand_kernels` takes.
+
+    >>> import hwmodels
+    >>> kernels_per_op(hwmodels.load("h200-calibrated+torch").kernels.per_kind)["rmsnorm"]
+    8.489
+    >>> kernels_per_op(hwmodels.load("h200-calibrated").kernels.per_kind)
+    {}
+    """
+    out = {}
+    for kind, cost in per_kind.items():
+        k = getattr(cost, "kernels_per_op_count", None)
+        if k is not None:
+            out[kind] = float(k)
+    return out
 
 
 def kernel_of(op: Op) -> str:

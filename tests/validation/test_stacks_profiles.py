@@ -14,7 +14,16 @@ import hwmodels
 import mksim
 from mksim.costs import rates
 from mksim.errors import WorkloadError
-from mksim.workload import CONTINUATION_KIND, Input, Op, Workload, expand_kernels, kernel_counts, kernel_of
+from mksim.workload import (
+    CONTINUATION_KIND,
+    Input,
+    Op,
+    Workload,
+    expand_kernels,
+    kernel_counts,
+    kernel_of,
+    kernels_per_op,
+)
 from validation.stacks import __main__ as cli
 from validation.stacks import fit, predict
 
@@ -76,6 +85,16 @@ def test_persistent_modes_ignore_kernels_per_op():
     eight = gpu_with(rmsnorm=hwmodels.KernelCost(task_fixed_us=2.0, kernels_per_op_count=8))
     assert latency(wl, one, "megakernel") == latency(wl, eight, "megakernel")
     assert latency(wl, eight, "stream")[1] == 16
+
+
+def test_a_schedule_file_of_a_stack_keeps_its_kernels():
+    wl = mksim.models.workload("llama-3.2-1b", batch=1, kv_len=1024)
+    s = mksim.build_schedule(wl, "h200-calibrated+torch", "graph")
+    back = mksim.Schedule.from_json(s.to_json())
+    assert len(back.graph.ops) == len(s.graph.ops) == 655
+    assert mksim.simulate(back, timeline=False).latency_us == pytest.approx(
+        mksim.simulate(s, timeline=False).latency_us, abs=TOL)
+    assert kernels_per_op(hwmodels.load("h200-calibrated+inductor").kernels.per_kind)["rope_kv"] == 3
 
 
 def test_expand_kernels_chains_the_kernels_and_rewires_the_consumers():
