@@ -185,7 +185,7 @@ def test_docs_tables_are_generated_from_the_summary():
     body = text.split(predict.TABLE_START)[1].split(predict.TABLE_END)[0]
     assert body.strip() == predict.table(s)
     layer = text.split(predict.LAYER_START)[1].split(predict.LAYER_END)[0]
-    assert predict.per_layer("llama-3.2-1b", 1, 1024) in layer
+    assert predict.per_layer("llama-3.2-1b", 1, 1024, run=RUN) in layer
 
 
 def test_cli_bad_input_is_one_line(tmp_path, capsys):

@@ -24,7 +24,7 @@ import hwmodels
 import mksim
 from mksim.costs import rates
 from mksim.workload import kernel_of
-from validation.stacks.fit import STACK_PROFILE, FitError
+from validation.stacks.fit import STACK_PROFILE, FitError, kernels
 
 MEGAKERNEL_PROFILE = "mksim"
 TABLE_START, TABLE_END = "<!-- stacks-table:start -->", "<!-- stacks-table:end -->"
@@ -174,11 +174,29 @@ def table(summary: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def per_layer(model: str, batch: int, kv_len: int, gpu: str = "h200-calibrated") -> str:
+def measured_layer(run: Path, stack: str, model: str, batch: int, kv_len: int) -> dict[str, tuple[int, float]]:
+    """Per mksim op kind, the kernels and summed ``us_cold`` of one layer's single ops in ``run``
+    (the ops that run once a layer; empty where the run has no single-op file of the case)."""
+    f = run / f"ops-{stack}-{model}-b{batch}-kv{kv_len}.json"
+    if not f.is_file():
+        return {}
+    rec = {**json.loads(f.read_text()), "_file": f.name}
+    layers = mksim.models.get(model).num_layers
+    out: dict[str, tuple[int, float]] = {}
+    for k in kernels(rec, 0.0):
+        if k.count == layers:
+            n, us = out.get(k.kind, (0, 0.0))
+            out[k.kind] = (n + 1, us + k.us)
+    return out
+
+
+def per_layer(model: str, batch: int, kv_len: int, gpu: str = "h200-calibrated", run: Path | None = None) -> str:
     """What each stack spends on one layer (layer 0), by mksim op kind, as predicted: kernels, the
     kernels' time, the launch boundaries between them (``launch.graph_node_us`` each) and the DRAM
-    bytes the op streams."""
-    rows = ["| stack | op kind | kernels | kernel µs | boundaries µs | MB streamed |", "|---|---|---|---|---|---|"]
+    bytes the op streams; beside them, where ``run`` has the case's single-op file, the kernels and
+    time of the layer's single ops as measured (alone, cold)."""
+    rows = ["| stack | op kind | kernels | kernel µs | boundaries µs | MB streamed | measured: kernels | "
+            "single ops µs (cold) |", "|---|---|---|---|---|---|---|---|"]
     for stack, prof in STACK_PROFILE.items():
         wl = mksim.models.workload(model, batch=batch, kv_len=kv_len)
         s = mksim.build_schedule(wl, f"{gpu}+{prof}", "graph")
@@ -196,9 +214,13 @@ def per_layer(model: str, batch: int, kv_len: int, gpu: str = "h200-calibrated")
             a[0] += 1
             a[1] += p["time_us"]
             a[2] += (op.weight_bytes + op.kv_read_bytes + op.kv_write_bytes) / 1e6
+        meas = measured_layer(run, stack, model, batch, kv_len) if run is not None else {}
         tot = [sum(v[i] for v in agg.values()) for i in range(3)]
+        mtot = (sum(n for n, _ in meas.values()), sum(us for _, us in meas.values()))
         for kind, (n, us, mb) in [*agg.items(), ("all", tot)]:
-            rows.append(f"| {stack} | {kind} | {n:.0f} | {us:.1f} | {n * node:.1f} | {mb:.2f} |")
+            m = mtot if kind == "all" else meas.get(kind)
+            mcell = f"{m[0]} | {m[1]:.1f}" if m else "- | -"
+            rows.append(f"| {stack} | {kind} | {n:.0f} | {us:.1f} | {n * node:.1f} | {mb:.2f} | {mcell} |")
     return "\n".join(rows)
 
 
@@ -206,7 +228,8 @@ def update_docs(path: Path, summary: dict[str, Any], gpu: str = "h200-calibrated
     """Rewrite the generated parts of ``path`` between their markers (each must be there)."""
     text = path.read_text()
     parts = {(TABLE_START, TABLE_END): table(summary),
-             (LAYER_START, LAYER_END): "\n\n".join(f"{m}, batch 1, KV 1024:\n\n" + per_layer(m, 1, 1024, gpu)
+             (LAYER_START, LAYER_END): "\n\n".join(f"{m}, batch 1, KV 1024:\n\n"
+                                                  + per_layer(m, 1, 1024, gpu, Path(summary["run"]))
                                                   for m in LAYER_MODELS)}
     for (a, b), body in parts.items():
         if a not in text or b not in text:
