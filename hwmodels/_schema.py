@@ -174,6 +174,10 @@ _CONSUME = ("the rate at which one SM's workers consume the bytes a task streams
 _INFLIGHT = ("bytes one block of a kernel of this kind keeps in flight to DRAM (threads x loads in flight x 16 B "
              "for ordinary loads): its SM draws in-flight bytes / latency (memory.dram, the mechanisms), shared by "
              "its resident blocks; absent: memory.concurrency's, the best a kernel keeps")
+_KERNELS_PER_OP = ("kernels a stack launches per op of this kind, on average (an implementation profile of a "
+                   "software stack: HF-style RMS norm in torch is 8): the chain modes run an op as that many "
+                   "kernels, the first streaming its bytes, the others costing [runtime.kernels.elementwise]'s "
+                   "fixed part (mksim.workload.expand_kernels); persistent modes ignore it (absent: 1)")
 _CONSUME_ROW = "each row (token) of a task beyond the first adds streamed bytes / this rate (none where absent)"
 
 
@@ -190,6 +194,7 @@ class KernelCost:
     consume_GBps: float | None = meta(0.1, 1e5, optional=True, doc=_CONSUME, default=None)
     consume_row_GBps: float | None = meta(0.1, 1e6, optional=True, doc=_CONSUME_ROW, default=None)
     inflight_KiB: float | None = meta(0.0625, 4096, optional=True, doc=_INFLIGHT, default=None)
+    kernels_per_op_count: float | None = meta(1.0, 1000, optional=True, doc=_KERNELS_PER_OP, default=None)
 
 
 # The keys a per-kind table may hold, and the names files before [runtime.kernels.<kind>] tables

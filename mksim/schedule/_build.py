@@ -12,7 +12,7 @@ from hwmodels import GPUSpec
 from mksim import models
 from mksim.costs import rates
 from mksim.errors import ScheduleError, WorkloadError
-from mksim.workload import TaskGraph, Tiling, Workload
+from mksim.workload import TaskGraph, Tiling, Workload, expand_kernels, kernels_per_op
 
 from ._designs import active_designs, with_defaults
 from ._modes import MODE_DEFAULTS, PersistentMode, get_mode
@@ -70,6 +70,8 @@ def _build(workload: Workload | str, gpu: GPUSpec | str, mode_name: str, policy:
     if policy_options is not None and not isinstance(policy_options, dict):
         raise ScheduleError(f"policy_options must be a dict of name: value, got {policy_options!r}")
     check_fits(workload, g)  # before the task graph, which grows with the batch
+    if not isinstance(mode, PersistentMode):  # a stack's profile: an op of k kernels is k kernels
+        workload = expand_kernels(workload, kernels_per_op(g.kernels.per_kind))
     tile_sms = g.sm.count
     for d in active_designs(mode_name, opts):  # dynamic dispatch cuts each op for the worker SMs
         tile_sms = d.tile_sms(g, opts, tile_sms)

@@ -15,7 +15,7 @@ import hwmodels
 from hwmodels import GPUSpec
 from mksim import models
 from mksim.errors import DeadlockError, ScheduleError, WorkloadError
-from mksim.workload import DTYPE_BYTES, TaskGraph, Tiling, Workload
+from mksim.workload import DTYPE_BYTES, TaskGraph, Tiling, Workload, expand_kernels, kernels_per_op
 
 from ._designs import active_designs, get_sync, registered_designs
 from ._modes import PERSISTENT_MODES, get_mode
@@ -234,6 +234,8 @@ class Schedule:
             raise ScheduleError(_file_error(exc)) from None
         gpu = hwmodels.load(f.gpu)
         wl = workload_from_spec(f.workload)
+        if f.mode not in PERSISTENT_MODES:  # as build_schedule does: a stack's op of k kernels is k kernels
+            wl = expand_kernels(wl, kernels_per_op(gpu.kernels.per_kind))
         tl = f.tiling
         tiling = Tiling(default=tl.default, per_kind=tl.per_kind, per_op=tl.per_op)
         opts = Options.checked(f.options)

@@ -3,21 +3,30 @@
     python3 -m validation.stacks run --out DIR --timeout S [--quick] [--models M,...]
         [--stacks torch_graph,inductor_graph] [--batches 1,8] [--kv 1024,4096] [--ops-models M,...]
     python3 -m validation.stacks table DIR
+    python -m validation.stacks profile DIR --stack torch_graph|inductor_graph --out PROFILE.toml
+    python -m validation.stacks predict DIR --json SUMMARY.json [--docs docs/stacks.md]
+
+``profile`` fits a stack's implementation profile to DIR's single-op files (``fit.py``); ``predict``
+holds mksim's predictions with the profiles against DIR's whole steps (``predict.py``). Both run
+here, with mksim; ``run`` runs on the device.
 
 Without --models/--batches/--kv the full plan runs (``runner.FULL_PLAN``: five models at batch 1, 8
 and kv 1024 in priority order, kv 4096 and single-op profiles for llama-3.2-1b and llama-3.1-8b, the
 8b's kv 4096 last); --quick is llama-3.2-1b,
-batch 1, kv 1024, both stacks with their single-op profiles. Needs only torch on the device.
+batch 1, kv 1024, both stacks with their single-op profiles. `run` needs torch and numpy on the device
+(mksim and hwmodels load too, light: numpy and the standard library).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
 
-from validation.stacks import runner
+from hwmodels.errors import InputError
+from validation.stacks import fit, predict, runner
 
 CONFIGS = Path(__file__).resolve().parents[2] / "mksim" / "models" / "configs"
 
@@ -77,6 +86,27 @@ def parse_cases(text: str) -> list[tuple[int, int]]:
     return cases
 
 
+def offline(args: argparse.Namespace) -> int:
+    """``profile`` and ``predict``: mksim on this machine (light: numpy; the simulator loads when used)."""
+    try:
+        if args.cmd == "profile":
+            f = fit.fit_profile(args.dir, args.stack, args.gpu)
+            args.out.write_text(fit.to_toml(f, args.dir, args.gpu))
+            print(f"wrote {args.out}: {', '.join(f.tables)} from {len(f.files)} files")
+            return 0
+        summary = predict.summarise(args.dir, args.gpu)
+    except (fit.FitError, InputError) as e:
+        raise ArgError(str(e)) from None
+    print(predict.table(summary))
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=1) + "\n")
+        print(f"wrote {args.json}")
+    if args.docs:
+        predict.update_docs(args.docs, summary)
+        print(f"updated {args.docs}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m validation.stacks", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -95,6 +125,16 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--trace", action="store_true", help="Chrome traces of the first model's first case")
     t = sub.add_parser("table", help="print the step results saved in a folder")
     t.add_argument("dir", type=Path)
+    pf = sub.add_parser("profile", help="fit a stack's implementation profile to a run's single-op files")
+    pf.add_argument("dir", type=Path)
+    pf.add_argument("--stack", required=True, choices=runner.STACKS)
+    pf.add_argument("--out", required=True, type=Path)
+    pf.add_argument("--gpu", default="h200-calibrated", help="the hardware file the ops ran on")
+    pr = sub.add_parser("predict", help="predict a run's whole steps with the stacks' profiles")
+    pr.add_argument("dir", type=Path)
+    pr.add_argument("--json", type=Path, help="write the summary here")
+    pr.add_argument("--docs", type=Path, help="rewrite the generated tables of this page (docs/stacks.md)")
+    pr.add_argument("--gpu", default="h200-calibrated")
     w = sub.add_parser("worker", help=argparse.SUPPRESS)
     w.add_argument("--model", required=True)
     w.add_argument("--out", required=True, type=Path)
@@ -112,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise ArgError(f"{args.dir} is not a folder")
             print(runner.table(args.dir))
             return 0
+        if args.cmd in ("profile", "predict"):
+            if not args.dir.is_dir():
+                raise ArgError(f"{args.dir} is not a folder")
+            return offline(args)
         stacks = name_list(args.stacks, runner.STACKS, "stack")
         if args.replays < 20:
             raise ArgError(f"--replays must be >= 20, got {args.replays}")
