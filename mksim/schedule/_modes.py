@@ -25,7 +25,8 @@ Every mode (:class:`BaseMode`) has
 A **chain** mode (:class:`ChainMode`) runs one kernel per op, in op order, each kernel's blocks
 spread over ``blocks_per_sm`` slots per SM. The launcher asks, for each kernel ``k`` in turn:
 
-1. once kernel ``k - 1`` is dispatched, and also ended if :meth:`~ChainMode.dispatch_after` says so: :meth:`~ChainMode.dispatch_us` — when kernel ``k``'s blocks may be placed on SMs;
+1. once kernel ``k - 1`` is dispatched, and also ended if :meth:`~ChainMode.dispatch_after` says so:
+   :meth:`~ChainMode.dispatch_us` — when kernel ``k``'s blocks may be placed on SMs;
 2. if ``separate_release`` (PDL), once kernel ``k - 1`` has ended: :meth:`~ChainMode.release_us` —
    when the blocks' dependent part may run; until then a placed block streams at most
    :meth:`~ChainMode.prologue_B` of its bytes. Without it a kernel is released as it is dispatched.
