@@ -10,56 +10,19 @@ only when invoked or listed, so mksim does not import the packages built on it.
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 import typer
-from typer.core import TyperGroup
 
 import hwmodels
 from mksim import __version__, models, tables
 from mksim.compare import compare_modes, make_workload
-from mksim.console import emit_json, out, parse_ints, parse_options, run_app, say, write_output
+from mksim.console import LazyGroup, emit_json, out, parse_ints, parse_options, run_app, say, with_impl, write_output
 from mksim.errors import MksimError, OutputError, check_writable
 from mksim.report import sweep_figure_html, sweep_rows
 from mksim.schedule import Schedule, build_schedule, check_fits
 from mksim.search import SearchResult, search
 from mksim.sim import simulate
-
-try:  # typer >= 0.20 vendors click as typer._click
-    from typer._click.core import Command, Context
-except ImportError:  # pragma: no cover - older typer uses click itself
-    from click.core import Command, Context  # type: ignore[assignment]
-
-
-class LazyGroup(TyperGroup):
-    """A command group whose commands in :attr:`lazy` are imported from ``"module:attr"`` (a Typer app
-    or a click command) only when invoked or when the group's help lists them (click's lazy group)."""
-
-    lazy: dict[str, str] = {
-        "calibrate": "validation.cli:calibrate_app",
-        "validate": "validation.cli:validate_app",
-        "explore": "explorer.cli:app",
-        "trace": "mksim.trace_cli:trace_app",
-    }
-
-    #: The order ``mksim --help`` lists the commands in (names not here come last).
-    order: tuple[str, ...] = ("models", "workload", "compare", "simulate", "sweep", "search", "calibrate", "explore",
-                              "trace", "hw", "validate")
-
-    def list_commands(self, ctx: Context) -> list[str]:
-        names = [*super().list_commands(ctx), *(n for n in self.lazy if n not in self.commands)]
-        return sorted(names, key=lambda n: self.order.index(n) if n in self.order else len(self.order))
-
-    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
-        if cmd_name in self.lazy and cmd_name not in self.commands:
-            module, attr = self.lazy[cmd_name].split(":")
-            obj = getattr(importlib.import_module(module), attr)
-            cmd = typer.main.get_command(obj) if isinstance(obj, typer.Typer) else obj
-            cmd.name = cmd_name
-            self.add_command(cmd, cmd_name)
-        return super().get_command(ctx, cmd_name)
-
 
 app = typer.Typer(cls=LazyGroup, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None, help="Simulate GPU megakernels and kernel chains.")
@@ -79,7 +42,9 @@ hw_app = typer.Typer(no_args_is_help=True, help="Hardware models of GPU generati
 app.add_typer(hw_app, name="hw")
 JSON = typer.Option(False, "--json", help="Print JSON.")
 MODEL = typer.Option("llama-3.2-1b", "--model", "-m", help="Built-in model name or a HF config.json.")
-GPU = typer.Option("h200", "--gpu", "-g", help="GPU name (mksim hw list) or a .toml path.")
+GPU = typer.Option("h200", "--gpu", "-g", help="GPU name (mksim hw list) or a .toml path; GPU+PROFILE applies a "
+                                                "kernel library's profile (e.g. h200-calibrated+mksim).")
+IMPL = typer.Option(None, "--impl", help="Implementation profile to apply to --gpu (mksim, torch, inductor, cublas).")
 POLICY = typer.Option(None, "--policy", help="Megakernel placement policy.")
 # Options with a list default, made once (a list in a signature's default would be shared anyway)
 OPTS = typer.Option([], "--opt", help="Schedule option key=value (repeatable).")
@@ -157,10 +122,13 @@ def compare_cmd(
     opt: list[str] = MK_OPTS,
     designs: str | None = typer.Option(None, "--designs", help="Add a megakernel row per design, comma-separated: "
                                                                   "sentinel, dynamic (or all)."),
+    impl: str | None = typer.Option(None, "--impl", help="A kernel library's profile (torch, inductor, cublas, "
+                                    "mksim): predict its kernels in a CUDA graph, your stack, next to the megakernel."),
     as_json: bool = JSON,
 ) -> None:
     """Every execution mode side by side: latency, tokens/s, HBM utilisation, breakdown."""
-    d = compare_modes(model, gpu, batch, kv_len, phase, prefill_tokens, dtype, policy, designs, parse_options(opt))
+    d = compare_modes(model, gpu, batch, kv_len, phase, prefill_tokens, dtype, policy, designs, parse_options(opt),
+                      impl)
     if as_json:
         return emit_json(d)
     out.print(tables.compare_table(d))
@@ -170,7 +138,8 @@ def compare_cmd(
 @app.command("simulate")
 def simulate_cmd(
     model: str = typer.Option("llama-3.2-1b", "--model", "-m"),
-    gpu: str = typer.Option("h200", "--gpu", "-g"),
+    gpu: str = GPU,
+    impl: str | None = IMPL,
     mode: str = typer.Option("megakernel", "--mode"),
     policy: str | None = POLICY,
     batch: int = typer.Option(1, "--batch", "-b"),
@@ -185,6 +154,7 @@ def simulate_cmd(
     as_json: bool = JSON,
 ) -> None:
     """Simulate one mode (or a schedule file) and show where the time went."""
+    gpu = with_impl(gpu, impl)
     for path, flag in ((save, "--save"), (trace, "--trace")):
         if path:
             check_writable(path, flag)
@@ -216,13 +186,15 @@ def simulate_cmd(
 @app.command("sweep")
 def sweep_cmd(
     model: str = typer.Option("llama-3.2-1b", "--model", "-m"),
-    gpu: str = typer.Option("h200", "--gpu", "-g"),
+    gpu: str = GPU,
+    impl: str | None = IMPL,
     batch: str = typer.Option("1,2,4,8,16,32,64", "--batch", "-b", help="Comma-separated batch sizes."),
     kv_len: str = typer.Option("1024", "--kv-len", help="Comma-separated KV lengths."),
     as_json: bool = JSON,
     html: str | None = typer.Option(None, "--html", help="Write a plotly chart here."),
 ) -> None:
     """Each mode's latency and the megakernel's speed-up over graph_pdl as batch (or context) grows."""
+    gpu = with_impl(gpu, impl)
     if html:
         check_writable(html, "--html")
     rows = sweep_rows(model, gpu, parse_ints(batch, "--batch"), parse_ints(kv_len, "--kv-len"))
@@ -237,7 +209,8 @@ def sweep_cmd(
 @app.command("search")
 def search_cmd(
     model: str = typer.Option("llama-3.2-1b", "--model", "-m"),
-    gpu: str = typer.Option("h200", "--gpu", "-g"),
+    gpu: str = GPU,
+    impl: str | None = IMPL,
     batch: int = typer.Option(1, "--batch", "-b"),
     kv_len: int = typer.Option(1024, "--kv-len"),
     trials: int = typer.Option(100, "--trials", help="Finished trials the study should hold (baselines included)."),
@@ -259,6 +232,7 @@ def search_cmd(
     as_json: bool = JSON,
 ) -> None:
     """Search megakernel schedules with Optuna; report the best against every baseline."""
+    gpu = with_impl(gpu, impl)
     try:
         res = search(model, gpu, batch=batch, kv_len=kv_len, trials=trials, timeout=timeout, seed=seed,
                      storage=storage, study_name=study, objectives=objective, workers=workers, out=out_file,

@@ -36,8 +36,8 @@ from mksim.schedule import build_schedule, design_rows, get_design, modes_on
 from mksim.sim import SimResult, simulate
 from mksim.workload import Workload
 
-__all__ = ["ModeSummary", "absent_rows", "compare_modes", "compare_workload", "make_workload", "parallel_map",
-           "parse_designs", "simulate_summary"]
+__all__ = ["ModeSummary", "absent_rows", "assumptions", "compare_modes", "compare_workload", "make_workload",
+           "parallel_map", "parse_designs", "simulate_summary", "stack_row"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -187,19 +187,37 @@ def assumptions(g: GPUSpec) -> dict[str, Any]:
 
 def compare_modes(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase: str = "decode",
                   prefill_tokens: int = 0, dtype: str = "bf16", policy: str | None = None,
-                  designs: str | None = None, opts: dict[str, Any] | None = None) -> dict[str, Any]:
+                  designs: str | None = None, opts: dict[str, Any] | None = None,
+                  impl: str | None = None) -> dict[str, Any]:
     """Simulate every mode on one workload; returns ``{"modes": {...}, ...}`` as ``mksim compare --json`` prints.
 
     ``opts`` are schedule options of the megakernel rows; ``designs`` (``"sentinel,dynamic"``, ``"all"``)
     adds a megakernel row per design (:func:`mksim.schedule.design_rows`).
     ``"absent"`` maps each mode the GPU cannot run (left out of ``"modes"``) to the reason.
+    ``impl`` (an implementation profile, ``hwmodels.profiles()``) adds ``"stack"``: the user's stack —
+    that library's kernels in one CUDA graph (``graph`` mode on ``gpu`` with the profile) — with the
+    megakernel row's predicted speed-up over it.
     Raises :class:`mksim.errors.MksimError` on bad input.
     """
     g = hwmodels.load(gpu)
     wl = make_workload(model, batch, kv_len, phase, prefill_tokens, dtype, n_sms=g.sm.count)
     results = compare_workload(wl, g, policy, designs, opts)
     base = results["stream"].latency_us if "stream" in results else next(iter(results.values())).latency_us
-    return {"model": model, "gpu": g.name, "workload": wl.name, "batch": batch, "kv_len": kv_len,
-            "phase": phase, "bandwidth_floor_us": wl.bandwidth_floor_us(g.dram.bandwidth_spec_GBps * 1e9),
-            "modes": {mode: r.row(base) for mode, r in results.items()}, "absent": absent_rows(g, designs),
-            "assumes": assumptions(g)}
+    d = {"model": model, "gpu": g.name, "workload": wl.name, "batch": batch, "kv_len": kv_len,
+         "phase": phase, "bandwidth_floor_us": wl.bandwidth_floor_us(g.dram.bandwidth_spec_GBps * 1e9),
+         "modes": {mode: r.row(base) for mode, r in results.items()}, "absent": absent_rows(g, designs),
+         "assumes": assumptions(g)}
+    if impl is not None:
+        d["stack"] = stack_row(wl, gpu, impl, results.get("megakernel"))
+    return d
+
+
+def stack_row(wl: Workload, gpu: str, impl: str, megakernel: ModeSummary | None) -> dict[str, Any]:
+    """The user's stack on ``gpu``'s hardware (a profile ``gpu`` names is the megakernel's, not the
+    stack's): the kernels of profile ``impl`` in one CUDA graph (``graph`` mode), and the megakernel's
+    speed-up over it (``None`` where the GPU has no megakernel row)."""
+    sg = hwmodels.load(gpu.split("+", 1)[0] if "+" in gpu and "/" not in gpu else gpu, profile=impl)
+    r = simulate_summary((wl, sg, "graph", {}))
+    return {"impl": impl, "gpu": sg.name, "mode": "graph", "latency_us": r.latency_us,
+            "tokens_per_s": r.tokens_per_s, "assumes": assumptions(sg),
+            "megakernel_speedup": r.latency_us / megakernel.latency_us if megakernel else None}

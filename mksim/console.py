@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -19,8 +20,59 @@ import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
 from mksim.errors import MksimError, OutputError
+
+try:  # typer >= 0.20 vendors click as typer._click
+    from typer._click.core import Command, Context
+except ImportError:  # pragma: no cover - older typer uses click itself
+    from click.core import Command, Context  # type: ignore[assignment]
+
+
+class LazyGroup(TyperGroup):
+    """A command group whose commands in :attr:`lazy` are imported from ``"module:attr"`` (a Typer app
+    or a click command) only when invoked or when the group's help lists them (click's lazy group)."""
+
+    #: ``mksim``'s commands that belong to other packages (mksim.cli mounts them by dotted name)
+    lazy: dict[str, str] = {
+        "calibrate": "validation.cli:calibrate_app",
+        "validate": "validation.cli:validate_app",
+        "explore": "explorer.cli:app",
+        "trace": "mksim.trace_cli:trace_app",
+    }
+
+    #: The order ``mksim --help`` lists the commands in (names not here come last).
+    order: tuple[str, ...] = ("models", "workload", "compare", "simulate", "sweep", "search", "calibrate", "explore",
+                              "trace", "hw", "validate")
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        names = [*super().list_commands(ctx), *(n for n in self.lazy if n not in self.commands)]
+        return sorted(names, key=lambda n: self.order.index(n) if n in self.order else len(self.order))
+
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
+        if cmd_name in self.lazy and cmd_name not in self.commands:
+            module, attr = self.lazy[cmd_name].split(":")
+            obj = getattr(importlib.import_module(module), attr)
+            cmd = typer.main.get_command(obj) if isinstance(obj, typer.Typer) else obj
+            cmd.name = cmd_name
+            self.add_command(cmd, cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+def with_impl(gpu: str, impl: str | None) -> str:
+    """``gpu`` with the implementation profile ``impl`` applied (``"h200-calibrated+torch"``); ``gpu`` itself
+    when ``impl`` is None. A GPU named with a profile already takes no second one.
+
+    >>> with_impl("h200-calibrated", "torch"), with_impl("h200", None)
+    ('h200-calibrated+torch', 'h200')
+    """
+    if impl is None:
+        return gpu
+    if "+" in gpu:
+        raise MksimError(f"--gpu {gpu} already names a profile; give --impl {impl} with a GPU without one")
+    return f"{gpu}+{impl}"
+
 
 try:  # typer >= 0.20 vendors click as typer._click
     from typer._click import exceptions as click_exc

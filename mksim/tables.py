@@ -180,6 +180,13 @@ def compare_table(d: dict[str, Any]) -> RenderableType:
     parts: list[RenderableType] = [t]
     if "assumes" in d:
         parts.append(Text(textwrap.fill(d["assumes"]["text"], TABLE_WIDTH)))
+    st = d.get("stack")
+    if st:
+        faster = (f"; the megakernel above is {st['megakernel_speedup']:.2f}× faster"
+                  if st["megakernel_speedup"] else "")
+        parts.append(Text(textwrap.fill(f"stack {st['impl']}: its kernels in one CUDA graph on {st['gpu']}: "
+                                        f"{st['latency_us']:.1f} µs{faster} ({st['assumes']['text']})",
+                                        TABLE_WIDTH)))
     absent = absent_lines(d)
     if absent:
         parts.append(Text("\n".join(absent), no_wrap=True))

@@ -158,3 +158,34 @@ def test_an_unknown_profile_is_one_line():
 def test_without_a_profile_no_kind_has_task_costs():
     assert costs.rates(hwmodels.load("h200-calibrated")).device == {}
     assert math.isinf(costs.DeviceCost().inflight_B)
+
+
+# -- a user's stack next to the megakernel (--impl) -----------------------------------------------
+def test_compare_predicts_the_stack_next_to_the_megakernel():
+    from mksim.compare import compare_modes
+
+    d = compare_modes("llama-3.2-1b", "h200-calibrated+mksim", impl="torch")
+    st = d["stack"]
+    assert st["gpu"] == "h200-calibrated+torch" and st["mode"] == "graph"
+    assert st["assumes"]["profile"] == "torch" and d["assumes"]["profile"] == "mksim"
+    assert st["megakernel_speedup"] == pytest.approx(st["latency_us"] / d["modes"]["megakernel"]["latency_us"])
+    same = mksim.simulate(mksim.build_schedule("llama-3.2-1b", "h200-calibrated+torch", "graph"), timeline=False)
+    assert st["latency_us"] == same.latency_us
+
+
+def test_impl_on_the_command_line(capsys):
+    from mksim.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["simulate", "--model", "llama-3.2-1b", "--gpu", "h200-calibrated", "--impl", "torch", "--mode", "graph",
+              "--json"])
+    assert e.value.code in (0, None)
+    import json
+
+    got = json.loads(capsys.readouterr().out)
+    want = mksim.simulate(mksim.build_schedule("llama-3.2-1b", "h200-calibrated+torch", "graph"), timeline=False)
+    assert got["latency_us"] == pytest.approx(want.latency_us)
+    with pytest.raises(SystemExit) as e:
+        main(["simulate", "--gpu", "h200+mksim", "--impl", "torch"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip().startswith("error: --gpu h200+mksim already names a profile")
