@@ -151,6 +151,9 @@ def _with_profile(raw: dict[str, Any], name: str, gpu_path: Path) -> dict[str, A
     ratio = measured.sm.clock_boost_MHz / target_MHz if isinstance(target_MHz, (int, float)) and target_MHz else 1.0
     tables: dict[str, Any] = {}
     for kind, table in kernels.items():
+        if isinstance(table, dict) and "value" in table:  # a [runtime.kernels] number, e.g. the ring's copies
+            tables[kind] = table
+            continue
         if not isinstance(table, dict):
             raise HardwareFileError(f"{path}: runtime.kernels.{kind} must be a table of task costs")
         out = {}

@@ -162,6 +162,12 @@ class MovementSpec:
     mma_latency_ns: float = meta(1, 1e4, optional=True,
                                  doc="a tensor-core task's tail: from its last operands in shared memory to its "
                                      "result usable")
+    bulk_copy_latency_ns: float = meta(10, 1e4, optional=True,
+                                       doc="a bulk (TMA) copy into shared memory: its latency on a lightly loaded "
+                                           "chip, before its bytes stream in at bulk_copy_GBps")
+    bulk_copy_GBps: float = meta(1, 1e5, optional=True,
+                                 doc="the rate one bulk copy's bytes arrive at: a copy of B bytes takes latency + "
+                                     "B / this")
     cluster_multicast_count: int = meta(1, 64, optional=True, integer=True,
                                         doc="SMs one multicast load of a thread-block cluster feeds (1: no clusters)")
 
@@ -222,6 +228,10 @@ class KernelSpec:
                                         doc="steady KV-cache bandwidth of the decode-attention device function over "
                                             "DRAM read bandwidth")
     attention_fixed_us: float = meta(0.0, 100, optional=True, doc="fixed cost of a standalone decode-attention kernel")
+    ring_copies_in_flight_count: float = meta(0.25, 64, optional=True,
+                                              doc="bulk copies a kernel's page ring keeps in flight per pipeline (an "
+                                                  "implementation profile's): a block streams at most that many "
+                                                  "pages per copy time (chip.movement.bulk_copy_*); absent: no limit")
     # op kind -> its task costs, in file order; left out of the hash (a mapping has none)
     per_kind: Mapping[str, KernelCost] = field(default_factory=dict, hash=False, metadata={"per_kind": True})
 

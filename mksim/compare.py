@@ -179,7 +179,7 @@ def assumptions(g: GPUSpec) -> dict[str, Any]:
                 "text": f"assumes: hardware {hw}; no implementation profile: the best kernels the chip allows, "
                         f"not a particular library (GPU+PROFILE names one: {', '.join(hwmodels.profiles())})"}
     info = hwmodels.profile_info(g.profile)
-    moved = "" if info["measured_on"] in (hw, g.extends) else f", transferred from {info['measured_on']}"
+    moved = "" if info["measured_on"] in (hw, g.extends) else f", transferred to {hw}: unvalidated there"
     return {"hardware": hw, "profile": g.profile, "measured_on": info["measured_on"],
             "text": f"assumes: hardware {hw}; implementation profile {g.profile} ({info['full_name']}, measured on "
                     f"{info['measured_on']}{moved})"}

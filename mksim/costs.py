@@ -61,6 +61,9 @@ class Rates:
     queue_us: float = 0.0             # latency growth with load (0: a hard knee, see loaded_total_Bpus)
     l1_load_B: float = math.inf       # L1 + shared memory that ordinary loads in flight may use
     sync_load_share: float = 0.0      # share of the DRAM queueing delay a sync sees (sync_load_us)
+    bulk_copy_latency_us: float = 0.0  # a bulk (TMA) copy's latency, then its bytes at bulk_copy_Bpus
+    bulk_copy_Bpus: float = math.inf
+    ring_copies: float = 0.0          # copies a profile's page ring keeps in flight per pipeline (0: no limit)
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,9 @@ def rates(gpu: GPUSpec) -> Rates:
         stream_latency_us=stream_us,
         queue_us=_or(gpu.dram.queue_ns, 0.0) / 1e3,
         sync_load_share=_or(gpu.sync.load_share_fraction, 0.0),
+        bulk_copy_latency_us=_or(mv.bulk_copy_latency_ns, 0.0) / 1e3,
+        bulk_copy_Bpus=mv.bulk_copy_GBps * GBps_TO_Bpus if mv.bulk_copy_GBps else math.inf,
+        ring_copies=_or(gpu.kernels.ring_copies_in_flight_count, 0.0),
         l1_load_B=gpu.concurrency.l1_load_KiB * 1024 if gpu.concurrency.l1_load_KiB else math.inf,
     )
 
@@ -382,6 +388,23 @@ def loaded_latency_us(total_Bpus: float, r: Rates) -> float:
         return r.stream_latency_us
     u = min(u, 0.999)
     return r.stream_latency_us + r.queue_us * u / (1.0 - u)
+
+
+def ring_cap_Bpus(page_B: float, r: Rates) -> float:
+    """The most one pipeline of a page ring draws: ``ring_copies`` pages per bulk-copy time
+    (``bulk_copy_latency + page / bulk_copy_rate``; the TMA microbenchmark's pipeline kept one copy
+    in flight whatever its depth). ``inf`` without a profile's ``ring_copies_in_flight_count`` or
+    the GPU's bulk-copy numbers.
+
+    >>> import hwmodels
+    >>> from dataclasses import replace
+    >>> r = replace(rates(hwmodels.load("h200")), bulk_copy_latency_us=0.38, bulk_copy_Bpus=118e3, ring_copies=1)
+    >>> [round(ring_cap_Bpus(k * 1024, r) / 1e3, 1) for k in (8, 16, 32)]   # GB/s per pipeline
+    [18.2, 31.6, 49.8]
+    """
+    if r.ring_copies <= 0 or r.bulk_copy_latency_us <= 0:
+        return math.inf
+    return r.ring_copies * page_B / (r.bulk_copy_latency_us + page_B / r.bulk_copy_Bpus)
 
 
 def sync_load_us(total_Bpus: float, r: Rates) -> float:

@@ -161,6 +161,10 @@ class _Engine:
         # where the kernel has no more blocks than SMs (they spread over the SMs first)
         cap = [block_dram_cap_Bpus(int(b), slots, r, r.device[op.kind].inflight_B if op.kind in r.device else math.inf)
                for b, op in zip(g.n_tiles, g.ops, strict=True)]
+        # a profile's device functions stream through a page ring: one pipeline per block
+        ring = costs.ring_cap_Bpus(s.options.page_KiB * 1024, r)
+        if ring < math.inf:
+            cap = [min(c, ring) if op.kind in r.device else c for c, op in zip(cap, g.ops, strict=True)]
         dispatch = [env.event() for _ in range(n_k)]   # blocks of kernel k may be placed
         release = [env.event() for _ in range(n_k)]    # dependent part may run (PDL: later than dispatch)
         done = [env.event() for _ in range(n_k)]
@@ -315,6 +319,9 @@ class _Engine:
                 ld.op_cap = op_cap
             if dynamic:  # a loader cannot stream a task's weights before the task is in its queue
                 ld.gate = (arrived, self._gated)
+            ring = costs.ring_cap_Bpus(page_B, r)
+            if ring < ld.cap:  # the profile's ring: so many pages per bulk-copy time
+                ld.cap = ring
             if self.native:  # one loader warp issues every copy: a pipeline starts a copy late, and no
                 ld.issue_us = r.async_copy_issue_us  # faster than the copies are issued
                 ld.cap = min(ld.cap, copy_issue_Bpus(r))

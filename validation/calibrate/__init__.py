@@ -201,6 +201,12 @@ def mechanism_params(folder: Path, spec_bandwidth_GBps: float) -> list[Param]:
                  round(dram.per_sm_bandwidth_max_GBps * dram.stream_latency_ns / 1024, 1), 0.0,
                  "what the best kernel keeps in flight: enough for the SM port at the stream latency; a kernel "
                  "that keeps less is described by its implementation profile", "mechanisms")]
+    bulk = fit.fit_bulk_copy(read("tma"))
+    bulk_note = (f"tma sweep of {rel}: a bulk-copy pipeline of one block on one SM, stages of 4-32 KiB, depth >= 2 "
+                 f"({bulk.points} points): time per stage = latency + bytes / rate (largest error "
+                 f"{100 * bulk.max_rel_err:.1f} %); one copy in flight whatever the depth")
+    out += [Param("chip.movement.bulk_copy_latency_ns", round(bulk.latency_ns, 1), 0.0, bulk_note, "mechanisms"),
+            Param("chip.movement.bulk_copy_GBps", round(bulk.GBps, 1), 0.0, bulk_note, "mechanisms")]
     sync = fit.fit_sync_load(read("opb"), dram)
     out.append(Param("runtime.sync.load_share_fraction", round(sync.load_share_fraction, 3), 0.0,
                      f"opb sweep of {rel}: a counter boundary (release to the mean of first and last resume) takes "

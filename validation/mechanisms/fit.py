@@ -155,3 +155,31 @@ def fit_sync_load(raw_opb: dict, dram: DramFit) -> SyncLoadFit:
     queue = dram.queue_ns * u / (1 - u)
     return SyncLoadFit(load_share_fraction=(loaded - idle) / queue, idle_boundary_ns=idle,
                        loaded_boundary_ns=loaded, background_GBps=bg, queue_delay_ns=queue)
+
+
+@dataclass(frozen=True)
+class BulkCopyFit:
+    """One bulk (TMA) copy of ``B`` bytes takes ``latency + B / rate`` (a pipeline of one block on
+    one SM keeps one copy in flight whatever its depth)."""
+    latency_ns: float
+    GBps: float
+    points: int
+    max_rel_err: float
+
+
+def fit_bulk_copy(raw_tma: dict) -> BulkCopyFit:
+    """Least squares of time per stage against stage bytes over the ``tma`` sweep's one-SM points of
+    depth 2 and more (depth 1 cannot overlap a copy with anything)."""
+    xs, ts = [], []
+    for p in raw_tma["points"]:
+        if p.get("sms") != 1 or p.get("depth", 0) < 2 or not p.get("us"):
+            continue
+        rate = p["bytes"] / statistics.median(p["us"])  # B / µs
+        xs.append(float(p["stage_B"]))
+        ts.append(p["stage_B"] / rate)                  # µs per stage
+    if len(xs) < 3:
+        raise RawError(f"the tma sweep has {len(xs)} usable one-SM points of depth >= 2; need 3")
+    slope, icpt = np.polyfit(np.array(xs), np.array(ts), 1)
+    pred = icpt + slope * np.array(xs)
+    return BulkCopyFit(latency_ns=float(icpt) * 1e3, GBps=1e-3 / float(slope), points=len(xs),
+                       max_rel_err=float(np.max(np.abs(pred / np.array(ts) - 1))))
