@@ -91,6 +91,18 @@ def stack_data(run: dict[str, Any], impl: str, config: dict[str, Any] | None = N
 
 
 # -- an uploaded torch.profiler trace ------------------------------------------------------------
+def size_text(n: float) -> str:
+    """A size in bytes as people say it.
+
+    >>> size_text(56), size_text(12_500), size_text(40 << 20)
+    ('56 B', '12.2 KiB', '40.0 MiB')
+    """
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n:.0f} B"
+
+
 def read_trace_upload(contents: str, filename: str | None, max_upload: int = MAX_UPLOAD_BYTES,
                       max_trace: int = MAX_TRACE_BYTES) -> bytes:
     """The JSON bytes of an uploaded trace (a ``data:...;base64,`` URL, as ``dcc.Upload`` gives it; plain
@@ -99,15 +111,15 @@ def read_trace_upload(contents: str, filename: str | None, max_upload: int = MAX
     name = filename or "trace.json"
     b64 = contents.split(",", 1)[-1]
     if len(b64) * 3 // 4 > max_upload + 3:  # refuse before decoding what is too large anyway
-        raise MksimError(f"{name}: {len(b64) * 3 / 4 / 2**20:.1f} MiB; the explorer takes traces up to "
-                         f"{max_upload / 2**20:g} MiB: gzip it, or keep one step with mksim trace cut")
+        raise MksimError(f"{name}: {size_text(len(b64) * 3 // 4)}; the explorer takes traces up to "
+                         f"{size_text(max_upload)}: gzip it, or keep one step with mksim trace cut")
     try:
         raw = base64.b64decode(b64, validate=True)
     except (binascii.Error, ValueError):
         raise MksimError(f"{name}: not a readable upload (bad base64)") from None
     if len(raw) > max_upload:
-        raise MksimError(f"{name}: {len(raw) / 2**20:.1f} MiB; the explorer takes traces up to "
-                         f"{max_upload / 2**20:g} MiB: gzip it, or keep one step with mksim trace cut")
+        raise MksimError(f"{name}: {size_text(len(raw))}; the explorer takes traces up to "
+                         f"{size_text(max_upload)}: gzip it, or keep one step with mksim trace cut")
     if raw[:2] == b"\x1f\x8b":
         d = zlib.decompressobj(wbits=31)
         try:
@@ -115,7 +127,7 @@ def read_trace_upload(contents: str, filename: str | None, max_upload: int = MAX
         except zlib.error as exc:
             raise MksimError(f"{name}: not a readable gzip file ({exc})") from None
         if len(out) > max_trace:
-            raise MksimError(f"{name}: over {max_trace / 2**20:g} MiB uncompressed; keep one step with "
+            raise MksimError(f"{name}: over {size_text(max_trace)} uncompressed; keep one step with "
                              "mksim trace cut")
         if not d.eof:
             raise MksimError(f"{name}: a truncated gzip file")
@@ -151,11 +163,15 @@ def trace_data(contents: str, filename: str | None, model: str, gpu: str, batch:
         try:
             t = import_trace(path, model=spec, batch=int(batch), kv_len=int(kv_len), gpu=gpu)
         except MksimError as exc:  # name the file as the user knows it, not our temporary copy
-            raise MksimError(str(exc).replace(str(path), name).replace(tmp + "/", "")) from None
+            msg = str(exc).replace(str(path), name).replace(tmp + "/", "")
+            raise MksimError(msg.removeprefix("trace ") if msg.startswith(f"trace {name}:") else msg) from None
     d = t.to_dict(kernels=False)
     d["path"] = name
     if config is not None:
         d["model"] = model
     pred = d["prediction"]
     d["assumes"] = assumptions(hwmodels.load(gpu))["text"] if pred else None
+    if pred and pred["hardware_file"]:  # hwmodels/data/h200.toml, as the docs name it, where it is ours
+        hw, root = Path(pred["hardware_file"]), Path(hwmodels.__file__).resolve().parents[1]
+        pred["hardware_file"] = str(hw.relative_to(root)) if hw.is_relative_to(root) else str(hw)
     return d
