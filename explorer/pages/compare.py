@@ -98,13 +98,19 @@ def absent_note(d: dict[str, Any]) -> html.Ul | None:
                     for mode, why in absent.items()], id="compare-absent", style={"margin": "0.2em 0"})
 
 
+def _assumed(text: str) -> str:
+    """What :func:`mksim.compare.assumptions`' sentence says is assumed, without its ``assumes:``."""
+    return text.removeprefix("assumes: ")
+
+
 def assumes_note(d: dict[str, Any]) -> html.Ul:
     """What each prediction shown assumes (hardware file, implementation profile): the modes', and your
     stack's where there is one; a profile-less prediction says it is the best kernels the chip allows."""
-    items = [html.Li(["the modes ", d["assumes"]["text"]], **_data("of", "modes"))]
+    items = [html.Li(["the modes assume ", _assumed(d["assumes"]["text"])], **_data("of", "modes"))]
     st = d.get("stack")
     if st:
-        items.append(html.Li([f"your stack ({st['impl']}) ", st["assumes"]["text"]], **_data("of", "stack")))
+        items.append(html.Li([f"your stack ({st['impl']}) assumes ", _assumed(st["assumes"]["text"])],
+                             **_data("of", "stack")))
     return html.Ul(items, id="compare-assumes", style={"margin": "0.2em 0", "color": "#444"})
 
 
@@ -240,7 +246,8 @@ def trace_view(t: dict[str, Any]) -> html.Div:
             f"{pred['speedup']:.2f}× faster than the traced step ({t['step_us']:.1f} µs); mksim's own "
             f"one-kernel-per-op CUDA graph {pred['graph_us']:.1f} µs.", id="compare-trace-prediction",
             style={"fontWeight": "bold", "margin": "0.3em 0"}))
-        parts.append(html.P(f"{t['assumes']} ({hw})" if hw else t["assumes"], id="compare-trace-assumes",
+        assumed = "the prediction assumes " + _assumed(t["assumes"])
+        parts.append(html.P(f"{assumed} ({hw})" if hw else assumed, id="compare-trace-assumes",
                             style={"color": "#444", "margin": "0.2em 0"}))
     notes = [*([pred["note"]] if pred.get("note") else []), *t["warnings"]]
     if notes:

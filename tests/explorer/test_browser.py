@@ -284,6 +284,7 @@ def test_compare_your_stack_and_an_imported_trace(browser, server, tmp_path):
     st = ref["stack"]
     browser.get(server + "/")
     _wait(browser, lambda d: _text(d, "compare-results"), "the first comparison")
+    assert _text(browser, "compare-assumes") == "the modes assume " + ref["assumes"]["text"].removeprefix("assumes: ")
     assert "no implementation profile: the best kernels the chip allows" in _text(browser, "compare-assumes")
     assert not browser.find_elements(By.CSS_SELECTOR, "#compare-results tr[data-mode=stack]")
     _pick(browser, "compare-stack", "torch")
@@ -299,7 +300,8 @@ def test_compare_your_stack_and_an_imported_trace(browser, server, tmp_path):
                        f"{st['megakernel_speedup']:.2f}× faster than your stack, torch's kernels in one CUDA graph "
                        f"({st['latency_us']:.1f} µs).")
     assumes = _text(browser, "compare-assumes")
-    assert ref["assumes"]["text"] in assumes and st["assumes"]["text"] in assumes
+    assert assumes.splitlines() == ["the modes assume " + ref["assumes"]["text"].removeprefix("assumes: "),
+                                    "your stack (torch) assumes " + st["assumes"]["text"].removeprefix("assumes: ")]
     lat = _figure(browser, "compare-latency")
     assert [t[0] for t in lat] == [*MODES, "your stack: torch"]
     assert lat[-1][2][0] == pytest.approx(st["latency_us"], rel=1e-9)
@@ -321,7 +323,8 @@ def test_compare_your_stack_and_an_imported_trace(browser, server, tmp_path):
         f"The megakernel of the same ops is predicted {mk:.1f} µs on h200: {2070.1444765625 / mk:.2f}× faster than "
         f"the traced step (2070.1 µs); mksim's own one-kernel-per-op CUDA graph "
         f"{ref['modes']['graph']['latency_us']:.1f} µs.")
-    assert _text(browser, "compare-trace-assumes") == f"{ref['assumes']['text']} (hwmodels/data/h200.toml)"
+    assert _text(browser, "compare-trace-assumes") == \
+        f"the prediction assumes {ref['assumes']['text'].removeprefix('assumes: ')} (hwmodels/data/h200.toml)"
     _shot(browser, "trace", browser.find_element(By.ID, "compare-trace"))
     bad = tmp_path / "bad.json"
     bad.write_text("{")

@@ -98,9 +98,10 @@ def test_compare_callback_with_a_stack_and_a_profile(ref):
     assert speedup.id == "compare-stack-speedup"
     assert f"predicted {ref['stack']['megakernel_speedup']:.2f}× faster than your stack" in speedup.children
     modes_li, stack_li = assumes.children
-    assert modes_li.children[1] == ref["assumes"]["text"] and "no implementation profile" in modes_li.children[1]
-    assert stack_li.children[1] == ref["stack"]["assumes"]["text"] and "implementation profile torch" in \
-        stack_li.children[1]
+    assert modes_li.children == ["the modes assume ", ref["assumes"]["text"].removeprefix("assumes: ")]
+    assert modes_li.children[1].startswith("hardware h200; no implementation profile: the best kernels")
+    assert stack_li.children == ["your stack (torch) assumes ", ref["stack"]["assumes"]["text"][len("assumes: "):]]
+    assert stack_li.children[1].startswith("hardware h200; implementation profile torch (plain torch")
     msg, *_f, div, result = run_compare(1, "llama-3.2-1b", "h200", 1, 1024, "decode", None, "mksim", "none")
     assert result["gpu"] == "h200+mksim" and "stack" not in result
     assert "implementation profile mksim" in div.children[-1].children[0].children[1]
@@ -180,7 +181,7 @@ def test_trace_callback(trace_upload):
     mk = compare_modes("llama-3.2-1b", "h200")["modes"]["megakernel"]["latency_us"]
     assert parts["compare-trace-prediction"].children.startswith(
         f"The megakernel of the same ops is predicted {mk:.1f} µs on h200: {2070.1444765625 / mk:.2f}× faster")
-    assert "no implementation profile" in parts["compare-trace-assumes"].children
+    assert parts["compare-trace-assumes"].children.startswith("the prediction assumes hardware h200; no implementa")
     assert "hwmodels/data/h200.toml" in parts["compare-trace-assumes"].children
     msg, view = import_trace_upload(_upload(b"{"), "bad.json", "llama-3.2-1b", "h200", 1, 1024, "decode")
     assert msg.children.startswith("error: bad.json: not JSON") and view is None
