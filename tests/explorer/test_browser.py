@@ -326,6 +326,9 @@ def test_compare_your_stack_and_an_imported_trace(browser, server, tmp_path):
     assert _text(browser, "compare-trace-assumes") == \
         f"the prediction assumes {ref['assumes']['text'].removeprefix('assumes: ')} (hwmodels/data/h200.toml)"
     _shot(browser, "trace", browser.find_element(By.ID, "compare-trace"))
+    _type(browser, "compare-kv-len", "4096")  # Run imports the trace again with the page's inputs as they are
+    browser.find_element(By.ID, "compare-run").click()
+    _wait(browser, lambda d: "(batch 1, KV 4096)" in _text(d, "compare-trace-mapped"), "the trace at KV 4096")
     bad = tmp_path / "bad.json"
     bad.write_text("{")
     upload.send_keys(str(bad))

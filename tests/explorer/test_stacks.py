@@ -189,3 +189,18 @@ def test_trace_callback(trace_upload):
     assert msg.children == "error: batch must be a positive integer, got 0" and view is None
     msg, _ = import_trace_upload(trace_upload, TRACE.name, "llama-3.2-1b", "h200", 1, 1024, "prefill")
     assert msg.children == "error: a trace is imported as a decode step: choose the decode phase"
+
+
+def test_trace_callback_with_an_uploaded_config_and_a_profile(trace_upload):
+    from explorer.pages.compare import UPLOADED, import_trace_upload, upload_config
+
+    _msg, stored, _options, value = upload_config(_upload(CONFIG.read_bytes(), "application/json"), "my-llama.json")
+    msg, view = import_trace_upload(trace_upload, TRACE.name, value, "h200", 1, 1024, "decode", stored, "mksim")
+    assert value == UPLOADED + "my-llama" and msg == f"imported {TRACE.name}"
+    parts = {getattr(p, "id", None): p for p in view.children}
+    assert parts["compare-trace-mapped"].children.startswith("mapped 99.0% of the kernel time to my-llama's ops")
+    mk = compare_modes("llama-3.2-1b", "h200+mksim")["modes"]["megakernel"]["latency_us"]
+    assert f"predicted {mk:.1f} µs on h200+mksim" in parts["compare-trace-prediction"].children
+    assert "implementation profile mksim" in parts["compare-trace-assumes"].children
+    msg, view = import_trace_upload(trace_upload, TRACE.name, value, "h200", 1, 1024, "decode", None)
+    assert msg.children == "error: the uploaded config is gone; upload it again" and view is None
