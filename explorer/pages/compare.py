@@ -20,6 +20,8 @@ GRAPHS = ("compare-latency", "compare-tokens", "compare-hbm", "compare-breakdown
 #: The model dropdown's value for an uploaded config: this prefix and the config's name.
 UPLOADED = "uploaded: "
 ROOFLINE_MODES = ("graph", "stream", "graph_pdl", "persistent_barrier", "megakernel")
+DROP_STYLE = {"display": "inline-block", "marginRight": "1em", "padding": "0.4em 1em", "border": "1px dashed #999",
+              "borderRadius": "4px", "cursor": "pointer"}
 
 
 def layout() -> html.Div:
@@ -41,16 +43,15 @@ def layout() -> html.Div:
             html.Button("Run", id="compare-run", n_clicks=0),
         ]),
         html.Div([
-            field("megakernel's kernels ", dcc.Dropdown(stacks.profile_options(), stacks.NONE, id="compare-profile",
-                                                       clearable=False, style={"width": "30em"})),
+            field("the modes' kernels ", dcc.Dropdown(stacks.profile_options(), stacks.NONE, id="compare-profile",
+                                                     clearable=False, style={"width": "30em"})),
             field("your stack ", dcc.Dropdown(stacks.stack_options(), stacks.NONE, id="compare-stack",
                                               clearable=False, style={"width": "10em"})),
         ], style={"marginTop": "0.4em"}),
         html.Div([
             dcc.Upload(["or drop a Hugging Face ", html.Code("config.json"), " here, or ", html.A("choose one")],
                        id="compare-upload", accept=".json,application/json", multiple=False,
-                       style={"display": "inline-block", "marginRight": "1em", "padding": "0.4em 1em",
-                              "border": "1px dashed #999", "borderRadius": "4px", "cursor": "pointer"}),
+                       style=DROP_STYLE),
             html.Span(id="compare-upload-message", role="status"),
         ], style={"margin": "0.5em 0"}),
         html.Div([
@@ -58,9 +59,7 @@ def layout() -> html.Div:
                         html.Code(".json.gz"), f", up to {stacks.MAX_UPLOAD_BYTES >> 20} MiB): drop it here, or ",
                         html.A("choose one")],
                        id="compare-trace-upload", accept=".json,.gz,application/json,application/gzip",
-                       multiple=False,
-                       style={"display": "inline-block", "marginRight": "1em", "padding": "0.4em 1em",
-                              "border": "1px dashed #999", "borderRadius": "4px", "cursor": "pointer"}),
+                       multiple=False, style=DROP_STYLE),
             html.Span(id="compare-trace-message", role="status"),
         ], style={"margin": "0.5em 0"}),
         dcc.Store(id="compare-config"),
