@@ -18,7 +18,7 @@ import hwmodels
 import mksim.models
 import validation
 from explorer.hwdata import WhatIf, whatif_changes
-from mksim.compare import absent_rows, compare_modes, compare_workload, make_workload
+from mksim.compare import absent_rows, assumptions, compare_modes, compare_workload, make_workload
 from mksim.errors import MksimError, UnknownNameError
 from mksim.extras import require
 from mksim.schedule import Schedule, build_schedule
@@ -295,7 +295,7 @@ def _compare_run(model: str, gpu: str, batch: int, kv_len: int, phase: str, conf
     c = g.compute
     return {"model": model, "gpu": g.name, "workload": wl.name, "batch": batch, "kv_len": kv_len, "phase": phase,
             "bandwidth_floor_us": wl.bandwidth_floor_us(g.dram.bandwidth_spec_GBps * 1e9), "modes": modes,
-            "absent": absent_rows(g), "categories": list(CATEGORIES),
+            "absent": absent_rows(g), "categories": list(CATEGORIES), "assumes": assumptions(g),
             "ops": [{"op": op.name, "kind": op.kind, "unit": op.unit, "dtype": op.dtype, "flops": op.flops,
                      "bytes": op.weight_bytes + op.kv_read_bytes + op.kv_write_bytes + op.out_bytes}
                     for op in wl.ops],
@@ -312,7 +312,9 @@ def compare_run(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase:
     ``whatif`` hardware overrides (:class:`WhatIf`). Besides :func:`compare_data`'s keys, each mode
     has ``op_time_us`` (each op's span, first task start to last task end, in the order of ``ops``),
     ``ops`` lists each op's ``op kind unit dtype flops bytes`` (bytes it must move: weights, KV cache,
-    its output) and ``roofs`` the GPU's ``hbm_spec_GBps hbm_reachable_GBps tensor_TFLOPs vector_TFLOPs``.
+    its output), ``roofs`` the GPU's ``hbm_spec_GBps hbm_reachable_GBps tensor_TFLOPs vector_TFLOPs`` and
+    ``assumes`` what the prediction assumes (:func:`mksim.compare.assumptions`: hardware file, profile).
+    ``gpu`` may name an implementation profile (``"h200+mksim"``).
 
     The last 32 comparisons are remembered (a comparison is deterministic), so asking again, or
     moving a what-if slider back, answers at once. Raises :class:`mksim.errors.MksimError` on bad input.

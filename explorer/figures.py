@@ -30,8 +30,14 @@ def mode_bars(data: dict[str, Any], key: str, title: str, fmt: str = ".1f") -> g
 
 
 def latency_figure(data: dict[str, Any]) -> go.Figure:
-    """Step latency per mode, with the bandwidth floor as a dashed line."""
+    """Step latency per mode, with the bandwidth floor as a dashed line (and ``data["stack"]``, your stack's
+    predicted latency, as a last bar where there is one)."""
     fig = mode_bars(data, "latency_us", f"latency (µs) — {data['workload']} on {data['gpu']}")
+    st = data.get("stack")
+    if st:  # your stack, beside the modes: hatched, since it is another library's kernels, not a mode
+        label = f"your stack: {st['impl']}"
+        fig.add_bar(x=[label], y=[st["latency_us"]], name=label, marker_color="#7f7f7f",
+                    marker_pattern_shape="/", text=[f"{st['latency_us']:.1f}"], textposition="outside")
     floor = data.get("bandwidth_floor_us")
     if floor:
         fig.add_hline(y=floor, line_dash="dash", annotation_text=f"bandwidth floor {floor:.1f} µs")

@@ -1,5 +1,7 @@
 """Compare: every execution mode side by side for one model (built in or an uploaded HF ``config.json``),
-GPU, batch, KV length and phase; a results table and the ops on the GPU's roofline."""
+GPU (with or without an implementation profile), batch, KV length and phase; a results table, your stack
+(a kernel library's kernels in one CUDA graph) beside the modes, an imported ``torch.profiler`` trace against
+the megakernel, and the ops on the GPU's roofline."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from dash import Input, Output, State, callback, dcc, html, no_update
 
 import mksim.schedule  # noqa: F401  (the simulator, imported once with the page, not on the first Run)
 import mksim.sim  # noqa: F401
-from explorer import data, figures
+from explorer import data, figures, stacks
 from mksim.errors import MksimError
 
 PATH, NAME = "/", "Compare"
@@ -18,6 +20,8 @@ GRAPHS = ("compare-latency", "compare-tokens", "compare-hbm", "compare-breakdown
 #: The model dropdown's value for an uploaded config: this prefix and the config's name.
 UPLOADED = "uploaded: "
 ROOFLINE_MODES = ("graph", "stream", "graph_pdl", "persistent_barrier", "megakernel")
+DROP_STYLE = {"display": "inline-block", "marginRight": "1em", "padding": "0.4em 1em", "border": "1px dashed #999",
+              "borderRadius": "4px", "cursor": "pointer"}
 
 
 def layout() -> html.Div:
@@ -39,17 +43,31 @@ def layout() -> html.Div:
             html.Button("Run", id="compare-run", n_clicks=0),
         ]),
         html.Div([
+            field("the modes' kernels ", dcc.Dropdown(stacks.profile_options(), stacks.NONE, id="compare-profile",
+                                                     clearable=False, style={"width": "30em"})),
+            field("your stack ", dcc.Dropdown(stacks.stack_options(), stacks.NONE, id="compare-stack",
+                                              clearable=False, style={"width": "10em"})),
+        ], style={"marginTop": "0.4em"}),
+        html.Div([
             dcc.Upload(["or drop a Hugging Face ", html.Code("config.json"), " here, or ", html.A("choose one")],
                        id="compare-upload", accept=".json,application/json", multiple=False,
-                       style={"display": "inline-block", "marginRight": "1em", "padding": "0.4em 1em",
-                              "border": "1px dashed #999", "borderRadius": "4px", "cursor": "pointer"}),
+                       style=DROP_STYLE),
             html.Span(id="compare-upload-message", role="status"),
+        ], style={"margin": "0.5em 0"}),
+        html.Div([
+            dcc.Upload(["import a ", html.Code("torch.profiler"), " trace of a step (", html.Code(".json"), " or ",
+                        html.Code(".json.gz"), f", up to {stacks.MAX_UPLOAD_BYTES >> 20} MiB): drop it here, or ",
+                        html.A("choose one")],
+                       id="compare-trace-upload", accept=".json,.gz,application/json,application/gzip",
+                       multiple=False, style=DROP_STYLE),
+            html.Span(id="compare-trace-message", role="status"),
         ], style={"margin": "0.5em 0"}),
         dcc.Store(id="compare-config"),
         dcc.Store(id="compare-result"),
         html.Div(id="compare-message", role="alert", style={"color": "#b00020", "margin": "0.5em 0"}),
+        dcc.Loading(html.Div(id="compare-table")),
+        dcc.Loading(html.Div(id="compare-trace")),
         dcc.Loading([
-            html.Div(id="compare-table"),
             html.Div([dcc.Graph(id=g, style={"display": "inline-block", "width": "49%"}) for g in GRAPHS]),
         ]),
         html.Div([
@@ -59,6 +77,11 @@ def layout() -> html.Div:
             dcc.Graph(id="compare-roofline", style={"height": "520px"}),
         ]),
     ])
+
+
+def _data(key: str, value: Any) -> dict[str, Any]:
+    """A ``data-KEY`` attribute (for the tests and scripts that read the page)."""
+    return {f"data-{key}": value}
 
 
 def _empty() -> go.Figure:
@@ -74,9 +97,40 @@ def absent_note(d: dict[str, Any]) -> html.Ul | None:
                     for mode, why in absent.items()], id="compare-absent", style={"margin": "0.2em 0"})
 
 
+def _assumed(text: str) -> str:
+    """What :func:`mksim.compare.assumptions`' sentence says is assumed, without its ``assumes:``."""
+    return text.removeprefix("assumes: ")
+
+
+def assumes_note(d: dict[str, Any]) -> html.Ul:
+    """What each prediction shown assumes (hardware file, implementation profile): the modes', and your
+    stack's where there is one; a profile-less prediction says it is the best kernels the chip allows."""
+    items = [html.Li(["the modes assume ", _assumed(d["assumes"]["text"])], **_data("of", "modes"))]
+    st = d.get("stack")
+    if st:
+        items.append(html.Li([f"your stack ({st['impl']}) assumes ", _assumed(st["assumes"]["text"])],
+                             **_data("of", "stack")))
+    return html.Ul(items, id="compare-assumes", style={"margin": "0.2em 0", "color": "#444"})
+
+
+def stack_note(d: dict[str, Any]) -> html.P | None:
+    """One sentence: the megakernel's predicted speed-up over your stack (``None`` without a stack)."""
+    st = d.get("stack")
+    if not st:
+        return None
+    mk = d["modes"].get("megakernel")
+    stack = f"your stack, {st['impl']}'s kernels in one CUDA graph ({st['latency_us']:.1f} µs)"
+    text = (f"The megakernel ({mk['latency_us']:.1f} µs on {d['gpu']}) is predicted {st['megakernel_speedup']:.2f}× "
+            f"faster than {stack}." if mk and st["megakernel_speedup"] else f"{d['gpu']} has no megakernel to "
+            f"compare with {stack}.")
+    return html.P(text, id="compare-stack-speedup", style={"fontWeight": "bold", "margin": "0.3em 0"})
+
+
 def results_table(d: dict[str, Any]) -> html.Div:
-    """The comparison as an accessible table: one row per mode (latency, tokens/s, HBM utilisation, speed-up),
-    then the modes the GPU cannot run, with the reason (:func:`absent_note`)."""
+    """The comparison as an accessible table: one row per mode (latency, tokens/s, HBM utilisation, speed-up)
+    and your stack's where ``d`` has one (``d["stack"]``: :func:`explorer.stacks.stack_data`), the megakernel's
+    speed-up over your stack (:func:`stack_note`), what the predictions assume (:func:`assumes_note`), then the
+    modes the GPU cannot run, with the reason (:func:`absent_note`)."""
     head = ("mode", "latency (µs)", "tokens/s", "HBM utilisation", "vs stream")
     cell = {"padding": "0.2em 0.8em", "textAlign": "right"}
     rows = [html.Tr([html.Th(mode, scope="row", style={"textAlign": "left"}),
@@ -84,37 +138,59 @@ def results_table(d: dict[str, Any]) -> html.Div:
                                                         f"{r['hbm_util']:.1%}", f"{r['speedup_vs_stream']:.2f}×"))],
                     **{"data-mode": mode})
             for mode, r in d["modes"].items()]
+    st = d.get("stack")
+    if st:
+        vs = f"{st['speedup_vs_stream']:.2f}×" if st.get("speedup_vs_stream") else "–"
+        rows.append(html.Tr([html.Th(f"your stack: {st['impl']} (graph)", scope="row",
+                                     style={"textAlign": "left", "fontStyle": "italic"}),
+                             *(html.Td(v, style=cell) for v in (f"{st['latency_us']:.1f}",
+                                                                f"{st['tokens_per_s']:.0f}", "–", vs))],
+                            **_data("mode", "stack")))
     table = html.Table([
         html.Caption(f"{d['workload']} on {d['gpu']}: bandwidth floor {d['bandwidth_floor_us']:.1f} µs",
                      style={"textAlign": "left", "fontWeight": "bold"}),
         html.Thead(html.Tr([html.Th(h, scope="col", style=cell) for h in head])),
         html.Tbody(rows),
     ], id="compare-results", style={"borderCollapse": "collapse", "margin": "0.5em 0"})
-    note = absent_note(d)
-    return html.Div([table] if note is None else [table, note])
+    parts = [table, stack_note(d), assumes_note(d), absent_note(d)]
+    return html.Div([p for p in parts if p is not None])
+
+
+def page_inputs(model: str | None, gpu: str | None, batch: Any, kv_len: Any, phase: str | None,
+                config: dict[str, Any] | None, profile: str | None = None) -> tuple:
+    """The page's inputs parsed: ``(model, GPU name with the profile, batch, KV length, config)``, ``config``
+    the uploaded config when ``model`` is :data:`UPLOADED` + its name. Raises MksimError on bad input."""
+    if not model or not gpu or not phase:
+        raise MksimError("choose a model, a GPU and a phase")
+    try:
+        b, kv = int(batch), int(kv_len)
+    except (TypeError, ValueError):
+        raise MksimError("batch and KV length must be whole numbers") from None
+    cfg = None
+    if model.startswith(UPLOADED):
+        if not config or config.get("name") != model.removeprefix(UPLOADED):
+            raise MksimError("the uploaded config is gone; upload it again")
+        model, cfg = config["name"], config["config"]
+    return model, stacks.megakernel_gpu(gpu, profile), b, kv, cfg
 
 
 def run_compare(n_clicks: int | None, model: str | None, gpu: str | None, batch: Any, kv_len: Any,
-                phase: str | None, config: dict[str, Any] | None = None) -> tuple:
+                phase: str | None, config: dict[str, Any] | None = None, profile: str | None = None,
+                stack: str | None = None) -> tuple:
     """Parse the inputs, compare the modes; ``(message, latency, tokens/s, HBM, breakdown, table, result)``.
 
     ``model`` is a built-in name, or :data:`UPLOADED` + a name with ``config`` the uploaded config
-    (what :func:`upload_config` stored). ``result`` is the comparison's data (for the roofline).
+    (what :func:`upload_config` stored). ``profile`` is the implementation profile of the modes' kernels
+    (:data:`explorer.stacks.NONE` or ``None``: the best kernels the chip allows), ``stack`` a library whose
+    stack is predicted beside them (``d["stack"]``). ``result`` is the comparison's data (for the roofline).
     Bad input answers with mksim's one-line message, empty figures and no table; it never raises.
     """
     try:
-        if not model or not gpu or not phase:
-            raise MksimError("choose a model, a GPU and a phase")
-        try:
-            b, kv = int(batch), int(kv_len)
-        except (TypeError, ValueError):
-            raise MksimError("batch and KV length must be whole numbers") from None
-        cfg = None
-        if model.startswith(UPLOADED):
-            if not config or config.get("name") != model.removeprefix(UPLOADED):
-                raise MksimError("the uploaded config is gone; upload it again")
-            model, cfg = config["name"], config["config"]
-        d = data.compare_run(model, gpu, b, kv, phase, config=cfg)
+        model, gpu_name, b, kv, cfg = page_inputs(model, gpu, batch, kv_len, phase, config, profile)
+        d = data.compare_run(model, gpu_name, b, kv, str(phase), config=cfg)
+        impl = stacks.chosen(stack)
+        if impl:
+            d["stack"] = stacks.stack_data(d, impl, cfg)
     except MksimError as exc:
         return (f"error: {exc}", *(_empty() for _ in GRAPHS), None, None)
     return ("", figures.latency_figure(d), figures.tokens_figure(d), figures.hbm_figure(d),
@@ -135,6 +211,65 @@ def upload_config(contents: str | None, filename: str | None) -> tuple:
         return html.Span(f"error: {exc}", style={"color": "#b00020"}), None, data.models(), no_update
     label = UPLOADED + up["name"]
     return f"loaded {up['summary']}", up, [*data.models(), label], label
+
+
+def trace_view(t: dict[str, Any]) -> html.Div:
+    """An imported trace (:func:`explorer.stacks.trace_data`): its step, replay and mapping, the step by op
+    kind (with mksim's own one-kernel-per-op graph beside it), and the predicted megakernel and speed-up."""
+    cell = {"padding": "0.2em 0.8em", "textAlign": "right"}
+    pred = t["prediction"] or {}
+    graph = pred.get("graph_by_kind_us", {})
+    head = ("kind", "kernels", "kernel µs", "gap µs", "% of step", f"mksim graph µs ({pred.get('gpu', '–')})")
+    rows = [html.Tr([html.Th(r["kind"], scope="row", style={"textAlign": "left"}),
+                     *(html.Td(v, style=cell) for v in (
+                         str(r["kernels"]), f"{r['busy_us']:.1f}", f"{r['gaps_us']:.1f}", f"{r['share']:.1%}",
+                         f"{graph[r['kind']]:.1f}" if r["kind"] in graph else ""))],
+                    **{"data-kind": r["kind"]}) for r in t["by_kind"]]
+    kinds = html.Table([html.Caption("the traced step by op kind", style={"textAlign": "left"}),
+                        html.Thead(html.Tr([html.Th(h, scope="col", style=cell) for h in head])),
+                        html.Tbody(rows)], id="compare-trace-kinds", style={"borderCollapse": "collapse"})
+    step = (f"{t['path']}: {t['gpu_name'] or 'an unnamed GPU'}; step {t['step_number']} of "
+            f"{len(t['step_spans_us'])} (by {t['steps_by']}) {t['step_us']:.1f} µs = kernels {t['busy_us']:.1f} µs "
+            f"+ gaps {t['gaps_us']:.1f} µs over {t['n_kernels']} GPU activities; replay {t['replay_us']:.1f} µs "
+            f"({t['replay_error']:+.2%})")
+    mapped = (f"mapped {t['mapped_fraction']:.1%} of the kernel time to {t['model']}'s ops (batch {t['batch']}, "
+              f"KV {t['kv_len']})" + (f"; ops without a kernel: {', '.join(t['ops_without_kernels'])}"
+                                      if t["ops_without_kernels"] else "; every op got a kernel"))
+    parts: list[Any] = [html.H3("Imported trace", style={"marginBottom": "0.2em"}),
+                        html.P(step, id="compare-trace-step", style={"margin": "0.2em 0"}),
+                        html.P(mapped, id="compare-trace-mapped", style={"margin": "0.2em 0"}), kinds]
+    if pred:
+        hw = pred["hardware_file"]
+        parts.append(html.P(
+            f"The megakernel of the same ops is predicted {pred['megakernel_us']:.1f} µs on {pred['gpu']}: "
+            f"{pred['speedup']:.2f}× faster than the traced step ({t['step_us']:.1f} µs); mksim's own "
+            f"one-kernel-per-op CUDA graph {pred['graph_us']:.1f} µs.", id="compare-trace-prediction",
+            style={"fontWeight": "bold", "margin": "0.3em 0"}))
+        assumed = "the prediction assumes " + _assumed(t["assumes"])
+        parts.append(html.P(f"{assumed} ({hw})" if hw else assumed, id="compare-trace-assumes",
+                            style={"color": "#444", "margin": "0.2em 0"}))
+    notes = [*([pred["note"]] if pred.get("note") else []), *t["warnings"]]
+    if notes:
+        parts.append(html.Ul([html.Li(n) for n in notes], id="compare-trace-notes"))
+    return html.Div(parts, style={"margin": "0.5em 0", "padding": "0.3em 0.8em", "borderLeft": "3px solid #999"})
+
+
+def import_trace_upload(contents: str | None, filename: str | None, model: str | None, gpu: str | None,
+                        batch: Any, kv_len: Any, phase: str | None, config: dict[str, Any] | None = None,
+                        profile: str | None = None) -> tuple:
+    """Import an uploaded trace with the page's model, GPU (and profile), batch and KV length:
+    ``(message, view)``; nothing uploaded: ``("", None)``. A bad file, or inputs the trace cannot be
+    predicted with, answer with one line ``error: ...`` and no view; it never raises."""
+    if not contents:
+        return "", None
+    try:
+        if phase != "decode":
+            raise MksimError("a trace is imported as a decode step: choose the decode phase")
+        model, gpu_name, b, kv, cfg = page_inputs(model, gpu, batch, kv_len, phase, config, profile)
+        t = stacks.trace_data(contents, filename, model, gpu_name, b, kv, config=cfg)
+    except MksimError as exc:
+        return html.Span(f"error: {exc}", style={"color": "#b00020"}), None
+    return f"imported {t['path']}", trace_view(t)
 
 
 def roofline(result: dict[str, Any] | None, mode: str | None) -> go.Figure:
@@ -162,9 +297,19 @@ def _on_result(result, mode):
           Output("compare-table", "children"), Output("compare-result", "data"),
           Input("compare-run", "n_clicks"), State("compare-model", "value"), State("compare-gpu", "value"),
           State("compare-batch", "value"), State("compare-kv-len", "value"), State("compare-phase", "value"),
-          State("compare-config", "data"))
-def _on_run(n_clicks, model, gpu, batch, kv_len, phase, config):
-    return run_compare(n_clicks, model, gpu, batch, kv_len, phase, config)
+          State("compare-config", "data"), State("compare-profile", "value"), State("compare-stack", "value"))
+def _on_run(n_clicks, model, gpu, batch, kv_len, phase, config, profile, stack):
+    return run_compare(n_clicks, model, gpu, batch, kv_len, phase, config, profile, stack)
+
+
+@callback(Output("compare-trace-message", "children"), Output("compare-trace", "children"),
+          Input("compare-trace-upload", "contents"), Input("compare-run", "n_clicks"),
+          State("compare-trace-upload", "filename"), State("compare-model", "value"), State("compare-gpu", "value"),
+          State("compare-batch", "value"), State("compare-kv-len", "value"), State("compare-phase", "value"),
+          State("compare-config", "data"), State("compare-profile", "value"))
+def _on_trace(contents, n_clicks, filename, model, gpu, batch, kv_len, phase, config, profile):
+    # on Run too: the trace is imported again with the page's inputs as they are now
+    return import_trace_upload(contents, filename, model, gpu, batch, kv_len, phase, config, profile)
 
 
 @callback(Output("compare-upload-message", "children"), Output("compare-config", "data"),

@@ -116,7 +116,8 @@ def _shot(driver, name: str, element=None, docs: bool = True) -> None:
         driver.save_screenshot(str(path))
     else:  # an element is shot within the window: make the window tall enough for all of it
         size = driver.get_window_size()
-        driver.set_window_size(size["width"], max(size["height"], int(element.rect["height"]) + 200))
+        bottom = element.rect["y"] + element.rect["height"]
+        driver.set_window_size(size["width"], max(size["height"], int(bottom) + 200))
         element.screenshot(str(path))
         driver.set_window_size(size["width"], size["height"])
     if docs and os.environ.get("MKSIM_DOCS_SCREENSHOTS") == "1":
@@ -270,6 +271,71 @@ def test_compare_upload_config(browser, server, cli_json, tmp_path):
           "the comparison of the uploaded model")
     lat = {name: y[0] for name, _x, y in _figure(browser, "compare-latency")}
     assert lat == pytest.approx({m: cli_json["modes"][m]["latency_us"] for m in MODES}, rel=1e-9)
+
+
+def test_compare_your_stack_and_an_imported_trace(browser, server, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    r = subprocess.run([sys.executable, "-m", "mksim", "compare", "--model", "llama-3.2-1b", "--gpu", "h200",
+                        "--impl", "torch", "--json"], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    ref = json.loads(r.stdout)
+    st = ref["stack"]
+    browser.get(server + "/")
+    _wait(browser, lambda d: _text(d, "compare-results"), "the first comparison")
+    assert _text(browser, "compare-assumes") == "the modes assume " + ref["assumes"]["text"].removeprefix("assumes: ")
+    assert "no implementation profile: the best kernels the chip allows" in _text(browser, "compare-assumes")
+    assert not browser.find_elements(By.CSS_SELECTOR, "#compare-results tr[data-mode=stack]")
+    _pick(browser, "compare-stack", "torch")
+    browser.find_element(By.ID, "compare-run").click()
+    row = _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#compare-results tr[data-mode=stack]"),
+                "the stack's row")[0]
+    assert row.find_element(By.TAG_NAME, "th").text == "your stack: torch (graph)"
+    assert [c.text for c in row.find_elements(By.TAG_NAME, "td")][:2] == [f"{st['latency_us']:.1f}",
+                                                                           f"{st['tokens_per_s']:.0f}"]
+    assert list(_results(browser)) == [*MODES, "stack"]
+    speedup = _text(browser, "compare-stack-speedup")
+    assert speedup == (f"The megakernel ({ref['modes']['megakernel']['latency_us']:.1f} µs on h200) is predicted "
+                       f"{st['megakernel_speedup']:.2f}× faster than your stack, torch's kernels in one CUDA graph "
+                       f"({st['latency_us']:.1f} µs).")
+    assumes = _text(browser, "compare-assumes")
+    assert assumes.splitlines() == ["the modes assume " + ref["assumes"]["text"].removeprefix("assumes: "),
+                                    "your stack (torch) assumes " + st["assumes"]["text"].removeprefix("assumes: ")]
+    lat = _figure(browser, "compare-latency")
+    assert [t[0] for t in lat] == [*MODES, "your stack: torch"]
+    assert lat[-1][2][0] == pytest.approx(st["latency_us"], rel=1e-9)
+    _shot(browser, "stack", browser.find_element(By.ID, "compare-table"))
+
+    # the committed trace of one torch step on our H200, imported with the page's model, batch, KV and GPU
+    trace = ROOT / "tests" / "data" / "trace-llama-3.2-1b-b1-step.json.gz"
+    upload = browser.find_element(By.CSS_SELECTOR, "#compare-trace-upload input[type=file]")
+    upload.send_keys(str(trace))
+    step = _wait(browser, lambda d: _text(d, "compare-trace-step"), "the imported trace")
+    assert step.startswith(f"{trace.name}: NVIDIA H200; step 1 of 1 (by cuda graph launches) 2070.1 µs")
+    assert "replay 2070.1 µs (+0.00%)" in step
+    assert _text(browser, "compare-trace-mapped").startswith("mapped 99.0% of the kernel time to llama-3.2-1b's ops")
+    kinds = [r.get_attribute("data-kind") for r in browser.find_elements(By.CSS_SELECTOR, "#compare-trace-kinds tr")
+             if r.get_attribute("data-kind")]
+    assert kinds[0] == "matmul" and "rmsnorm" in kinds and kinds[-1] == "unmapped"
+    mk = ref["modes"]["megakernel"]["latency_us"]
+    assert _text(browser, "compare-trace-prediction") == (
+        f"The megakernel of the same ops is predicted {mk:.1f} µs on h200: {2070.1444765625 / mk:.2f}× faster than "
+        f"the traced step (2070.1 µs); mksim's own one-kernel-per-op CUDA graph "
+        f"{ref['modes']['graph']['latency_us']:.1f} µs.")
+    assert _text(browser, "compare-trace-assumes") == \
+        f"the prediction assumes {ref['assumes']['text'].removeprefix('assumes: ')} (hwmodels/data/h200.toml)"
+    _shot(browser, "trace", browser.find_element(By.ID, "compare-trace"))
+    _type(browser, "compare-kv-len", "4096")  # Run imports the trace again with the page's inputs as they are
+    browser.find_element(By.ID, "compare-run").click()
+    _wait(browser, lambda d: "(batch 1, KV 4096)" in _text(d, "compare-trace-mapped"), "the trace at KV 4096")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    upload.send_keys(str(bad))
+    msg = _wait(browser, lambda d: _text(d, "compare-trace-message").startswith("error"), "the bad trace's error")
+    assert _text(browser, "compare-trace-message") == \
+        "error: bad.json: not JSON (line 1); give a Chrome trace from prof.export_chrome_trace()"
+    assert msg and _text(browser, "compare-trace") == ""
 
 
 def test_validation_page(browser, server):

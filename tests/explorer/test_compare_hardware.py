@@ -215,8 +215,10 @@ def test_compare_callback_returns_table_and_result(run):
 
     msg, lat, _tok, _hbm, _brk, div, result = run_compare(1, "llama-3.2-1b", "h200", 1, 1024, "decode")
     assert msg == "" and result == run
-    table, = div.children  # h200 has every mode: no note under the table
-    assert table.id == "compare-results"
+    table, assumes = div.children  # h200 has every mode: no note of absent modes, no stack
+    assert table.id == "compare-results" and assumes.id == "compare-assumes"
+    assert assumes.children[0].children == ["the modes assume ", run["assumes"]["text"].removeprefix("assumes: ")]
+    assert "no implementation profile" in run["assumes"]["text"]
     body = table.children[-1].children
     assert [r.children[0].children for r in body] == MODES
     assert body[0].children[1].children == f"{run['modes']['stream']['latency_us']:.1f}"
@@ -287,7 +289,7 @@ def test_compare_page_leaves_out_what_the_gpu_lacks_with_a_note():
 
     msg, *_figs, div, result = run_compare(1, "llama-3.2-1b", "l40s", 1, 1024, "decode")
     assert msg == "" and "graph_pdl" not in result["modes"]
-    table, note = div.children
+    table, _assumes, note = div.children
     assert [r.children[0].children for r in table.children[-1].children] == [m for m in MODES if m != "graph_pdl"]
     assert note.id == "compare-absent" and note.children[0].children[0].children == "graph_pdl"
     assert note.children[0].children[1] == f" left out: {result['absent']['graph_pdl']}"

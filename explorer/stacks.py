@@ -1,0 +1,177 @@
+"""Plain data for "your stack" on the Compare page: a kernel library's stack predicted next to the
+megakernel (:func:`mksim.compare.stack_row`), and an uploaded ``torch.profiler`` trace of one step
+(:func:`mksim.trace.import_trace`). No Dash, no plotly: pages and tests share these functions.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+import tempfile
+import zlib
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import hwmodels
+import mksim.models
+from mksim.compare import assumptions, make_workload, stack_row
+from mksim.console import with_impl
+from mksim.errors import MksimError
+from mksim.trace import import_trace
+
+#: The value of the profile and stack choices that names no implementation profile.
+NONE = "none"
+#: Stacks in the order users meet them (then any other profile ``hwmodels.profiles()`` knows).
+STACK_ORDER = ("torch", "inductor", "cublas", "mksim")
+#: An uploaded trace larger than this (as uploaded, gzipped or not) is refused before it is read.
+MAX_UPLOAD_BYTES = 32 << 20
+#: ... and one that decompresses to more than this.
+MAX_TRACE_BYTES = 512 << 20
+
+
+def profiles() -> list[str]:
+    """Implementation profiles, in :data:`STACK_ORDER` first."""
+    known = list(hwmodels.profiles())
+    return [p for p in STACK_ORDER if p in known] + [p for p in known if p not in STACK_ORDER]
+
+
+def profile_options() -> list[dict[str, str]]:
+    """The megakernel's profile choice: none (the best kernels the chip allows) or a profile."""
+    return [{"label": "none: the best kernels the chip allows", "value": NONE},
+            *({"label": f"{p}: {hwmodels.profile_info(p)['full_name']}", "value": p} for p in profiles())]
+
+
+def stack_options() -> list[dict[str, str]]:
+    """The "your stack" choice: none, or a library's kernels in one CUDA graph."""
+    return [{"label": "none", "value": NONE}, *({"label": p, "value": p} for p in profiles())]
+
+
+def chosen(value: str | None) -> str | None:
+    """A profile or stack choice as a profile name, ``None`` for :data:`NONE` (or nothing chosen)."""
+    return None if not value or value == NONE else value
+
+
+def megakernel_gpu(gpu: str, profile: str | None) -> str:
+    """The GPU name the modes are simulated on: ``gpu``, or ``gpu+profile`` with a profile chosen.
+
+    >>> megakernel_gpu("h200", "mksim"), megakernel_gpu("h200", "none")
+    ('h200+mksim', 'h200')
+    """
+    return with_impl(gpu, chosen(profile))
+
+
+@lru_cache(maxsize=32)
+def _stack(model: str, gpu: str, batch: int, kv_len: int, phase: str, config_json: str | None,
+           impl: str) -> dict[str, Any]:
+    g = hwmodels.load(gpu)
+    spec = model if config_json is None else mksim.models.config_from_hf(json.loads(config_json), name=model)
+    wl = make_workload(spec, batch, kv_len, phase, n_sms=g.sm.count)  # the workload the modes were compared on
+    return stack_row(wl, gpu, impl, None)
+
+
+def stack_data(run: dict[str, Any], impl: str, config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Your stack next to a comparison (:func:`explorer.data.compare_run`'s ``run``, on ``run["gpu"]``):
+    :func:`mksim.compare.stack_row` (``impl gpu mode latency_us tokens_per_s assumes``) with
+    ``megakernel_speedup`` (the stack's latency over the run's megakernel; ``None`` without one) and
+    ``speedup_vs_stream``. ``config`` is the uploaded config the run compared, if any. Remembered per
+    inputs, as the comparison is. Raises :class:`mksim.errors.MksimError` on an unknown profile.
+    """
+    if impl not in hwmodels.profiles():
+        raise MksimError(f"unknown stack {impl!r}; known: {', '.join(profiles())}")
+    key = None if config is None else json.dumps(config, sort_keys=True)
+    row = dict(_stack(run["model"], run["gpu"], int(run["batch"]), int(run["kv_len"]), run["phase"], key, impl))
+    mk = run["modes"].get("megakernel")
+    row["megakernel_speedup"] = row["latency_us"] / mk["latency_us"] if mk else None
+    stream = run["modes"].get("stream")
+    row["speedup_vs_stream"] = stream["latency_us"] / row["latency_us"] if stream else None
+    return row
+
+
+# -- an uploaded torch.profiler trace ------------------------------------------------------------
+def size_text(n: float) -> str:
+    """A size in bytes as people say it.
+
+    >>> size_text(56), size_text(12_500), size_text(40 << 20)
+    ('56 B', '12.2 KiB', '40.0 MiB')
+    """
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def read_trace_upload(contents: str, filename: str | None, max_upload: int = MAX_UPLOAD_BYTES,
+                      max_trace: int = MAX_TRACE_BYTES) -> bytes:
+    """The JSON bytes of an uploaded trace (a ``data:...;base64,`` URL, as ``dcc.Upload`` gives it; plain
+    or gzipped). A file over ``max_upload`` bytes, over ``max_trace`` once decompressed, or not a readable
+    upload raises :class:`mksim.errors.MksimError` with one line naming the file."""
+    name = filename or "trace.json"
+    b64 = contents.split(",", 1)[-1]
+    if len(b64) * 3 // 4 > max_upload + 3:  # refuse before decoding what is too large anyway
+        raise MksimError(f"{name}: {size_text(len(b64) * 3 // 4)}; the explorer takes traces up to "
+                         f"{size_text(max_upload)}: gzip it, or keep one step with mksim trace cut")
+    try:
+        raw = base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError):
+        raise MksimError(f"{name}: not a readable upload (bad base64)") from None
+    if len(raw) > max_upload:
+        raise MksimError(f"{name}: {size_text(len(raw))}; the explorer takes traces up to "
+                         f"{size_text(max_upload)}: gzip it, or keep one step with mksim trace cut")
+    if raw[:2] == b"\x1f\x8b":
+        d = zlib.decompressobj(wbits=31)
+        try:
+            out = d.decompress(raw, max_trace + 1)
+        except zlib.error as exc:
+            raise MksimError(f"{name}: not a readable gzip file ({exc})") from None
+        if len(out) > max_trace:
+            raise MksimError(f"{name}: over {size_text(max_trace)} uncompressed; keep one step with "
+                             "mksim trace cut")
+        if not d.eof:
+            raise MksimError(f"{name}: a truncated gzip file")
+        raw = out
+    if not raw.strip():
+        raise MksimError(f"{name}: an empty file; give a Chrome trace from prof.export_chrome_trace()")
+    return raw
+
+
+def _safe_name(filename: str) -> str:
+    stem = re.sub(r"(\.json)?(\.gz)?$", "", Path(filename).name)
+    return (re.sub(r"[^A-Za-z0-9._-]", "_", stem) or "trace") + ".json"
+
+
+def trace_data(contents: str, filename: str | None, model: str, gpu: str, batch: int = 1, kv_len: int = 1024,
+               config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An uploaded trace imported with the page's model, batch, KV length and GPU: what ``mksim trace import
+    --json`` prints without the kernels (``step_us replay_us replay_error n_kernels busy_us gaps_us
+    mapped_fraction by_kind unmapped warnings prediction``...), with ``path`` the file's name, and
+    ``assumes`` (what the prediction assumes: :func:`mksim.compare.assumptions` of its GPU).
+    ``config``: an uploaded Hugging Face config, with ``model`` its name. Raises
+    :class:`mksim.errors.MksimError` with one line naming the file.
+    """
+    name = filename or "trace.json"
+    raw = read_trace_upload(contents, name)
+    with tempfile.TemporaryDirectory(prefix="mksim-trace-") as tmp:
+        path = Path(tmp) / _safe_name(name)
+        path.write_bytes(raw)
+        spec = model
+        if config is not None:
+            spec = str(Path(tmp) / f"{_safe_name(model).removesuffix('.json')}.json")
+            Path(spec).write_text(json.dumps(config))
+        try:
+            t = import_trace(path, model=spec, batch=int(batch), kv_len=int(kv_len), gpu=gpu)
+        except MksimError as exc:  # name the file as the user knows it, not our temporary copy
+            msg = str(exc).replace(str(path), name).replace(tmp + "/", "")
+            raise MksimError(msg.removeprefix("trace ") if msg.startswith(f"trace {name}:") else msg) from None
+    d = t.to_dict(kernels=False)
+    d["path"] = name
+    if config is not None:
+        d["model"] = model
+    pred = d["prediction"]
+    d["assumes"] = assumptions(hwmodels.load(gpu))["text"] if pred else None
+    if pred and pred["hardware_file"]:  # hwmodels/data/h200.toml, as the docs name it, where it is ours
+        hw, root = Path(pred["hardware_file"]), Path(hwmodels.__file__).resolve().parents[1]
+        pred["hardware_file"] = str(hw.relative_to(root)) if hw.is_relative_to(root) else str(hw)
+    return d
