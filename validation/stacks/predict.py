@@ -48,7 +48,7 @@ class Step:
 def load_steps(run: Path) -> list[Step]:
     """The measured steps of ``run``, sorted by stack, model, batch, kv."""
     out = []
-    for f in sorted(run.glob("step-*.json")):
+    for f in sorted(run.rglob("step-*.json")):  # a run folder may hold a later call's steps in a sub-folder
         d = json.loads(f.read_text())
         try:
             s = d["step_us"]
