@@ -200,8 +200,10 @@ def interval_basis(g: GPUSpec) -> dict[str, Any]:
     >>> import hwmodels
     >>> interval_basis(hwmodels.load("h200-calibrated+torch"))["half_width_pct"]
     15.7
-    >>> interval_basis(hwmodels.load("h100+torch"))["half_width_pct"], interval_basis(hwmodels.load("h200"))["text"][:40]
-    (31.4, 'interval unknown: no implementation prof')
+    >>> interval_basis(hwmodels.load("h100+torch"))["half_width_pct"]
+    31.4
+    >>> interval_basis(hwmodels.load("h200"))["text"][:40]
+    'interval unknown: no implementation prof'
     """
     a = assumptions(g)
     if a["profile"] is None:
@@ -290,12 +292,13 @@ def compare_modes(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phas
     wl = make_workload(model, batch, kv_len, phase, prefill_tokens, dtype, n_sms=g.sm.count)
     results = compare_workload(wl, g, policy, designs, opts)
     base = results["stream"].latency_us if "stream" in results else next(iter(results.values())).latency_us
-    d = {"model": model, "gpu": g.name, "workload": wl.name, "batch": batch, "kv_len": kv_len,
+    basis = interval_basis(g)
+    d: dict[str, Any] = {"model": model, "gpu": g.name, "workload": wl.name, "batch": batch, "kv_len": kv_len,
          "phase": phase, "bandwidth_floor_us": wl.bandwidth_floor_us(g.dram.bandwidth_spec_GBps * 1e9),
          "modes": {mode: r.row(base) for mode, r in results.items()}, "absent": absent_rows(g, designs),
-         "assumes": assumptions(g), "interval": interval_basis(g)}
+         "assumes": assumptions(g), "interval": basis}
     for row in d["modes"].values():
-        row["interval_us"] = latency_interval(row["latency_us"], d["interval"]["half_width_pct"])
+        row["interval_us"] = latency_interval(row["latency_us"], basis["half_width_pct"])
     if impl is not None:
         d["stack"] = stack_row(wl, gpu, impl, results.get("megakernel"))
     return d
@@ -309,13 +312,12 @@ def stack_row(wl: Workload, gpu: str, impl: str, megakernel: ModeSummary | None)
     r = simulate_summary((wl, sg, "graph", {}))
     basis = interval_basis(sg)
     iv = latency_interval(r.latency_us, basis["half_width_pct"])
-    out = {"impl": impl, "gpu": sg.name, "mode": "graph", "latency_us": r.latency_us,
-           "tokens_per_s": r.tokens_per_s, "assumes": assumptions(sg), "interval": basis, "interval_us": iv,
-           "megakernel_speedup": r.latency_us / megakernel.latency_us if megakernel else None,
-           "speedup_interval": None, "verdict": None}
+    out: dict[str, Any] = {"impl": impl, "gpu": sg.name, "mode": "graph", "latency_us": r.latency_us,
+                           "tokens_per_s": r.tokens_per_s, "assumes": assumptions(sg), "interval": basis,
+                           "interval_us": iv, "megakernel_speedup": None, "speedup_interval": None, "verdict": None}
     if megakernel:
-        mk = latency_interval(megakernel.latency_us,
-                              interval_basis(hwmodels.load(gpu))["half_width_pct"])
-        out["speedup_interval"] = speedup_interval(iv, mk)
-        out["verdict"] = verdict(out["megakernel_speedup"], out["speedup_interval"])
+        speedup = r.latency_us / megakernel.latency_us
+        siv = speedup_interval(iv, latency_interval(megakernel.latency_us,
+                                                    interval_basis(hwmodels.load(gpu))["half_width_pct"]))
+        out.update(megakernel_speedup=speedup, speedup_interval=siv, verdict=verdict(speedup, siv))
     return out
