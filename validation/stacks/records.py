@@ -135,3 +135,17 @@ def write(root: Path = ROOT, check: bool = False) -> list[str]:
             if not check:
                 path.write_text(new)
     return changed
+
+
+DOCS_START, DOCS_END = "<!-- stacks-records:start -->", "<!-- stacks-records:end -->"
+
+
+def table_rows(recs: dict[str, dict[str, Any]]) -> str:
+    """The profiles' records as rows of docs/stacks.md's table ("How sure we are")."""
+    rows = []
+    for prof, r in sorted(recs.items()):
+        cover = (f"{r['held_out_inside_pct']:.0f} % of {r['held_out_cases']}" if "held_out_cases" in r else "—")
+        rows.append(f"| {prof} | {r['cases']} ({r['what'].split(';')[0].split(' (')[0]}; `{r['source']}`) | "
+                    f"{r['mape_pct']:.1f} % | {r['bias_pct']:+.1f} % | {r['p90_abs_pct']:.1f} % | "
+                    f"{r['max_abs_pct']:.1f} % | {cover} |")
+    return "\n".join(rows)
