@@ -86,6 +86,9 @@ def test_measured_speedups_only_where_both_sides_ran(committed):
             assert r["gpu"] == "h200-calibrated"
             m = r["measured_vs_inductor_graph"]
             assert m["x"] == round(stacks[("inductor_graph", r["model"], r["batch"], 1024)] / m["megakernel_us"], 2)
+            for stack in ("torch_graph", "inductor_graph"):   # docs/stacks.md: all six inside their interval
+                lo, hi = r[f"speedup_mksim_vs_{stack}"]["interval"]
+                assert lo <= r[f"measured_vs_{stack}"]["x"] <= hi
 
 
 def test_a_refused_case_is_a_dash_with_its_reason():
