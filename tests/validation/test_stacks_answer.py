@@ -113,3 +113,9 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(e.startswith("error: ") for e in err) and "markers" in err[1]
     assert cli.main(["records", "--check"]) == 0
+
+
+def test_the_json_is_a_row_a_line_and_reads_back(committed):
+    text = answer.to_json(committed)
+    assert json.loads(text) == committed and text == ANSWER.read_text()
+    assert sum(1 for line in text.splitlines() if line.lstrip().startswith('{"gpu"')) == len(committed["rows"])

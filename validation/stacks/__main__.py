@@ -129,7 +129,7 @@ def offline_answer(args: argparse.Namespace) -> int:
         raise ArgError(str(e)) from None
     print(answer.tables(a))
     if args.json:
-        args.json.write_text(json.dumps(a, indent=1) + "\n")
+        args.json.write_text(answer.to_json(a))
         print(f"wrote {args.json}")
     if args.docs:
         answer.update_docs(args.docs, a)

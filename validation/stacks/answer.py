@@ -125,6 +125,13 @@ def answer(root: Path = ROOT, gpus: tuple[str, ...] = GPUS, models: tuple[str, .
             "rows": rows}
 
 
+def to_json(a: dict[str, Any]) -> str:
+    """:func:`answer`'s result as JSON text, a row a line (small and easy to diff)."""
+    head = {k: v for k, v in a.items() if k != "rows"}
+    rows = ",\n  ".join(json.dumps(r, separators=(",", ":")) for r in a["rows"])
+    return json.dumps(head, indent=1)[:-2] + f',\n "rows": [\n  {rows}\n ]\n}}\n'
+
+
 def _cell(sp: dict[str, Any] | None) -> str:
     if sp is None:
         return "—"
