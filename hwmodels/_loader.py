@@ -37,7 +37,13 @@ SEARCH_DIRS = (_HERE / "data", _HERE / "calibrated")
 PROFILE_DIR = _HERE / "profiles"
 
 _TOP_KEYS = set(IDENTITY_KEYS) | {"extends", "sources", "chip", "memory", "runtime", "schema_version", "profile"}
-_PROFILE_KEYS = {"schema_version", "profile", "full_name", "measured_on", "runtime", "sources"}
+_PROFILE_KEYS = {"schema_version", "profile", "full_name", "measured_on", "runtime", "sources", "validation"}
+# a profile's optional [validation] table: how its predictions held against measurements (issue 17);
+# written by `python -m validation.stacks records`, read by mksim.compare for its intervals
+_VALIDATION_NUMBERS = {"cases": int, "mape_pct": float, "bias_pct": float, "p90_abs_pct": float,
+                       "max_abs_pct": float, "held_out_cases": int, "held_out_inside_pct": float}
+_VALIDATION_TEXT = ("gpu", "what", "source", "command", "date", "held_out")
+_VALIDATION_REQUIRED = ("cases", "mape_pct", "bias_pct", "p90_abs_pct", "max_abs_pct", "gpu", "source", "command")
 # task costs that are work on the SM, so scale with its clock when a profile moves to another GPU
 _CLOCKED = ("task_fixed_us", "task_row_us")
 _ENTRY_KEYS = {"value", "source", "note", "spread"}
@@ -105,14 +111,56 @@ def load(name_or_path: str | Path, profile: str | None = None) -> GPUSpec:
     return _build(raw, path)
 
 
-def profile_info(name_or_path: str | Path) -> dict[str, str]:
-    """A profile's identity: ``{"profile", "full_name", "measured_on"}``.
+def profile_info(name_or_path: str | Path) -> dict[str, Any]:
+    """A profile's identity, ``{"profile", "full_name", "measured_on"}`` (strings), and
+    ``"validation"``: its ``[validation]`` table — how its predictions held against measured cases
+    on ``gpu`` (``cases``, ``mape_pct``, ``bias_pct``, ``p90_abs_pct``, ``max_abs_pct`` of the signed
+    errors (predicted - measured) / measured in %, and the ``source`` summary and ``command`` that
+    produced them) — or ``None`` where the profile has none.
 
     >>> profile_info("mksim")["measured_on"]
     'h200-calibrated'
+    >>> sorted(profile_info("torch")["validation"])[:3]
+    ['bias_pct', 'cases', 'command']
     """
-    prof = _read(resolve_profile(name_or_path))
-    return {k: str(prof.get(k, "")) for k in ("profile", "full_name", "measured_on")}
+    path = resolve_profile(name_or_path)
+    prof = _read(path)
+    info: dict[str, Any] = {k: str(prof.get(k, "")) for k in ("profile", "full_name", "measured_on")}
+    info["validation"] = _validation(prof.get("validation"), path)
+    return info
+
+
+def _validation(table: Any, path: Path) -> dict[str, Any] | None:
+    """A profile's ``[validation]`` table, checked (one-line errors), or ``None`` where it has none."""
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise HardwareFileError(f"{path}: validation must be a table")
+    known = set(_VALIDATION_NUMBERS) | set(_VALIDATION_TEXT)
+    for key in table:
+        if key not in known:
+            raise HardwareFileError(_unknown_key(str(path), "validation", key, known))
+    for key in _VALIDATION_REQUIRED:
+        if key not in table:
+            raise HardwareFileError(f"{path}: validation.{key} missing")
+    out: dict[str, Any] = {}
+    for key, kind in _VALIDATION_NUMBERS.items():
+        if key not in table:
+            continue
+        v = table[key]
+        ok = isinstance(v, int) if kind is int else isinstance(v, (int, float))
+        if isinstance(v, bool) or not ok or not math.isfinite(v) or (key != "bias_pct" and v < 0):
+            what = ("a whole number" if kind is int else "a number") + ("" if key == "bias_pct" else " >= 0")
+            raise HardwareFileError(f"{path}: validation.{key} must be {what}, got {v!r}")
+        out[key] = kind(v)
+    if out["cases"] < 1:
+        raise HardwareFileError(f"{path}: validation.cases must be at least 1, got {out['cases']}")
+    for key in _VALIDATION_TEXT:
+        if key in table:
+            if not isinstance(table[key], str) or not table[key]:
+                raise HardwareFileError(f"{path}: validation.{key} must be a non-empty string")
+            out[key] = table[key]
+    return out
 
 
 def resolve_profile(name_or_path: str | Path) -> Path:
@@ -142,6 +190,7 @@ def _with_profile(raw: dict[str, Any], name: str, gpu_path: Path) -> dict[str, A
     for key in ("profile", "full_name", "measured_on"):
         if not isinstance(prof.get(key), str) or not prof[key]:
             raise HardwareFileError(f"{path}: missing key {key!r} (a non-empty string)")
+    _validation(prof.get("validation"), path)
     kernels = prof.get("runtime", {}).get("kernels")
     if not isinstance(kernels, dict) or set(prof.get("runtime", {})) - {"kernels"}:
         raise HardwareFileError(f"{path}: a profile holds [runtime.kernels.<kind>] tables and nothing else "

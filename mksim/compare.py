@@ -36,11 +36,17 @@ from mksim.schedule import build_schedule, design_rows, get_design, modes_on
 from mksim.sim import SimResult, simulate
 from mksim.workload import Workload
 
-__all__ = ["ModeSummary", "absent_rows", "assumptions", "compare_modes", "compare_workload", "make_workload",
-           "parallel_map", "parse_designs", "simulate_summary", "stack_row"]
+__all__ = ["TRANSFER_WIDENING", "ModeSummary", "absent_rows", "assumptions", "compare_modes", "compare_workload",
+           "interval_basis", "latency_interval", "make_workload", "parallel_map", "parse_designs",
+           "simulate_summary", "speedup_interval", "stack_row", "verdict"]
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+#: how much wider an interval is on a GPU its profile was not measured on: the transfer (fixed costs
+#: scaled by the clock, rates kept) has never been held against a measurement there, so its error is
+#: unknown; twice the measured one is a stated guess, not a fit, and the output says so
+TRANSFER_WIDENING = 2.0
 
 
 def parse_designs(text: str | None) -> list[str]:
@@ -185,6 +191,89 @@ def assumptions(g: GPUSpec) -> dict[str, Any]:
                     f"{info['measured_on']}{moved})"}
 
 
+def interval_basis(g: GPUSpec) -> dict[str, Any]:
+    """How sure a prediction on ``g`` is, from its profile's validation record (``[validation]``,
+    :func:`hwmodels.profile_info`): ``half_width_pct`` is the 90th percentile of |error| over the
+    profile's measured cases (``None``: unknown), ``TRANSFER_WIDENING`` times that on a GPU the
+    profile was not measured on; ``text`` says which.
+
+    >>> import hwmodels
+    >>> interval_basis(hwmodels.load("h200-calibrated+torch"))["half_width_pct"]
+    15.7
+    >>> interval_basis(hwmodels.load("h100+torch"))["half_width_pct"]
+    31.4
+    >>> interval_basis(hwmodels.load("h200"))["text"][:40]
+    'interval unknown: no implementation prof'
+    """
+    a = assumptions(g)
+    if a["profile"] is None:
+        return {"half_width_pct": None, "transfer": False, "cases": 0,
+                "text": "interval unknown: no implementation profile, so no validation (the best kernels the chip "
+                        "allows, never measured)"}
+    rec = hwmodels.profile_info(g.profile)["validation"]
+    if rec is None:
+        return {"half_width_pct": None, "transfer": False, "cases": 0,
+                "text": f"interval unknown: profile {g.profile} has no validation record"}
+    transfer = a["measured_on"] not in (a["hardware"], g.extends)
+    h = float(rec["p90_abs_pct"])
+    basis = f"the 90th percentile of |error| of {g.profile} over {rec['cases']} cases measured on {rec['gpu']}"
+    if transfer:
+        return {"half_width_pct": round(h * TRANSFER_WIDENING, 2), "transfer": True, "cases": rec["cases"],
+                "source": rec["source"],
+                "text": f"{TRANSFER_WIDENING:g} × {h:.1f} %, {basis}: a transfer to {a['hardware']}, unvalidated"}
+    return {"half_width_pct": h, "transfer": False, "cases": rec["cases"], "source": rec["source"],
+            "text": f"{basis} ({rec['source']})"}
+
+
+def latency_interval(latency_us: float, half_width_pct: float | None) -> list[float | None] | None:
+    """Where the measured latency lies if the prediction's error (predicted - measured) / measured is
+    within ± ``half_width_pct``: ``[latency / (1 + h), latency / (1 - h)]`` (``None`` for an unbounded
+    upper end, h >= 100 %); ``None`` where the half-width is unknown.
+
+    >>> latency_interval(110.0, 10.0)
+    [100.0, 122.22]
+    """
+    if half_width_pct is None:
+        return None
+    h = half_width_pct / 100
+    return [round(latency_us / (1 + h), 2), round(latency_us / (1 - h), 2) if h < 1 else None]
+
+
+def speedup_interval(stack_us: list[float | None] | None,
+                     megakernel_us: list[float | None] | None) -> list[float | None] | None:
+    """The interval of a speed-up stack / megakernel from the two latencies' intervals, at their far
+    ends (the slowest megakernel against the fastest stack, and the other way): errors of the two
+    are not assumed to cancel. ``None`` where either is unknown; an unbounded end stays ``None``.
+
+    >>> speedup_interval([90.0, 110.0], [45.0, 55.0])
+    [1.636, 2.444]
+    """
+    if stack_us is None or megakernel_us is None:
+        return None
+    s_lo, s_hi = stack_us
+    m_lo, m_hi = megakernel_us
+    lo = round(s_lo / m_hi, 3) if s_lo is not None and m_hi is not None else 0.0
+    hi = round(s_hi / m_lo, 3) if s_hi is not None and m_lo is not None else None
+    return [lo, hi]
+
+
+def verdict(speedup: float, interval: list[float | None] | None) -> str:
+    """``"faster"``, ``"slower"`` (the megakernel than the stack), or ``"tie"`` where the speed-up's
+    interval contains 1; ``"faster (interval unknown)"`` and the like where there is no interval.
+
+    >>> verdict(1.2, [0.9, 1.5]), verdict(1.2, [1.1, 1.3]), verdict(0.8, None)
+    ('tie', 'faster', 'slower (interval unknown)')
+    """
+    if interval is None:
+        return f"{'faster' if speedup >= 1 else 'slower'} (interval unknown)"
+    lo, hi = interval
+    if lo is not None and lo > 1:
+        return "faster"
+    if hi is not None and hi < 1:
+        return "slower"
+    return "tie"
+
+
 def compare_modes(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase: str = "decode",
                   prefill_tokens: int = 0, dtype: str = "bf16", policy: str | None = None,
                   designs: str | None = None, opts: dict[str, Any] | None = None,
@@ -203,10 +292,13 @@ def compare_modes(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phas
     wl = make_workload(model, batch, kv_len, phase, prefill_tokens, dtype, n_sms=g.sm.count)
     results = compare_workload(wl, g, policy, designs, opts)
     base = results["stream"].latency_us if "stream" in results else next(iter(results.values())).latency_us
-    d = {"model": model, "gpu": g.name, "workload": wl.name, "batch": batch, "kv_len": kv_len,
+    basis = interval_basis(g)
+    d: dict[str, Any] = {"model": model, "gpu": g.name, "workload": wl.name, "batch": batch, "kv_len": kv_len,
          "phase": phase, "bandwidth_floor_us": wl.bandwidth_floor_us(g.dram.bandwidth_spec_GBps * 1e9),
          "modes": {mode: r.row(base) for mode, r in results.items()}, "absent": absent_rows(g, designs),
-         "assumes": assumptions(g)}
+         "assumes": assumptions(g), "interval": basis}
+    for row in d["modes"].values():
+        row["interval_us"] = latency_interval(row["latency_us"], basis["half_width_pct"])
     if impl is not None:
         d["stack"] = stack_row(wl, gpu, impl, results.get("megakernel"))
     return d
@@ -218,6 +310,14 @@ def stack_row(wl: Workload, gpu: str, impl: str, megakernel: ModeSummary | None)
     speed-up over it (``None`` where the GPU has no megakernel row)."""
     sg = hwmodels.load(gpu.split("+", 1)[0] if "+" in gpu and "/" not in gpu else gpu, profile=impl)
     r = simulate_summary((wl, sg, "graph", {}))
-    return {"impl": impl, "gpu": sg.name, "mode": "graph", "latency_us": r.latency_us,
-            "tokens_per_s": r.tokens_per_s, "assumes": assumptions(sg),
-            "megakernel_speedup": r.latency_us / megakernel.latency_us if megakernel else None}
+    basis = interval_basis(sg)
+    iv = latency_interval(r.latency_us, basis["half_width_pct"])
+    out: dict[str, Any] = {"impl": impl, "gpu": sg.name, "mode": "graph", "latency_us": r.latency_us,
+                           "tokens_per_s": r.tokens_per_s, "assumes": assumptions(sg), "interval": basis,
+                           "interval_us": iv, "megakernel_speedup": None, "speedup_interval": None, "verdict": None}
+    if megakernel:
+        speedup = r.latency_us / megakernel.latency_us
+        siv = speedup_interval(iv, latency_interval(megakernel.latency_us,
+                                                    interval_basis(hwmodels.load(gpu))["half_width_pct"]))
+        out.update(megakernel_speedup=speedup, speedup_interval=siv, verdict=verdict(speedup, siv))
+    return out

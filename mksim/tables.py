@@ -24,9 +24,9 @@ from mksim.sim import CATEGORIES, SimResult
 from mksim.workload import TaskGraph, Tiling, Workload
 
 __all__ = ["SHORT_CATEGORIES", "TABLE_WIDTH", "absent_lines", "breakdown_table", "compare_table", "floor_line",
-           "gpu_absent_lines", "gpu_numbers", "gpu_numbers_table", "gpu_rows", "gpu_table", "models_table",
-           "search_lines", "search_table", "simulate_line", "source_lines", "sweep_table", "workload_summary",
-           "workload_table"]
+           "gpu_absent_lines", "gpu_numbers", "gpu_numbers_table", "gpu_rows", "gpu_table", "interval_line",
+           "models_table", "search_lines", "search_table", "simulate_line", "source_lines", "stack_line", "sweep_table",
+           "workload_summary", "workload_table"]
 
 
 # -- hw --------------------------------------------------------------------------------------
@@ -180,13 +180,11 @@ def compare_table(d: dict[str, Any]) -> RenderableType:
     parts: list[RenderableType] = [t]
     if "assumes" in d:
         parts.append(Text(textwrap.fill(d["assumes"]["text"], TABLE_WIDTH)))
+    if "interval" in d:
+        parts.append(Text(textwrap.fill(interval_line(d["interval"]), TABLE_WIDTH)))
     st = d.get("stack")
     if st:
-        faster = (f"; the megakernel above is {st['megakernel_speedup']:.2f}× faster"
-                  if st["megakernel_speedup"] else "")
-        parts.append(Text(textwrap.fill(f"stack {st['impl']}: its kernels in one CUDA graph on {st['gpu']}: "
-                                        f"{st['latency_us']:.1f} µs{faster} ({st['assumes']['text']})",
-                                        TABLE_WIDTH)))
+        parts.append(Text(textwrap.fill(stack_line(st), TABLE_WIDTH)))
     absent = absent_lines(d)
     if absent:
         parts.append(Text("\n".join(absent), no_wrap=True))
@@ -199,6 +197,48 @@ def compare_table(d: dict[str, Any]) -> RenderableType:
         b.add_row(mode, *(_us(row["breakdown_us"][c]) for c in CATEGORIES))
     parts.append(b)
     return Group(*parts)
+
+
+def _span(iv: list[float | None] | None, fmt: str = ".1f", unit: str = "") -> str:
+    """``" (lo-hi unit)"`` of an interval, ``""`` where it is unknown."""
+    if iv is None:
+        return ""
+    lo, hi = iv
+    return f" ({format(lo or 0.0, fmt)}-{'∞' if hi is None else format(hi, fmt)}{unit})"
+
+
+def interval_line(basis: dict[str, Any]) -> str:
+    """The line under a comparison that says how sure its latencies are.
+
+    >>> interval_line({"half_width_pct": None, "text": "interval unknown: no profile"})
+    'interval unknown: no profile'
+    >>> interval_line({"half_width_pct": 10.0, "text": "the p90 |error| on 5 cases"})
+    '90 % interval: latency / (1 ± 10.0 %), from the p90 |error| on 5 cases'
+    """
+    if basis["half_width_pct"] is None:
+        return str(basis["text"])
+    return f"90 % interval: latency / (1 ± {basis['half_width_pct']:.1f} %), from {basis['text']}"
+
+
+def stack_line(st: dict[str, Any]) -> str:
+    """The ``stack`` line of ``mksim compare --impl``: the stack's latency and interval, the
+    megakernel's speed-up over it with its interval and verdict ("tie" where the interval holds 1)."""
+    line = (f"stack {st['impl']}: its kernels in one CUDA graph on {st['gpu']}: {st['latency_us']:.1f} µs"
+            f"{_span(st.get('interval_us'))}")
+    if st["megakernel_speedup"]:
+        v = st.get("verdict") or ""
+        say = ("a tie: the interval holds 1" if v == "tie" else
+               f"the megakernel is {'faster' if v.startswith('faster') else 'slower'}"
+               + (" (interval unknown)" if "unknown" in v else ""))
+        line += (f"; the megakernel above: {st['megakernel_speedup']:.2f}×"
+                 f"{_span(st.get('speedup_interval'), '.2f', '×')}, {say}")
+    basis = st.get("interval")
+    tail = ""
+    if basis:
+        tail = ("; stack interval unknown" if basis["half_width_pct"] is None else
+                f"; stack ± {basis['half_width_pct']:.1f} % from {basis['cases']} cases"
+                + (": a transfer, unvalidated" if basis["transfer"] else ""))
+    return line + f" ({st['assumes']['text']}{tail})"
 
 
 def simulate_line(res: SimResult) -> str:

@@ -5,6 +5,8 @@
     python3 -m validation.stacks table DIR
     python -m validation.stacks profile DIR --stack torch_graph|inductor_graph --out PROFILE.toml
     python -m validation.stacks predict DIR --json SUMMARY.json [--docs docs/stacks.md]
+    python -m validation.stacks answer [--json ANSWER.json] [--docs docs/stacks.md]   (answer.py)
+    python -m validation.stacks records [--check]   (the profiles' [validation] tables: records.py)
 
 ``profile`` fits a stack's implementation profile to DIR's single-op files (``fit.py``); ``predict``
 holds mksim's predictions with the profiles against DIR's whole steps (``predict.py``). Both run
@@ -26,7 +28,7 @@ import time
 from pathlib import Path
 
 from hwmodels.errors import InputError
-from validation.stacks import fit, predict, runner
+from validation.stacks import answer, fit, predict, records, runner
 
 CONFIGS = Path(__file__).resolve().parents[2] / "mksim" / "models" / "configs"
 
@@ -107,6 +109,34 @@ def offline(args: argparse.Namespace) -> int:
     return 0
 
 
+def offline_answer(args: argparse.Namespace) -> int:
+    """``answer`` and ``records``: mksim on this machine, from committed files."""
+    if args.cmd == "records":
+        changed = records.write(check=args.check)
+        verb = "out of date" if args.check else "rewrote"
+        print(f"{verb}: {', '.join(changed)}" if changed else "every profile's validation record is current")
+        return 1 if args.check and changed else 0
+    for path in (args.json, args.docs):
+        if path is not None and not path.parent.is_dir():
+            raise ArgError(f"{path}: no such folder")
+    if args.docs is not None and not args.docs.is_file():
+        raise ArgError(f"{args.docs}: no such file")
+    try:
+        if args.docs is not None:
+            answer.check_markers(args.docs)   # before minutes of simulation
+        a = answer.answer()
+    except InputError as e:
+        raise ArgError(str(e)) from None
+    print(answer.tables(a))
+    if args.json:
+        args.json.write_text(answer.to_json(a))
+        print(f"wrote {args.json}")
+    if args.docs:
+        answer.update_docs(args.docs, a)
+        print(f"updated {args.docs}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m validation.stacks", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -135,6 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     pr.add_argument("--json", type=Path, help="write the summary here")
     pr.add_argument("--docs", type=Path, help="rewrite the generated tables of this page (docs/stacks.md)")
     pr.add_argument("--gpu", default="h200-calibrated")
+    an = sub.add_parser("answer", help="predict the megakernel's speed-up over the stacks (five models, three GPUs)")
+    an.add_argument("--json", type=Path, help="write the predictions here")
+    an.add_argument("--docs", type=Path, help="rewrite the answer table of this page (docs/stacks.md)")
+    rc = sub.add_parser("records", help="write each profile's [validation] table from the committed summaries")
+    rc.add_argument("--check", action="store_true", help="only say whether they are current (exit 1 if not)")
     w = sub.add_parser("worker", help=argparse.SUPPRESS)
     w.add_argument("--model", required=True)
     w.add_argument("--out", required=True, type=Path)
@@ -152,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise ArgError(f"{args.dir} is not a folder")
             print(runner.table(args.dir))
             return 0
+        if args.cmd in ("answer", "records"):
+            return offline_answer(args)
         if args.cmd in ("profile", "predict"):
             if not args.dir.is_dir():
                 raise ArgError(f"{args.dir} is not a folder")

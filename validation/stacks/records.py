@@ -1,0 +1,152 @@
+"""Each implementation profile's validation record: how its predictions held against measurements.
+
+    python -m validation.stacks records [--check]
+
+writes the ``[validation]`` table at the end of each profile (``hwmodels/profiles/<name>.toml``) from
+the committed summaries, never by hand (``--check`` only says whether they are current):
+
+- ``torch``, ``inductor``: the whole steps of their stack in ``validation/results/h200-stacks/summary.json``
+  (the profiles were fitted to single ops only); held out: the steps of models never used to fit;
+- ``mksim``: the whole steps of our generated kernels in ``validation/results/h200/summary.json`` (every
+  mode; predicted with ``h200-mk-kernels``, which is ``h200-calibrated+mksim``); held out: the chains of
+  ``validation/results/h200-mechanisms/summary.json`` (fitted to single kernels, never to chains);
+- ``cublas``: the chains of cuBLAS kernels in ``validation/results/h200-mechanisms/summary.json``.
+
+An error is (predicted - measured) / measured in %. ``p90_abs_pct`` is the 90th percentile of |error|
+by nearest rank (the ceil(0.9 n)-th smallest): the half-width of mksim's 90 % intervals
+(``mksim.compare.interval_basis``). ``held_out_inside_pct`` is the share of the held-out cases whose
+|error| is within the p90 of the other cases: the coverage of that interval on cases it never saw.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import hwmodels
+
+ROOT = Path(__file__).resolve().parents[2]
+STACKS_SUMMARY = "validation/results/h200-stacks/summary.json"
+SUITE_SUMMARY = "validation/results/h200/summary.json"
+CHAINS_SUMMARY = "validation/results/h200-mechanisms/summary.json"
+MARKER = "# -- validation record (written by python -m validation.stacks records; do not edit by hand)"
+GPU = "h200-calibrated"
+
+
+def p90_abs(errors: Sequence[float]) -> float:
+    """The 90th percentile of |error| by nearest rank: the ceil(0.9 n)-th smallest.
+
+    >>> p90_abs([1, -2, 3, 4, 5, 6, 7, 8, 9, -10])
+    9.0
+    """
+    a = sorted(abs(e) for e in errors)
+    return float(a[max(0, math.ceil(0.9 * len(a)) - 1)])
+
+
+def stats(errors: Sequence[float]) -> dict[str, Any]:
+    """``cases``, ``mape_pct``, ``bias_pct`` (mean signed error), ``p90_abs_pct``, ``max_abs_pct``."""
+    n = len(errors)
+    return {"cases": n, "mape_pct": round(sum(abs(e) for e in errors) / n, 2),
+            "bias_pct": round(sum(errors) / n, 2), "p90_abs_pct": round(p90_abs(errors), 2),
+            "max_abs_pct": round(max(abs(e) for e in errors), 2)}
+
+
+def inside_pct(held: Sequence[float], others: Sequence[float]) -> float:
+    """The share (%) of ``held`` errors within the p90 |error| of ``others``."""
+    h = p90_abs(others)
+    return round(100.0 * sum(1 for e in held if abs(e) <= h) / len(held), 1)
+
+
+def _load(root: Path, rel: str) -> dict[str, Any]:
+    return json.loads((root / rel).read_text())
+
+
+def records(root: Path = ROOT) -> dict[str, dict[str, Any]]:
+    """``{profile: its [validation] table}`` from the committed summaries under ``root``."""
+    out: dict[str, dict[str, Any]] = {}
+    st = _load(root, STACKS_SUMMARY)
+    for stack, prof in (("torch_graph", "torch"), ("inductor_graph", "inductor")):
+        cases = [c for c in st["cases"] if c["stack"] == stack]
+        errs = [float(c["error_pct"]) for c in cases]
+        held = [float(c["error_pct"]) for c in cases if c["held_out"]]
+        fitted = [float(c["error_pct"]) for c in cases if not c["held_out"]]
+        out[prof] = {**stats(errs), "gpu": GPU, "date": st["date"],
+                     "what": f"whole decode steps of {stack} ({len({c['model'] for c in cases})} models, batch "
+                             f"{'/'.join(str(b) for b in sorted({c['batch'] for c in cases}))}, kv "
+                             f"{'/'.join(str(k) for k in sorted({c['kv_len'] for c in cases}))}); the profile "
+                             "was fitted to single ops only",
+                     "source": STACKS_SUMMARY,
+                     "command": f"python -m validation.stacks predict {st['run']} --json {STACKS_SUMMARY}",
+                     "held_out": f"the steps of {', '.join(st['held_out_models'])} (never used to fit), inside "
+                                 "the p90 of the fitted models' steps",
+                     "held_out_cases": len(held), "held_out_inside_pct": inside_pct(held, fitted)}
+    suite = _load(root, SUITE_SUMMARY)
+    chains = _load(root, CHAINS_SUMMARY)
+    steps = [float(c["error_pct"]) for c in suite["cases"] if c.get("error_pct") is not None]
+    mk_chains = [float(c["error_pct"]) for c in chains["cases"] if c["implementation"] == "mksim"]
+    out["mksim"] = {**stats(steps), "gpu": GPU, "date": str(suite["date"])[:10],
+                    "what": "whole decode steps of our generated kernels in every mode (llama-3.2-1b, llama-3.1-8b "
+                            f"at batch 1 and 4, kv 1024), predicted with {suite['predicted_with']} "
+                            "(h200-calibrated+mksim)",
+                    "source": SUITE_SUMMARY, "command": "mksim validate report validation/results/h200",
+                    "held_out": f"the chains of {CHAINS_SUMMARY} (fitted to single kernels, never to chains), "
+                                "inside the p90 of the steps",
+                    "held_out_cases": len(mk_chains), "held_out_inside_pct": inside_pct(mk_chains, steps)}
+    cb = [float(c["error_pct"]) for c in chains["cases"] if c["implementation"] == "cublas"]
+    out["cublas"] = {**stats(cb), "gpu": GPU, "date": str(chains["raw_date"])[:10],
+                     "what": "chains of LLM projections as cuBLAS kernels (torch F.linear) in every chain mode; "
+                             "the profile was fitted to single kernels, never to chains",
+                     "source": CHAINS_SUMMARY, "command": chains["command"].replace("<this file>", CHAINS_SUMMARY)}
+    return out
+
+
+def toml_block(rec: dict[str, Any]) -> str:
+    """The ``[validation]`` table's text, after :data:`MARKER`."""
+    lines = [MARKER, "[validation]"]
+    for k, v in rec.items():
+        lines.append(f"{k} = {json.dumps(v) if isinstance(v, str) else v}")
+    return "\n".join(lines) + "\n"
+
+
+def without_record(text: str) -> str:
+    """A profile file's text without its validation record (what the fit writes)."""
+    return text.split("\n" + MARKER + "\n", 1)[0]  # with_record puts a blank line before the marker
+
+
+def with_record(text: str, rec: dict[str, Any]) -> str:
+    """A profile file's text with ``rec`` as its validation record, at the end (replacing an old one)."""
+    base = without_record(text).rstrip("\n") + "\n"
+    return base + "\n" + toml_block(rec)
+
+
+def write(root: Path = ROOT, check: bool = False) -> list[str]:
+    """Write (or, with ``check``, only compare) each profile's record; returns the profiles that were
+    (or would be) changed."""
+    changed = []
+    for prof, rec in records(root).items():
+        path = hwmodels.resolve_profile(prof) if root == ROOT else root / "hwmodels/profiles" / f"{prof}.toml"
+        text = path.read_text()
+        new = with_record(text, rec)
+        if new != text:
+            changed.append(prof)
+            if not check:
+                path.write_text(new)
+    return changed
+
+
+DOCS_START, DOCS_END = "<!-- stacks-records:start -->", "<!-- stacks-records:end -->"
+
+
+def table_rows(recs: dict[str, dict[str, Any]]) -> str:
+    """The profiles' records as docs/stacks.md's table ("How sure we are")."""
+    rows = ["| profile | measured cases | MAPE | bias | p90 \\|error\\| | max \\|error\\| | held-out coverage |",
+            "|---|---|---|---|---|---|---|"]
+    for prof, r in sorted(recs.items()):
+        cover = (f"{r['held_out_inside_pct']:.0f} % of {r['held_out_cases']}" if "held_out_cases" in r else "—")
+        rows.append(f"| {prof} | {r['cases']} ({r['what'].split(';')[0].split(' (')[0]}; `{r['source']}`) | "
+                    f"{r['mape_pct']:.1f} % | {r['bias_pct']:+.1f} % | {r['p90_abs_pct']:.1f} % | "
+                    f"{r['max_abs_pct']:.1f} % | {cover} |")
+    return "\n".join(rows)
