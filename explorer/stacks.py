@@ -17,7 +17,15 @@ from typing import Any
 
 import hwmodels
 import mksim.models
-from mksim.compare import assumptions, make_workload, stack_row
+from mksim.compare import (
+    assumptions,
+    interval_basis,
+    latency_interval,
+    make_workload,
+    speedup_interval,
+    stack_row,
+    verdict,
+)
 from mksim.console import with_impl
 from mksim.errors import MksimError
 from mksim.trace import import_trace
@@ -85,6 +93,10 @@ def stack_data(run: dict[str, Any], impl: str, config: dict[str, Any] | None = N
     row = dict(_stack(run["model"], run["gpu"], int(run["batch"]), int(run["kv_len"]), run["phase"], key, impl))
     mk = run["modes"].get("megakernel")
     row["megakernel_speedup"] = row["latency_us"] / mk["latency_us"] if mk else None
+    if mk:  # how sure: the speed-up's interval from both latencies' (mksim.compare), and the verdict
+        mk_iv = latency_interval(mk["latency_us"], interval_basis(hwmodels.load(run["gpu"]))["half_width_pct"])
+        row["speedup_interval"] = speedup_interval(row["interval_us"], mk_iv)
+        row["verdict"] = verdict(row["megakernel_speedup"], row["speedup_interval"])
     stream = run["modes"].get("stream")
     row["speedup_vs_stream"] = stream["latency_us"] / row["latency_us"] if stream else None
     return row

@@ -10,9 +10,11 @@ from typing import Any
 import plotly.graph_objects as go
 from dash import Input, Output, State, callback, dcc, html, no_update
 
+import hwmodels
 import mksim.schedule  # noqa: F401  (the simulator, imported once with the page, not on the first Run)
 import mksim.sim  # noqa: F401
 from explorer import data, figures, stacks
+from mksim.compare import interval_basis
 from mksim.errors import MksimError
 
 PATH, NAME = "/", "Compare"
@@ -102,14 +104,22 @@ def _assumed(text: str) -> str:
     return text.removeprefix("assumes: ")
 
 
+def _how_sure(basis: dict[str, Any]) -> str:
+    """How sure a prediction is (:func:`mksim.compare.interval_basis`): ± its half-width, and why."""
+    h = basis.get("half_width_pct")
+    return f"± {h:.1f} %: {basis['text']}" if h is not None else f"interval unknown: {basis['text']}"
+
+
 def assumes_note(d: dict[str, Any]) -> html.Ul:
     """What each prediction shown assumes (hardware file, implementation profile): the modes', and your
     stack's where there is one; a profile-less prediction says it is the best kernels the chip allows."""
-    items = [html.Li(["the modes assume ", _assumed(d["assumes"]["text"])], **_data("of", "modes"))]
+    basis = interval_basis(hwmodels.load(d["gpu"]))
+    items = [html.Li(["the modes assume ", _assumed(d["assumes"]["text"]), "; ", _how_sure(basis)],
+                     **_data("of", "modes"))]
     st = d.get("stack")
     if st:
-        items.append(html.Li([f"your stack ({st['impl']}) assumes ", _assumed(st["assumes"]["text"])],
-                             **_data("of", "stack")))
+        items.append(html.Li([f"your stack ({st['impl']}) assumes ", _assumed(st["assumes"]["text"]), "; ",
+                              _how_sure(st["interval"])], **_data("of", "stack")))
     return html.Ul(items, id="compare-assumes", style={"margin": "0.2em 0", "color": "#444"})
 
 
@@ -120,8 +130,11 @@ def stack_note(d: dict[str, Any]) -> html.P | None:
         return None
     mk = d["modes"].get("megakernel")
     stack = f"your stack, {st['impl']}'s kernels in one CUDA graph ({st['latency_us']:.1f} µs)"
+    siv = st.get("speedup_interval")
+    verdict = st.get("verdict") or "no verdict"
+    sure = f" (interval {siv[0]:.2f}–{siv[1]:.2f}×: {verdict})" if siv and None not in siv else f" ({verdict})"
     text = (f"The megakernel ({mk['latency_us']:.1f} µs on {d['gpu']}) is predicted {st['megakernel_speedup']:.2f}× "
-            f"faster than {stack}." if mk and st["megakernel_speedup"] else f"{d['gpu']} has no megakernel to "
+            f"faster than {stack}{sure}." if mk and st["megakernel_speedup"] else f"{d['gpu']} has no megakernel to "
             f"compare with {stack}.")
     return html.P(text, id="compare-stack-speedup", style={"fontWeight": "bold", "margin": "0.3em 0"})
 

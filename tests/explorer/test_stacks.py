@@ -98,9 +98,12 @@ def test_compare_callback_with_a_stack_and_a_profile(ref):
     assert speedup.id == "compare-stack-speedup"
     assert f"predicted {ref['stack']['megakernel_speedup']:.2f}× faster than your stack" in speedup.children
     modes_li, stack_li = assumes.children
-    assert modes_li.children == ["the modes assume ", ref["assumes"]["text"].removeprefix("assumes: ")]
+    assert modes_li.children[:2] == ["the modes assume ", ref["assumes"]["text"].removeprefix("assumes: ")]
     assert modes_li.children[1].startswith("hardware h200; no implementation profile: the best kernels")
-    assert stack_li.children == ["your stack (torch) assumes ", ref["stack"]["assumes"]["text"][len("assumes: "):]]
+    assert modes_li.children[3].startswith("interval unknown")
+    assert stack_li.children[:2] == ["your stack (torch) assumes ", ref["stack"]["assumes"]["text"][len("assumes: "):]]
+    h = ref["stack"]["interval"]["half_width_pct"]
+    assert stack_li.children[3].startswith(f"± {h:.1f} %")  # torch on h200: a transfer, wider
     assert stack_li.children[1].startswith("hardware h200; implementation profile torch (plain torch")
     msg, *_f, div, result = run_compare(1, "llama-3.2-1b", "h200", 1, 1024, "decode", None, "mksim", "none")
     assert result["gpu"] == "h200+mksim" and "stack" not in result

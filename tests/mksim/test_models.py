@@ -15,6 +15,7 @@ PUBLISHED_PARAMS = {
     "llama-3.2-3b": 3.21e9,   # meta-llama/Llama-3.2-3B
     "llama-3.1-8b": 8.03e9,   # meta-llama/Llama-3.1-8B
     "qwen3-8b": 8.2e9,        # Qwen/Qwen3-8B model card: "Number of Parameters: 8.2B"
+    "qwen2.5-7b": 7.61e9,     # Qwen/Qwen2.5-7B model card: "Number of Parameters: 7.61B"
     "mistral-7b": 7.25e9,     # mistralai/Mistral-7B-v0.3
 }
 

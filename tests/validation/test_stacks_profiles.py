@@ -169,7 +169,7 @@ def test_summary_is_reproduced_from_the_committed_steps():
                                                abs=0.06)
         assert c["held_out"] == (c["model"] not in s["fit_models"][c["stack"]])
     assert s["mape_pct"] == pytest.approx(sum(abs(c["error_pct"]) for c in s["cases"]) / len(s["cases"]), abs=0.06)
-    assert set(s["held_out_models"]) == {"llama-3.2-3b", "mistral-7b", "qwen3-8b"}
+    assert set(s["held_out_models"]) == {"llama-3.2-3b", "mistral-7b", "qwen2.5-7b", "qwen3-8b"}
     # two cases simulated again: a fitted model and a held-out one
     for c in (s["cases"][4], next(c for c in s["cases"] if c["held_out"] and c["stack"] == "torch_graph")):
         prof = fit.STACK_PROFILE[c["stack"]]
