@@ -22,6 +22,8 @@ from pathlib import Path
 
 import hwmodels
 from mksim.errors import MksimError
+from validation.mechanisms.analysis import RawError
+from validation.mechanisms.runner import BuildError, run_all
 
 from ._gpu import Gpu, launch_harness
 from ._params import Param, base_model, combine, overlay_text, params, run_to_run
@@ -79,7 +81,37 @@ def calibrate(out: Path | None = None, *, quick: bool = False, base: str | None 
     raw_path = out.with_name(out.stem + ".raw.json")
     raw_path.write_text(json.dumps(raw, indent=1) + "\n")
     say(f"wrote {raw_path}")
-    return finish([raw_path], out, base=base, say=say)
+    mech = _run_mechanisms(out.with_name(out.stem + "-mechanisms"), quick, say)
+    return finish([raw_path], out, base=base, mechanisms=mech, say=say)
+
+
+def out_stem_hint(folder: Path) -> str:
+    """The raw file beside a mechanisms folder ``X-mechanisms``: ``X`` (for the hint a skipped fit prints)."""
+    return str(folder)[: -len("-mechanisms")] if str(folder).endswith("-mechanisms") else str(folder)
+
+
+def _run_mechanisms(folder: Path, quick: bool, say: Callable[[str], None]) -> Path | None:
+    """The mechanism sweeps (validation.mechanisms: DRAM rate vs bytes in flight and load, bulk copies,
+    the boundary under load) into ``folder``; None, said in one line, where they cannot run or fit
+    (no nvcc, a sweep that failed, too few points with --quick)."""
+    from validation.mechanisms import fit  # scipy: only when mechanisms are fitted
+
+    t0 = time.perf_counter()
+    try:
+        run_all(folder, ["bw", "bwl1", "tma", "opb"], quick=quick, timeout_s=120.0, say=lambda _m: None)
+        raws = {n: json.loads((folder / f"{n}.json").read_text()) for n in ("bw", "bwl1", "tma", "opb", "build")}
+        dram = fit.fit_dram(raws["bw"], raws["bwl1"], raws["build"], 1000.0)  # a trial fit: is there enough?
+        fit.fit_bulk_copy(raws["tma"])
+        fit.fit_sync_load(raws["opb"], dram)
+    except ImportError as exc:  # the fit needs scipy (the dev extra); the sweeps are kept for --from-raw
+        say(f"  mechanisms        not fitted here ({exc}); fit them with: mksim calibrate --from-raw "
+            f"{out_stem_hint(folder)}.raw.json --mechanisms {folder} --out ...")
+        return None
+    except (BuildError, RawError, OSError, KeyError, ValueError) as exc:
+        say(f"  mechanisms        skipped: {str(exc).splitlines()[0]} (the overlay keeps a fixed per-SM cap)")
+        return None
+    say(f"  mechanisms        {time.perf_counter() - t0:6.1f} s ({folder})")
+    return folder
 
 
 def driver_string(v: int) -> str:
@@ -130,7 +162,8 @@ def finish(raw_paths: list[Path], out: Path, *, base: str | None = None, results
         mech = mechanism_params(Path(mechanisms), spec_bandwidth_GBps=_reachable_GBps(combined, spec))
         keys = {p.key for p in mech}
         combined = [p for p in combined if p.key not in keys] + mech
-        mech_source = (mechanism_date(Path(mechanisms)), _relative(Path(mechanisms)))
+        when = mechanism_date(Path(mechanisms))
+        mech_source = (when if when != "undated" else meta["date"][:10], _relative(Path(mechanisms)))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     date = meta["date"][:10]

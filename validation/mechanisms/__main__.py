@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -44,20 +43,8 @@ def summarize_dir(d: Path, out: Path | None = None) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    binary, report = runner.build(out)
-    build = {"nvcc": " ".join(runner.nvcc_command(Path("mech_bench"))), "registers": runner.ptxas_registers(report),
-             "sass_loads_in_flight": runner.sass_loads(binary)}
-    _write(out / "build.json", build)
-    binary_kept = binary
-    for sweep in args.sweeps.split(","):
-        t0 = time.time()
-        data = runner.run_sweep(binary_kept, sweep, args.quick, args.timeout)
-        _write(out / f"{sweep}.json", data)
-        status = data.get("error", "ok")
-        print(f"{sweep}: {status} ({time.time() - t0:.1f} s)", flush=True)
-    binary.unlink()  # keep only results under --out
+    out = runner.run_all(Path(args.out), args.sweeps.split(","), args.quick, args.timeout,
+                         lambda m: print(m, flush=True))
     print(summarize_dir(out))
     return 0
 

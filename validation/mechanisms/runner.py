@@ -9,6 +9,8 @@ import json
 import re
 import shutil
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -109,3 +111,21 @@ def run_sweep(binary: Path, sweep: str, quick: bool, timeout_s: float) -> dict[s
         return {"sweep": sweep, "error": f"unparsable output ({e}): {r.stdout[:200]!r}"}
     data["command"] = " ".join(["mech_bench", sweep] + (["--quick"] if quick else []))
     return data
+
+
+def run_all(out: Path, sweeps: list[str], quick: bool = False, timeout_s: float = 120.0,
+            say: Callable[[str], None] = print) -> Path:
+    """Build mech_bench and run ``sweeps`` into ``out`` (``build.json`` and one ``<sweep>.json`` each);
+    ``mksim calibrate`` calls this too. Raises :class:`BuildError` without nvcc."""
+    out.mkdir(parents=True, exist_ok=True)
+    binary, report = build(out)
+    made = {"nvcc": " ".join(nvcc_command(Path("mech_bench"))), "registers": ptxas_registers(report),
+            "sass_loads_in_flight": sass_loads(binary)}
+    (out / "build.json").write_text(json.dumps(made, separators=(",", ":")) + "\n")
+    for sweep in sweeps:
+        t0 = time.time()
+        data = run_sweep(binary, sweep, quick, timeout_s)
+        (out / f"{sweep}.json").write_text(json.dumps(data, separators=(",", ":")) + "\n")
+        say(f"{sweep}: {data.get('error', 'ok')} ({time.time() - t0:.1f} s)")
+    binary.unlink()  # keep only results under out
+    return out
