@@ -162,14 +162,14 @@ class MovementSpec:
     mma_latency_ns: float = meta(1, 1e4, optional=True,
                                  doc="a tensor-core task's tail: from its last operands in shared memory to its "
                                      "result usable")
-    bulk_copy_latency_ns: float = meta(10, 1e4, optional=True,
-                                       doc="a bulk (TMA) copy into shared memory: its latency on a lightly loaded "
-                                           "chip, before its bytes stream in at bulk_copy_GBps")
-    bulk_copy_GBps: float = meta(1, 1e5, optional=True,
-                                 doc="the rate one bulk copy's bytes arrive at: a copy of B bytes takes latency + "
-                                     "B / this")
     cluster_multicast_count: int = meta(1, 64, optional=True, integer=True,
                                         doc="SMs one multicast load of a thread-block cluster feeds (1: no clusters)")
+    bulk_copy_latency_ns: float = meta(10, 1e4, optional=True, default=None,
+                                       doc="a bulk (TMA) copy into shared memory: its latency on a lightly loaded "
+                                           "chip, before its bytes stream in at bulk_copy_GBps")
+    bulk_copy_GBps: float = meta(1, 1e5, optional=True, default=None,
+                                 doc="the rate one bulk copy's bytes arrive at: a copy of B bytes takes latency + "
+                                     "B / this")
 
 
 _FIXED = ("a task's fixed cost once its inputs are visible, at one row (token): input loads, reductions, "
