@@ -258,7 +258,7 @@ def _show_search(res: SearchResult, as_json: bool, model: str, gpu: str, batch: 
     if as_json:
         return emit_json(res.to_dict())
     out.print(tables.search_table(res, f"{model} on {gpu}, batch {batch}, KV {kv_len}"))
-    for line in [*tables.search_lines(res), *tables.gpu_absent_lines(gpu)]:  # and the modes it left out
+    for line in [*tables.search_lines(res), tables.assumes_line(gpu), *tables.gpu_absent_lines(gpu)]:
         out.print(line)
 
 

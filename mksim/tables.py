@@ -23,10 +23,10 @@ from mksim.search import SearchResult, report_rows
 from mksim.sim import CATEGORIES, SimResult
 from mksim.workload import TaskGraph, Tiling, Workload
 
-__all__ = ["SHORT_CATEGORIES", "TABLE_WIDTH", "absent_lines", "breakdown_table", "compare_table", "floor_line",
-           "gpu_absent_lines", "gpu_numbers", "gpu_numbers_table", "gpu_rows", "gpu_table", "interval_line",
-           "models_table", "search_lines", "search_table", "simulate_line", "source_lines", "stack_line", "sweep_table",
-           "workload_summary", "workload_table"]
+__all__ = ["SHORT_CATEGORIES", "TABLE_WIDTH", "absent_lines", "assumes_line", "breakdown_table", "compare_table",
+           "floor_line", "gpu_absent_lines", "gpu_numbers", "gpu_numbers_table", "gpu_rows", "gpu_table",
+           "interval_line", "models_table", "search_lines", "search_table", "simulate_line", "source_lines",
+           "stack_line", "sweep_table", "workload_summary", "workload_table"]
 
 
 # -- hw --------------------------------------------------------------------------------------
@@ -244,7 +244,7 @@ def stack_line(st: dict[str, Any]) -> str:
 def simulate_line(res: SimResult) -> str:
     """The result in one line, then what it assumes (hardware file, implementation profile)."""
     try:
-        assumes = "\n" + textwrap.fill(assumptions(hwmodels.load(res.gpu))["text"], TABLE_WIDTH)
+        assumes = "\n" + assumes_line(res.gpu)
     except hwmodels.HardwareError:  # a GPU built in code, not from a file: nothing to look up
         assumes = ""
     return (f"{res.workload} on {res.gpu}, {res.mode}" + (f" ({res.policy})" if res.policy else "")
@@ -270,8 +270,8 @@ def sweep_table(rows: list[dict[str, Any]], model: str, gpu: str) -> RenderableT
     for r in rows:
         t.add_row(*(str(r[c]) if isinstance(r[c], int) else (f"{r[c]:.2f}×" if "speedup" in c else f"{r[c]:.1f}")
                     for c in cols))
-    absent = gpu_absent_lines(gpu)
-    return Group(t, Text("\n".join(absent), no_wrap=True)) if absent else t
+    notes = [assumes_line(gpu), *gpu_absent_lines(gpu)]
+    return Group(t, *(Text(n, no_wrap=True) for n in notes if n))
 
 
 # -- search ---------------------------------------------------------------------------------------
@@ -283,6 +283,16 @@ def search_table(res: SearchResult, shape: str) -> Table:
     for r in report_rows(res):
         t.add_row(r["schedule"], f"{r['latency_us']:.1f}", f"{r['smem_KiB']:g}", f"{r['speedup']:.3f}×")
     return t
+
+
+def assumes_line(gpu: str | GPUSpec) -> str:
+    """What a prediction on ``gpu`` assumes (:func:`mksim.compare.assumptions`), wrapped at 80 columns;
+    empty for a GPU built in code that no file describes."""
+    try:
+        g = hwmodels.load(gpu) if isinstance(gpu, str) else gpu
+    except hwmodels.HardwareError:
+        return ""
+    return textwrap.fill(assumptions(g)["text"], TABLE_WIDTH)
 
 
 def search_lines(res: SearchResult) -> list[str]:
