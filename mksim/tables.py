@@ -243,10 +243,8 @@ def stack_line(st: dict[str, Any]) -> str:
 
 def simulate_line(res: SimResult) -> str:
     """The result in one line, then what it assumes (hardware file, implementation profile)."""
-    try:
-        assumes = "\n" + assumes_line(res.gpu)
-    except hwmodels.HardwareError:  # a GPU built in code, not from a file: nothing to look up
-        assumes = ""
+    line = assumes_line(res.gpu)  # empty for a GPU built in code, not from a file
+    assumes = "\n" + line if line else ""
     return (f"{res.workload} on {res.gpu}, {res.mode}" + (f" ({res.policy})" if res.policy else "")
             + f": [bold]{res.latency_us:.1f} µs[/bold], {res.tokens_per_s:.0f} tokens/s, HBM {res.hbm_util:.0%}"
             f" (floor {res.bandwidth_floor_us:.1f} µs)" + assumes)

@@ -328,15 +328,7 @@ def torch_case(case: C.Case, flush, reps: int, watchdog_s: float) -> dict:
     err = torch_check(ws, x)
     fn = step
     if case.mode == "graph":
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            out_g = step()
+        g, out_g = torch_capture(torch, step)
         g.replay()
         eager = step().float()
         torch.cuda.synchronize()  # the replay's output is the eager chain's (cuBLAS may pick other kernels)
@@ -368,8 +360,9 @@ def _torch_wait(watchdog_s: float):
     return wait
 
 
-def torch_graph(torch, fn):
-    """``fn`` captured in a CUDA graph (warmed up on a side stream first, as torch asks)."""
+def torch_capture(torch, fn):
+    """``fn`` captured in a CUDA graph (warmed up on a side stream first, as torch asks): the graph
+    and what ``fn`` returned while captured (its output buffers, which every replay rewrites)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -378,9 +371,14 @@ def torch_graph(torch, fn):
     torch.cuda.current_stream().wait_stream(side)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        fn()
+        out = fn()
     torch.cuda.synchronize()
-    return g
+    return g, out
+
+
+def torch_graph(torch, fn):
+    """``fn`` captured in a CUDA graph (:func:`torch_capture`), its output not needed."""
+    return torch_capture(torch, fn)[0]
 
 
 def torch_singles(batch: int, shapes: list[tuple[int, int]], flush, reps: int, watchdog_s: float) -> list[dict]:
