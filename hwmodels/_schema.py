@@ -185,6 +185,10 @@ _KERNELS_PER_OP = ("kernels a stack launches per op of this kind, on average (an
                    "kernels, the first streaming its bytes, the others costing [runtime.kernels.elementwise]'s "
                    "fixed part (mksim.workload.expand_kernels); persistent modes ignore it (absent: 1)")
 _CONSUME_ROW = "each row (token) of a task beyond the first adds streamed bytes / this rate (none where absent)"
+_PAGE = ("what each page of the weight ring costs beyond its bulk copy (the workers' wait on the page's barrier, "
+         "their release of it, its refill): the ring delivers a page per bulk_copy_latency + page / "
+         "bulk_copy_GBps + this, and the workers consume no faster (0 where absent; fitted to single ops timed "
+         "at several page sizes)")
 
 
 @dataclass(frozen=True)
@@ -193,7 +197,9 @@ class KernelCost:
     ``[runtime.kernels.<kind>]`` table, fitted to single ops run alone by ``python -m
     validation.kernel_costs``. For a task of r rows (tokens) that streams B bytes, once its inputs
     are visible: fixed + (r - 1) * row + B / consume, and each row beyond the first adds
-    B / consume_row (docs/model.md, "What a task costs"). Which keys a kind has follows from how
+    B / consume_row; a kind whose bytes stream through the page ring consumes them no faster than
+    the ring delivers a page, each page costing ``page_us`` beyond its bulk copy (docs/model.md,
+    "What a task costs"). Which keys a kind has follows from how
     its cost is fitted (``mksim.workload.OpKind.cost_fields``)."""
     task_fixed_us: float | None = meta(0.0, 1000, optional=True, doc=_FIXED, default=None)
     task_row_us: float | None = meta(0.0, 1000, optional=True, doc=_ROW, default=None)
@@ -201,6 +207,7 @@ class KernelCost:
     consume_row_GBps: float | None = meta(0.1, 1e6, optional=True, doc=_CONSUME_ROW, default=None)
     inflight_KiB: float | None = meta(0.0625, 4096, optional=True, doc=_INFLIGHT, default=None)
     kernels_per_op_count: float | None = meta(1.0, 1000, optional=True, doc=_KERNELS_PER_OP, default=None)
+    page_us: float | None = meta(0.0, 100, optional=True, doc=_PAGE, default=None)
 
 
 # The keys a per-kind table may hold, and the names files before [runtime.kernels.<kind>] tables

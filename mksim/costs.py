@@ -12,7 +12,7 @@ policies their estimate; :func:`sync_ready_us` says when a dependency is seen.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -75,6 +75,8 @@ class DeviceCost:
     A task of ``rows`` rows (tokens) that streams ``B`` bytes takes, once its inputs are visible,
     at least ``fixed_us(rows) + B * us_per_B(rows)``: its fixed part (input loads, reductions,
     writes), then the consumption of its bytes, however early they are in shared memory.
+    ``page_us`` (0 where absent) is what each page costs a kind whose bytes go through the page
+    ring (``OpKind.pages``) beyond the page's bulk copy (:func:`ring_page_us`).
 
     >>> c = DeviceCost(fixed_us=1.0, row_us=0.5, consume_Bpus=25e3, row_consume_Bpus=100e3)
     >>> c.fixed_us_at(1), c.fixed_us_at(4)
@@ -87,6 +89,7 @@ class DeviceCost:
     consume_Bpus: float = math.inf      # one SM's workers, at one row
     row_consume_Bpus: float = math.inf  # each further row adds bytes / this
     inflight_B: float = math.inf        # bytes one block keeps in flight (inf: the GPU's best)
+    page_us: float = 0.0                # what a page costs the ring beyond its bulk copy (ring_page_us)
 
     def fixed_us_at(self, rows: float) -> float:
         return self.fixed_us + (rows - 1) * self.row_us
@@ -113,18 +116,20 @@ def device_costs(kernels: object) -> dict[str, DeviceCost]:
         if kind not in KINDS:
             raise HardwareFileError(f"[runtime.kernels.{kind}]: {kind!r} is not an op kind; known: "
                                     f"{', '.join(KINDS)}")
-        if c.task_fixed_us is None and c.consume_GBps is None and c.inflight_KiB is None:
+        if c.task_fixed_us is None and c.consume_GBps is None and c.inflight_KiB is None and c.page_us is None:
             continue
         out[kind] = DeviceCost(fixed_us=c.task_fixed_us or 0.0, row_us=c.task_row_us or 0.0,
                                consume_Bpus=c.consume_GBps * GBps_TO_Bpus if c.consume_GBps else math.inf,
                                row_consume_Bpus=c.consume_row_GBps * GBps_TO_Bpus if c.consume_row_GBps
                                else math.inf,
-                               inflight_B=c.inflight_KiB * 1024 if c.inflight_KiB else math.inf)
+                               inflight_B=c.inflight_KiB * 1024 if c.inflight_KiB else math.inf,
+                               page_us=c.page_us or 0.0)
     return out
 
 
 def device_task_us(base_us: ArrayLike, streamed_B: ArrayLike, rows: float, cost: DeviceCost, share: float = 1.0,
-                   page_B: float = math.inf) -> tuple[np.ndarray, np.ndarray]:
+                   page_B: float = math.inf, ring_page_us: float = 0.0,
+                   ring_depth: int = 2) -> tuple[np.ndarray, np.ndarray]:
     """A task's work and consumption tail on a device function of cost ``cost``:
 
     - work: ``max(base_us, fixed + streamed_B * µs per byte)``, counted from when its inputs are
@@ -133,7 +138,10 @@ def device_task_us(base_us: ArrayLike, streamed_B: ArrayLike, rows: float, cost:
       start before that page is in: the task ends no sooner than its bytes are in + tail.
 
     ``base_us`` is what its FLOPs and L2 bytes take; ``share`` blocks share the SM's workers (each
-    consumes at ``1/share`` of the rate). Element-wise over arrays.
+    consumes at ``1/share`` of the rate). ``ring_page_us`` (:func:`ring_page_us`; 0: no ring): the
+    workers consume a page no sooner than the block's page ring delivers one, so a byte costs at
+    least ``ring_page_us / page_B``; a ring of one page (``ring_depth`` 1) refills a page only once
+    it is consumed, and a byte then costs both. Element-wise over arrays.
 
     >>> c = DeviceCost(fixed_us=1.0, consume_Bpus=25e3)
     >>> w, tail = device_task_us([0.5, 4.0], [50e3, 50e3], 1, c, page_B=32768)
@@ -141,10 +149,21 @@ def device_task_us(base_us: ArrayLike, streamed_B: ArrayLike, rows: float, cost:
     ([3.0, 4.0], [1.3107, 1.3107])
     >>> device_task_us(0.5, 50e3, 1, c, share=2)[0].item()   # two blocks on the SM
     5.0
+    >>> device_task_us(0.5, 50e3, 1, c, page_B=10e3, ring_page_us=0.8)[0].item()  # 5 pages, 0.8 us each
+    5.0
+    >>> round(device_task_us(0.5, 50e3, 1, c, page_B=10e3, ring_page_us=0.8, ring_depth=1)[0].item(), 6)
+    7.0
     """
     per_B = cost.us_per_B(rows) * share
+    eff = per_B
+    if ring_page_us > 0:
+        ring_B = ring_page_us / page_B
+        if ring_depth < 2:  # one page: its refill waits for its consumption
+            ring_B += per_B
+        if ring_B > eff:
+            eff = ring_B
     streamed = np.asarray(streamed_B, dtype=float)
-    work = np.maximum(np.asarray(base_us, dtype=float), cost.fixed_us_at(rows) + streamed * per_B)
+    work = np.maximum(np.asarray(base_us, dtype=float), cost.fixed_us_at(rows) + streamed * eff)
     return work, np.minimum(streamed, page_B) * per_B
 
 
@@ -390,11 +409,30 @@ def loaded_latency_us(total_Bpus: float, r: Rates) -> float:
     return r.stream_latency_us + r.queue_us * u / (1.0 - u)
 
 
+def ring_page_us(page_B: float, r: Rates, page_us: float = 0.0) -> float:
+    """How long one pipeline of a page ring takes per page: ``bulk_copy_latency + page /
+    bulk_copy_rate`` per copy, ``ring_copies`` copies at a time (the TMA microbenchmark's pipeline
+    kept one in flight whatever its depth), plus ``page_us``: what each page costs a profile's
+    kernels beyond its copy (the workers' wait on the page's barrier, their release of it, its
+    refill; fitted to single ops at several page sizes). The workers consume a page no faster
+    (:func:`device_task_us`); the DRAM flow keeps the copies' cap (:func:`ring_cap_Bpus`). 0 without
+    a profile's ``ring_copies_in_flight_count`` or the GPU's bulk-copy numbers (no ring).
+
+    >>> import hwmodels
+    >>> from dataclasses import replace
+    >>> r = replace(rates(hwmodels.load("h200")), bulk_copy_latency_us=0.38, bulk_copy_Bpus=118e3, ring_copies=1)
+    >>> [round(ring_page_us(k * 1024, r), 3) for k in (8, 32)], round(ring_page_us(8192, r, page_us=0.2), 3)
+    ([0.449, 0.658], 0.649)
+    """
+    if r.ring_copies <= 0 or r.bulk_copy_latency_us <= 0:
+        return 0.0
+    return (r.bulk_copy_latency_us + page_B / r.bulk_copy_Bpus) / r.ring_copies + page_us
+
+
 def ring_cap_Bpus(page_B: float, r: Rates) -> float:
-    """The most one pipeline of a page ring draws: ``ring_copies`` pages per bulk-copy time
-    (``bulk_copy_latency + page / bulk_copy_rate``; the TMA microbenchmark's pipeline kept one copy
-    in flight whatever its depth). ``inf`` without a profile's ``ring_copies_in_flight_count`` or
-    the GPU's bulk-copy numbers.
+    """The most one pipeline of a page ring draws from DRAM: ``ring_copies`` pages per bulk-copy
+    time (:func:`ring_page_us` without a per-page cost). ``inf`` without a profile's
+    ``ring_copies_in_flight_count`` or the GPU's bulk-copy numbers.
 
     >>> import hwmodels
     >>> from dataclasses import replace
@@ -402,9 +440,8 @@ def ring_cap_Bpus(page_B: float, r: Rates) -> float:
     >>> [round(ring_cap_Bpus(k * 1024, r) / 1e3, 1) for k in (8, 16, 32)]   # GB/s per pipeline
     [18.2, 31.6, 49.8]
     """
-    if r.ring_copies <= 0 or r.bulk_copy_latency_us <= 0:
-        return math.inf
-    return r.ring_copies * page_B / (r.bulk_copy_latency_us + page_B / r.bulk_copy_Bpus)
+    t = ring_page_us(page_B, r)
+    return page_B / t if t > 0 else math.inf
 
 
 def sync_load_us(total_Bpus: float, r: Rates) -> float:
@@ -594,10 +631,13 @@ def cold_start_us(r: Rates) -> float:
 
 
 def task_times(graph: TaskGraph, r: Rates, *, blocks_per_sm: int = 1, page_KiB: float = 32.0,
-               native: bool = False) -> TaskTimes:
+               native: bool = False, ring_depth: int = 4) -> TaskTimes:
     """Every task's :class:`TaskTimes` when ``blocks_per_sm`` blocks of a kernel may share an SM
-    (chain modes; 1 in persistent modes), pages are ``page_KiB`` and, with ``native``, data moves as
-    the GPU's generation does (``[chip.movement]``: cluster multicast, tensor-core latency).
+    (chain modes; 1 in persistent modes), pages are ``page_KiB`` in a ring of ``ring_depth`` (a
+    schedule's ``prefetch_depth``; 0: the kernel's ring without prefetch, at least 2 pages) and,
+    with ``native``, data moves as the GPU's generation does (``[chip.movement]``: cluster
+    multicast, tensor-core latency). A device kind whose bytes go through the pages
+    (``OpKind.pages``) consumes them no faster than the ring delivers them (:func:`ring_page_us`).
 
     >>> import hwmodels
     >>> from mksim.workload import Op, TaskGraph, Tiling, Workload
@@ -619,6 +659,7 @@ def task_times(graph: TaskGraph, r: Rates, *, blocks_per_sm: int = 1, page_KiB: 
         warm = work.copy()
         cold = cold_start_us(r)
         page_B = page_KiB * 1024
+        depth = ring_depth if ring_depth > 0 else 2
         for i, op in enumerate(g.ops):
             cost = r.device.get(op.kind)
             if cost is None:
@@ -627,11 +668,11 @@ def task_times(graph: TaskGraph, r: Rates, *, blocks_per_sm: int = 1, page_KiB: 
             share = resident_blocks(int(g.n_tiles[i]), r.n_sms, blocks_per_sm)
             rows = op.attrs.get("rows", g.workload.tokens)
             base = work[a:b].copy()
-            work[a:b], consume_tail[a:b] = device_task_us(base, pre[a:b], rows, cost, share, page_B)
+            ring = ring_page_us(page_B, r, cost.page_us) if KINDS[op.kind].pages else 0.0
+            work[a:b], consume_tail[a:b] = device_task_us(base, pre[a:b], rows, cost, share, page_B, ring, depth)
             if cold > 0 and cost.fixed_us > 0:  # the same cost without the cold start it was measured with
-                lean = DeviceCost(fixed_us=max(cost.fixed_us - cold, 0.0), row_us=cost.row_us,
-                                  consume_Bpus=cost.consume_Bpus, row_consume_Bpus=cost.row_consume_Bpus)
-                w = device_task_us(base, pre[a:b], rows, lean, share, page_B)[0]
+                lean = replace(cost, fixed_us=max(cost.fixed_us - cold, 0.0))
+                w = device_task_us(base, pre[a:b], rows, lean, share, page_B, ring, depth)[0]
                 warm[a:b] = np.where(pre[a:b] > 0, w, work[a:b])  # nothing streamed: no first bytes to wait for
             else:
                 warm[a:b] = work[a:b]

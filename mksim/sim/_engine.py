@@ -86,7 +86,7 @@ class _Engine:
         self.native = "movement" in self.designs
         # the cost model's per-task times (mksim.costs.task_times): the engine only waits them out
         tt = costs.task_times(g, r, blocks_per_sm=s.options.blocks_per_sm if chain else 1,
-                              page_KiB=s.options.page_KiB, native=self.native)
+                              page_KiB=s.options.page_KiB, native=self.native, ring_depth=s.options.prefetch_depth)
         self.on_device = tt.on_device
         self.pre_B: list[float] = tt.pre_B.tolist()
         self.work_us: list[float] = tt.work_us.tolist()

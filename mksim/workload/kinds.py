@@ -9,7 +9,7 @@ the cost fit and the torch reference of ``validation.megakernel`` all take kinds
 
 >>> from mksim.workload import KINDS, get_kind
 >>> get_kind("matmul").unit, get_kind("matmul").cost_fields
-('tensor', ('task_fixed_us', 'task_row_us', 'consume_GBps', 'consume_row_GBps'))
+('tensor', ('task_fixed_us', 'task_row_us', 'consume_GBps', 'consume_row_GBps', 'page_us'))
 >>> [k.name for k in KINDS.values() if k.opcode is None]   # simulated only: no device function
 ['add', 'elementwise']
 """
@@ -35,7 +35,10 @@ class OpKind:
     - ``streams``: a task's time has a part proportional to the bytes it streams from DRAM
       (weights, KV cache): its cost is fitted as ``fixed + bytes / consume``, else as ``fixed``;
     - ``per_row``: a task does every row (token) of the batch, so each row beyond the first adds
-      ``row`` (and, if it streams, ``bytes / consume_row``) to its cost.
+      ``row`` (and, if it streams, ``bytes / consume_row``) to its cost;
+    - ``pages``: the bytes it streams go through the kernel's ring of shared-memory pages (the
+      matmul's weights), whose cost per page (``page_us``) is fitted where single ops were timed
+      at several page sizes.
     """
     name: str
     unit: str
@@ -43,6 +46,7 @@ class OpKind:
     opcode: int | None = None
     streams: bool = False
     per_row: bool = False
+    pages: bool = False
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:
@@ -58,6 +62,8 @@ class OpKind:
         out = ["task_fixed_us"] + (["task_row_us"] if self.per_row else [])
         if self.streams:
             out += ["consume_GBps"] + (["consume_row_GBps"] if self.per_row else [])
+        if self.pages:
+            out.append("page_us")
         return tuple(out)
 
     @property
@@ -77,7 +83,7 @@ KINDS = _registry(
     OpKind("embed", "vector", "one embedding row per token", opcode=1, per_row=True),
     OpKind("rmsnorm", "vector", "RMS norm of each row, times a weight", opcode=2, per_row=True),
     OpKind("matmul", "tensor", "rows times a weight matrix (a matvec in decode), optionally + a residual",
-           opcode=3, streams=True, per_row=True),
+           opcode=3, streams=True, per_row=True, pages=True),
     OpKind("rope_kv", "vector", "rotary embedding of q and k; k and v appended to the KV cache", opcode=4,
            per_row=True),
     OpKind("attn_partial", "tensor", "decode attention over one split of the KV cache (flash-decoding)",
