@@ -22,7 +22,17 @@ costs"), per op kind, in the form the kind's description declares (``mksim.workl
 - kinds whose tasks do every row of the batch (``embed``, ``rmsnorm``, ``matmul``, ``rope_kv``,
   ``silu_mul``), measured at more than one batch: each row beyond the first adds ``row`` to the
   fixed part (plain least squares, a line in rows) and, for ``matmul``, ``bytes / consume_row``
-  to the consumption (relative least squares, as above). Attention tasks do one sequence each.
+  to the consumption (relative least squares, as above). Attention tasks do one sequence each;
+- kinds whose bytes go through the weight ring (``pages``: ``matmul``), measured at more than one
+  page size (each record's ``page_KiB`` and ``depth``: the ring it ran with; 32 KiB and 4 where a
+  record has none, as every run before they were recorded): the workers consume a page no faster
+  than the ring delivers one, ``bulk_copy_latency + page / bulk_copy_rate + page_us``
+  (:func:`mksim.costs.ring_page_us`, with the GPU's bulk-copy numbers and the profile's copies in
+  flight; a ring of one page: that, then the page's consumption), so a task takes
+  ``fixed + bytes * max(1 / consume, ring's time per page / page)`` (:func:`mksim.costs.device_task_us`).
+  ``page_us`` is searched (0 to 2 µs); at each value the records the ring holds back lose their
+  consumption term and the rest is least squares as above, until that split settles. Where no
+  record is held back, ``page_us`` is 0 (the data bound it from above only, the note says so).
 
 A coefficient that comes out negative is fixed at 0 and the rest refitted. ``spread`` is the
 larger of the fit's largest relative residual and the median within-op spread of the task times
@@ -30,8 +40,15 @@ larger of the fit's largest relative residual and the median within-op spread of
 
 Never fit these to full steps: those are the held-out validation.
 
+Inputs: a suite's ``measured.json`` (``cases[i].measurement.single_ops``), the rows that
+``python -m validation.megakernel --single-ops --json F`` writes (each row's ``single_ops``, with
+its model, batch and ring), or plain lists of records.
+
 Run ``python -m validation.kernel_costs MEASURED.json [...] --out FILE``: it writes the
-``[runtime.kernels.<kind>]`` tables of a calibrated overlay (hwmodels/calibrated/h200-mk-kernels.toml).
+``[runtime.kernels.<kind>]`` tables as TOML lines; ``--profile hwmodels/profiles/mksim.toml``
+writes them into the implementation profile itself (its other tables, its header and its sources
+kept; a key these records cannot determine — the row terms from one batch, ``page_us`` from one
+page size — is kept from the profile and named).
 """
 
 from __future__ import annotations
@@ -46,6 +63,8 @@ from typing import Any
 
 import numpy as np
 
+import hwmodels
+from mksim.costs import DeviceCost, Rates, device_task_us, rates, ring_page_us
 from mksim.errors import MksimError
 from mksim.workload import KINDS as OP_KINDS
 
@@ -53,10 +72,14 @@ from mksim.workload import KINDS as OP_KINDS
 KINDS = tuple(k.name for k in OP_KINDS.values() if k.opcode is not None)
 STREAMING = tuple(k for k in KINDS if OP_KINDS[k].streams)
 PER_ROW = tuple(k for k in KINDS if OP_KINDS[k].per_row)
+PAGED = tuple(k for k in KINDS if OP_KINDS[k].pages)
 NEEDED = ("op", "kind", "task_us_mean", "task_B_mean")
+PAGE_KiB, DEPTH = 32.0, 4  # the ring of a record that names none: every run before records named theirs
+PAGE_US_MAX = 2.0  # the per-page cost searched, µs
 
 
-def fit(single_ops: list[dict], *, dram_bound_GBps: float | None = None) -> dict[str, dict[str, dict]]:
+def fit(single_ops: list[dict], *, dram_bound_GBps: float | None = None,
+        ring: Rates | None = None) -> dict[str, dict[str, dict]]:
     """``[runtime.kernels.<kind>]`` task costs from single-op records (see the module docstring).
 
     Returns ``{kind: {key: {"value", "spread", "note"}}}`` for the kinds present (keys
@@ -65,6 +88,9 @@ def fit(single_ops: list[dict], *, dram_bound_GBps: float | None = None) -> dict
     ``dram_bound_GBps``: records whose op streamed at least this many GB/s over the whole chip are
     DRAM-bound (their tasks wait for DRAM, not for their workers) and are left out of the fits of
     the streaming kinds, named in the note.
+    ``ring``: the simulator's rates of the GPU and profile the kernels ran on
+    (:func:`mksim.costs.rates`: their bulk copies and the ring's copies in flight); with it, and
+    records at more than one page size, the kinds whose bytes go through the pages get ``page_us``.
 
     >>> recs = [{"op": f"m{b}", "kind": "matmul", "task_B_mean": b, "task_us_mean": 1.0 + b / 25e3}
     ...         for b in (65536, 262144)]
@@ -88,7 +114,7 @@ def fit(single_ops: list[dict], *, dram_bound_GBps: float | None = None) -> dict
             if not rs:
                 raise MksimError(f"every {kind} record streamed at {dram_bound_GBps:g} GB/s or more (DRAM-bound); "
                                  "lower --dram-bound-GBps or measure smaller shapes")
-        out[kind] = _fit_kind(kind, rs, left_out)
+        out[kind] = _fit_kind(kind, rs, left_out, ring)
     return out
 
 
@@ -107,13 +133,16 @@ def _checked(r: Any, i: int) -> dict:
             raise MksimError(f"single-op record {i} ({r.get('op', '?')}) has no {key!r}")
     if not isinstance(r["kind"], str):
         raise MksimError(f"single-op record {i} ({r['op']}): kind must be a string, got {r['kind']!r}")
-    for key, least in (("task_us_mean", 0.0), ("task_B_mean", 0.0), ("batch", 1.0)):
+    for key, least in (("task_us_mean", 0.0), ("task_B_mean", 0.0), ("batch", 1.0), ("page_KiB", 0.5),
+                       ("depth", 1.0)):
+        if key in ("page_KiB", "depth") and r.get(key) is None:
+            continue
         v = r.get(key, 1)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < least \
                 or (key == "task_us_mean" and v <= 0):
             raise MksimError(f"single-op record {i} ({r['op']}): {key} = {v!r}; expected a "
-                             f"{'positive' if key == 'task_us_mean' else 'non-negative'} number"
-                             + (" of at least 1" if key == "batch" else ""))
+                             f"{'non-negative' if key in ('task_B_mean', 'batch') else 'positive'} number"
+                             + (f" of at least {least:g}" if least > 0 else ""))
     return r
 
 
@@ -135,42 +164,58 @@ def _lstsq(cols: dict[str, np.ndarray], t: np.ndarray, w: np.ndarray) -> dict[st
             return {n: 0.0 for n in cols}
 
 
-def _fit_kind(kind: str, rs: list[dict], left_out: list[dict]) -> dict[str, dict]:
+def _fit_kind(kind: str, rs: list[dict], left_out: list[dict], ring: Rates | None = None) -> dict[str, dict]:
     t = np.array([r["task_us_mean"] for r in rs], dtype=float)
     B = np.array([r["task_B_mean"] for r in rs], dtype=float)
     rows = np.array([r.get("batch", 1) if kind in PER_ROW else 1 for r in rs], dtype=float)
+    page = np.array([(r.get("page_KiB") or PAGE_KiB) * 1024 for r in rs], dtype=float)
+    depth = np.array([r.get("depth") or DEPTH for r in rs], dtype=float)
     extra = rows - 1
     by_rows = bool(np.ptp(rows) > 0)
     streams = kind in STREAMING and bool(B.max() > 0)
+    paged = (streams and kind in PAGED and ring is not None and ring_page_us(1.0, ring) > 0
+             and len(set(page.tolist())) > 1)
     how: str
+    page_us: float | None = None
     if streams:
         one_size = len(set(B.tolist())) == 1
         cols: dict[str, np.ndarray] = {}
-        if not one_size:
+        if not one_size or paged:
             cols["fixed"] = np.ones_like(t)
         cols["per_B"] = B
         if by_rows:
-            if not one_size:
+            if not one_size or paged:
                 cols["row"] = extra
             cols["row_per_B"] = B * extra
-        c = _lstsq(cols, t, 1.0 / t)
-        how = ("one byte size only: the task's time taken as all consumption (fixed 0)" if one_size else
-               "least squares on relative residuals: fixed + bytes / rate")
+        if paged:
+            assert ring is not None
+            c, page_us, held = _fit_pages(cols, t, B, rows, page, depth, ring)
+            sizes = ", ".join(f"{k:g}" for k in sorted({p / 1024 for p in page[held]}))
+            how = ("least squares on relative residuals: fixed + bytes x max(1 / rate, the ring's time per page / "
+                   f"page), page_us searched: {int(held.sum())} of {len(t)} held back by the ring"
+                   + (f" ({sizes} KiB pages)" if sizes else "; none held back: page_us bounded from above only"))
+        else:
+            c = _lstsq(cols, t, 1.0 / t)
+            how = ("one byte size only: the task's time taken as all consumption (fixed 0)" if one_size else
+                   "least squares on relative residuals: fixed + bytes / rate")
     else:
         cols = {"fixed": np.ones_like(t)}
         if by_rows:
             cols["row"] = extra
         c = _lstsq(cols, t, np.ones_like(t))
         how = "mean of the task times" if not by_rows else "least squares: fixed + (rows - 1) * row"
-    fitted = (c.get("fixed", 0.0) + c.get("row", 0.0) * extra + B * (c.get("per_B", 0.0) + c.get("row_per_B", 0.0)
-                                                                      * extra))
+    fitted = _predict(c, B, rows, page, depth, ring if paged else None, page_us or 0.0)
     rel = fitted / t - 1
     within = statistics.median(max(r.get("task_us_max", r["task_us_mean"]) / r["task_us_mean"] - 1, 0.0) for r in rs)
     worst = int(np.argmax(np.abs(rel)))
     spread = max(float(np.abs(rel).max()), within)
     shapes = ", ".join(dict.fromkeys(_shape(r) for r in rs))
     batches = ", ".join(str(b) for b in sorted({r.get("batch", 1) for r in rs}))
-    note = (f"{len(rs)} single ops ({shapes}; batch {batches}); {how}; residual rms "
+    rings = ""
+    if paged:
+        pairs = sorted({(p / 1024, d) for p, d in zip(page, depth, strict=True)})
+        rings = "; rings " + ", ".join(f"{p:g}x{d:g}" for p, d in pairs)
+    note = (f"{len(rs)} single ops ({shapes}; batch {batches}{rings}); {how}; residual rms "
             f"{_pct(np.sqrt(np.mean(rel ** 2)))}, largest {_pct(rel[worst], sign=True)} ({_case(rs[worst])}); "
             f"task times within an op +{_pct(within)} (median of max/mean)")
     if left_out:
@@ -183,7 +228,64 @@ def _fit_kind(kind: str, rs: list[dict], left_out: list[dict]) -> dict[str, dict
             out["consume_GBps"] = 1.0 / c["per_B"] / 1e3  # B/µs -> GB/s
         if by_rows and c.get("row_per_B", 0.0) > 0:
             out["consume_row_GBps"] = 1.0 / c["row_per_B"] / 1e3
+    if page_us is not None:
+        out["page_us"] = page_us
     return {k: {"value": v, "spread": spread, "note": note} for k, v in out.items()}
+
+
+def _cost(c: dict[str, float]) -> DeviceCost:
+    """The simulator's cost of a kind from the fit's coefficients (per byte in µs)."""
+    per, row_per = c.get("per_B", 0.0), c.get("row_per_B", 0.0)
+    return DeviceCost(fixed_us=c.get("fixed", 0.0), row_us=c.get("row", 0.0),
+                      consume_Bpus=1.0 / per if per > 0 else math.inf,
+                      row_consume_Bpus=1.0 / row_per if row_per > 0 else math.inf)
+
+
+def _predict(c: dict[str, float], B: np.ndarray, rows: np.ndarray, page: np.ndarray, depth: np.ndarray,
+             ring: Rates | None, page_us: float) -> np.ndarray:
+    """Each record's task time as the simulator costs it (:func:`mksim.costs.device_task_us`), with
+    the ring of the record where ``ring`` is given."""
+    cost = _cost(c)
+    out = np.empty(len(B))
+    for i in range(len(B)):
+        per_page = ring_page_us(page[i], ring, page_us) if ring is not None else 0.0
+        out[i] = device_task_us(0.0, B[i], rows[i], cost, 1.0, page[i], per_page, int(depth[i]))[0]
+    return out
+
+
+def _fit_pages(cols: dict[str, np.ndarray], t: np.ndarray, B: np.ndarray, rows: np.ndarray, page: np.ndarray,
+               depth: np.ndarray, ring: Rates) -> tuple[dict[str, float], float, np.ndarray]:
+    """The coefficients and ``page_us`` of a kind whose bytes go through the ring (module docstring),
+    and which records the ring holds back at that ``page_us``."""
+    copy = np.array([ring_page_us(p, ring) for p in page])
+    extra = rows - 1
+    one = depth < 2  # a ring of one page: its copy, then its consumption
+
+    def at(q: float) -> tuple[float, dict[str, float], np.ndarray]:
+        ring_B = (copy + q) / page
+        c = _lstsq(cols, t, 1.0 / t)
+        held = np.zeros(len(t), dtype=bool)
+        for it in range(25):
+            per = c.get("per_B", 0.0) + c.get("row_per_B", 0.0) * extra
+            now = ring_B + np.where(one, per, 0.0) > per
+            if it > 0 and (now == held).all():
+                break
+            held = now
+            keep = ~held | one  # records that keep their consumption term
+            sub = {n: v if n in ("fixed", "row") else v * keep for n, v in cols.items()}
+            c = _lstsq(sub, t - B * ring_B * held, 1.0 / t)
+        rel = _predict(c, B, rows, page, depth, ring, q) / t - 1
+        return float(np.sqrt(np.mean(rel ** 2))), c, held
+
+    grid = np.linspace(0.0, PAGE_US_MAX, 201)
+    best = min(grid, key=lambda q: at(float(q))[0])
+    fine = np.linspace(max(best - 0.01, 0.0), best + 0.01, 41)
+    q = float(min(fine, key=lambda x: at(float(x))[0]))
+    _, c, held = at(q)
+    if not held.any():
+        q = 0.0
+        _, c, held = at(q)
+    return c, q, held
 
 
 def _shape(r: dict) -> str:
@@ -207,20 +309,31 @@ def _pct(x: float, sign: bool = False) -> str:
 
 # -- reading measurements, writing the fragment ---------------------------------------------------
 def records(docs: list[Any]) -> list[dict]:
-    """Single-op records of suite ``measured.json`` documents (``cases[i].measurement.single_ops``,
-    each given the case's ``batch`` and ``model``) or of plain lists of records."""
+    """Single-op records of suite ``measured.json`` documents (``cases[i].measurement.single_ops``),
+    of the rows ``python -m validation.megakernel --json`` writes (``rows[i].single_ops``) or of
+    plain lists of records; each record of a case or row is given its ``batch`` and ``model``, and
+    the ring its kernel ran with (``page_KiB``, ``depth``) where the record does not name it."""
     out: list[dict] = []
     for doc in docs:
         if isinstance(doc, list):
-            out += doc
+            for item in doc:
+                out += _of_run(item, item) if isinstance(item, dict) and "single_ops" in item else [item]
             continue
         if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
-            raise MksimError("expected a validation measured.json (with \"cases\") or a list of single-op records")
+            raise MksimError("expected a validation measured.json (with \"cases\"), the --json rows of python -m "
+                             "validation.megakernel, or a list of single-op records")
         for case in doc["cases"]:
-            m = case.get("measurement") or {}
-            for r in m.get("single_ops") or []:
-                out.append({"batch": case.get("batch", 1), "model": case.get("model"), **r})
+            out += _of_run(case.get("measurement") or {}, case)
     return out
+
+
+def _of_run(m: dict, case: dict) -> list[dict]:
+    """The single-op records of one measurement (``validation.megakernel.gpu.measure``'s result)."""
+    kernel = m.get("kernel") or {}
+    ring = {"page_KiB": kernel["page_B"] / 1024} if kernel.get("page_B") else {}
+    if kernel.get("depth"):
+        ring["depth"] = kernel["depth"]
+    return [{"batch": case.get("batch", 1), "model": case.get("model"), **ring, **r} for r in m.get("single_ops") or []]
 
 
 def _num(v: float) -> str:
@@ -240,10 +353,93 @@ def fragment(params: dict[str, dict[str, dict]], source: str = "calibration", he
     return "\n".join(lines) + "\n"
 
 
+def undetermined(kind: str, recs: list[dict]) -> set[str]:
+    """The keys of ``kind`` that its records cannot determine: the row terms where they are all of
+    one batch, ``page_us`` where they all ran one page size.
+
+    >>> sorted(undetermined("matmul", [{"kind": "matmul", "batch": 1}]))
+    ['consume_row_GBps', 'page_us', 'task_row_us']
+    """
+    rs = [r for r in recs if r.get("kind") == kind]
+    out = set()
+    if len({r.get("batch", 1) for r in rs}) < 2:
+        out |= {"task_row_us", "consume_row_GBps"}
+    if len({r.get("page_KiB") or PAGE_KiB for r in rs}) < 2:
+        out.add("page_us")
+    return out & set(OP_KINDS[kind].cost_fields)
+
+
+def write_profile(path: Path, params: dict[str, dict[str, dict]], recs: list[dict], command: str,
+                  source: str = "calibration") -> list[str]:
+    """Put the fitted ``[runtime.kernels.<kind>]`` tables into the implementation profile at
+    ``path``, in place: each fitted kind's table is replaced, every other line (header, the ring's
+    copies in flight, sources, validation record) kept, and the header's ``python -m
+    validation.kernel_costs`` command made ``command``. A key of a fitted kind that ``recs``
+    cannot determine (:func:`undetermined`) is kept from the profile; returns those keys
+    (``matmul.task_row_us``). The profile is checked (every value in its range) before it is
+    written; a bad one is refused in one line."""
+    lines = path.read_text().splitlines()
+    kept: list[str] = []
+    for kind, costs in params.items():
+        body = fragment({kind: costs}, source).strip().splitlines()[1:]
+        header = f"[runtime.kernels.{kind}]"
+        if header in lines:
+            i = lines.index(header)
+            j = i + 1
+            while j < len(lines) and lines[j].strip() and not lines[j].startswith(("[", "#")):
+                j += 1
+            old = {ln.split("=", 1)[0].strip(): ln for ln in lines[i + 1:j] if "=" in ln}
+            for key in sorted(undetermined(kind, recs) - set(costs)):
+                if key in old:
+                    body.append(old[key])
+                    kept.append(f"{kind}.{key}")
+            lines[i + 1:j] = body
+        else:
+            tables = [k for k, ln in enumerate(lines) if ln.startswith("[runtime.kernels")]
+            j = (tables[-1] + 1) if tables else len(lines)
+            while j < len(lines) and lines[j].strip() and not lines[j].startswith("["):
+                j += 1
+            lines[j:j] = ["", header, *body]
+    cmd = [k for k, ln in enumerate(lines) if ln.startswith("#   python -m validation.kernel_costs")]
+    if cmd:
+        k = cmd[0]
+        end = k + 1
+        while end < len(lines) and lines[end].startswith("#     "):
+            end += 1
+        lines[k:end] = _wrapped(command)
+    new = path.with_name(path.name + ".new")
+    new.write_text("\n".join(lines) + "\n")
+    try:
+        hwmodels.load("h200-calibrated", profile=str(new))
+    except hwmodels.HardwareError as exc:
+        new.unlink()
+        raise MksimError(f"the refitted profile does not load: {exc}".splitlines()[0]) from None
+    new.replace(path)
+    return kept
+
+
+def _wrapped(command: str, width: int = 100) -> list[str]:
+    """``command`` as profile header lines (``#   `` then continuations ``#     ``, ending in ``\\``)."""
+    out: list[str] = []
+    line = "#   "
+    for word in command.split():
+        if len(line) + len(word) + 2 > width and line.strip("# "):
+            out.append(line + " \\")
+            line = "#     "
+        line += ("" if line.endswith(" ") else " ") + word
+    return out + [line]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m validation.kernel_costs", description=__doc__.splitlines()[0])
-    ap.add_argument("measured", nargs="+", type=Path, help="measured.json files (or folders holding one)")
+    ap.add_argument("measured", nargs="+", type=Path,
+                    help="measured.json files (or folders holding one), python -m validation.megakernel --json files")
     ap.add_argument("--out", type=Path, default=None, help="write the TOML lines here (default: standard output)")
+    ap.add_argument("--profile", type=Path, default=None,
+                    help="write the tables into this implementation profile instead (hwmodels/profiles/mksim.toml)")
+    ap.add_argument("--gpu", default="h200-calibrated+mksim",
+                    help="the GPU and profile whose bulk copies and ring the page cost is fitted beside "
+                         "(default: h200-calibrated+mksim)")
     ap.add_argument("--source", default="calibration", help="the source id the lines name (default: calibration)")
     ap.add_argument("--dram-bound-GBps", type=float, default=None,
                     help="leave out of the streaming kinds' fits the ops that streamed at least this fast")
@@ -256,21 +452,37 @@ def main(argv: list[str] | None = None) -> int:
                 docs.append(json.loads(f.read_text()))
             except (OSError, json.JSONDecodeError) as exc:
                 raise MksimError(f"{f}: cannot read ({exc.__class__.__name__}: {exc})".splitlines()[0]) from None
-        params = fit(records(docs), dram_bound_GBps=a.dram_bound_GBps)
+        try:
+            ring = rates(hwmodels.load(a.gpu))
+        except hwmodels.HardwareError as exc:
+            raise MksimError(f"--gpu {a.gpu}: {exc}".splitlines()[0]) from None
+        recs = records(docs)
+        params = fit(recs, dram_bound_GBps=a.dram_bound_GBps, ring=ring)
+        names = " ".join(str(p) for p in a.measured)
+        if a.profile is not None:
+            command = f"python -m validation.kernel_costs {names} --profile {a.profile}" + (
+                f" --dram-bound-GBps {a.dram_bound_GBps:g}" if a.dram_bound_GBps is not None else "") + (
+                f" --gpu {a.gpu}" if a.gpu != "h200-calibrated+mksim" else "")
+            kept = write_profile(a.profile, params, recs, command, a.source)
     except MksimError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    names = ", ".join(str(p) for p in a.measured)
-    text = fragment(params, a.source, "[runtime.kernels.<kind>] task costs fitted to single ops by python -m "
-                                      f"validation.kernel_costs\nfrom {names}; put these tables in the overlay")
-    if a.out:
-        a.out.write_text(text)
+    report = sys.stdout
+    if a.profile is not None:
+        print(f"wrote the [runtime.kernels.<kind>] tables of {', '.join(params)} into {a.profile}"
+              + (f"; kept from it (these records cannot determine them): {', '.join(kept)}" if kept else ""))
     else:
-        sys.stdout.write(text)
+        text = fragment(params, a.source, "[runtime.kernels.<kind>] task costs fitted to single ops by python -m "
+                                          f"validation.kernel_costs\nfrom {', '.join(str(p) for p in a.measured)}; "
+                                          "put these tables in the overlay")
+        if a.out:
+            a.out.write_text(text)
+        else:
+            sys.stdout.write(text)
+            report = sys.stderr
     for kind, costs in params.items():
         for key, p in costs.items():
-            print(f"{kind + '.' + key:30s} {p['value']:10.4g}   spread {p['spread']:.1%}",
-                  file=sys.stderr if not a.out else sys.stdout)
+            print(f"{kind + '.' + key:30s} {p['value']:10.4g}   spread {p['spread']:.1%}", file=report)
     return 0
 
 

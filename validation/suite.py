@@ -125,16 +125,14 @@ def kernel_options(model: str, batch: int, kv_len: int = KV_LEN, gpu: str = GPU,
     return opts
 
 
-CALIBRATED_PAGE_KiB = 32.0  # the weight pages the single ops (h200-mk-kernels) were timed with
-
-
 def search_fixed(model: str, batch: int, kv_len: int = KV_LEN, gpu: str = GPU) -> dict:
-    """The options a schedule search must keep: the kernel's needs, and the weight ring the
-    device-function costs were measured with — pages of :data:`CALIBRATED_PAGE_KiB` and the
-    megakernel's default depth (clamped to the shared memory left). Searched with the ring free,
-    the schedules went to 16 KiB pages and two-page rings the single ops never ran, and measured
-    19–35 % slower than predicted (docs/validation.md); the search keeps to what was calibrated
-    until per-page costs are.
+    """The options a schedule search must keep: the kernel's needs. The search itself keeps the
+    weight ring the device-function costs were measured with (32 KiB pages, the default depth) as
+    long as the profile has no cost per page (:func:`mksim.search.ring_fixed`): searched with the
+    ring free and no such cost, the schedules went to 16 KiB pages and two-page rings the single
+    ops never ran, and measured 19–35 % slower than predicted (docs/validation.md). With the
+    profile's ``page_us`` (fitted by ``python -m validation.kernel_costs`` to single ops at several
+    page sizes) page size and depth are searched.
 
     The reserve is the larger of the kernel's and the draft formula's (which allows for the
     whole input row of every sequence plus 16 KiB), so that the stored schedules survive small
@@ -143,8 +141,6 @@ def search_fixed(model: str, batch: int, kv_len: int = KV_LEN, gpu: str = GPU) -
     opts = {k: v for k, v in kopts.items() if k != "prefetch_depth"}
     draft = _formula_kernel_options(model, batch, kv_len, gpu)["smem_reserve_KiB"]
     opts["smem_reserve_KiB"] = max(opts.get("smem_reserve_KiB", 0), draft)
-    opts["page_KiB"] = CALIBRATED_PAGE_KiB
-    opts["prefetch_depth"] = kopts.get("prefetch_depth", MODE_DEFAULTS["megakernel"]["prefetch_depth"])
     return opts
 
 

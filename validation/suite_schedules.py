@@ -10,7 +10,7 @@ from pathlib import Path
 import hwmodels
 from mksim.errors import MksimError
 from mksim.schedule import Schedule
-from mksim.search import search
+from mksim.search import ring_fixed, search
 
 from .suite import BATCHES, GPU, KV_LEN, MODELS, SCHEDULES, _f, predicted_us, search_fixed
 
@@ -21,7 +21,8 @@ def search_schedules(only: list[str] | None = None, *, trials: int = 200, seed: 
                      workers: int = 1, out_dir: Path | str = SCHEDULES, gpu: str = GPU,
                      say: Callable[[str], None] = lambda _msg: None) -> list[dict]:
     """Run ``mksim search`` for each model and batch of the suite with the kernel's options fixed
-    (:func:`search_fixed`); write ``<model>-b<batch>.json`` (the best schedule) and
+    (:func:`search_fixed`, and the page ring where the profile has no cost per page:
+    :func:`mksim.search.ring_fixed`); write ``<model>-b<batch>.json`` (the best schedule) and
     ``<model>-b<batch>.search.json`` (the study's outcome) into ``out_dir``."""
     pairs = [(m, b) for m in MODELS for b in BATCHES]
     if only:
@@ -32,7 +33,7 @@ def search_schedules(only: list[str] | None = None, *, trials: int = 200, seed: 
     out.mkdir(parents=True, exist_ok=True)
     made = []
     for model, batch in pairs:
-        fixed = search_fixed(model, batch, KV_LEN, gpu)
+        fixed = ring_fixed(hwmodels.load(gpu), search_fixed(model, batch, KV_LEN, gpu))
         path = out / f"{model}-b{batch}.json"
         res = search(model, gpu, batch=batch, kv_len=KV_LEN, trials=trials, seed=seed, storage=storage,
                      workers=workers, out=path, fixed=fixed, best_mode="megakernel")

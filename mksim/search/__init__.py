@@ -16,10 +16,12 @@ from ._space import (
     baseline_params,
     build,
     candidate_from_params,
+    pages_costed,
+    ring_fixed,
     suggest,
 )
 from ._study import OBJECTIVES, SearchResult, default_study_name, save_best, search, summarize
 
 __all__ = ["Candidate", "DESIGNS", "OBJECTIVES", "POLICY_CHOICES", "Problem", "ROLES", "SEARCH_MODES", "SearchResult",
-           "baseline_params", "build", "candidate_from_params", "default_study_name", "report_rows", "save_best",
-           "search", "suggest", "summarize", "write_report"]
+           "baseline_params", "build", "candidate_from_params", "default_study_name", "pages_costed",
+           "report_rows", "ring_fixed", "save_best", "search", "suggest", "summarize", "write_report"]

@@ -13,7 +13,11 @@ Megakernel choices (conditional on ``mode = megakernel``):
   down_proj, lm_head) and ``grain_small`` for the norms, RoPE, SiLU, reduction and embedding;
 - ``kv_split_mult``: the flash-decoding split of the KV cache against its default;
 - ``page_KiB`` and ``prefetch_depth``: the loader's shared-memory pages; a choice over the SM's
-  shared memory is pruned with its reason;
+  shared memory is pruned with its reason. Where the GPU's implementation profile streams through a
+  page ring but gives no cost per page for a kind whose bytes go through it (:func:`pages_costed`:
+  ``[runtime.kernels.<kind>] page_us``, fitted to single ops at several page sizes), neither is
+  searched: every candidate keeps the default ring (32 KiB pages, 4 or as many as fit), the one its
+  single ops were timed with;
 - ``sync``: one counter per op range, or one flag per tile;
 - ``fuse_norm``: each RMS norm computed inside the matvec that follows it (no norm ops);
 - with ``designs`` (:data:`DESIGNS`): ``sync`` may be ``sentinel``; ``dispatch`` static or
@@ -39,7 +43,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from hwmodels import GPUSpec
-from mksim import models
+from mksim import costs, models
 from mksim.errors import MksimError
 from mksim.schedule import (
     MODE_DEFAULTS,
@@ -51,9 +55,9 @@ from mksim.schedule import (
     get_design,
     modes_on,
 )
-from mksim.workload import Tiling, default_kv_splits
+from mksim.workload import KINDS, Tiling, default_kv_splits
 
-SPACE_VERSION = 3  # bump when a parameter is added or changes meaning: old studies cannot be resumed
+SPACE_VERSION = 4  # bump when a parameter is added or changes meaning: old studies cannot be resumed
 SEARCH_MODES = ("megakernel", "graph_pdl", "graph")
 CHAIN_MODES = ("graph_pdl", "graph")
 POLICY_CHOICES = ("rr", "zigzag", "wave", "dag", "pool")
@@ -63,8 +67,8 @@ ROLE_OF = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "ga
 GRAIN = (0.5, 1.0, 2.0, 3.0, 4.0)
 SMALL_GRAIN = (0.25, 0.5, 1.0)
 KV_SPLIT_MULT = (0.5, 1.0, 2.0)
-PAGES_KiB = (16, 32, 64)
-MAX_PREFETCH = 12
+PAGES_KiB = (8, 16, 32, 64)
+MAX_PREFETCH = 16  # 8 KiB pages: 16 fit beside a 44 KiB reserve
 SYNCS = ("counter", "flag")  # sampled; a study may fix any of ALL_SYNCS
 ALL_SYNCS = ("counter", "flag", "sentinel")
 # Megakernel designs a study may add to the space (``designs``); without them the space is the one
@@ -95,6 +99,43 @@ def chain_modes(gpu: GPUSpec) -> tuple[str, ...]:
     (('graph_pdl', 'graph'), ('graph',))
     """
     return modes_on(gpu, CHAIN_MODES)[0]
+
+
+def pages_costed(gpu: GPUSpec) -> bool:
+    """Whether the model prices the loader's page size and ring depth on ``gpu``: it has no page
+    ring (without an implementation profile's ``ring_copies_in_flight_count`` pages cost what their
+    bytes do), or its profile gives a cost per page (``page_us``) for every kind whose bytes go
+    through the pages (:func:`mksim.costs.ring_page_us`).
+
+    >>> import hwmodels
+    >>> pages_costed(hwmodels.load("h200")), pages_costed(hwmodels.load("h200-calibrated+mksim"))
+    (True, False)
+    """
+    if costs.ring_page_us(1.0, costs.rates(gpu)) <= 0:
+        return True
+    return all(c.page_us is not None for kind, c in gpu.kernels.per_kind.items()
+               if kind in KINDS and KINDS[kind].pages)
+
+
+def ring_fixed(gpu: GPUSpec, fixed: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``fixed`` with the page ring every candidate keeps where the model does not price pages
+    (:func:`pages_costed`): the default ring (``page_KiB`` 32 and ``prefetch_depth`` 4, or as many
+    pages as fit beside the fixed ``smem_reserve_KiB``), the one the profile's single ops ran with;
+    ``fixed`` itself where it does, or where it fixes both.
+
+    >>> import hwmodels
+    >>> ring_fixed(hwmodels.load("h200-calibrated+mksim"), {"smem_reserve_KiB": 137.0})
+    {'smem_reserve_KiB': 137.0, 'page_KiB': 32.0, 'prefetch_depth': 2}
+    >>> ring_fixed(hwmodels.load("h200"), {"smem_reserve_KiB": 137.0})
+    {'smem_reserve_KiB': 137.0}
+    """
+    fixed = dict(fixed or {})
+    if ("page_KiB" in fixed and "prefetch_depth" in fixed) or pages_costed(gpu):
+        return fixed
+    page = float(fixed.get("page_KiB", BASELINE_PAGE_KiB))
+    room = gpu.sm.shared_memory_per_block_KiB - fixed.get("smem_reserve_KiB", DEFAULT_RESERVE_KiB)
+    return {**fixed, "page_KiB": page,
+            "prefetch_depth": fixed.get("prefetch_depth", max(1, min(BASELINE_DEPTH, int(room // page))))}
 
 
 def check_fixed(fixed: dict[str, Any] | None) -> dict[str, Any]:
@@ -201,7 +242,7 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any]
     (see :func:`check_fixed`) are not sampled and go into every candidate's options."""
     import optuna
 
-    fixed = fixed or {}
+    fixed = ring_fixed(gpu, fixed)
 
     def pick(param: str, choose):
         """A sampled option, or its fixed value (not sampled)."""
@@ -270,8 +311,9 @@ def baseline_params(gpu: GPUSpec, fixed: dict[str, Any] | None = None,
     the chain modes ``gpu`` can run (:func:`chain_modes`).
 
     With ``fixed`` options, their parameters are left out (chain candidates that become the same
-    are listed once), and the megakernel baselines keep as many of their 4 pages as fit."""
-    fixed = fixed or {}
+    are listed once), and the megakernel baselines keep as many of their 4 pages as fit. Where the
+    model does not price pages (:func:`ring_fixed`), the ring is fixed too."""
+    fixed = ring_fixed(gpu, fixed)
     page = fixed.get("page_KiB", BASELINE_PAGE_KiB)
     room = gpu.sm.shared_memory_per_block_KiB - fixed.get("smem_reserve_KiB", DEFAULT_RESERVE_KiB)
     depth = max(1, min(BASELINE_DEPTH, int(room // page)))

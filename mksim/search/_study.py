@@ -52,6 +52,7 @@ from ._space import (
     check_designs,
     check_fixed,
     is_baseline,
+    ring_fixed,
     suggest,
 )
 
@@ -331,7 +332,9 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
     (``workers`` processes on this machine share it), writes the best schedule to ``out`` and an
     HTML report to ``report``, and returns a :class:`SearchResult`. ``fixed`` Options fields
     (``{"smem_reserve_KiB": 80}``: what a generated kernel needs) are kept by every candidate and
-    recorded in the study: resuming it with other fixed values is refused. ``best_mode``
+    recorded in the study: resuming it with other fixed values is refused. Where the model does not
+    price pages (:func:`~mksim.search.pages_costed`), the page ring is fixed too (:func:`~mksim.search.ring_fixed`).
+    ``best_mode``
     (``"megakernel"``) makes the best the best trial of that mode, when the chain baselines must
     stay comparisons only (the validation suite's searched megakernels). ``designs`` (``"sentinel,dynamic"``
     or ``"all"``) adds megakernel designs to the space and their baselines (``megakernel:dynamic``,
@@ -345,7 +348,7 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
     if timeout is not None and not 0 < timeout < float("inf"):
         raise MksimError(f"--timeout must be a positive number of seconds, got {timeout:g}")
     spec = hwmodels.load(gpu)
-    fixed = check_fixed(fixed)
+    fixed = ring_fixed(spec, check_fixed(fixed))  # the ring too where the model does not price pages
     designs_t = check_designs(designs)
     n_first = len(baseline_params(spec, fixed, designs_t))
     if trials < n_first:

@@ -90,3 +90,36 @@ def test_cli_fix_option():
     r = cli("--fix", "smem_reserve_KiB=64", "--trials", "25", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["fixed"] == {"smem_reserve_KiB": 64.0}
+
+
+def paged_profile(tmp_path, page_us: float | None):
+    """The calibrated H200 with mksim's profile, with a cost per page of its matmul (or none)."""
+    text = hwmodels.resolve_profile("mksim").read_text()
+    if page_us is not None:
+        text = text.replace("[runtime.kernels.matmul]\n",
+                            f'[runtime.kernels.matmul]\npage_us = {{ value = {page_us}, source = "calibration" }}\n')
+    p = tmp_path / f"paged-{page_us}.toml"
+    p.write_text(text)
+    return hwmodels.load("h200-calibrated", profile=str(p))
+
+
+def test_the_ring_is_searched_only_where_the_profile_prices_pages(tmp_path):
+    from mksim.search import pages_costed, ring_fixed
+
+    plain, unpriced, priced = GPU, paged_profile(tmp_path, None), paged_profile(tmp_path, 0.2)
+    assert [pages_costed(g) for g in (plain, unpriced, priced)] == [True, False, True]
+    # a ring without a cost per page: every candidate keeps the ring its single ops ran with
+    assert ring_fixed(unpriced, {"smem_reserve_KiB": 44.0}) == {"smem_reserve_KiB": 44.0, "page_KiB": 32.0,
+                                                                "prefetch_depth": 4}
+    cand = suggest(optuna.trial.FixedTrial(MK), unpriced, fixed={"smem_reserve_KiB": 44.0})
+    assert (cand.options["page_KiB"], cand.options["prefetch_depth"]) == (32.0, 4)
+    base = baseline_params(unpriced, {"smem_reserve_KiB": 44.0})["megakernel:rr"]
+    assert "page_KiB" not in base and "prefetch_depth" not in base
+    # with page_us, 8 KiB pages in rings of 16 are candidates, and the baselines name their ring
+    cand = suggest(optuna.trial.FixedTrial({**MK, "page_KiB": 8, "prefetch_depth": 16}), priced,
+                   fixed={"smem_reserve_KiB": 44.0})
+    assert (cand.options["page_KiB"], cand.options["prefetch_depth"]) == (8.0, 16)
+    assert baseline_params(priced, {"smem_reserve_KiB": 44.0})["megakernel:rr"]["page_KiB"] == 32
+    # a ring fixed by the caller is kept as given
+    assert ring_fixed(unpriced, {"page_KiB": 16.0, "prefetch_depth": 8}) == {"page_KiB": 16.0, "prefetch_depth": 8}
+    assert ring_fixed(unpriced, {"page_KiB": 64.0})["prefetch_depth"] == 3

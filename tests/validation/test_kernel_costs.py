@@ -235,3 +235,100 @@ def test_a_kind_is_fitted_in_the_form_its_description_declares():
     p = kc.fit([rec("softcap", 0.0, 1.2 + (b - 1) * 0.3, b) for b in (1, 4)])
     assert values(p) == pytest.approx({"softcap.task_fixed_us": 1.2, "softcap.task_row_us": 0.3})
     assert tuple(p["softcap"]) == mksim.workload.get_kind("softcap").cost_fields
+
+
+# -- the cost per page of the weight ring -----------------------------------------------------------
+RING = mksim.costs.rates(hwmodels.load("h200-calibrated+mksim"))  # one bulk copy in flight, 380.6 ns + B / 117.9 GB/s
+RINGS = ((8, 16), (8, 4), (16, 8), (16, 2), (32, 4), (32, 2), (64, 2), (64, 1))  # page KiB, depth
+
+
+def paged_records(page_us=0.2, fixed=3.4, rate=30.0, row=0.6, row_rate=300.0, batches=(1, 8), rings=RINGS):
+    """Exact task times of a matmul whose workers wait for the ring, as the simulator costs them."""
+    cost = mksim.costs.DeviceCost(fixed_us=fixed, row_us=row, consume_Bpus=rate * 1e3, row_consume_Bpus=row_rate * 1e3)
+    out = []
+    for page, depth in rings:
+        for b in batches:
+            for i, B in enumerate((65536, 262144, 889701, 1989911)):
+                ring = mksim.costs.ring_page_us(page * 1024, RING, page_us)
+                us = float(mksim.costs.device_task_us(0.0, B, b, cost, 1.0, page * 1024, ring, depth)[0])
+                out.append(rec("matmul", B, us, b, op=f"L0.m{i}", K=2048, N=B // 4096, page_KiB=page, depth=depth))
+    return out
+
+
+def test_recovers_the_cost_per_page_from_several_page_sizes_and_depths():
+    p = kc.fit(paged_records(), ring=RING)
+    assert values(p) == pytest.approx({"matmul.task_fixed_us": 3.4, "matmul.task_row_us": 0.6,
+                                       "matmul.consume_GBps": 30.0, "matmul.consume_row_GBps": 300.0,
+                                       "matmul.page_us": 0.2}, rel=1e-3)
+    note = flat(p)["matmul.page_us"]["note"]
+    assert "rings 8x4, 8x16, 16x2, 16x8, 32x2, 32x4, 64x1, 64x2" in note and "held back by the ring (8, 16" in note
+    assert "residual rms 0.0%" in note
+    # with 2 % noise, within a few hundredths of a µs
+    noisy = paged_records()
+    for i, r in enumerate(noisy):
+        r["task_us_mean"] *= 1 + (0.02 if i % 3 else -0.02)
+    assert values(kc.fit(noisy, ring=RING))["matmul.page_us"] == pytest.approx(0.2, abs=0.04)
+
+
+def test_no_cost_per_page_from_one_page_size_or_without_the_ring():
+    recs = paged_records(rings=((8, 16), (32, 4)))
+    assert "matmul.page_us" in values(kc.fit(recs, ring=RING))
+    assert "matmul.page_us" not in values(kc.fit(recs))  # no GPU's ring to fit it beside
+    assert "matmul.page_us" not in values(kc.fit(paged_records(rings=((32, 4),)), ring=RING))
+    # pages the ring never holds back bound the cost from above only: 0
+    p = kc.fit(paged_records(page_us=0.0, rings=((32, 4), (64, 2))), ring=RING)
+    assert values(p)["matmul.page_us"] == 0.0 and "none held back" in flat(p)["matmul.page_us"]["note"]
+
+
+def runner_rows(recs: list[dict]) -> list[dict]:
+    """``python -m validation.megakernel --json`` rows: one graph row per ring, with its single ops."""
+    rows = []
+    for page, depth in sorted({(r["page_KiB"], r["depth"]) for r in recs}):
+        for b in sorted({r["batch"] for r in recs}):
+            ops = [{k: v for k, v in r.items() if k not in ("batch", "page_KiB", "depth")} for r in recs
+                   if (r["page_KiB"], r["depth"], r["batch"]) == (page, depth, b)]
+            rows.append({"mode": "graph", "model": "toy", "batch": b, "measured_us": 1.0, "single_ops": ops,
+                         "kernel": {"page_B": page * 1024, "depth": depth}})
+    return rows
+
+
+def test_records_of_the_runner_rows_take_their_ring_model_and_batch():
+    recs = kc.records([runner_rows(paged_records())])
+    assert len(recs) == len(paged_records()) and {r["model"] for r in recs} == {"toy"}
+    assert {(r["page_KiB"], r["depth"]) for r in recs} == set(RINGS) and {r["batch"] for r in recs} == {1, 8}
+    # a record's own ring wins; a measurement without one leaves it to the fit's default (32 KiB, 4)
+    row = {"batch": 1, "single_ops": [rec("silu_mul", 0, 1.0, page_KiB=16.0)], "kernel": {"page_B": 8192}}
+    assert kc.records([[row]])[0]["page_KiB"] == 16.0
+    assert "page_KiB" not in kc.records([[{"single_ops": [rec("silu_mul", 0, 1.0)]}]])[0]
+
+
+def test_the_refit_writes_the_profile_in_place(tmp_path, capsys):
+    prof = tmp_path / "mksim.toml"
+    prof.write_text(hwmodels.resolve_profile("mksim").read_text())
+    before = hwmodels.load("h200-calibrated", profile=str(prof)).kernels
+    run = tmp_path / "pages.json"  # batch 1 only: the row terms are kept from the profile
+    run.write_text(json.dumps(runner_rows(paged_records(batches=(1,))) + [
+        {"mode": "graph", "model": "toy", "batch": 1, "single_ops": [rec("silu_mul", 0, 1.25)],
+         "kernel": {"page_B": 32768, "depth": 4}}]))
+    assert kc.main([str(run), "--profile", str(prof)]) == 0
+    out = capsys.readouterr().out
+    assert f"into {prof}; kept from it (these records cannot determine them): matmul.consume_row_GBps, " \
+           "matmul.task_row_us, silu_mul.task_row_us" in out
+    g = hwmodels.load("h200-calibrated", profile=str(prof))
+    m = g.kernels.per_kind["matmul"]
+    assert (m.task_fixed_us, m.consume_GBps, m.page_us) == pytest.approx((3.4, 30.0, 0.2), rel=1e-3)
+    assert m.task_row_us == before.per_kind["matmul"].task_row_us  # kept
+    assert g.kernels.per_kind["silu_mul"].task_fixed_us == 1.25
+    assert g.kernels.per_kind["rope_kv"] == before.per_kind["rope_kv"]  # not measured: untouched
+    assert g.kernels.ring_copies_in_flight_count == 1
+    text = prof.read_text()
+    assert f"#   python -m validation.kernel_costs {run} --profile {prof}" in text.replace(" \\\n#     ", " ")
+    assert text.count("[runtime.kernels.matmul]") == 1 and "[validation]" in text
+    from mksim.search import pages_costed
+    assert pages_costed(g)
+    # a fit out of range is refused and the profile left as it was
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([rec("silu_mul", 0, 5000.0)]))
+    assert kc.main([str(bad), "--profile", str(prof)]) == 2
+    assert "error: the refitted profile does not load" in capsys.readouterr().err
+    assert prof.read_text() == text

@@ -361,7 +361,9 @@ class Runner:
 
     def time_ops(self, reps: int = 10, watchdog_s: float = 60.0, cold: bool = True) -> list[dict]:
         """Each distinct op (kind and shape) of a chain mode run alone as one kernel: median µs of
-        ``reps`` launches between CUDA events, and the bytes it streams per µs.
+        ``reps`` launches between CUDA events, and the bytes it streams per µs; each record names
+        the weight ring it ran with (``page_KiB``, ``depth``: its pages, what validation.kernel_costs
+        fits a cost per page to).
 
         ``cold``: before every launch, outside the events, write a buffer of several L2 sizes, so
         that the op's weights, KV cache and inputs come from DRAM as they do in a step, where the
@@ -397,6 +399,7 @@ class Runner:
             tr = self.cp.asnumpy(self.trace[a:b]).astype(np.int64)
             task_us = (tr[:, 2] - tr[:, 1]) / 1e3
             seen[key] = {"op": op.name, "kind": op.kind, "l2": "flushed" if cold else "warm",
+                         "page_KiB": self.plan.page_B / 1024, "depth": self.plan.depth,
                          "N": op.out_size, "K": op.attrs.get("k"),
                          "tiles": int(g.n_tiles[i]), "us": med, "spread_us": float(np.ptp(times)),
                          "streamed_B": streamed, "GBps": streamed / med / 1e3,
