@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{mode}: {exc}", flush=True)
             rows.append({"mode": mode, "error": str(exc)})
             continue
-        r.update(mode=mode, model=a.model, batch=a.batch, predicted_us=pred, options=opts, pdl_trigger=a.pdl_trigger)
+        r.update(mode=mode, model=a.model, batch=a.batch, kv_len=a.kv_len, wl=wl_opts, predicted_us=pred, options=opts,
+                 pdl_trigger=a.pdl_trigger)
         rows.append(r)
         print(f"{mode:18s} measured {r['measured_us']:9.1f} us (spread {r['measured_spread_us']:.1f}), predicted "
               f"{pred:9.1f} us, {r['GBps']:6.0f} GB/s, max rel err {r['max_rel_err']:.1e} ({r['worst_op']}), "
