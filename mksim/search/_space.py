@@ -118,7 +118,7 @@ def pages_costed(gpu: GPUSpec) -> bool:
 
 
 def ring_fixed(gpu: GPUSpec, fixed: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``fixed`` with the page ring every candidate keeps where the model does not price pages
+    """``fixed`` with the page ring every megakernel candidate keeps where the model does not price pages
     (:func:`pages_costed`): the default ring (``page_KiB`` 32 and ``prefetch_depth`` 4, or as many
     pages as fit beside the fixed ``smem_reserve_KiB``), the one the profile's single ops ran with;
     ``fixed`` itself where it does, or where it fixes both.
@@ -242,11 +242,11 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any]
     (see :func:`check_fixed`) are not sampled and go into every candidate's options."""
     import optuna
 
-    fixed = ring_fixed(gpu, fixed)
+    fx: dict[str, Any] = dict(fixed or {})
 
     def pick(param: str, choose):
         """A sampled option, or its fixed value (not sampled)."""
-        return fixed[SAMPLED_OPTION[param]] if SAMPLED_OPTION[param] in fixed else choose()
+        return fx[SAMPLED_OPTION[param]] if SAMPLED_OPTION[param] in fx else choose()
 
     if mode != "megakernel":
         mode = trial.suggest_categorical("mode", chain_modes(gpu))
@@ -255,7 +255,8 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any]
                                                                                           CHAIN_TASKS)),
             "blocks_per_sm": pick("chain_blocks_per_sm", lambda: trial.suggest_categorical("chain_blocks_per_sm",
                                                                                             CHAIN_BLOCKS)),
-            **fixed}, fuse_norm=trial.suggest_categorical("fuse_norm", FUSE))
+            **fx}, fuse_norm=trial.suggest_categorical("fuse_norm", FUSE))
+    fx = ring_fixed(gpu, fx)  # a megakernel's ring, where the model does not price pages
     policy = trial.suggest_categorical("policy", POLICY_CHOICES + (("die",) if "dies" in designs else ()))
     popts: dict[str, Any] = {}
     if policy in ("rr", "dag", "die"):
@@ -278,19 +279,19 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any]
     depth = pick("prefetch_depth", lambda: trial.suggest_int("prefetch_depth", 1, MAX_PREFETCH))
     design_opts: dict[str, Any] = {}
     for name in designs:  # what each design gives every candidate (dies=True, movement="native", ...)
-        design_opts |= {k: v for k, v in get_design(name).search_options().items() if k not in fixed}
-    if "dynamic" in designs and "dispatch" not in fixed:
+        design_opts |= {k: v for k, v in get_design(name).search_options().items() if k not in fx}
+    if "dynamic" in designs and "dispatch" not in fx:
         design_opts["dispatch"] = trial.suggest_categorical("dispatch", ("static", "dynamic"))
-    if design_opts.get("dispatch", fixed.get("dispatch")) == "dynamic":  # tasks wait on event counters
+    if design_opts.get("dispatch", fx.get("dispatch")) == "dynamic":  # tasks wait on event counters
         sync = "counter"
-        if "schedulers" not in fixed:
+        if "schedulers" not in fx:
             design_opts["schedulers"] = trial.suggest_categorical("schedulers", SCHEDULERS)
-        if "prelaunch" not in fixed:
+        if "prelaunch" not in fx:
             design_opts["prelaunch"] = trial.suggest_categorical("prelaunch", PRELAUNCH)
     else:
         syncs = ALL_SYNCS if "sentinel" in designs else SYNCS
         sync = pick("sync", lambda: trial.suggest_categorical("sync", syncs))
-    reserve = fixed.get("smem_reserve_KiB", DEFAULT_RESERVE_KiB)
+    reserve = fx.get("smem_reserve_KiB", DEFAULT_RESERVE_KiB)
     budget = gpu.sm.shared_memory_per_block_KiB
     if depth * page + reserve > budget:
         reason = (f"{depth} pages of {page} KiB + {reserve:g} KiB reserved exceed the {budget:g} KiB of shared "
@@ -299,7 +300,7 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any]
         raise optuna.TrialPruned(reason)
     return Candidate(mode="megakernel", policy=policy, policy_options=popts,
                      options={"prefetch_depth": depth, "page_KiB": float(page), "sync": sync, **design_opts,
-                              **fixed},
+                              **fx},
                      grain={r: g for r, g in grain.items() if g != 1.0}, small_grain=small, kv_split_mult=kv,
                      fuse_norm=fuse, split_qkv=split_qkv, split_gate_up=split_gu)
 
@@ -313,7 +314,7 @@ def baseline_params(gpu: GPUSpec, fixed: dict[str, Any] | None = None,
     With ``fixed`` options, their parameters are left out (chain candidates that become the same
     are listed once), and the megakernel baselines keep as many of their 4 pages as fit. Where the
     model does not price pages (:func:`ring_fixed`), the ring is fixed too."""
-    fixed = ring_fixed(gpu, fixed)
+    fixed = ring_fixed(gpu, fixed)  # chain candidates have no ring parameters to leave out
     page = fixed.get("page_KiB", BASELINE_PAGE_KiB)
     room = gpu.sm.shared_memory_per_block_KiB - fixed.get("smem_reserve_KiB", DEFAULT_RESERVE_KiB)
     depth = max(1, min(BASELINE_DEPTH, int(room // page)))

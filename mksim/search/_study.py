@@ -220,6 +220,9 @@ def _open_study_unchecked(problem: Problem, objectives: tuple[str, ...], storage
                             "space": SPACE_VERSION}
     if problem.fixed:  # recorded only when given: studies made before fixed options still resume
         want["fixed"] = dict(problem.fixed)
+    ring = {k: v for k, v in ring_fixed(problem.gpu, problem.fixed).items() if k not in problem.fixed}
+    if ring:  # the megakernels' ring, where the model does not price pages: likewise
+        want["ring"] = ring
     if problem.designs:  # likewise
         want["designs"] = list(problem.designs)
     have = study.user_attrs.get("problem")
@@ -333,8 +336,8 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
     HTML report to ``report``, and returns a :class:`SearchResult`. ``fixed`` Options fields
     (``{"smem_reserve_KiB": 80}``: what a generated kernel needs) are kept by every candidate and
     recorded in the study: resuming it with other fixed values is refused. Where the model does not
-    price pages (:func:`~mksim.search.pages_costed`), the page ring is fixed too (:func:`~mksim.search.ring_fixed`).
-    ``best_mode``
+    price pages (:func:`~mksim.search.pages_costed`), the megakernels keep the default page ring
+    (:func:`~mksim.search.ring_fixed`), recorded likewise. ``best_mode``
     (``"megakernel"``) makes the best the best trial of that mode, when the chain baselines must
     stay comparisons only (the validation suite's searched megakernels). ``designs`` (``"sentinel,dynamic"``
     or ``"all"``) adds megakernel designs to the space and their baselines (``megakernel:dynamic``,
@@ -348,7 +351,7 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
     if timeout is not None and not 0 < timeout < float("inf"):
         raise MksimError(f"--timeout must be a positive number of seconds, got {timeout:g}")
     spec = hwmodels.load(gpu)
-    fixed = ring_fixed(spec, check_fixed(fixed))  # the ring too where the model does not price pages
+    fixed = check_fixed(fixed)
     designs_t = check_designs(designs)
     n_first = len(baseline_params(spec, fixed, designs_t))
     if trials < n_first:
