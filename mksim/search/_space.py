@@ -20,13 +20,17 @@ Megakernel choices (conditional on ``mode = megakernel``):
   single ops were timed with;
 - ``sync``: one counter per op range, or one flag per tile;
 - ``fuse_norm``: each RMS norm computed inside the matvec that follows it (no norm ops);
+  ``fuse_rope``: RoPE and the KV-cache append in the q/k/v projection's epilogue (no RoPE ops;
+  not with ``split_qkv``); ``fuse_silu``: SiLU·mul in the gate/up projection's epilogue (no
+  SiLU ops; not with ``split_gate_up``);
 - with ``designs`` (:data:`DESIGNS`): ``sync`` may be ``sentinel``; ``dispatch`` static or
   dynamic, and for dynamic ``schedulers`` and ``prelaunch``; dependencies across dies cost their
   crossing and ``policy`` may be ``die``; megakernels move data as their generation does;
   ``split_qkv`` / ``split_gate_up``: separate projections instead of the fused ones.
 
 Chain choices (``mode`` = graph or graph_pdl, for comparison): ``chain_tasks_per_sm`` and
-``chain_blocks_per_sm``, and ``fuse_norm`` at the default sizes. They are few (20), so every
+``chain_blocks_per_sm``, and at the default sizes the fused ops (``fuse_norm``, ``fuse_rope`` and
+``fuse_silu`` together). They are few (20), so every
 study enqueues them all at its start rather than letting the sampler choose a mode: sampled
 trials are all megakernels. A chain mode the GPU lacks (graph_pdl without programmatic
 dependent launch: :func:`chain_modes`) is never a candidate there.
@@ -44,7 +48,7 @@ from typing import Any
 
 from hwmodels import GPUSpec
 from mksim import costs, models
-from mksim.errors import MksimError
+from mksim.errors import MksimError, ScheduleError, WorkloadError
 from mksim.schedule import (
     MODE_DEFAULTS,
     ORDERS,
@@ -198,10 +202,10 @@ class Problem:
     designs: tuple[str, ...] = ()  # megakernel designs added to the space (check_designs)
 
     def workload(self, kv_split_mult: float = 1.0, fuse_norm: bool = False, split_qkv: bool = False,
-                 split_gate_up: bool = False):
+                 split_gate_up: bool = False, fuse_rope: bool = False, fuse_silu: bool = False):
         n = self.gpu.sm.count
         kw = {"batch": self.batch, "kv_len": self.kv_len, "phase": self.phase, "n_sms": n, "fuse_norm": fuse_norm,
-              "split_qkv": split_qkv, "split_gate_up": split_gate_up}
+              "split_qkv": split_qkv, "split_gate_up": split_gate_up, "fuse_rope": fuse_rope, "fuse_silu": fuse_silu}
         if kv_split_mult != 1.0:
             cfg = models.get(self.model)
             default = default_kv_splits(cfg.num_kv_heads, self.batch, self.kv_len + 1, n)
@@ -222,6 +226,8 @@ class Candidate:
     fuse_norm: bool = False
     split_qkv: bool = False
     split_gate_up: bool = False
+    fuse_rope: bool = False
+    fuse_silu: bool = False
 
     def smem_KiB(self) -> float:
         """Shared memory per SM the schedule reserves (loader pages and the fixed reserve)."""
@@ -255,7 +261,9 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any]
                                                                                           CHAIN_TASKS)),
             "blocks_per_sm": pick("chain_blocks_per_sm", lambda: trial.suggest_categorical("chain_blocks_per_sm",
                                                                                             CHAIN_BLOCKS)),
-            **fx}, fuse_norm=trial.suggest_categorical("fuse_norm", FUSE))
+            **fx}, fuse_norm=trial.suggest_categorical("fuse_norm", FUSE),
+            fuse_rope=trial.suggest_categorical("fuse_rope", FUSE),
+            fuse_silu=trial.suggest_categorical("fuse_silu", FUSE))
     fx = ring_fixed(gpu, fx)  # a megakernel's ring, where the model does not price pages
     policy = trial.suggest_categorical("policy", POLICY_CHOICES + (("die",) if "dies" in designs else ()))
     popts: dict[str, Any] = {}
@@ -275,6 +283,9 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any]
     fuse = trial.suggest_categorical("fuse_norm", FUSE)
     split_qkv = trial.suggest_categorical("split_qkv", FUSE)
     split_gu = trial.suggest_categorical("split_gate_up", FUSE)
+    # an epilogue needs the fused projection: no choice with the split one
+    fuse_rope = False if split_qkv else trial.suggest_categorical("fuse_rope", FUSE)
+    fuse_silu = False if split_gu else trial.suggest_categorical("fuse_silu", FUSE)
     page = pick("page_KiB", lambda: trial.suggest_categorical("page_KiB", PAGES_KiB))
     depth = pick("prefetch_depth", lambda: trial.suggest_int("prefetch_depth", 1, MAX_PREFETCH))
     design_opts: dict[str, Any] = {}
@@ -302,7 +313,8 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any]
                      options={"prefetch_depth": depth, "page_KiB": float(page), "sync": sync, **design_opts,
                               **fx},
                      grain={r: g for r, g in grain.items() if g != 1.0}, small_grain=small, kv_split_mult=kv,
-                     fuse_norm=fuse, split_qkv=split_qkv, split_gate_up=split_gu)
+                     fuse_norm=fuse, split_qkv=split_qkv, split_gate_up=split_gu, fuse_rope=fuse_rope,
+                     fuse_silu=fuse_silu)
 
 
 def baseline_params(gpu: GPUSpec, fixed: dict[str, Any] | None = None,
@@ -320,7 +332,8 @@ def baseline_params(gpu: GPUSpec, fixed: dict[str, Any] | None = None,
     depth = max(1, min(BASELINE_DEPTH, int(room // page)))
     mk = {f"grain_{r}": 1.0 for r in ROLES} | {"grain_small": 1.0, "kv_split_mult": 1.0, "page_KiB": BASELINE_PAGE_KiB,
                                                 "prefetch_depth": depth, "sync": "counter", "fuse_norm": False,
-                                                "split_qkv": False, "split_gate_up": False}
+                                                "split_qkv": False, "split_gate_up": False, "fuse_rope": False,
+                                                "fuse_silu": False}
 
     if "dynamic" in designs and "dispatch" not in fixed:
         mk["dispatch"] = "static"
@@ -341,6 +354,7 @@ def baseline_params(gpu: GPUSpec, fixed: dict[str, Any] | None = None,
     if "sentinel" in designs and "sync" not in fixed:
         out["megakernel:sentinel"] = unfixed({"policy": "dag", "order": "op", "dag_sync_scale": 1.0, **mk,
                                               "sync": "sentinel"})
+    plain = {"fuse_norm": False, "fuse_rope": False, "fuse_silu": False}
     tasks = (fixed["tasks_per_sm"],) if "tasks_per_sm" in fixed else CHAIN_TASKS
     blocks = (fixed["blocks_per_sm"],) if "blocks_per_sm" in fixed else CHAIN_BLOCKS
     for m in chain_modes(gpu):
@@ -348,11 +362,11 @@ def baseline_params(gpu: GPUSpec, fixed: dict[str, Any] | None = None,
             for b in blocks:
                 default = (t == 2.0 or "tasks_per_sm" in fixed) and (b == 2 or "blocks_per_sm" in fixed)
                 name = m if default else f"{m}:{t:g}x{b}"
-                out[name] = unfixed({"mode": m, "chain_tasks_per_sm": t, "chain_blocks_per_sm": b, "fuse_norm": False})
+                out[name] = unfixed({"mode": m, "chain_tasks_per_sm": t, "chain_blocks_per_sm": b, **plain})
         t = fixed.get("tasks_per_sm", 2.0)
         b = fixed.get("blocks_per_sm", 2)
-        out[f"{m}:fused-norm"] = unfixed({"mode": m, "chain_tasks_per_sm": t, "chain_blocks_per_sm": b,
-                                          "fuse_norm": True})
+        out[f"{m}:fused"] = unfixed({"mode": m, "chain_tasks_per_sm": t, "chain_blocks_per_sm": b,
+                                     **{k: True for k in plain}})
     return out
 
 
@@ -372,7 +386,10 @@ def candidate_from_params(params: dict[str, Any], gpu: GPUSpec, fixed: dict[str,
 
 def build(c: Candidate, problem: Problem):
     """The :class:`Schedule` of a candidate (validated; raises ScheduleError/DeadlockError)."""
-    wl = problem.workload(c.kv_split_mult, c.fuse_norm, c.split_qkv, c.split_gate_up)
+    try:  # a fusion the model cannot take (fuse_rope with q/k norms) prunes the trial, with its reason
+        wl = problem.workload(c.kv_split_mult, c.fuse_norm, c.split_qkv, c.split_gate_up, c.fuse_rope, c.fuse_silu)
+    except WorkloadError as exc:
+        raise ScheduleError(str(exc)) from None
     n = problem.gpu.sm.count
     if c.options.get("dispatch") == "dynamic":  # grains count the worker SMs
         n = dispatch_layout(problem.gpu, c.options.get("schedulers", 0))[0]

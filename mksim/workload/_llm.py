@@ -3,7 +3,8 @@
 The base graph keeps each op separate (norm, projection, RoPE, attention partials and
 their reduction, SiLU·mul, ...); fusing is a schedule's choice. Matmul epilogues that
 every implementation fuses (the residual add after the O and down projections) are
-part of their matmul.
+part of their matmul. The fusions a schedule may choose (``fuse_norm``, ``fuse_rope``,
+``fuse_silu``) remove an op and fold its arithmetic and bytes into a matmul.
 """
 
 from __future__ import annotations
@@ -32,20 +33,30 @@ def default_kv_splits(kv_heads: int, batch: int, kv_total: int, n_sms: int = 132
 def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = "decode",
                        prefill_tokens: int = 0, weight_dtype: str = "bf16",
                        kv_splits: int | None = None, n_sms: int = 132, fuse_norm: bool = False,
-                       split_qkv: bool = False, split_gate_up: bool = False, logit_softcap: float = 0.0) -> Workload:
+                       fuse_rope: bool = False, fuse_silu: bool = False, split_qkv: bool = False,
+                       split_gate_up: bool = False, logit_softcap: float = 0.0) -> Workload:
     """The op graph of one step of ``cfg`` (a :class:`~mksim.models.ModelConfig`).
 
     ``batch`` sequences each hold ``kv_len`` tokens in the KV cache. ``decode`` makes one
     token per sequence; ``prefill`` processes ``prefill_tokens`` new tokens per sequence.
     ``fuse_norm`` folds each RMS norm into the matvec that follows it: no norm op (and no
     op boundary); the matvec reads the residual stream and the norm's weight and does its
-    arithmetic. ``split_qkv`` and ``split_gate_up`` make separate q/k/v (gate/up) matvecs of the
-    fused projections: independent ops a megakernel can interleave. ``logit_softcap`` > 0 caps the
+    arithmetic. ``fuse_rope`` applies RoPE in the fused q/k/v projection's epilogue: no ``rope_kv``
+    op; ``qkv_proj`` writes the rotated q, k, v, appends k and v to the KV cache, and attention
+    reads it. ``fuse_silu`` computes SiLU(gate) * up in the gate/up projection's epilogue: no
+    ``silu_mul`` op; ``gate_up_proj`` writes the ``intermediate_size``-wide product (its weight rows
+    come in (gate, up) pairs, two per output element: ``attrs["weight_rows"]``) and ``down_proj``
+    reads it. A fused matmul's ``attrs["epilogue"]`` names the kind of the op it absorbed.
+    ``split_qkv`` and ``split_gate_up`` make separate q/k/v (gate/up) matvecs of the
+    fused projections: independent ops a megakernel can interleave (not with ``fuse_rope`` and
+    ``fuse_silu``, whose epilogues need the fused projection). ``logit_softcap`` > 0 caps the
     logits at ``cap * tanh(logits / cap)`` in a ``softcap`` op after the LM head (Gemma 2 uses 30).
     """
-    for key, val in (("fuse_norm", fuse_norm), ("split_qkv", split_qkv), ("split_gate_up", split_gate_up)):
+    for key, val in (("fuse_norm", fuse_norm), ("fuse_rope", fuse_rope), ("fuse_silu", fuse_silu),
+                     ("split_qkv", split_qkv), ("split_gate_up", split_gate_up)):
         if not isinstance(val, bool):
             raise WorkloadError(f"{key} must be true or false, got {val!r}")
+    _check_fusions(cfg, fuse_rope=fuse_rope, fuse_silu=fuse_silu, split_qkv=split_qkv, split_gate_up=split_gate_up)
     _check(batch=batch, kv_len=kv_len, phase=phase, prefill_tokens=prefill_tokens,
            weight_dtype=weight_dtype, kv_splits=kv_splits)
     if isinstance(logit_softcap, bool) or not isinstance(logit_softcap, (int, float)) or not logit_softcap >= 0:
@@ -83,16 +94,36 @@ def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = 
                    layer=layer, align=VEC_ALIGN)
 
     def matmul(name: str, src: str, k: int, n: int, layer: int | None, residual: str | None = None,
-               rows: int = T, bias: bool = False, normed: bool = False) -> str:
+               rows: int = T, bias: bool = False, normed: bool = False, epilogue: str | None = None) -> str:
         inputs = [Input(src, full=True)]
         if residual:
             inputs.append(Input(residual))
         fused = fuse_norm and normed  # the norm's arithmetic and weight, once per op
-        return add(name=name, kind="matmul", out_size=n, elem_bytes=rows * ACT_BYTES,
-                   flops=2.0 * rows * k * n + (rows * n if residual else 0) + (4.0 * T * k if fused else 0),
+        attrs: dict = {"k": k, "rows": rows, "fused_norm": fused}
+        out_size, align, kv_write = n, MATMUL_ALIGN, 0.0
+        extra = 0.0  # the epilogue's arithmetic
+        if epilogue == "rope_kv":  # what the rope_kv op did: rotate q and k, append k and v to the cache
+            extra, kv_write = T * (Q + KV) * 6.0, T * 2 * KV * ACT_BYTES
+            attrs["epilogue"] = epilogue
+        elif epilogue == "silu_mul":  # weight rows in (gate, up) pairs: one output element per pair
+            out_size, align, extra = n // 2, MATMUL_ALIGN // 2, 5.0 * T * (n // 2)
+            attrs.update(epilogue=epilogue, weight_rows=n)
+        return add(name=name, kind="matmul", out_size=out_size, elem_bytes=rows * ACT_BYTES,
+                   flops=2.0 * rows * k * n + (rows * n if residual else 0) + (4.0 * T * k if fused else 0) + extra,
                    weight_bytes=k * n * wb + (n * ACT_BYTES if bias else 0) + (k * ACT_BYTES if fused else 0),
-                   inputs=tuple(inputs), layer=layer, align=MATMUL_ALIGN, dtype=weight_dtype,
-                   attrs={"k": k, "rows": rows, "fused_norm": fused})
+                   kv_write_bytes=kv_write, inputs=tuple(inputs), layer=layer, align=align, dtype=weight_dtype,
+                   attrs=attrs)
+
+    def rope_kv(layer: int, inputs: tuple[Input, ...]) -> str:
+        return add(name=f"L{layer}.rope_kv", kind="rope_kv", out_size=Q + 2 * KV, elem_bytes=T * ACT_BYTES,
+                   flops=T * (Q + KV) * (6.0 + (4.0 if cfg.qk_norm else 0.0)),
+                   weight_bytes=(2 * hd * ACT_BYTES if cfg.qk_norm else 0.0),
+                   kv_write_bytes=T * 2 * KV * ACT_BYTES, inputs=inputs, layer=layer, align=hd,
+                   attrs={"qk_norm": cfg.qk_norm})
+
+    def silu_mul(layer: int, inputs: tuple[Input, ...]) -> str:
+        return add(name=f"L{layer}.silu_mul", kind="silu_mul", out_size=I, elem_bytes=T * ACT_BYTES,
+                   flops=5.0 * T * I, inputs=inputs, layer=layer, align=VEC_ALIGN)
 
     resid = add(name="embed", kind="embed", out_size=H, elem_bytes=T * ACT_BYTES, flops=0.0,
                 weight_bytes=T * H * ACT_BYTES, layer=None, align=VEC_ALIGN)
@@ -103,15 +134,11 @@ def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = 
             q = matmul(p + "q_proj", x, H, Q, l, bias=cfg.attention_bias, normed=True)
             k = matmul(p + "k_proj", x, H, KV, l, bias=cfg.attention_bias, normed=True)
             v = matmul(p + "v_proj", x, H, KV, l, bias=cfg.attention_bias, normed=True)
-            rope_in: tuple[Input, ...] = (Input(q), Input(k, segments=((-Q, 1, 1),)),
-                                          Input(v, segments=((-Q - KV, 1, 1),)))
+            rope = rope_kv(l, (Input(q), Input(k, segments=((-Q, 1, 1),)), Input(v, segments=((-Q - KV, 1, 1),))))
         else:
-            rope_in = (Input(matmul(p + "qkv_proj", x, H, Q + 2 * KV, l, bias=cfg.attention_bias, normed=True)),)
-        rope = add(name=p + "rope_kv", kind="rope_kv", out_size=Q + 2 * KV, elem_bytes=T * ACT_BYTES,
-                   flops=T * (Q + KV) * (6.0 + (4.0 if cfg.qk_norm else 0.0)),
-                   weight_bytes=(2 * hd * ACT_BYTES if cfg.qk_norm else 0.0),
-                   kv_write_bytes=T * 2 * KV * ACT_BYTES, inputs=rope_in, layer=l, align=hd,
-                   attrs={"qk_norm": cfg.qk_norm})
+            qkv = matmul(p + "qkv_proj", x, H, Q + 2 * KV, l, bias=cfg.attention_bias, normed=True,
+                         epilogue="rope_kv" if fuse_rope else None)
+            rope = qkv if fuse_rope else rope_kv(l, (Input(qkv),))  # fused: qkv_proj wrote the rotated [q; k; v]
         # partials over (kv head g, sequence b, split c), g-major so a head's partials are adjacent
         part = add(name=p + "attn_partial", kind="attn_partial", out_size=nkv * batch * C,
                    elem_bytes=G * new * (hd + 2) * PARTIAL_BYTES, flops=attn_flops,
@@ -126,13 +153,13 @@ def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = 
         o = matmul(p + "o_proj", red, Q, H, l, residual=resid)
         x = norm(p + "mlp_norm", o, l)
         if split_gate_up:
-            act_in: tuple[Input, ...] = (Input(matmul(p + "gate_proj", x, H, I, l, normed=True)),
-                                         Input(matmul(p + "up_proj", x, H, I, l, normed=True)))
+            act = silu_mul(l, (Input(matmul(p + "gate_proj", x, H, I, l, normed=True)),
+                               Input(matmul(p + "up_proj", x, H, I, l, normed=True))))
+        elif fuse_silu:  # gate_up_proj writes silu(gate) * up
+            act = matmul(p + "gate_up_proj", x, H, 2 * I, l, normed=True, epilogue="silu_mul")
         else:
             gu = matmul(p + "gate_up_proj", x, H, 2 * I, l, normed=True)
-            act_in = (Input(gu, segments=((0, 1, 1), (I, 1, 1))),)
-        act = add(name=p + "silu_mul", kind="silu_mul", out_size=I, elem_bytes=T * ACT_BYTES,
-                  flops=5.0 * T * I, inputs=act_in, layer=l, align=VEC_ALIGN)
+            act = silu_mul(l, (Input(gu, segments=((0, 1, 1), (I, 1, 1))),))
         resid = matmul(p + "down_proj", act, I, H, l, residual=o)
     x = norm("final_norm", resid, None)
     # prefill needs logits of each sequence's last token only
@@ -141,13 +168,28 @@ def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = 
         add(name="softcap", kind="softcap", out_size=V, elem_bytes=batch * ACT_BYTES, flops=3.0 * batch * V,
             inputs=(Input(logits),), layer=None, align=VEC_ALIGN, attrs={"rows": batch, "cap": float(logit_softcap)})
     name = (f"{cfg.name} {phase} b{batch} kv{kv_len}" + (f" n{prefill_tokens}" if phase == "prefill" else "")
-            + (" fused-norm" if fuse_norm else "") + (" split-qkv" if split_qkv else "")
+            + (" fused-norm" if fuse_norm else "") + (" fused-rope" if fuse_rope else "")
+            + (" fused-silu" if fuse_silu else "") + (" split-qkv" if split_qkv else "")
             + (" split-gate-up" if split_gate_up else "") + (f" softcap{logit_softcap:g}" if logit_softcap else ""))
     return Workload(name=name, ops=tuple(ops), tokens=batch if phase == "decode" else T, batch=batch,
                     kv_len=kv_len, phase=phase, prefill_tokens=prefill_tokens if phase == "prefill" else 0,
-                    weight_dtype=weight_dtype, fuse_norm=fuse_norm, split_qkv=split_qkv,
+                    weight_dtype=weight_dtype, fuse_norm=fuse_norm, fuse_rope=fuse_rope, fuse_silu=fuse_silu,
+                    split_qkv=split_qkv,
                     split_gate_up=split_gate_up, model=cfg,
                     options=(("logit_softcap", float(logit_softcap)),) if logit_softcap else ())
+
+
+def _check_fusions(cfg, *, fuse_rope: bool, fuse_silu: bool, split_qkv: bool, split_gate_up: bool) -> None:
+    """Refuse the fusions whose epilogue has nothing to work on, in one line."""
+    if fuse_rope and split_qkv:
+        raise WorkloadError("fuse_rope rotates q and k in the fused q/k/v projection's epilogue; it cannot go "
+                            "with split_qkv (choose one)")
+    if fuse_rope and cfg.qk_norm:
+        raise WorkloadError(f"{cfg.name}: fuse_rope is not built for models with q/k norms (the norm needs the "
+                            "whole head before the rotation); leave fuse_rope off")
+    if fuse_silu and split_gate_up:
+        raise WorkloadError("fuse_silu computes SiLU(gate) * up in the fused gate/up projection's epilogue; it "
+                            "cannot go with split_gate_up (choose one)")
 
 
 def _check(*, batch, kv_len, phase, prefill_tokens, weight_dtype, kv_splits) -> None:

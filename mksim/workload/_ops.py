@@ -109,6 +109,8 @@ class Workload:
     prefill_tokens: int = 0
     weight_dtype: str = "bf16"
     fuse_norm: bool = False          # RMS norms computed inside the next matvec (no norm ops)
+    fuse_rope: bool = False          # RoPE and the KV-cache append in the qkv projection's epilogue (no rope_kv ops)
+    fuse_silu: bool = False          # SiLU(gate) * up in the gate/up projection's epilogue (no silu_mul ops)
     split_qkv: bool = False          # separate q, k, v projections
     split_gate_up: bool = False      # separate gate and up projections
     # further builder options that changed the ops (name, value), e.g. (("logit_softcap", 30.0),):

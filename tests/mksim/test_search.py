@@ -59,9 +59,8 @@ def test_shared_memory_overflow_is_pruned_with_its_reason():
     gpu = hwmodels.load("h200")
     params = {"mode": "megakernel", "policy": "rr", "order": "op", "page_KiB": 64, "prefetch_depth": 12,
               "sync": "counter", "fuse_norm": False, "split_qkv": False, "split_gate_up": False,
-              "kv_split_mult": 1.0, "grain_small": 1.0, **{f"grain_{r}": 1.0 for r in
-                                                            ("qkv_proj", "o_proj", "gate_up_proj", "down_proj",
-                                                             "lm_head")}}
+              "fuse_rope": False, "fuse_silu": False, "kv_split_mult": 1.0, "grain_small": 1.0,
+              **{f"grain_{r}": 1.0 for r in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")}}
     with pytest.raises(optuna.TrialPruned, match="exceed the 227 KiB"):
         suggest(optuna.trial.FixedTrial(params), gpu)
     params["prefetch_depth"] = 2
@@ -75,6 +74,7 @@ def test_grain_choices_change_the_tiling():
     gpu = hwmodels.load("h200")
     p = {"mode": "megakernel", "policy": "dag", "order": "op", "dag_sync_scale": 1.0, "page_KiB": 32,
          "prefetch_depth": 4, "sync": "flag", "fuse_norm": False, "split_qkv": False, "split_gate_up": False,
+         "fuse_rope": False, "fuse_silu": False,
          "kv_split_mult": 2.0, "grain_small": 0.5, "grain_qkv_proj": 3.0, "grain_o_proj": 1.0,
          "grain_gate_up_proj": 1.0, "grain_down_proj": 0.5, "grain_lm_head": 4.0}
     s = build(suggest(optuna.trial.FixedTrial(p), gpu), Problem("llama-3.2-1b", gpu))
@@ -89,17 +89,31 @@ def test_grain_choices_change_the_tiling():
                                                         base.graph.n_tiles, strict=True))["L0.attn_partial"])
 
 
-def test_fused_norm_candidates_drop_the_norm_ops():
+def test_fused_candidates_drop_the_norm_rope_and_silu_ops():
     gpu = hwmodels.load("h200")
     params = baseline_params(gpu)
-    fused = build(suggest(optuna.trial.FixedTrial(params["graph_pdl:fused-norm"]), gpu, "graph_pdl"),
+    fused = build(suggest(optuna.trial.FixedTrial(params["graph_pdl:fused"]), gpu, "graph_pdl"),
                   Problem("llama-3.2-1b", gpu))
     plain = build(suggest(optuna.trial.FixedTrial(params["graph_pdl"]), gpu, "graph_pdl"), Problem("llama-3.2-1b", gpu))
     n_layers = 16
-    assert len(plain.graph.ops) - len(fused.graph.ops) == 2 * n_layers + 1
-    assert not any(op.kind == "rmsnorm" for op in fused.graph.ops)
-    assert fused.workload_spec["fuse_norm"] is True
+    assert len(plain.graph.ops) - len(fused.graph.ops) == (2 + 1 + 1) * n_layers + 1
+    assert not any(op.kind in ("rmsnorm", "rope_kv", "silu_mul") for op in fused.graph.ops)
+    assert all(fused.workload_spec[k] is True for k in ("fuse_norm", "fuse_rope", "fuse_silu"))
     assert fused.workload.weight_bytes == pytest.approx(plain.workload.weight_bytes)
+
+
+def test_epilogue_fusions_need_the_fused_projections_and_prune_what_a_model_cannot_take():
+    from mksim.errors import ScheduleError
+
+    gpu = hwmodels.load("h200")
+    p = {**baseline_params(gpu)["megakernel:rr"], "split_qkv": True, "split_gate_up": True}
+    del p["fuse_rope"], p["fuse_silu"]  # not asked with split projections
+    c = suggest(optuna.trial.FixedTrial(p), gpu)
+    assert (c.fuse_rope, c.fuse_silu) == (False, False)
+    # qwen3's q/k norms need the whole head before RoPE: fuse_rope prunes the trial with the reason
+    c = suggest(optuna.trial.FixedTrial({**baseline_params(gpu)["megakernel:rr"], "fuse_rope": True}), gpu)
+    with pytest.raises(ScheduleError, match="fuse_rope is not built for models with q/k norms"):
+        build(c, Problem("qwen3-8b", gpu))
 
 
 def test_split_projections_interleave_under_level_order():

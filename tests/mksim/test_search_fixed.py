@@ -18,7 +18,7 @@ from mksim.search._space import check_fixed  # noqa: E402
 
 GPU = hwmodels.load("h200-calibrated")
 MK = {"mode": "megakernel", "policy": "rr", "order": "op", "sync": "counter", "fuse_norm": False, "split_qkv": False,
-      "split_gate_up": False, "kv_split_mult": 1.0, "grain_small": 1.0,
+      "split_gate_up": False, "fuse_rope": False, "fuse_silu": False, "kv_split_mult": 1.0, "grain_small": 1.0,
       **{f"grain_{r}": 1.0 for r in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")}}
 
 
@@ -44,8 +44,9 @@ def test_fixed_reserve_is_counted_and_fixed_fields_are_not_sampled():
     assert cand.options["page_KiB"] == 16.0
     sched = build(cand, Problem("llama-3.2-1b", GPU, fixed={"page_KiB": 16.0}))
     assert sched.options.page_KiB == 16.0 and sched.options.prefetch_depth == 5
-    chain = suggest(optuna.trial.FixedTrial({"mode": "graph", "chain_tasks_per_sm": 2.0, "fuse_norm": False}), GPU,
-                    "graph", fixed={"blocks_per_sm": 1})
+    chain = suggest(optuna.trial.FixedTrial({"mode": "graph", "chain_tasks_per_sm": 2.0, "fuse_norm": False,
+                                             "fuse_rope": False, "fuse_silu": False}), GPU, "graph",
+                    fixed={"blocks_per_sm": 1})
     assert chain.options == {"tasks_per_sm": 2.0, "blocks_per_sm": 1}
 
 
@@ -54,7 +55,7 @@ def test_baselines_with_fixed_options():
     big = baseline_params(GPU, {"smem_reserve_KiB": 128.0})
     assert all(big[f"megakernel:{p}"]["prefetch_depth"] == 3 for p in ("rr", "dag"))  # 3 x 32 + 128 <= 227
     one = baseline_params(GPU, {"blocks_per_sm": 1})
-    assert sorted(k for k in one if k.startswith("graph:")) == ["graph:1x1", "graph:4x1", "graph:fused-norm"]
+    assert sorted(k for k in one if k.startswith("graph:")) == ["graph:1x1", "graph:4x1", "graph:fused"]
     assert "chain_blocks_per_sm" not in one["graph"] and one["graph"]["chain_tasks_per_sm"] == 2.0
 
 

@@ -18,6 +18,9 @@
 #define MK_OPT_FUSED_NORM 1  // matmul: x = rmsnorm(in0) * w2 before the product
 #define MK_OPT_RESIDUAL 2    // matmul: out = W x + in1
 #define MK_OPT_MMA 4         // matmul on the tensor cores; W in fragment order (mk_kernel.cu)
+#define MK_OPT_ROPE 8        // matmul epilogue: RoPE on the [q; k; v] rows, k and v appended to the KV cache
+#define MK_OPT_SILU 16       // matmul epilogue: out = silu(gate) * up of the (gate, up) row pairs
+#define MK_OPT_PAIRS (MK_OPT_ROPE | MK_OPT_SILU)  // an epilogue that takes the rows in pairs (mk_epilogue_pair)
 
 // Keep in step with OP_FIELDS in validation/megakernel/program.py (a test compares the two).
 struct MkOp {
@@ -155,6 +158,77 @@ __device__ void mk_rope_kv(const MkOp& o, int lo, int hi, int tid, int nw) {
                 cache[(((size_t)b * o.hkv + h) * o.s_max + o.pos) * D + d] = r;
             }
         }
+}
+
+// ---------------------------------------------------------------- matmul epilogues
+// A fused matmul (MK_OPT_PAIRS) stores its weight rows so that each output pair of its epilogue
+// lies on the adjacent rows (2r, 2r + 1) of a 16-row group (program.py: rope_pair_rows,
+// silu_pair_rows); the matmul's flush hands every such pair of batch row b here, as fp32 sums
+// (mk_epilogue_rows), and mk_epilogue_pair rounds them to the bf16 product (what the unfused op
+// read) and stores the result. p: the pair's first weight row in the op (even).
+//   MK_OPT_SILU: rows 2j, 2j + 1 are gate row j and up row j: out[j] = silu(g) * u, as mk_silu_mul.
+//   MK_OPT_ROPE: in the q and k heads, rows 16i + 2r and 16i + 2r + 1 of a head hold its dims d
+//   and d + hd / 2 with d = 8i + r: rotated as mk_rope_kv does and written to out at d and
+//   d + hd / 2 of the head (attention reads q there), k and v also to the KV cache at position
+//   pos; the v rows keep their order.
+struct MkEpilogue {              // what an epilogue needs of its op (MkOp)
+    mk_bf16* out;
+    mk_bf16* kc;
+    mk_bf16* vc;
+    const float* rope;
+    int opt, ld_out, hd, hq, hkv, s_max, pos;
+};
+
+__device__ __forceinline__ void mk_epilogue_pair(const MkEpilogue& o, int b, int p, float acc0, float acc1) {
+    const float x0 = mk_bf16_to_f32(mk_f32_to_bf16(acc0)), x1 = mk_bf16_to_f32(mk_f32_to_bf16(acc1));
+    mk_bf16* out = o.out + (size_t)b * o.ld_out;
+    if (o.opt & MK_OPT_SILU) {
+        out[p >> 1] = mk_f32_to_bf16(x0 / (1.f + __expf(-x0)) * x1);
+        return;
+    }
+    const int D = o.hd, half = D >> 1, Q = o.hq * D, KV = o.hkv * D;
+    int e0 = p, step = 1;  // the pair's elements of [q; k; v]: e0 and e0 + step
+    float y0 = x0, y1 = x1;
+    if (p < Q + KV) {
+        const int w = p % D, d = ((w >> 4) << 3) + ((w & 15) >> 1);
+        const float c = o.rope[d], s = o.rope[half + d];
+        e0 = p - w + d;
+        step = half;
+        y0 = x0 * c - x1 * s;
+        y1 = x1 * c + x0 * s;
+    }
+    const mk_bf16 r0 = mk_f32_to_bf16(y0), r1 = mk_f32_to_bf16(y1);
+    out[e0] = r0;
+    out[e0 + step] = r1;
+    if (e0 >= Q) {  // k or v: the cache slot of the new token (both elements lie in one head)
+        const bool is_k = e0 < Q + KV;
+        const int kv = e0 - (is_k ? Q : Q + KV), h = kv / D, d0 = kv - h * D;
+        mk_bf16* slot = (is_k ? o.kc : o.vc) + (((size_t)b * o.hkv + h) * o.s_max + o.pos) * D;
+        slot[d0] = r0;
+        slot[d0 + step] = r1;
+    }
+}
+
+// Rows [r0, r1) (both even) of a fused matmul task whose rows start at weight row lo, for T batch
+// rows: each pair's sums taken from (and cleared in) the row accumulators acc_s (row r of batch
+// row b in slot b * R + r mod R, R a power of two) and handed to mk_epilogue_pair. Not inlined,
+// and given only what the epilogue reads: the matmul's main loop keeps its registers.
+__device__ __noinline__ void mk_epilogue_rows(const MkEpilogue o, int T, int lo, int r0, int r1, float* acc_s,
+                                              int R, int tid, int nw) {
+    const int h = (r1 - r0) >> 1;
+    for (int i = tid; i < T * h; i += nw) {
+        const int b = i / h, rr = r0 + 2 * (i - b * h);
+        float* s0 = acc_s + b * R + (rr & (R - 1));
+        float* s1 = acc_s + b * R + ((rr + 1) & (R - 1));
+        const float v0 = *s0, v1 = *s1;
+        *s0 = *s1 = 0.f;
+        mk_epilogue_pair(o, b, lo + rr, v0, v1);
+    }
+}
+
+// The epilogue fields of op o.
+__device__ __forceinline__ MkEpilogue mk_epilogue_of(const MkOp& o) {
+    return MkEpilogue{(mk_bf16*)o.out, o.kc, o.vc, o.rope, o.opt, o.ld_out, o.hd, o.hq, o.hkv, o.s_max, o.pos};
 }
 
 // ---------------------------------------------------------------- decode attention

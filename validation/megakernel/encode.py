@@ -6,7 +6,9 @@ The generated kernel runs one block per SM. Block ``s`` reads its queue, ``queue
 - ``opcode``: what device function runs (:data:`OPCODES`, the ``opcode`` of each kind of
   ``mksim.workload.KINDS`` that has one), ``op``: the op index (its buffers and
   sizes live in the op table the code generator writes), ``tile``: the tile of that op;
-- ``lo``, ``hi``: the output elements the tile writes (the op's tile bounds);
+- ``lo``, ``hi``: the output elements the tile writes (the op's tile bounds); for a matmul, the
+  weight rows it streams, which are the same but with a fused SiLU·mul epilogue: two rows (gate,
+  up) per output element (:func:`weight_rows_per_output`);
 - ``dep_start``, ``dep_count``: the task's rows in ``deps``;
 - ``weight_bytes``: what the task streams from DRAM (weights and KV cache), in 256-byte units,
   so the loader can size its shared-memory pages without the op table.
@@ -61,6 +63,18 @@ def opcode_defines() -> tuple[str, ...]:
     return tuple(f"-D{KINDS[name].define}={code}" for name, code in OPCODES.items())
 
 
+def weight_rows_per_output(op) -> int:
+    """Weight rows a task of ``op`` streams per output element it writes: 2 for a matmul whose
+    epilogue pairs its rows (``attrs["weight_rows"]``, a fused SiLU·mul), else 1.
+
+    >>> import mksim
+    >>> ops = {op.name: op for op in mksim.models.workload("llama-3.2-1b", fuse_silu=True).ops}
+    >>> weight_rows_per_output(ops["L0.gate_up_proj"]), weight_rows_per_output(ops["L0.qkv_proj"])
+    (2, 1)
+    """
+    return int(op.attrs.get("weight_rows", op.out_size)) // op.out_size if op.kind == "matmul" else 1
+
+
 def encode(schedule) -> Program:
     """The instruction tables of a megakernel (or persistent_barrier) schedule."""
     if schedule.queues is None:
@@ -78,6 +92,7 @@ def encode_queues(g, queues: list[list[int]], sync: str = "counter") -> Program:
     op_of, tile_of = g.op_of.tolist(), g.tile_of.tolist()
     bounds = [b.tolist() for b in g.bounds]
     stream_B = (g.weight_bytes + g.kv_read_bytes).tolist()
+    per_out = [weight_rows_per_output(op) for op in g.ops]
     rows, ids, starts = [], [], [0]
     deps: list[tuple[int, int, int, int]] = []
     for q in queues:
@@ -88,7 +103,8 @@ def encode_queues(g, queues: list[list[int]], sync: str = "counter") -> Program:
             for p, t0, t1 in g.deps(t):
                 whole = sync == "counter" and t1 - t0 == n_tiles[p]
                 deps.append((DEP_OP if whole else DEP_TILES, p, t0, t1))
-            rows.append((OPCODES[g.ops[op].kind], op, tile, bounds[op][tile], bounds[op][tile + 1], d0,
+            f = per_out[op]
+            rows.append((OPCODES[g.ops[op].kind], op, tile, f * bounds[op][tile], f * bounds[op][tile + 1], d0,
                          len(deps) - d0, -(-int(stream_B[t]) // WEIGHT_UNIT_B)))
             ids.append(t)
         starts.append(len(rows))

@@ -54,6 +54,9 @@
 #ifndef MK_POLL_SLEEP_NS
 #define MK_POLL_SLEEP_NS 0        // > 0: a lane sleeps this long after a pass that left units pending
 #endif
+#ifndef MK_EPILOGUES
+#define MK_EPILOGUES 1            // 0: no fused matmul epilogues (fuse_rope / fuse_silu workloads then fail their check)
+#endif
 #ifndef MK_SENTINEL_FENCE
 #define MK_SENTINEL_FENCE 1       // 0: no acquire fence after a task's polls (an experiment; see mk_wait_deps)
 #endif
@@ -332,6 +335,13 @@ __device__ __forceinline__ void mk_matmul_flush(const MkOp& o, int lo, int r0, i
                                                 bool have_res = false, float res = 0.f) {
     mk_bar(MK_NW);
     const int n = r1 - r0;
+#if MK_EPILOGUES
+    if (o.opt & MK_OPT_PAIRS) {  // a fused epilogue (mk_ops.cuh) takes rows (2r, 2r + 1) together; r0, r1 even
+        mk_epilogue_rows(mk_epilogue_of(o), T, lo, r0, r1, acc_s, R, tid, MK_NW);
+        mk_bar(MK_NW);
+        return;
+    }
+#endif
     mk_bf16* out = (mk_bf16*)o.out;
     for (int i = tid; i < T * n; i += MK_NW) {
         const int b = i / n, rr = r0 + i - b * n;

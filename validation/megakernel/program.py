@@ -29,7 +29,7 @@ from mksim.errors import ScheduleError
 from mksim.schedule import MODE_DEFAULTS
 from mksim.workload import Op
 
-from .encode import OPCODES, Program, encode, encode_queues
+from .encode import OPCODES, Program, encode, encode_queues, weight_rows_per_output
 
 CONSUMERS = int(os.environ.get("MKSIM_WORKER_WARPS", 8))  # worker warps per block (MK_CONSUMERS in mk_kernel.cu)
 THREADS = (CONSUMERS + 3) * 32   # + the producer, publisher and waiter warps
@@ -40,6 +40,8 @@ BATCHES = (1, 2, 4, 8)           # rows a matmul task handles at once (template 
 ATTN_SHAPES = {(64, 4), (128, 4), (128, 3), (64, 8)}  # (head size, query heads per kv head) built
 
 OPT_FUSED_NORM, OPT_RESIDUAL, OPT_MMA = 1, 2, 4
+OPT_ROPE, OPT_SILU = 8, 16  # matmul epilogues (fuse_rope, fuse_silu): MK_OPT_ROPE, MK_OPT_SILU in mk_ops.cuh
+EPILOGUE_OPT = {"rope_kv": OPT_ROPE, "silu_mul": OPT_SILU}  # a matmul's attrs["epilogue"] -> its option bit
 OP_INT_FIELDS = ("kind", "n_tiles", "N", "K", "T", "flag_base", "opt", "ld_out", "ld0", "ld1", "ld2", "off1",
                  "off2", "hq", "hkv", "hd", "splits", "kv_total", "pos", "s_max")
 OP_FLOAT_FIELDS = ("eps", "scale", "pad0", "pad1")
@@ -138,9 +140,80 @@ def mma_unpack(p):
 
 def mma_ok(op, bounds, page_B: int) -> bool:
     """Whether a matmul runs on the tensor cores: inputs a multiple of 32, every tile a whole number
-    of 16-row groups, pages of whole 1 KiB blocks."""
-    return op.attrs["k"] % 32 == 0 and op.out_size % 16 == 0 and page_B % 1024 == 0 \
-        and not (np.asarray(bounds) % 16).any()
+    of 16-row groups (of weight rows: two per output element with a fused SiLU·mul), pages of whole
+    1 KiB blocks."""
+    f = weight_rows_per_output(op)
+    return op.attrs["k"] % 32 == 0 and (f * op.out_size) % 16 == 0 and page_B % 1024 == 0 \
+        and not (f * np.asarray(bounds) % 16).any()
+
+
+def rope_pair_rows(n: int, rotated: int, head_dim: int) -> np.ndarray:
+    """The order in which a q/k/v projection with RoPE in its epilogue (``fuse_rope``) stores its
+    ``n`` weight rows: stored row ``p`` is the model's row ``rows[p]``. In the first ``rotated`` rows
+    (the q and k heads) each rotate-half pair (d, d + head_dim / 2) of a head lands on the adjacent
+    rows (2r, 2r + 1) of a 16-row group: group j of a head holds the pairs d = 8j .. 8j + 7. A head
+    keeps its rows, so a range of whole heads is the same range stored; the v rows keep their order.
+    The kernel's epilogue (``mk_epilogue_pair`` in mk_ops.cuh) inverts it for each pair it writes.
+
+    >>> r = rope_pair_rows(40, 32, 32)   # one 32-wide head rotated, then 8 v rows
+    >>> r[:6].tolist(), r[16:18].tolist(), r[32:34].tolist()
+    ([0, 16, 1, 17, 2, 18], [8, 24], [32, 33])
+    """
+    if head_dim % 16 or rotated % head_dim or not 0 <= rotated <= n:
+        raise ValueError(f"rotate-half pairs need whole heads of a multiple of 16 rows, got head_dim {head_dim}, "
+                         f"{rotated} rotated rows of {n}")
+    p = np.arange(n, dtype=np.int64)
+    head, w = np.divmod(p[:rotated], head_dim)
+    out = p.copy()
+    out[:rotated] = head * head_dim + (w // 16) * 8 + (w % 16) // 2 + (w % 2) * (head_dim // 2)
+    return out
+
+
+def silu_pair_rows(n_out: int) -> np.ndarray:
+    """The order in which a gate/up projection with SiLU·mul in its epilogue (``fuse_silu``) stores
+    its ``2 n_out`` weight rows: stored rows 2j and 2j + 1 are the model's gate row j and up row j
+    (rows j and n_out + j of [gate; up]); the pair makes output element j.
+
+    >>> silu_pair_rows(4).tolist()
+    [0, 4, 1, 5, 2, 6, 3, 7]
+    """
+    p = np.arange(2 * n_out, dtype=np.int64)
+    return p // 2 + (p % 2) * n_out
+
+
+def epilogue_rows(op, cfg) -> np.ndarray | None:
+    """The stored order of ``op``'s weight rows (:func:`rope_pair_rows`, :func:`silu_pair_rows`) if
+    its epilogue pairs them, else None (the model's order)."""
+    epi = op.attrs.get("epilogue") if op.kind == "matmul" else None
+    if epi == "rope_kv":
+        return rope_pair_rows(op.out_size, cfg.q_size + cfg.kv_size, cfg.head_dim)
+    if epi == "silu_mul":
+        return silu_pair_rows(op.out_size)
+    return None
+
+
+def pack_weight(w, op, cfg):
+    """A model's weight ``w`` [N, K] of matmul ``op`` (numpy or torch) as the tensor-core matmul
+    reads it: rows in the order its epilogue pairs them (:func:`epilogue_rows`), then in fragment
+    order (:func:`mma_pack`). :func:`unpack_weight` inverts it."""
+    rows = epilogue_rows(op, cfg)
+    return mma_pack(w if rows is None else w[_index(w, rows)])
+
+
+def unpack_weight(p, op, cfg):
+    """The model's weight [N, K] that a packed array of ``op`` holds (the inverse of :func:`pack_weight`)."""
+    w = mma_unpack(p)
+    rows = epilogue_rows(op, cfg)
+    return w if rows is None else w[_index(w, np.argsort(rows))]
+
+
+def _index(a, rows: np.ndarray):
+    """``rows`` as an index of ``a`` (a torch tensor takes a tensor on its own device)."""
+    if hasattr(a, "device"):
+        import torch
+
+        return torch.as_tensor(rows, device=a.device)
+    return rows
 
 
 ACC_ROWS = 256  # row accumulators per batch row: a matmul task writes its rows out every ACC_ROWS rows
@@ -268,7 +341,9 @@ def _matmul_row(a: RowArgs) -> Buffer:
     op, r = a.op, a.row
     K = op.attrs["k"]
     mma = mma_ok(op, a.bounds, a.page_B)
-    a.buffers[f"w:{op.name}"] = Buffer((op.out_size, K), "bf16", "normal", K ** -0.5, "mma" if mma else "rows")
+    # a fused epilogue's weight holds its rows in the order the epilogue pairs them (epilogue_rows)
+    n_rows = weight_rows_per_output(op) * op.out_size
+    a.buffers[f"w:{op.name}"] = Buffer((n_rows, K), "bf16", "normal", K ** -0.5, "mma" if mma else "rows")
     src = a.ins[0] if a.ins else f"x:{op.name}"
     if not a.ins:  # the first op of a chain (validation.chains): its input is a buffer of its own
         a.buffers[src] = Buffer((a.T, K), "bf16", "normal", 1.0)
@@ -278,6 +353,14 @@ def _matmul_row(a: RowArgs) -> Buffer:
         r.update(opt=r["opt"] | OPT_FUSED_NORM, w2=f"w2:{op.name}", eps=a.cfg.rms_norm_eps)
     if len(op.inputs) > 1:
         r.update(opt=r["opt"] | OPT_RESIDUAL, in1=a.ins[1], ld1=a.ins_op[1].out_size)
+    epi = op.attrs.get("epilogue")
+    if epi:  # the flush hands each row pair (2r, 2r + 1) of a 16-row group to mk_epilogue_pair
+        if not mma:
+            raise ScheduleError(f"op {op.name}: its fused {epi} epilogue runs on the tensor-core matmul only, which "
+                                "needs inputs a multiple of 32, tiles of whole 16-row groups and pages of whole KiB")
+        r.update(opt=r["opt"] | EPILOGUE_OPT[epi])
+        if epi == "rope_kv":  # rotated with the RoPE table; k and v appended to the layer's KV cache
+            r.update(_kv_cache(a), rope="rope")
     return Buffer((a.T, op.out_size), "bf16", "poison")
 
 
@@ -388,7 +471,10 @@ def byte_segments(buffer: str, a: int, z: int, esz: int) -> list[tuple[str, int,
 def written_bytes(op: Op, row: dict, lo: int, hi: int, T: int) -> list[tuple[str, int, int, int]]:
     """What tiles ``[lo, hi)`` (output elements, the op's tile bounds) of ``op`` write:
     ``(buffer, first byte, end byte, element bytes)`` ranges, adjacent ones merged: its rows of the
-    output and, for ``rope_kv``, the KV-cache slot it appends."""
+    output and, for ``rope_kv`` (or a matmul with RoPE in its epilogue), the KV-cache slot it
+    appends. A matmul with RoPE in its epilogue writes the elements its stored rows
+    (:func:`rope_pair_rows`) hold: whole heads are the same range, a tile that splits a head
+    writes runs of 8 elements of each half."""
     out: list[tuple[str, int, int, int]] = []
 
     def add(buf: str, a: int, z: int, esz: int) -> None:
@@ -408,18 +494,27 @@ def written_bytes(op: Op, row: dict, lo: int, hi: int, T: int) -> list[tuple[str
             g, b = divmod(i, T)
             add(row["out"], (b * ld + g * GD) * 2, (b * ld + (g + 1) * GD) * 2, 2)
         return out
+    rope = op.kind == "rope_kv" or (op.kind == "matmul" and op.attrs.get("epilogue") == "rope_kv")
+    spans = [(lo, hi)]  # the output elements, in runs
+    if op.kind == "matmul" and rope:
+        D = row["hd"]
+        e = np.sort(rope_pair_rows(op.out_size, (row["hq"] + row["hkv"]) * D, D)[lo:hi])
+        cut = np.flatnonzero(np.diff(e) != 1) + 1
+        spans = [(int(r[0]), int(r[-1]) + 1) for r in np.split(e, cut)]
     for b in range(T):  # the other kinds: tiles are ranges of each row's output elements
-        add(row["out"], (b * ld + lo) * 2, (b * ld + hi) * 2, 2)
-    if op.kind == "rope_kv":
+        for e0, e1 in spans:
+            add(row["out"], (b * ld + e0) * 2, (b * ld + e1) * 2, 2)
+    if rope:
         D, hkv, s_max, pos = row["hd"], row["hkv"], row["s_max"], row["pos"]
         Q, KV = row["hq"] * D, hkv * D
         for cache, base in (("kc", Q), ("vc", Q + KV)):
             for b in range(T):
                 for h in range(hkv):
-                    e0, e1 = max(lo, base + h * D), min(hi, base + (h + 1) * D)
-                    if e1 > e0:
-                        slot = ((b * hkv + h) * s_max + pos) * D
-                        add(row[cache], (slot + e0 - base - h * D) * 2, (slot + e1 - base - h * D) * 2, 2)
+                    for s0, s1 in spans:
+                        e0, e1 = max(s0, base + h * D), min(s1, base + (h + 1) * D)
+                        if e1 > e0:
+                            slot = ((b * hkv + h) * s_max + pos) * D
+                            add(row[cache], (slot + e0 - base - h * D) * 2, (slot + e1 - base - h * D) * 2, 2)
     return out
 
 
@@ -445,8 +540,8 @@ def sentinel_plan(schedule, rows: list[dict], buffers: dict[str, Buffer], progra
         poll_deps[d] = lists[key]
     twins = tuple(n for n in buffers if n.startswith(("out:", "kc:", "vc:")))
     spans: list[tuple[str, int, int]] = [(n, 0, buffers[n].nbytes) for n in twins if n.startswith("out:")]
-    for r in rows:  # the KV-cache slot each rope_kv appends
-        if r["kind"] == OPCODES["rope_kv"]:
+    for r in rows:  # the KV-cache slot each rope_kv (or matmul with RoPE in its epilogue) appends
+        if r["kind"] == OPCODES["rope_kv"] or (r["kind"] == OPCODES["matmul"] and r["opt"] & OPT_ROPE):
             D, slot_B = r["hd"], r["hd"] * 2
             for cache in ("kc", "vc"):
                 for bh in range(wl.batch * r["hkv"]):

@@ -15,7 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from mksim.workload import Op
+
+from .program import epilogue_rows
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,16 @@ def _matmul(s: Step, op: Op, row: dict, ins: list):
     acc = x.float() @ s.bufs[row["W"]].float().t()
     if len(ins) > 1:
         acc = acc + ins[1].float()
-    return acc.to(torch.bfloat16)
+    y = acc.to(torch.bfloat16)
+    epi = op.attrs.get("epilogue")
+    if epi is None:
+        return y
+    # a fused epilogue: the product's rows are stored in the order the epilogue pairs them; back in
+    # the model's order, the op the epilogue replaced computes the output from the bf16 product
+    rows = epilogue_rows(op, s.cfg)
+    assert rows is not None
+    y = y[:, torch.as_tensor(np.argsort(rows), device=y.device)]
+    return REFERENCES[epi](s, op, row, [y])
 
 
 def _rope_kv(s: Step, op: Op, row: dict, ins: list):
@@ -140,7 +153,7 @@ def _attn_reduce(s: Step, op: Op, row: dict, ins: list):
 def _silu_mul(s: Step, op: Op, row: dict, ins: list):
     import torch
 
-    if len(ins) == 1:  # one fused gate_up projection: [gate; up]
+    if len(ins) == 1:  # one fused gate_up projection: [gate; up] (with fuse_silu, op is that projection)
         n = op.out_size
         g, u = ins[0][:, :n].float(), ins[0][:, n:].float()
     else:

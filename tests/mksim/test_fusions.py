@@ -1,0 +1,100 @@
+"""Fused epilogues (``fuse_rope``, ``fuse_silu``): one op fewer per layer, the same bytes and FLOPs,
+and one op boundary less per layer in closed form on the toy GPU of test_sim_stories (times in µs)."""
+
+from __future__ import annotations
+
+import pytest
+
+import mksim
+from mksim import models
+from mksim.errors import WorkloadError
+from mksim.schedule import Schedule
+from mksim.workload import TaskGraph, Tiling
+
+from .simkit import toy_gpu
+
+TINY = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+        "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 1000,
+        "max_position_embeddings": 4096}
+LAYERS, T, I, Q, KV = 2, 1, 512, 8 * 32, 2 * 32
+TOL = 2e-3
+EPILOGUES = ({"fuse_silu": True}, {"fuse_rope": True}, {"fuse_rope": True, "fuse_silu": True})
+
+
+def tiny(**kw):
+    return models.from_hf_config(TINY, batch=T, kv_len=600, n_sms=2, **kw)
+
+
+@pytest.mark.parametrize("kw", EPILOGUES)
+def test_a_fused_epilogue_removes_one_op_per_layer_and_keeps_bytes_and_flops(kw):
+    plain, fused = tiny(), tiny(**kw)
+    removed = {"fuse_rope": "rope_kv", "fuse_silu": "silu_mul"}
+    kinds = [op.kind for op in fused.ops]
+    assert len(plain.ops) - len(fused.ops) == len(kw) * LAYERS
+    assert all(kinds.count(removed[k]) == 0 for k in kw)
+    # the same weights, KV cache and arithmetic: the epilogue does what the op did
+    assert fused.weight_bytes == plain.weight_bytes and fused.kv_bytes == plain.kv_bytes
+    assert fused.flops == pytest.approx(plain.flops, rel=1e-12)
+    # one activation fewer per layer: the unrotated [q; k; v], or the [gate; up] product
+    saved = (T * (Q + 2 * KV) * 2 if "fuse_rope" in kw else 0) + (T * 2 * I * 2 if "fuse_silu" in kw else 0)
+    assert plain.min_dram_bytes - fused.min_dram_bytes == LAYERS * saved
+    g = TaskGraph(fused, Tiling(default=3))
+    assert g.flops.sum() == pytest.approx(fused.flops) and g.kv_bytes.sum() == pytest.approx(fused.kv_bytes)
+    assert tiny(**kw).name == plain.name + "".join(f" fused-{k[5:]}" for k in ("fuse_rope", "fuse_silu") if k in kw)
+
+
+def test_the_fused_projections_carry_the_absorbed_op():
+    ops = {op.name: op for op in tiny(fuse_rope=True, fuse_silu=True).ops}
+    qkv, gu = ops["L0.qkv_proj"], ops["L0.gate_up_proj"]
+    # RoPE: the rotated [q; k; v] in the model's order, k and v appended to the cache, attention reads it
+    assert qkv.attrs["epilogue"] == "rope_kv" and qkv.out_size == Q + 2 * KV
+    assert qkv.kv_write_bytes == T * 2 * KV * 2
+    assert ops["L0.attn_partial"].inputs[0].op == "L0.qkv_proj"
+    # SiLU·mul: 2 I weight rows in (gate, up) pairs make I outputs, 8 outputs = a 16-row group
+    assert (gu.attrs["epilogue"], gu.out_size, gu.attrs["weight_rows"], gu.align) == ("silu_mul", I, 2 * I, 8)
+    assert gu.weight_bytes == 256 * 2 * I * 2
+    assert ops["L0.down_proj"].inputs[0].op == "L0.gate_up_proj"
+
+
+def run(tmp_path, wl, mode, **opts):
+    s = mksim.build_schedule(wl, toy_gpu(tmp_path), mode, tiling=Tiling(default=2), blocks_per_sm=1, **opts)
+    return mksim.simulate(s).latency_us
+
+
+@pytest.mark.parametrize("kw", EPILOGUES)
+@pytest.mark.parametrize("mode,boundary_us,opts", [
+    ("graph", 2.0, {}),                              # a graph node interval
+    ("megakernel", 0.5, {"prefetch_depth": 0}),      # a flag latency
+    ("persistent_barrier", 3.0, {"prefetch_depth": 0}),  # a grid barrier
+])
+def test_each_fused_op_saves_one_op_boundary(tmp_path, kw, mode, boundary_us, opts):
+    """The removed op streamed nothing: it cost its boundary and the L2 latency of its input loads
+    (20 ns on the toy GPU); its arithmetic moved into the matmul (tensor cores: no time here)."""
+    saved = run(tmp_path, tiny(), mode, **opts) - run(tmp_path, tiny(**kw), mode, **opts)
+    assert saved == pytest.approx(len(kw) * LAYERS * (boundary_us + 0.02), abs=2 * TOL)
+
+
+@pytest.mark.parametrize("kw,msg", [
+    ({"fuse_rope": True, "split_qkv": True}, "fuse_rope rotates q and k in the fused q/k/v projection"),
+    ({"fuse_silu": True, "split_gate_up": True}, "fuse_silu computes SiLU"),
+    ({"fuse_rope": 1}, "fuse_rope must be true or false"),
+])
+def test_an_epilogue_without_its_fused_projection_is_refused_in_one_line(kw, msg):
+    with pytest.raises(WorkloadError, match=msg) as exc:
+        tiny(**kw)
+    assert "\n" not in str(exc.value)
+
+
+def test_rope_is_not_fused_with_q_k_norms():
+    with pytest.raises(WorkloadError, match="qwen3-8b: fuse_rope is not built for models with q/k norms"):
+        models.workload("qwen3-8b", fuse_rope=True)
+    assert not any(op.kind == "silu_mul" for op in models.workload("qwen3-8b", fuse_silu=True).ops)
+
+
+def test_schedule_files_keep_the_fusions():
+    wl = models.workload("llama-3.2-1b", fuse_rope=True, fuse_silu=True)
+    s = mksim.build_schedule(wl, "h200", "megakernel")
+    assert s.workload_spec["fuse_rope"] is True and s.workload_spec["fuse_silu"] is True
+    back = Schedule.from_json(s.to_json())
+    assert back.workload == wl and back.queues == s.queues
+    assert mksim.simulate(back).latency_us == pytest.approx(mksim.simulate(s).latency_us, rel=1e-12)
