@@ -237,6 +237,121 @@ def test_the_kernels_fragment_walk_computes_the_product(T):
     assert np.allclose(y, w @ x.T)
 
 
+def _mm2_replay(K: int, rows: int, page_B: int, T: int, S: int, C: int = 8) -> np.ndarray:
+    """mk_matmul_mma2 (MK_MM=2) replayed on one task: its pages, each warp's run of a page, the
+    groups it keeps across pages, its deposits (the slot index arithmetic of mk_mm_deposit) and
+    the flushes (mk_mm_flush's units and sums), a warp's partial of a group as a 16 x 8 block.
+    Every slot entry is checked to be free when stored and to hold the flushed group when read."""
+    rng = np.random.default_rng(K + rows + page_B + T)
+    w, x = rng.standard_normal((rows, K)), rng.standard_normal((T, K))
+    KB, ng, nb = K // 32, rows // 16, page_B // 1024
+    NB = ng * KB
+    assert (nb + KB - 2) // KB + 1 <= S, "mk_matmul_mma2 refuses this (MK_ERR_SLOTS)"
+    slots, owner = np.zeros(S * C * 16 * T), np.full(S * C * 16 * T, -1)
+    out = np.full((T, rows), np.nan)
+    d = np.zeros((C, 16, 8))                 # each warp's accumulators: rows x batch columns
+    held = [-1] * C                          # the group they hold (-1: none)
+
+    def deposit(wp: int, rg: int) -> None:
+        assert held[wp] == rg
+        base = ((rg % S) * C + wp) * 16 * T
+        for g in range(8):
+            for t in range(4):
+                for j in range(2):
+                    if 2 * t + j < T:
+                        for row in (g, g + 8):
+                            i = base + row * T + 2 * t + j
+                            assert owner[i] == -1
+                            slots[i], owner[i] = d[wp, row, 2 * t + j], rg
+        d[wp], held[wp] = 0.0, -1
+
+    def flush(f0: int, f1: int) -> None:
+        assert all(h == -1 or h >= f1 for h in held)  # every warp is past the window's groups
+        for u in range((f1 - f0) * 8 * T):
+            b, pr = u % T, u // T
+            rg, rr = f0 + pr // 8, 2 * (pr % 8)
+            e = ((rg % S) * C * 16 + rr) * T + b
+            v = [0.0, 0.0]
+            for wp in range(C):
+                for k, i in enumerate((e + wp * 16 * T, e + wp * 16 * T + T)):
+                    assert owner[i] in (-1, rg)
+                    v[k] += slots[i]
+                    slots[i], owner[i] = 0.0, -1
+            assert np.isnan(out[b, 16 * rg + rr:16 * rg + rr + 2]).all()
+            out[b, 16 * rg + rr:16 * rg + rr + 2] = v
+
+    f0 = 0
+    for q0 in range(0, NB, nb):
+        n = min(nb, NB - q0)
+        first, last = q0 // KB, (q0 + n - 1) // KB
+        if last >= f0 + S:
+            flush(f0, first)
+            f0 = first
+        for wp in range(C):
+            a, z = wp * n // C, (wp + 1) * n // C
+            if a >= z:
+                continue
+            rg, kb = divmod(q0 + a, KB)
+            i = a
+            while i < z:
+                e = min(z, i + KB - kb)
+                for blk in range(kb, kb + e - i):  # the blocks' product: rows of group rg, inputs of block blk
+                    assert held[wp] in (-1, rg)
+                    held[wp] = rg
+                    ks = slice(32 * blk, 32 * blk + 32)
+                    d[wp, :, :T] += w[16 * rg:16 * rg + 16, ks] @ x[:, ks].T
+                kb += e - i
+                i = e
+                if kb == KB:
+                    deposit(wp, rg)
+                    rg, kb = rg + 1, 0
+            if kb != 0:
+                q1, cont = q0 + nb, False
+                if q1 < NB:
+                    n1 = min(nb, NB - q1)
+                    a1 = wp * n1 // C
+                    cont = a1 < (wp + 1) * n1 // C and (q1 + a1) // KB == rg
+                if not cont:
+                    deposit(wp, rg)
+    flush(f0, ng)
+    assert (owner == -1).all() and not slots.any()  # every slot is zero again for the next task
+    np.testing.assert_allclose(out, x @ w.T, rtol=1e-9, atol=1e-9)
+    return out
+
+
+@pytest.mark.parametrize("K,rows,page_KiB", [(2048, 32, 32), (2048, 976, 32), (8192, 48, 32), (256, 160, 32),
+                                             (2304, 80, 32), (512, 64, 5), (1024, 16, 64), (3072, 112, 7)])
+@pytest.mark.parametrize("T", [1, 2, 8])
+def test_the_per_warp_row_sums_write_every_output_once(K, rows, page_KiB, T):
+    """MK_MM=2: with the fewest slots the kernel accepts (one page's groups) and with more."""
+    page_B = page_KiB * 1024
+    least = P.mm_groups_per_page(page_B, K)
+    for S in (least, least + 3, 16):
+        _mm2_replay(K, rows, page_B, T, S)
+
+
+@pytest.mark.parametrize("model", ["llama-3.2-1b", "llama-3.1-8b"])
+@pytest.mark.parametrize("batch", [1, 2, 4, 8])
+def test_every_tensor_core_matmul_has_the_row_group_slots_it_needs(model, batch):
+    """mk_mm_slots (MK_MM=2): the slots after an op's input rows, in the x and accumulator regions,
+    are at least the groups one page touches, for every tensor-core op of the suite's models."""
+    opts = P.kernel_options(model, batch)
+    if opts.get("prefetch_depth", 1) < 1:
+        pytest.skip("does not fit in shared memory")
+    wl = mksim.models.workload(model, batch=batch, kv_len=128)
+    for page_KiB in (16, 32, 64):
+        depth = min(2, (227 - opts["smem_reserve_KiB"]) // page_KiB)
+        if depth < 1:
+            continue
+        s = mksim.build_schedule(wl, "h200", "megakernel", **(opts | {"page_KiB": page_KiB, "prefetch_depth": depth}))
+        plan = P.plan(s)
+        slot_B = P.CONSUMERS * 16 * batch * 4
+        for r in plan.ops:
+            if r["opt"] & P.OPT_MMA:
+                S = min(16, (plan.x_B + 4 * batch * plan.acc_rows - batch * r["K"] * 2) // slot_B)
+                assert S >= P.mm_groups_per_page(plan.page_B, r["K"])
+
+
 def test_llama_matmuls_run_on_the_tensor_cores():
     wl = mksim.models.workload("llama-3.2-1b", batch=1, kv_len=128)
     s = mksim.build_schedule(wl, "h200", "megakernel", **P.kernel_options("llama-3.2-1b", 1))

@@ -47,6 +47,21 @@
 #define MK_ERR_OPCODE 6
 #define MK_ERR_BATCH 7
 #define MK_ERR_DATA 8
+#define MK_ERR_SLOTS 9            // MK_MM=2: fewer row-group slots than one page's row groups (program.acc_rows)
+
+// The tensor-core matmul's row sums (see "matmul on the tensor cores"): 1, each warp adds its 16 x 8
+// partial into shared fp32 row sums with atomicAdd after every page (a CAS loop on sm_90); 2, each
+// warp keeps its partial of a 16-row group in registers across pages and stores it once into a
+// slot of its own, and a flush sums the warps' slots (mk_matmul_mma2). Both give the same product.
+#ifndef MK_MM
+#define MK_MM 2
+#endif
+#if MK_MM != 1 && MK_MM != 2
+#error "MK_MM must be 1 (shared atomics) or 2 (per-warp slots)"
+#endif
+#ifndef MK_MM_SLOTS
+#define MK_MM_SLOTS 16            // MK_MM=2: at most this many row groups between two flushes
+#endif
 
 #ifndef MK_POLL_BATCH
 #define MK_POLL_BATCH 16          // sentinel polls in flight per lane (32 spills registers)
@@ -661,6 +676,248 @@ __device__ void mk_load_x(const MkOp& o, mk_bf16* xs, float* red, int tid) {
     }
 }
 
+// ---------------------------------------------------------------- MK_MM=2: no shared atomics
+// The product of mk_matmul_mma (same pages, same fragments) with the row sums kept out of atomics.
+// A worker warp takes the same run of every page's blocks as before; it accumulates the 16-row
+// group it is in across pages in registers and, once it has done its last block of the group,
+// stores its partial with plain stores into its own entry of the group's slot (group rg in slot
+// rg % S; a slot is [warp][16 rows][T] fp32). A flush sums a window of groups' slots over the
+// warps, always in warp order (the sums do not depend on timing), zeroes what it read, and writes
+// each output in one place, mk_mm_out2, one aligned row pair (2r, 2r + 1) of a group at a time. It
+// runs when the next page would touch a group S or more past the first one not yet written out
+// (two worker barriers; rare: see MkMmSlots), and at the end of the task (one barrier; the
+// caller's next barrier orders the rest). An entry whose warp never touched the group (small K,
+// the last page) is zero: slots start zeroed and the flush zeroes them again.
+struct MkMmSlots {
+    float* base;  // slot 0: right after the op's input rows in xs
+    int S;        // slots: as many as fit in the rest of the x region and the accumulator region
+    int dirty_B;  // bytes of them in the x region (other inputs, attention scratch): zeroed with the input
+};
+
+// The slots of an op of T rows and K inputs: the x region past its T x K bf16 inputs, then the
+// accumulator region (which the flushes keep zero), at most MK_MM_SLOTS of them.
+template <int T>
+__device__ __forceinline__ MkMmSlots mk_mm_slots(const MkParams& P, const MkOp& o, mk_bf16* xs) {
+    constexpr int slot_B = MK_CONSUMERS * 16 * T * 4;
+    const int x_B = T * o.K * 2;
+    MkMmSlots s;
+    s.base = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(xs) + x_B);
+    s.S = min(MK_MM_SLOTS, (P.x_B + 4 * P.acc_floats - x_B) / slot_B);
+    s.dirty_B = max(0, min(P.x_B - x_B, s.S * slot_B));
+    return s;
+}
+
+// The one place where an output of the MK_MM=2 matmul is finalised (residual) and stored: rows r
+// and r + 1 (r even: an aligned pair of a 16-row group; no flush splits one) of batch row b.
+// `res`: their residuals when the caller loaded them already (have_res), else loaded here.
+__device__ __forceinline__ void mk_mm_out2(const MkOp& o, int lo, int b, int r, float v0, float v1, bool have_res,
+                                           float2 res) {
+    if (o.opt & MK_OPT_RESIDUAL) {
+        if (!have_res) {
+            const mk_bf16* in1 = o.in1 + (size_t)b * o.ld1 + lo + r;
+            res = make_float2(mk_ld_bf16(in1), mk_ld_bf16(in1 + 1));
+        }
+        v0 += res.x;
+        v1 += res.y;
+    }
+    // one 4-byte store: ld_out and lo are multiples of 16 for a tensor-core op, r is even
+    *reinterpret_cast<unsigned*>((mk_bf16*)o.out + (size_t)b * o.ld_out + lo + r) =
+        (unsigned)mk_f32_to_bf16(v0) | ((unsigned)mk_f32_to_bf16(v1) << 16);
+}
+
+// Flush unit u of a window of groups starting at f0: batch row b = u % T of row pair u / T.
+template <int T>
+__device__ __forceinline__ float2 mk_mm_res2(const MkOp& o, int lo, int u) {  // its residuals (f0 = 0)
+    const int b = u % T, pr = u / T, r = 16 * (pr >> 3) + 2 * (pr & 7);
+    const mk_bf16* in1 = o.in1 + (size_t)b * o.ld1 + lo + r;
+    return make_float2(mk_ld_bf16(in1), mk_ld_bf16(in1 + 1));
+}
+
+template <int T>
+__device__ void mk_mm_flush(const MkOp& o, int lo, int f0, int f1, const MkMmSlots& sl, int tid, bool have_res,
+                            float2 res, bool mid) {
+    mk_bar(MK_NW);  // every warp has stored its entries of groups [f0, f1)
+    for (int u = tid; u < (f1 - f0) * 8 * T; u += MK_NW) {
+        const int b = u % T, pr = u / T, rg = f0 + (pr >> 3), rr = 2 * (pr & 7);
+        float* e = sl.base + ((rg % sl.S) * MK_CONSUMERS * 16 + rr) * T + b;  // warp 0's entry of row rr
+        float v0 = 0.f, v1 = 0.f;
+#pragma unroll
+        for (int w = 0; w < MK_CONSUMERS; ++w) {
+            float* ew = e + w * 16 * T;
+            v0 += ew[0];
+            v1 += ew[T];
+            ew[0] = 0.f;
+            ew[T] = 0.f;
+        }
+        mk_mm_out2(o, lo, b, 16 * rg + rr, v0, v1, have_res, res);
+    }
+    if (mid) mk_bar(MK_NW);  // the slots are free before any warp stores into them again
+}
+
+// A warp's partial of group rg (the sum of its accumulators d[0..3]: d[j][0], d[j][1] are row g,
+// columns 2t, 2t + 1; d[j][2], d[j][3] row g + 8; columns are batch rows, those >= T padding) into
+// its entry of the group's slot, and the accumulators cleared. Plain stores: the entry is the warp's.
+template <int T>
+__device__ __forceinline__ void mk_mm_deposit(const MkMmSlots& sl, int rg, int warp, int g, int t, float d[4][4]) {
+    float v[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        v[e] = (d[0][e] + d[1][e]) + (d[2][e] + d[3][e]);
+        d[0][e] = d[1][e] = d[2][e] = d[3][e] = 0.f;
+    }
+    float* ent = sl.base + ((rg % sl.S) * MK_CONSUMERS + warp) * 16 * T;
+    if (T == 1) {
+        if (t == 0) {
+            ent[g] = v[0];
+            ent[g + 8] = v[2];
+        }
+    } else if (2 * t < T) {
+        *reinterpret_cast<float2*>(ent + g * T + 2 * t) = make_float2(v[0], v[1]);
+        *reinterpret_cast<float2*>(ent + (g + 8) * T + 2 * t) = make_float2(v[2], v[3]);
+    }
+}
+
+template <int T>
+__device__ int mk_matmul_mma2(const MkOp& o, int lo, int hi, MkRing& r, const mk_bf16* xs, const MkMmSlots& sl,
+                              int tid, int* error) {
+    const int KB = o.K >> 5, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int ng = (hi - lo) >> 4, NB = ng * KB, nb = r.P >> 10;
+    if ((nb + KB - 2) / KB + 1 > sl.S) return MK_ERR_SLOTS;  // the groups one page can touch
+    const uint4* x4 = reinterpret_cast<const uint4*>(xs);
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    // all groups in one window and one flush unit per thread: the residuals now, off the task's tail
+    const bool have_res = (o.opt & MK_OPT_RESIDUAL) && ng <= sl.S && ng * 8 * T <= MK_NW;
+    float2 res = make_float2(0.f, 0.f);
+    if (have_res && tid < ng * 8 * T) res = mk_mm_res2<T>(o, lo, tid);
+    float d[4][4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) d[j][e] = 0.f;
+    int f0 = 0;  // groups [0, f0) are written out
+    for (int q0 = 0; q0 < NB; q0 += nb) {  // q0: the page's first block (blocks of the task, in order)
+        const int n = min(nb, NB - q0), first = q0 / KB, last = (q0 + n - 1) / KB;
+        if (last >= f0 + sl.S) {  // the page would store into the slot of a group not written out
+            mk_mm_flush<T>(o, lo, f0, first, sl, tid, false, res, true);
+            f0 = first;
+        }
+        const int stage = r.stage;
+        const unsigned parity = r.phase;
+        r.advance();
+        mk_mbar_wait(r.full + stage, parity, error);
+        const int a = warp * n / MK_CONSUMERS, z = (warp + 1) * n / MK_CONSUMERS;
+        if (a < z) {
+            const uint4* pg = reinterpret_cast<const uint4*>(r.pages + (size_t)stage * r.P);
+            int rg = (q0 + a) / KB, kb = q0 + a - rg * KB;
+            for (int i = a; i < z;) {
+                const int e = min(z, i + KB - kb);  // blocks [i, e) of the run lie in group rg
+                for (; i + 1 < e; i += 2, kb += 2) {  // two blocks: four independent accumulators
+                    const uint4 w0 = pg[i * 64 + lane], w1 = pg[i * 64 + 32 + lane];
+                    const uint4 w2 = pg[i * 64 + 64 + lane], w3 = pg[i * 64 + 96 + lane];
+                    const uint4 xa = g < T ? x4[(kb * T + g) * 4 + t] : zero;
+                    const uint4 xb = g < T ? x4[((kb + 1) * T + g) * 4 + t] : zero;
+                    mk_mma16816(d[0], w0.x, w1.x, w0.y, w1.y, xa.x, xa.y);
+                    mk_mma16816(d[1], w0.z, w1.z, w0.w, w1.w, xa.z, xa.w);
+                    mk_mma16816(d[2], w2.x, w3.x, w2.y, w3.y, xb.x, xb.y);
+                    mk_mma16816(d[3], w2.z, w3.z, w2.w, w3.w, xb.z, xb.w);
+                }
+                if (i < e) {
+                    const uint4 w0 = pg[i * 64 + lane], w1 = pg[i * 64 + 32 + lane];
+                    const uint4 xa = g < T ? x4[(kb * T + g) * 4 + t] : zero;
+                    mk_mma16816(d[0], w0.x, w1.x, w0.y, w1.y, xa.x, xa.y);
+                    mk_mma16816(d[1], w0.z, w1.z, w0.w, w1.w, xa.z, xa.w);
+                    ++i;
+                    ++kb;
+                }
+                if (kb == KB) {  // the group's last block: this warp is done with it
+                    mk_mm_deposit<T>(sl, rg, warp, g, t, d);
+                    ++rg;
+                    kb = 0;
+                }
+            }
+            if (kb != 0) {  // the run ends inside group rg: keep it unless this warp's next run is elsewhere
+                const int q1 = q0 + nb;
+                bool cont = false;
+                if (q1 < NB) {
+                    const int n1 = min(nb, NB - q1), a1 = warp * n1 / MK_CONSUMERS;
+                    cont = a1 < (warp + 1) * n1 / MK_CONSUMERS && (q1 + a1) / KB == rg;
+                }
+                if (!cont) mk_mm_deposit<T>(sl, rg, warp, g, t, d);
+            }
+        }
+        __syncwarp();
+        if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(mk_smem_addr(r.empty + stage)) : "memory");
+    }
+    mk_mm_flush<T>(o, lo, f0, ng, sl, tid, have_res, res, false);
+    return 0;
+}
+
+// 8 normed words of column c (inputs 8c .. 8c + 7) of every row, in place.
+template <int T>
+__device__ __forceinline__ void mk_norm_column(uint4* x4, int c, uint4 w, const float inv[T]) {
+#pragma unroll
+    for (int b = 0; b < T; ++b) {
+        uint4& v = x4[((c >> 2) * T + b) * 4 + (c & 3)];
+        v = mk_norm8(v, w, inv[b]);
+    }
+}
+
+// The input rows of an MK_OPT_MMA matmul into shared memory in the weights' k order (as
+// mk_load_x_mma), every 16-byte word of every row in flight at once (cp.async: no registers held)
+// and one barrier; meanwhile the slots' part of the x region is zeroed and the norm weight words
+// loaded. With a fused norm, the rows' sums of squares are then read from shared memory (each warp
+// a part of one row), and every word is scaled in place: the roundings of mk_load_x_mma
+// (mk_norm8, rsqrtf(sum / K + eps)), only the fp32 sum of squares adds its terms in another order.
+template <int T>
+__device__ void mk_load_x_mma2(const MkOp& o, mk_bf16* xs, float* red, int tid, const MkMmSlots& sl) {
+    const int K = o.K, kv = K >> 3, lane = tid & 31, warp = tid >> 5;
+    const unsigned xs_s = mk_smem_addr(xs);
+#pragma unroll 1
+    for (int c = tid; c < kv; c += MK_NW) {  // (not unrolled: no per-thread offsets kept across tasks)
+        const unsigned dst = xs_s + 16u * (unsigned)((c >> 2) * T * 4 + (c & 3));
+        const mk_bf16* src = o.in0 + 8 * c;
+#pragma unroll
+        for (int b = 0; b < T; ++b)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+                         :: "r"(dst + 64u * b), "l"(src + (size_t)b * o.ld0) : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    uint4* x4 = reinterpret_cast<uint4*>(xs);
+    uint4* z4 = reinterpret_cast<uint4*>(sl.base);
+    for (int j = tid; j < (sl.dirty_B >> 4); j += MK_NW) z4[j] = make_uint4(0u, 0u, 0u, 0u);
+    const bool norm = o.opt & MK_OPT_FUSED_NORM;
+    constexpr int MW = 4;  // norm weight words a thread keeps in registers (8 spill: the kernel is at its cap)
+    const uint4* w2 = reinterpret_cast<const uint4*>(o.w2);
+    uint4 wv[MW];
+#pragma unroll
+    for (int m = 0; m < MW; ++m) wv[m] = norm && tid + m * MK_NW < kv ? __ldg(w2 + tid + m * MK_NW) : make_uint4(0u, 0u, 0u, 0u);
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    mk_bar(MK_NW);
+    if (!norm) return;
+    constexpr int PARTS = MK_CONSUMERS >= T ? MK_CONSUMERS / T : 1;  // warps per row
+    static_assert(T * PARTS <= 32, "red holds 32 partial sums");
+    for (int u = warp; u < T * PARTS; u += MK_CONSUMERS) {
+        const int b = u % T, p = u / T;
+        float ss = 0.f;
+        for (int c = 32 * p + lane; c < kv; c += 32 * PARTS) ss += mk_sumsq8(x4[((c >> 2) * T + b) * 4 + (c & 3)]);
+        ss = mk_warp_sum(ss);
+        if (lane == 0) red[u] = ss;
+    }
+    mk_bar(MK_NW);
+    float inv[T];
+#pragma unroll
+    for (int b = 0; b < T; ++b) {
+        float tot = 0.f;
+        for (int p = 0; p < PARTS; ++p) tot += red[p * T + b];
+        inv[b] = rsqrtf(tot / K + o.eps);
+    }
+#pragma unroll
+    for (int m = 0; m < MW; ++m)
+        if (tid + m * MK_NW < kv) mk_norm_column<T>(x4, tid + m * MK_NW, wv[m], inv);
+    for (int c = tid + MW * MK_NW; c < kv; c += MK_NW) mk_norm_column<T>(x4, c, __ldg(w2 + c), inv);
+    mk_bar(MK_NW);  // red and the rows before any worker reads them
+}
+
 struct MkSlot {                  // a task the waiter has prepared for the workers
     MkOp op;
     int opcode, opi, lo, hi, ok, pad[3];
@@ -716,17 +973,48 @@ __device__ MkBlock mk_block_init(const MkParams& P) {
     return k;
 }
 
+#if MK_MM == 2
+// A matmul task of T rows (op `op`), its input rows loaded first unless the block's previous task
+// left them in xs: on the tensor cores when its weights are in fragment order. An error code or 0.
+template <int T>
+__device__ __forceinline__ int mk_matmul(const MkParams& P, MkBlock& k, const MkOp& o, int op, int lo, int hi, int tid) {
+    if (o.opt & MK_OPT_MMA) {
+        const MkMmSlots sl = mk_mm_slots<T>(P, o, k.xs);
+        if (k.x_of != op) {
+            mk_load_x_mma2<T>(o, k.xs, k.red, tid, sl);
+            k.x_of = op;
+        }
+        return mk_matmul_mma2<T>(o, lo, hi, k.ring, k.xs, sl, tid, P.error);
+    }
+    if (k.x_of != op) {
+        mk_load_x(o, k.xs, k.red, tid);
+        k.x_of = op;
+    }
+    mk_matmul_pages<T>(o, lo, hi, k.ring, k.xs, k.acc, P.acc_rows, tid, P.error);
+    return 0;
+}
+#else
 // A matmul task of T rows: on the tensor cores when its weights are in fragment order.
 template <int T>
 __device__ __forceinline__ void mk_matmul(const MkParams& P, MkBlock& k, const MkOp& o, int lo, int hi, int tid) {
     if (o.opt & MK_OPT_MMA) mk_matmul_mma<T>(o, lo, hi, k.ring, k.xs, k.acc, P.acc_rows, tid, P.error);
     else mk_matmul_pages<T>(o, lo, hi, k.ring, k.xs, k.acc, P.acc_rows, tid, P.error);
 }
+#endif
 
 // Run one task on the workers (its inputs are ready). False if the op has no device function here.
 __device__ int mk_run_task(const MkParams& P, MkBlock& k, const MkOp& o, int opcode, int op, int lo, int hi, int tid) {
     switch (opcode) {
     case MK_OP_MATMUL:
+#if MK_MM == 2
+        switch (o.T) {
+        case 1: return mk_matmul<1>(P, k, o, op, lo, hi, tid);
+        case 2: return mk_matmul<2>(P, k, o, op, lo, hi, tid);
+        case 4: return mk_matmul<4>(P, k, o, op, lo, hi, tid);
+        case 8: return mk_matmul<8>(P, k, o, op, lo, hi, tid);
+        default: return MK_ERR_BATCH;
+        }
+#else
         if (k.x_of != op) {
             if (o.opt & MK_OPT_MMA) mk_load_x_mma(o, k.xs, k.red, tid);
             else mk_load_x(o, k.xs, k.red, tid);
@@ -740,6 +1028,7 @@ __device__ int mk_run_task(const MkParams& P, MkBlock& k, const MkOp& o, int opc
         default: return MK_ERR_BATCH;
         }
         return 0;
+#endif
     case MK_OP_ATTN_PARTIAL:
         k.x_of = -1;  // the scratch overwrites xs
         return mk_attn_partial(o, lo, hi, tid, MK_NW, reinterpret_cast<float*>(k.xs)) ? 0 : MK_ERR_ATTN;

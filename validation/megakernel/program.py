@@ -219,10 +219,25 @@ def _index(a, rows: np.ndarray):
 ACC_ROWS = 256  # row accumulators per batch row: a matmul task writes its rows out every ACC_ROWS rows
 
 
+def mm_groups_per_page(page_B: int, k: int) -> int:
+    """The most 16-row groups one page of a tensor-core matmul with ``k`` inputs touches (1 KiB
+    blocks of 16 rows x 32 inputs, a group's blocks consecutive, pages at any block): the row-group
+    slots the kernel's per-warp row sums need at least (``mk_matmul_mma2``, MK_MM=2).
+
+    >>> mm_groups_per_page(32 * 1024, 2048), mm_groups_per_page(32 * 1024, 256)
+    (2, 5)
+    """
+    blocks, kb = max(page_B // 1024, 1), k // 32
+    return (blocks - 1 + kb - 1) // kb + 1
+
+
 def acc_rows(page_B: int, k_min: int) -> int:
     """Row accumulators per batch row: a power of two (the kernel picks a row's slot with a mask),
-    at least the rows one page spans plus the 16-row groups it begins and ends in."""
-    return max(ACC_ROWS, 1 << (page_B // (2 * k_min) + 32).bit_length())
+    at least the rows one page spans plus the 16-row groups it begins and ends in. The same region
+    holds the per-warp row-group slots of MK_MM=2 (``CONSUMERS`` x 16 rows each): at least as many
+    as one page touches, so that it is sized right for either build."""
+    slots = CONSUMERS * 16 * mm_groups_per_page(page_B, k_min)
+    return max(ACC_ROWS, 1 << (page_B // (2 * k_min) + 32).bit_length(), 1 << (slots - 1).bit_length())
 
 
 def smem_bytes(page_B: int, depth: int, x_B: int, rows: int, T: int) -> int:
