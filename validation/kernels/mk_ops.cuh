@@ -340,10 +340,11 @@ __device__ __forceinline__ void mk_cp16(unsigned dst, const void* src, bool ok) 
 
 // bytes (a multiple of 16) at p (16-byte aligned) on their way into L2, 32 KiB a request.
 __device__ __forceinline__ void mk_prefetch_l2(const mk_bf16* p, long long bytes) {
-    for (long long off = 0; off < bytes; off += 32768)
+    for (long long off = 0; off < bytes; off += 32768) {
+        const unsigned n = bytes - off < 32768 ? (unsigned)(bytes - off) : 32768u;
         asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;"
-                     :: "l"(reinterpret_cast<const char*>(p) + off), "r"((unsigned)min(bytes - off, 32768LL))
-                     : "memory");
+                     :: "l"(reinterpret_cast<const char*>(p) + off), "r"(n) : "memory");
+    }
 }
 
 // The cache rows of partial i: this head's K and V (row 0), the positions [p0, p1).
@@ -447,7 +448,7 @@ __device__ void mk_attn_partial_tc(const MkOp& o, int i, int next, int tid, int 
         }
     }
     mk_bar(nw);  // q is in shared memory (long before the K and V rows arrive from DRAM)
-    const unsigned* qg = qs + g * QS + t;  // head g: b0 = words 8kk + t, b1 = words 8kk + 4 + t
+    const unsigned* qg = qs + min(g, G - 1) * QS + t;  // head g: b0 = words 8kk + t, b1 = 8kk + 4 + t (g < G)
     float m[2] = {MK_NEG_INF, MK_NEG_INF}, l[2] = {0.f, 0.f}, acc[KD][4];
 #pragma unroll
     for (int dd = 0; dd < KD; ++dd) acc[dd][0] = acc[dd][1] = acc[dd][2] = acc[dd][3] = 0.f;
