@@ -12,6 +12,8 @@ region the kernel is given and that the accesses meant to be free of bank confli
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -20,6 +22,7 @@ import pytest
 import mksim
 from validation.megakernel import program as P
 
+MK_OPS = Path(__file__).resolve().parents[2] / "validation/kernels/mk_ops.cuh"
 L = np.arange(32)
 LG, LT = L >> 2, L & 3  # lane 4g + t
 
@@ -383,3 +386,24 @@ def test_new_layout_fits_the_x_region(model):
         pytest.skip(f"no attention built for head size {D}, group {G}")
     schedule = SimpleNamespace(workload=wl)
     assert attn_smem_bytes(D, G, P.CONSUMERS) <= P.x_region_bytes(schedule)
+
+
+def test_layout_formulas_are_the_kernels():
+    """tile_row_b, warp_b and attn_smem_bytes above are mk_ops.cuh's MK_TILE_ROW_B, MK_ATTN_WARP_B and
+    mk_attn_smem_bytes (their C++ expressions evaluated here)."""
+    src = MK_OPS.read_text()
+
+    def expr(pattern: str) -> str:
+        e = re.search(pattern, src).group(1)
+        e = e.replace("MK_TILE_ROW_B<D>", "tile_row_b(D)").replace("MK_ATTN_WARP_B<D>", "warp_b(D)")
+        return e.replace("/", "//")
+
+    row = expr(r"constexpr int MK_TILE_ROW_B = ([^;]+);")
+    warp = expr(r"constexpr int MK_ATTN_WARP_B = ([^;]+);")
+    total = expr(r"mk_attn_smem_bytes\(int nwarps\) \{\s*return ([^;]+);")
+    for D, G in SHAPES:
+        for nwarps in (8, 16):
+            env = {"D": D, "G": G, "nwarps": nwarps, "tile_row_b": tile_row_b, "warp_b": warp_b}
+            assert eval(row, env) == tile_row_b(D)
+            assert eval(warp, env) == warp_b(D)
+            assert eval(total, env) == attn_smem_bytes(D, G, nwarps)

@@ -400,8 +400,8 @@ __device__ __forceinline__ void mk_attn_stage(const MkAttnSpan& a, int P, unsign
 
 // Warp w takes the 16-position steps w, w + nw/32, ... of the partial (64 positions: 4 warps, one
 // step each; 205: 13 steps over all 8 warps). Its K and V rows go to its tiles by cp.async before
-// anything else (then q, straight into registers); the first round's loads all start at once, and
-// the rows of later rounds and of the task's next partial are prefetched into L2. A step:
+// anything else; then q into shared memory and a barrier, passed long before the rows arrive from
+// DRAM; the rows of later rounds and of the task's next partial are prefetched into L2. A step:
 //   S^T = K Q^T on the tensor cores: A = the K tile (rows: positions, by ldmatrix), B = q (columns:
 //     heads, those >= G zero); lane 4g + t gets heads 2t, 2t + 1 at positions P + g and P + 8 + g;
 //   the online softmax in fp32 (__expf) in registers, the max over positions by 3 shuffles;
@@ -412,7 +412,7 @@ __device__ __forceinline__ void mk_attn_stage(const MkAttnSpan& a, int P, unsign
 // task, before the next copies overwrite the tiles).
 template <int D, int G>
 __device__ void mk_attn_partial_tc(const MkOp& o, int i, int next, int tid, int nw, float* smem) {
-    static_assert(D % 16 == 0 && G >= 1 && G <= 8 && G * (D + 4) * 4 <= 2 * 16 * MK_TILE_ROW_B<D>, "head size and group");
+    static_assert(D % 16 == 0 && G >= 1 && G <= 8 && G * (D + 4) * 4 <= MK_ATTN_WARP_B<D>, "head size and group");
     constexpr int KD = D / 16, R = D + 4, TILE = 16 * MK_TILE_ROW_B<D>, QS = D / 2 + 4;
     // KD: k-steps; R: row stride of a warp's partial (floats); TILE: bytes; QS: row stride of q (words)
     const int lane = tid & 31, warp = tid >> 5, nwarps = nw >> 5, g = lane >> 2, t = lane & 3, r8 = lane & 7;
