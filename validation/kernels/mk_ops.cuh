@@ -234,11 +234,27 @@ __device__ __forceinline__ MkEpilogue mk_epilogue_of(const MkOp& o) {
 // ---------------------------------------------------------------- decode attention
 // Partial i = (kv head g, sequence b, split c), g-major: the G = hq / hkv query heads of group g
 // over cache positions [c * kv_total / splits, (c + 1) * kv_total / splits). Writes the
-// unnormalised output o[G][D], the max m[G] and the sum of exponentials l[G]. A lane owns one
-// position at a time (scores for 32 positions per warp step) and, while it loads its K row, copies
-// its V row into the warp's rows of shared memory (cp.async); then the warp accumulates V with the
-// probabilities broadcast by shuffles; warps are merged through shared memory (smem: G * D floats
-// of pre-scaled queries, nw/32 * G * (D + 2) floats of warp partials, nw * D bf16 of V rows).
+// unnormalised output o[G][D], the max m[G] and the sum of exponentials l[G] (fp32, G (D + 2)
+// floats a partial); the reduction merges a head's splits into its bf16 output row.
+//
+// MK_ATTN (-DMK_ATTN=..., through MKSIM_KERNEL_DEFINES) picks the device functions:
+//   1  a lane per position on the CUDA cores, 32 positions per warp (the first version);
+//   2  (the default) the scores and the weighted V sum on the tensor cores, 16 positions per warp
+//      step with every warp busy, the K and V loads issued before anything waits; the reduction
+//      with all of its loads in flight at once.
+#ifndef MK_ATTN
+#define MK_ATTN 2
+#endif
+#if MK_ATTN != 1 && MK_ATTN != 2
+#error "MK_ATTN must be 1 (a lane per position) or 2 (tensor cores)"
+#endif
+
+#if MK_ATTN == 1
+// A lane owns one position at a time (scores for 32 positions per warp step) and, while it loads
+// its K row, copies its V row into the warp's rows of shared memory (cp.async); then the warp
+// accumulates V with the probabilities broadcast by shuffles; warps are merged through shared
+// memory (smem: G * D floats of pre-scaled queries, nw/32 * G * (D + 2) floats of warp partials,
+// nw * D bf16 of V rows).
 template <int D, int G>
 __device__ void mk_attn_partial_one(const MkOp& o, int i, int tid, int nw, float* smem) {
     constexpr int E = D / 32;
@@ -350,20 +366,299 @@ __device__ void mk_attn_partial_one(const MkOp& o, int i, int tid, int nw, float
     mk_bar(nw);
 }
 
-// False when this build has no attention for the op's (head size, group) shape.
+#else  // MK_ATTN == 2
+// mma.sync m16n8k16, bf16 in, fp32 accumulate (lane 4g + t): a0 = A[g][2t, 2t + 1],
+// a1 = A[g + 8][2t, 2t + 1], a2 = A[g][2t + 8, 2t + 9], a3 = A[g + 8][2t + 8, 2t + 9];
+// b0 = B[2t, 2t + 1][g], b1 = B[2t + 8, 2t + 9][g] (the lower 16 bits the first); d[0], d[1] =
+// D[g][2t, 2t + 1], d[2], d[3] = D[g + 8][2t, 2t + 1].
+__device__ __forceinline__ void mk_attn_mma(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                            unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Four 8 x 8 matrices of 16-bit values from shared memory: lane 8j + r gives the address of row r
+// of matrix j (16 bytes); lane 4g + t receives row g, columns 2t, 2t + 1 of matrix j in r_j, or
+// with .trans column g, rows 2t, 2t + 1.
+__device__ __forceinline__ void mk_ldsm4(unsigned addr, unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr) : "memory");
+}
+__device__ __forceinline__ void mk_ldsm4_t(unsigned addr, unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr) : "memory");
+}
+
+// An 8 x 8 matrix of 16-bit values transposed across the warp: lane 4r + q holds row r, columns
+// 2q and 2q + 1 (the lower 16 bits the first), before and after.
+__device__ __forceinline__ unsigned mk_movt(unsigned x) {
+    unsigned y;
+    asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
+    return y;
+}
+
+// (x0, x1) as bf16 pairs hi + lo (nearest even; x0 in the lower 16 bits): hi + lo holds x to about
+// 16 bits, so that probabilities multiplied on the tensor cores lose nothing against fp32.
+__device__ __forceinline__ void mk_split_bf16x2(float x0, float x1, unsigned& hi, unsigned& lo) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(hi) : "f"(x1), "f"(x0));
+    const float r0 = x0 - __uint_as_float(hi << 16), r1 = x1 - __uint_as_float(hi & 0xffff0000u);
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(lo) : "f"(r1), "f"(r0));
+}
+
+// 16 bytes global -> shared, in flight until cp.async.wait; zeros instead when !ok.
+__device__ __forceinline__ void mk_cp16(unsigned dst, const void* src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
+}
+
+// bytes (a multiple of 16) at p (16-byte aligned) on their way into L2, 32 KiB a request.
+__device__ __forceinline__ void mk_prefetch_l2(const mk_bf16* p, long long bytes) {
+    for (long long off = 0; off < bytes; off += 32768) {
+        const unsigned n = bytes - off < 32768 ? (unsigned)(bytes - off) : 32768u;
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;"
+                     :: "l"(reinterpret_cast<const char*>(p) + off), "r"(n) : "memory");
+    }
+}
+
+// The cache rows of partial i: this head's K and V (row 0), the positions [p0, p1).
+struct MkAttnSpan {
+    const mk_bf16* K;
+    const mk_bf16* V;
+    int p0, p1, b, g;
+};
+
+template <int D>
+__device__ __forceinline__ MkAttnSpan mk_attn_span(const MkOp& o, int i) {
+    const int C = o.splits, g = i / (o.T * C), b = (i / C) % o.T, c = i % C;
+    const size_t row0 = ((size_t)b * o.hkv + g) * o.s_max;
+    return {o.kc + row0 * D, o.vc + row0 * D, (int)((long long)c * o.kv_total / C),
+            (int)((long long)(c + 1) * o.kv_total / C), b, g};
+}
+
+// Shared memory of the partials: per worker warp a K tile and a V tile (16 rows of D bf16 each,
+// rows MK_TILE_ROW_B<D> bytes apart; the warp's partial o[G][D + 4] overwrites them at the end);
+// then q (G rows of D / 2 + 4 words: the words lanes 4g + t read together lie in different banks),
+// m[nwarps][G] and l[nwarps][G]. program.x_region_bytes (sized for MK_ATTN 1) is larger for every
+// G <= 8 (tests/validation/test_attn_mapping.py). A tile row is padded by 16 bytes: the 8 rows an
+// ldmatrix reads lie in 8 different bank groups, and a fragment's offset is a constant.
+template <int D>
+constexpr int MK_TILE_ROW_B = 2 * D + 16;
+template <int D>
+constexpr int MK_ATTN_WARP_B = 2 * 16 * MK_TILE_ROW_B<D>;
+
+template <int D, int G>
+__host__ __device__ constexpr int mk_attn_smem_bytes(int nwarps) {
+    return nwarps * MK_ATTN_WARP_B<D> + G * (D / 2 + 4) * 4 + 2 * nwarps * G * 4;
+}
+
+// cp.async of the K and V rows of positions P .. P + 15 into the warp's tiles (ks, vs = ks + tile);
+// rows at or past p1 become zeros (their scores are masked, and a zero V row adds nothing). Lane l
+// copies chunk l % CH of rows l / CH + (32 / CH) k: consecutive lanes read adjacent 16 bytes.
+template <int D>
+__device__ __forceinline__ void mk_attn_stage(const MkAttnSpan& a, int P, unsigned ks, int lane) {
+    constexpr int CH = D / 8, RS = 32 / CH;  // 16-byte chunks a row; rows a round of the warp's lanes
+    static_assert(32 % CH == 0, "a row of at most 32 chunks");
+    const int r0 = lane / CH, c = lane % CH;
+    const unsigned dst = ks + r0 * MK_TILE_ROW_B<D> + 16 * c;
+#pragma unroll
+    for (int k = 0; k < 16 / RS; ++k) {
+        const int p = P + r0 + RS * k;
+        const bool ok = p < a.p1;
+        const size_t src = (size_t)min(p, a.p1 - 1) * D + 8 * c;  // a row of the split, read or not
+        mk_cp16(dst + RS * k * MK_TILE_ROW_B<D>, a.K + src, ok);
+        mk_cp16(dst + 16 * MK_TILE_ROW_B<D> + RS * k * MK_TILE_ROW_B<D>, a.V + src, ok);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// Warp w takes the 16-position steps w, w + nw/32, ... of the partial (64 positions: 4 warps, one
+// step each; 205: 13 steps over all 8 warps). Its K and V rows go to its tiles by cp.async before
+// anything else; then q into shared memory and a barrier, passed long before the rows arrive from
+// DRAM; the rows of later rounds and of the task's next partial are prefetched into L2. A step:
+//   S^T = K Q^T on the tensor cores: A = the K tile (rows: positions, by ldmatrix), B = q (columns:
+//     heads, those >= G zero); lane 4g + t gets heads 2t, 2t + 1 at positions P + g and P + 8 + g;
+//   the online softmax in fp32 (__expf) in registers, the max over positions by 3 shuffles;
+//   O^T += V^T P^T: A = the V tile transposed (ldmatrix .trans), B = the probabilities transposed
+//     8 x 8 by movmatrix, as bf16 hi + lo pairs (two mma); lane 4g + t accumulates heads 2t, 2t + 1
+//     at elements 16 dd + g and 16 dd + 8 + g.
+// The warps merge through shared memory with one barrier (and one more between two partials of a
+// task, before the next copies overwrite the tiles).
+template <int D, int G>
+__device__ void mk_attn_partial_tc(const MkOp& o, int i, int next, int tid, int nw, float* smem) {
+    static_assert(D % 16 == 0 && G >= 1 && G <= 8 && G * (D + 4) * 4 <= MK_ATTN_WARP_B<D>, "head size and group");
+    constexpr int KD = D / 16, R = D + 4, TILE = 16 * MK_TILE_ROW_B<D>, QS = D / 2 + 4;
+    // KD: k-steps; R: row stride of a warp's partial (floats); TILE: bytes; QS: row stride of q (words)
+    const int lane = tid & 31, warp = tid >> 5, nwarps = nw >> 5, g = lane >> 2, t = lane & 3, r8 = lane & 7;
+    const MkAttnSpan a = mk_attn_span<D>(o, i);
+    const int nsteps = (a.p1 - a.p0 + 15) >> 4;
+    unsigned char* base = reinterpret_cast<unsigned char*>(smem);
+    unsigned char* mine = base + (size_t)warp * MK_ATTN_WARP_B<D>;
+    const unsigned ks = (unsigned)__cvta_generic_to_shared(mine);
+    // this lane's row address for ldmatrix (matrix j = lane / 8: rows 8 (j & 1) + lane % 8, chunk j / 2
+    // of each 16 head elements), in the K tile; the V tile's is TILE further
+    const int j8 = lane >> 3;
+    const unsigned kq = ks + (r8 + 8 * (j8 & 1)) * MK_TILE_ROW_B<D> + 16 * (j8 >> 1);
+    if (warp < nsteps) mk_attn_stage<D>(a, a.p0 + 16 * warp, ks, lane);
+    // then q (the group's G heads: G D / 2 words) into shared memory, two words a thread in flight
+    unsigned* qs = reinterpret_cast<unsigned*>(base + (size_t)nwarps * MK_ATTN_WARP_B<D>);
+    const unsigned* qw = reinterpret_cast<const unsigned*>(o.in0 + (size_t)a.b * o.ld0 + (size_t)a.g * G * D);
+    for (int k0 = 0; k0 < G * D / 2; k0 += 2 * nw) {
+        const int ka = k0 + tid, kb = ka + nw;
+        const unsigned wa = ka < G * D / 2 ? __ldcg(qw + ka) : 0u, wb = kb < G * D / 2 ? __ldcg(qw + kb) : 0u;
+        if (ka < G * D / 2) qs[(ka / (D / 2)) * QS + ka % (D / 2)] = wa;
+        if (kb < G * D / 2) qs[(kb / (D / 2)) * QS + kb % (D / 2)] = wb;
+    }
+    if (tid == 0) {  // rows past the first round of steps, and the next partial's, into L2 meanwhile
+        const int r = a.p0 + 16 * nwarps;
+        if (r < a.p1) {
+            mk_prefetch_l2(a.K + (size_t)r * D, (long long)(a.p1 - r) * D * 2);
+            mk_prefetch_l2(a.V + (size_t)r * D, (long long)(a.p1 - r) * D * 2);
+        }
+        if (next >= 0) {
+            const MkAttnSpan n = mk_attn_span<D>(o, next);
+            mk_prefetch_l2(n.K + (size_t)n.p0 * D, (long long)(n.p1 - n.p0) * D * 2);
+            mk_prefetch_l2(n.V + (size_t)n.p0 * D, (long long)(n.p1 - n.p0) * D * 2);
+        }
+    }
+    mk_bar(nw);  // q is in shared memory (long before the K and V rows arrive from DRAM)
+    const unsigned* qg = qs + min(g, G - 1) * QS + t;  // head g: b0 = words 8kk + t, b1 = 8kk + 4 + t (g < G)
+    float m[2] = {MK_NEG_INF, MK_NEG_INF}, l[2] = {0.f, 0.f}, acc[KD][4];
+#pragma unroll
+    for (int dd = 0; dd < KD; ++dd) acc[dd][0] = acc[dd][1] = acc[dd][2] = acc[dd][3] = 0.f;
+    for (int P = a.p0 + 16 * warp; P < a.p1; P += 16 * nwarps) {  // the warp's steps
+        asm volatile("cp.async.wait_all;" ::: "memory");
+        __syncwarp();  // every lane's copies are in the tiles
+        float sc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int kk = 0; kk < KD; ++kk) {  // a0..a3: positions 0-7 / 8-15 x elements 16kk .. + 7 / 16kk + 8 .. + 15
+            unsigned a0, a1, a2, a3;
+            mk_ldsm4(kq + 32 * kk, a0, a1, a2, a3);
+            const unsigned b0 = g < G ? qg[8 * kk] : 0u, b1 = g < G ? qg[8 * kk + 4] : 0u;
+            mk_attn_mma(sc, a0, a1, a2, a3, b0, b1);
+        }
+        // sc: heads 2t, 2t + 1 at position P + g (0, 1) and P + 8 + g (2, 3)
+        const bool v0 = P + g < a.p1, v1 = P + 8 + g < a.p1;
+        const float x0 = v0 ? sc[0] * o.scale : MK_NEG_INF, x1 = v0 ? sc[1] * o.scale : MK_NEG_INF;
+        const float x2 = v1 ? sc[2] * o.scale : MK_NEG_INF, x3 = v1 ? sc[3] * o.scale : MK_NEG_INF;
+        float mx0 = fmaxf(x0, x2), mx1 = fmaxf(x1, x3);
+#pragma unroll
+        for (int sh = 4; sh < 32; sh <<= 1) {
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, sh));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, sh));
+        }
+        const float mn0 = fmaxf(m[0], mx0), mn1 = fmaxf(m[1], mx1);  // finite: position P is in the split
+        const float c0 = m[0] == MK_NEG_INF ? 0.f : __expf(m[0] - mn0);
+        const float c1 = m[1] == MK_NEG_INF ? 0.f : __expf(m[1] - mn1);
+        const float e0 = __expf(x0 - mn0), e1 = __expf(x1 - mn1), e2 = __expf(x2 - mn0), e3 = __expf(x3 - mn1);
+        l[0] = fmaf(l[0], c0, e0 + e2);  // this lane's two positions; summed over g below
+        l[1] = fmaf(l[1], c1, e1 + e3);
+        m[0] = mn0;
+        m[1] = mn1;
+        unsigned h0, lo0, h1, lo1;
+        mk_split_bf16x2(e0, e1, h0, lo0);  // row g of P^T, positions 0-7: heads 2t, 2t + 1
+        mk_split_bf16x2(e2, e3, h1, lo1);  // positions 8-15
+        const unsigned bh0 = mk_movt(h0), bh1 = mk_movt(h1), bl0 = mk_movt(lo0), bl1 = mk_movt(lo1);
+#pragma unroll
+        for (int dd = 0; dd < KD; ++dd) {  // transposed: a0, a2 (sic), a1, a3 = elements 16dd .. + 7 / + 8 .. + 15
+            unsigned a0, a1, a2, a3;     // x positions 0-7 / 8-15
+            mk_ldsm4_t(kq + TILE + 32 * dd, a0, a2, a1, a3);
+            acc[dd][0] *= c0;
+            acc[dd][1] *= c1;
+            acc[dd][2] *= c0;
+            acc[dd][3] *= c1;
+            mk_attn_mma(acc[dd], a0, a1, a2, a3, bh0, bh1);
+            mk_attn_mma(acc[dd], a0, a1, a2, a3, bl0, bl1);
+        }
+        if (P + 16 * nwarps < a.p1) {
+            __syncwarp();  // the tiles are read before the warp's next step overwrites them
+            mk_attn_stage<D>(a, P + 16 * nwarps, ks, lane);
+        }
+    }
+#pragma unroll
+    for (int sh = 4; sh < 32; sh <<= 1) {
+        l[0] += __shfl_xor_sync(0xffffffffu, l[0], sh);
+        l[1] += __shfl_xor_sync(0xffffffffu, l[1], sh);
+    }
+    const int nact = min(nwarps, nsteps);  // the warps that took a step
+    float* pm = reinterpret_cast<float*>(qs + G * QS);
+    float* pl = pm + nwarps * G;
+    __syncwarp();  // the tiles are read before the partial overwrites them
+    if (warp < nact) {  // acc[dd][e], acc[dd][2 + e]: head 2t + e, elements 16 dd + g and 16 dd + 8 + g
+        float* rows = reinterpret_cast<float*>(mine);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int h = 2 * t + e;
+            if (h < G) {
+#pragma unroll
+                for (int dd = 0; dd < KD; ++dd) {
+                    rows[h * R + 16 * dd + g] = acc[dd][e];
+                    rows[h * R + 16 * dd + 8 + g] = acc[dd][2 + e];
+                }
+                if (g == 0) {
+                    pm[warp * G + h] = m[e];
+                    pl[warp * G + h] = l[e];
+                }
+            }
+        }
+    }
+    mk_bar(nw);
+    float* dst = (float*)o.out + (size_t)i * G * (D + 2);
+    for (int it = tid; it < G * D / 2; it += nw) {  // two elements a thread
+        const int h = it / (D / 2), d = 2 * (it - h * (D / 2));
+        float M = MK_NEG_INF;
+#pragma unroll 2  // (fully unrolled, the persistent kernel spills a register)
+        for (int w = 0; w < nact; ++w) M = fmaxf(M, pm[w * G + h]);
+        float2 O = make_float2(0.f, 0.f);
+        float L = 0.f;
+#pragma unroll 2
+        for (int w = 0; w < nact; ++w) {
+            const float mw = pm[w * G + h], cw = mw == MK_NEG_INF ? 0.f : __expf(mw - M);
+            const float2 v = *reinterpret_cast<const float2*>(
+                reinterpret_cast<const float*>(base + (size_t)w * MK_ATTN_WARP_B<D>) + h * R + d);
+            O.x = fmaf(v.x, cw, O.x);
+            O.y = fmaf(v.y, cw, O.y);
+            L = fmaf(pl[w * G + h], cw, L);
+        }
+        *reinterpret_cast<float2*>(dst + h * D + d) = O;
+        if (d == 0) {
+            dst[G * D + h] = M;
+            dst[G * D + G + h] = L;
+        }
+    }
+    if (next >= 0) mk_bar(nw);  // the partials are read before the next partial's copies overwrite them
+}
+
+template <int D, int G>
+__device__ __forceinline__ void mk_attn_partial_at(const MkOp& o, int i, int hi, int tid, int nw, float* smem) {
+    mk_attn_partial_tc<D, G>(o, i, i + 1 < hi ? i + 1 : -1, tid, nw, smem);
+}
+#endif  // MK_ATTN
+
+// The partials [lo, hi) of one task; smem: the scratch region (program.x_region_bytes). False when
+// this build has no attention for the op's (head size, group) shape.
 __device__ bool mk_attn_partial(const MkOp& o, int lo, int hi, int tid, int nw, float* smem) {
     const int G = o.hq / o.hkv;
     for (int i = lo; i < hi; ++i) {
+#if MK_ATTN == 1
         if (o.hd == 64 && G == 4) mk_attn_partial_one<64, 4>(o, i, tid, nw, smem);
         else if (o.hd == 128 && G == 4) mk_attn_partial_one<128, 4>(o, i, tid, nw, smem);
         else if (o.hd == 128 && G == 3) mk_attn_partial_one<128, 3>(o, i, tid, nw, smem);
         else if (o.hd == 64 && G == 8) mk_attn_partial_one<64, 8>(o, i, tid, nw, smem);
         else return false;
+#else
+        if (o.hd == 64 && G == 4) mk_attn_partial_at<64, 4>(o, i, hi, tid, nw, smem);
+        else if (o.hd == 128 && G == 4) mk_attn_partial_at<128, 4>(o, i, hi, tid, nw, smem);
+        else if (o.hd == 128 && G == 3) mk_attn_partial_at<128, 3>(o, i, hi, tid, nw, smem);
+        else if (o.hd == 64 && G == 8) mk_attn_partial_at<64, 8>(o, i, hi, tid, nw, smem);
+        else return false;
+#endif
     }
     return true;
 }
 
 // Reduction i = (kv head g, sequence b): merge the splits' partials into the G heads' output.
+#if MK_ATTN == 1
 __device__ void mk_attn_reduce(const MkOp& o, int lo, int hi, int tid, int nw) {
     const int D = o.hd, G = o.hq / o.hkv, C = o.splits, stride = G * (D + 2);
     const float* parts = reinterpret_cast<const float*>(o.in0);
@@ -387,6 +682,49 @@ __device__ void mk_attn_reduce(const MkOp& o, int lo, int hi, int tid, int nw) {
         }
     }
 }
+#else
+// A thread takes two adjacent elements of one head (a warp: 64 elements of that head; D is a
+// multiple of 64). Splits come 16 at a time: lanes 0..15 load one split's m and l each, every lane
+// its 16 splits' two elements, all in flight together; the warp's max and sum go by shuffles and
+// each split's weight from its lane. More than 16 splits: an online merge of the groups of 16.
+__device__ void mk_attn_reduce(const MkOp& o, int lo, int hi, int tid, int nw) {
+    constexpr int CB = 16;
+    const int D = o.hd, G = o.hq / o.hkv, C = o.splits, stride = G * (D + 2), per = G * D / 2, lane = tid & 31;
+    const float* parts = reinterpret_cast<const float*>(o.in0);
+    mk_bf16* out = (mk_bf16*)o.out;
+    for (int it = tid; it < (hi - lo) * per; it += nw) {  // per, nw: multiples of 32, so warps stay whole
+        const int i = lo + it / per, k = 2 * (it % per), h = k / D, g = i / o.T, b = i % o.T;
+        const float* base = parts + (size_t)i * C * stride;
+        float M = MK_NEG_INF, L = 0.f, O0 = 0.f, O1 = 0.f;
+        for (int c0 = 0; c0 < C; c0 += CB) {
+            const int c = c0 + lane;
+            const bool mine = lane < CB && c < C;
+            const float mc = mine ? __ldcg(base + (size_t)c * stride + G * D + h) : MK_NEG_INF;
+            const float lc = mine ? __ldcg(base + (size_t)c * stride + G * D + G + h) : 0.f;
+            float2 ov[CB];
+#pragma unroll
+            for (int j = 0; j < CB; ++j)
+                ov[j] = c0 + j < C ? __ldcg(reinterpret_cast<const float2*>(base + (size_t)(c0 + j) * stride + k))
+                                   : make_float2(0.f, 0.f);
+            const float mn = fmaxf(M, mk_warp_max(mc));
+            const float corr = M == MK_NEG_INF ? 0.f : __expf(M - mn);
+            const float w = mc == MK_NEG_INF ? 0.f : __expf(mc - mn);
+            L = fmaf(L, corr, mk_warp_sum(lc * w));
+            O0 *= corr;
+            O1 *= corr;
+#pragma unroll
+            for (int j = 0; j < CB; ++j) {
+                const float wj = __shfl_sync(0xffffffffu, w, j);
+                O0 = fmaf(ov[j].x, wj, O0);
+                O1 = fmaf(ov[j].y, wj, O1);
+            }
+            M = mn;
+        }
+        const unsigned pair = (unsigned)mk_f32_to_bf16(O0 / L) | ((unsigned)mk_f32_to_bf16(O1 / L) << 16);
+        *reinterpret_cast<unsigned*>(out + (size_t)b * o.ld_out + g * G * D + k) = pair;
+    }
+}
+#endif  // MK_ATTN
 
 // ---------------------------------------------------------------- dispatch
 // The ops whose device function needs nothing of the block but its workers and the reduction
