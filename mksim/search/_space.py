@@ -15,6 +15,7 @@ Megakernel choices (conditional on ``mode = megakernel``):
 - ``page_KiB`` and ``prefetch_depth``: the loader's shared-memory pages; a choice over the SM's
   shared memory is pruned with its reason;
 - ``sync``: one counter per op range, or one flag per tile;
+- ``l2_prefetch_KiB``: the L2 prefetcher's lead ahead of each SM's loader (0: none; static dispatch);
 - ``fuse_norm``: each RMS norm computed inside the matvec that follows it (no norm ops);
 - with ``designs`` (:data:`DESIGNS`): ``sync`` may be ``sentinel``; ``dispatch`` static or
   dynamic, and for dynamic ``schedulers`` and ``prelaunch``; dependencies across dies cost their
@@ -53,7 +54,7 @@ from mksim.schedule import (
 )
 from mksim.workload import Tiling, default_kv_splits
 
-SPACE_VERSION = 3  # bump when a parameter is added or changes meaning: old studies cannot be resumed
+SPACE_VERSION = 4  # bump when a parameter is added or changes meaning: old studies cannot be resumed
 SEARCH_MODES = ("megakernel", "graph_pdl", "graph")
 CHAIN_MODES = ("graph_pdl", "graph")
 POLICY_CHOICES = ("rr", "zigzag", "wave", "dag", "pool")
@@ -65,6 +66,7 @@ SMALL_GRAIN = (0.25, 0.5, 1.0)
 KV_SPLIT_MULT = (0.5, 1.0, 2.0)
 PAGES_KiB = (16, 32, 64)
 MAX_PREFETCH = 12
+L2_PREFETCH_KiB = (0.0, 256.0, 512.0)  # the L2 prefetcher's lead per SM (0: off)
 SYNCS = ("counter", "flag")  # sampled; a study may fix any of ALL_SYNCS
 ALL_SYNCS = ("counter", "flag", "sentinel")
 # Megakernel designs a study may add to the space (``designs``); without them the space is the one
@@ -84,6 +86,7 @@ DEFAULT_RESERVE_KiB = 32.0  # Options.smem_reserve_KiB's default
 BASELINE_PAGE_KiB, BASELINE_DEPTH = 32, 4  # the megakernel baselines' loader (build_schedule's defaults)
 # search parameters that set an Options field: a fixed field is not sampled
 SAMPLED_OPTION = {"page_KiB": "page_KiB", "prefetch_depth": "prefetch_depth", "sync": "sync",
+                  "l2_prefetch_KiB": "l2_prefetch_KiB",
                   "chain_tasks_per_sm": "tasks_per_sm", "chain_blocks_per_sm": "blocks_per_sm"}
 
 
@@ -249,6 +252,9 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any]
     else:
         syncs = ALL_SYNCS if "sentinel" in designs else SYNCS
         sync = pick("sync", lambda: trial.suggest_categorical("sync", syncs))
+        l2 = pick("l2_prefetch_KiB", lambda: trial.suggest_categorical("l2_prefetch_KiB", L2_PREFETCH_KiB))
+        if l2:  # static queues only: an L2 prefetcher walks them ahead of the loader
+            design_opts["l2_prefetch_KiB"] = float(l2)
     reserve = fixed.get("smem_reserve_KiB", DEFAULT_RESERVE_KiB)
     budget = gpu.sm.shared_memory_per_block_KiB
     if depth * page + reserve > budget:
@@ -277,7 +283,7 @@ def baseline_params(gpu: GPUSpec, fixed: dict[str, Any] | None = None,
     depth = max(1, min(BASELINE_DEPTH, int(room // page)))
     mk = {f"grain_{r}": 1.0 for r in ROLES} | {"grain_small": 1.0, "kv_split_mult": 1.0, "page_KiB": BASELINE_PAGE_KiB,
                                                 "prefetch_depth": depth, "sync": "counter", "fuse_norm": False,
-                                                "split_qkv": False, "split_gate_up": False}
+                                                "split_qkv": False, "split_gate_up": False, "l2_prefetch_KiB": 0.0}
 
     if "dynamic" in designs and "dispatch" not in fixed:
         mk["dispatch"] = "static"
@@ -291,7 +297,8 @@ def baseline_params(gpu: GPUSpec, fixed: dict[str, Any] | None = None,
             {"dag_sync_scale": 1.0} if p == "dag" else ({"pool_compute_fraction": 0.25} if p == "pool" else {}))
         out[f"megakernel:{p}"] = unfixed({"policy": p, **extra, **mk})
     if "dynamic" in designs and "dispatch" not in fixed:  # MPK at its defaults: round robin, MPK's schedulers
-        dyn = {k: v for k, v in mk.items() if k != "sync"} | {"dispatch": "dynamic", "schedulers": 0, "prelaunch": 1}
+        dyn = {k: v for k, v in mk.items() if k not in ("sync", "l2_prefetch_KiB")} | {"dispatch": "dynamic",
+                                                                                      "schedulers": 0, "prelaunch": 1}
         out["megakernel:dynamic"] = unfixed({"policy": "rr", "order": "op", **dyn})
     if "dies" in designs:  # Fleet: die-aware placement
         out["megakernel:die"] = unfixed({"policy": "die", "order": "op", "dag_sync_scale": 1.0, **mk})
