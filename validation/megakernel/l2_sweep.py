@@ -23,6 +23,7 @@ import os
 import sys
 from pathlib import Path
 
+import mksim
 from mksim.errors import MksimError
 from mksim.schedule import Schedule
 
@@ -42,8 +43,7 @@ def schedule_with_lead(model: str, batch: int, lead_KiB: float) -> Schedule:
 
 
 def predicted_us(s: Schedule) -> float:
-    import mksim
-
+    """The simulated step as CUDA events see it (launch latency left out, as the suite predicts)."""
     return mksim.simulate(s, timeline=False).latency_us - s.gpu.launch.launch_latency_us
 
 
