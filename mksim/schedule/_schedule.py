@@ -57,6 +57,9 @@ class Options:
       start: the next kernel's blocks are placed while it runs), ``late`` (after its main loop:
       once every block's work is done, in this model its end) or ``never`` (placed when it ends; PDL
       then saves only the node interval).
+    - ``l2_prefetch_KiB`` (persistent modes): an L2 prefetcher per SM reads the SM's coming DRAM
+      bytes into L2 up to this far ahead of what its loader has asked for (0: none); the loader
+      then reads them at its share of L2 bandwidth.
     """
     tasks_per_sm: float = 1.0
     blocks_per_sm: int = 1
@@ -71,6 +74,7 @@ class Options:
     dies: bool = False
     movement: str = "ideal"
     pdl_trigger: str = "early"
+    l2_prefetch_KiB: float = 0.0
 
     @property
     def prefetch_bytes(self) -> float:
@@ -140,6 +144,12 @@ class Schedule:
                                 f" on {self.gpu.name}, got {o.blocks_per_sm}")
         if o.prefetch_depth < 0 or o.page_KiB <= 0 or o.smem_reserve_KiB < 0:
             raise ScheduleError("prefetch_depth must be >= 0 and page_KiB > 0")
+        if o.l2_prefetch_KiB < 0:
+            raise ScheduleError(f"l2_prefetch_KiB must be >= 0, got {o.l2_prefetch_KiB:g}")
+        if o.l2_prefetch_KiB > 0 and (self.mode not in PERSISTENT_MODES or o.dispatch != "static"):
+            raise ScheduleError(f"l2_prefetch_KiB walks an SM's queue ahead of its loader: it needs a persistent mode "
+                                f"({', '.join(PERSISTENT_MODES)}) with static queues, not {self.mode}"
+                                + (f" with dispatch={o.dispatch}" if o.dispatch != "static" else ""))
         smem = self.gpu.sm.shared_memory_per_block_KiB
         need = o.prefetch_depth * o.page_KiB + o.smem_reserve_KiB
         if need > smem:

@@ -19,6 +19,7 @@ Megakernel choices (conditional on ``mode = megakernel``):
   searched: every candidate keeps the default ring (32 KiB pages, 4 or as many as fit), the one its
   single ops were timed with;
 - ``sync``: one counter per op range, or one flag per tile;
+- ``l2_prefetch_KiB``: the L2 prefetcher's lead ahead of each SM's loader (0: none; static dispatch);
 - ``fuse_norm``: each RMS norm computed inside the matvec that follows it (no norm ops);
   ``fuse_rope``: RoPE and the KV-cache append in the q/k/v projection's epilogue (no RoPE ops;
   not with ``split_qkv``); ``fuse_silu``: SiLU·mul in the gate/up projection's epilogue (no
@@ -73,6 +74,7 @@ SMALL_GRAIN = (0.25, 0.5, 1.0)
 KV_SPLIT_MULT = (0.5, 1.0, 2.0)
 PAGES_KiB = (8, 16, 32, 64)
 MAX_PREFETCH = 16  # 8 KiB pages: 16 fit beside a 44 KiB reserve
+L2_PREFETCH_KiB = (0.0, 256.0, 512.0)  # the L2 prefetcher's lead per SM (0: off)
 SYNCS = ("counter", "flag")  # sampled; a study may fix any of ALL_SYNCS
 ALL_SYNCS = ("counter", "flag", "sentinel")
 # Megakernel designs a study may add to the space (``designs``); without them the space is the one
@@ -92,6 +94,7 @@ DEFAULT_RESERVE_KiB = 32.0  # Options.smem_reserve_KiB's default
 BASELINE_PAGE_KiB, BASELINE_DEPTH = 32, 4  # the megakernel baselines' loader (build_schedule's defaults)
 # search parameters that set an Options field: a fixed field is not sampled
 SAMPLED_OPTION = {"page_KiB": "page_KiB", "prefetch_depth": "prefetch_depth", "sync": "sync",
+                  "l2_prefetch_KiB": "l2_prefetch_KiB",
                   "chain_tasks_per_sm": "tasks_per_sm", "chain_blocks_per_sm": "blocks_per_sm"}
 
 
@@ -302,6 +305,9 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any]
     else:
         syncs = ALL_SYNCS if "sentinel" in designs else SYNCS
         sync = pick("sync", lambda: trial.suggest_categorical("sync", syncs))
+        l2 = pick("l2_prefetch_KiB", lambda: trial.suggest_categorical("l2_prefetch_KiB", L2_PREFETCH_KiB))
+        if l2:  # static queues only: an L2 prefetcher walks them ahead of the loader
+            design_opts["l2_prefetch_KiB"] = float(l2)
     reserve = fx.get("smem_reserve_KiB", DEFAULT_RESERVE_KiB)
     budget = gpu.sm.shared_memory_per_block_KiB
     if depth * page + reserve > budget:
@@ -333,7 +339,7 @@ def baseline_params(gpu: GPUSpec, fixed: dict[str, Any] | None = None,
     mk = {f"grain_{r}": 1.0 for r in ROLES} | {"grain_small": 1.0, "kv_split_mult": 1.0, "page_KiB": BASELINE_PAGE_KiB,
                                                 "prefetch_depth": depth, "sync": "counter", "fuse_norm": False,
                                                 "split_qkv": False, "split_gate_up": False, "fuse_rope": False,
-                                                "fuse_silu": False}
+                                                "fuse_silu": False, "l2_prefetch_KiB": 0.0}
 
     if "dynamic" in designs and "dispatch" not in fixed:
         mk["dispatch"] = "static"
@@ -347,7 +353,8 @@ def baseline_params(gpu: GPUSpec, fixed: dict[str, Any] | None = None,
             {"dag_sync_scale": 1.0} if p == "dag" else ({"pool_compute_fraction": 0.25} if p == "pool" else {}))
         out[f"megakernel:{p}"] = unfixed({"policy": p, **extra, **mk})
     if "dynamic" in designs and "dispatch" not in fixed:  # MPK at its defaults: round robin, MPK's schedulers
-        dyn = {k: v for k, v in mk.items() if k != "sync"} | {"dispatch": "dynamic", "schedulers": 0, "prelaunch": 1}
+        dyn = {k: v for k, v in mk.items() if k not in ("sync", "l2_prefetch_KiB")} | {"dispatch": "dynamic",
+                                                                                      "schedulers": 0, "prelaunch": 1}
         out["megakernel:dynamic"] = unfixed({"policy": "rr", "order": "op", **dyn})
     if "dies" in designs:  # Fleet: die-aware placement
         out["megakernel:die"] = unfixed({"policy": "die", "order": "op", "dag_sync_scale": 1.0, **mk})

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from simpy.core import NORMAL
 from simpy.events import Event
 
 from mksim.costs import first_byte_us
+
+from ._hbm import Tracked
 
 if TYPE_CHECKING:
     from ._engine import _Engine
@@ -51,7 +55,7 @@ class Loader:
     __slots__ = ("env", "hbm", "timeline", "q", "lane", "pre_B", "buf_B", "page_B", "cap", "lat", "i",
                  "phase", "head", "got", "body", "free_B", "want_B", "n_started", "waits_start", "n_loaded",
                  "loaded", "heads", "bubbles", "last_end", "flow_a", "flow_d", "flow_n", "first_lat", "gate",
-                 "issue_us", "op_cap", "op_of", "first_in")
+                 "issue_us", "op_cap", "op_of", "first_in", "pf", "pos", "l2_Bpus", "l2_lat", "pf_waited", "pf_gen")
 
     def __init__(self, eng: _Engine, sm: int, q: list[int], buf_B: int, page_B: int):
         self.env, self.hbm, self.timeline, self.q = eng.env, eng.hbm, eng.timeline, q
@@ -83,6 +87,13 @@ class Loader:
         self.op_cap: list[float] | None = None
         self.op_of = eng.op_of
         self.first_in = eng.first_in
+        # Options.l2_prefetch_KiB: the SM's L2 prefetcher (else None); pos: the bytes of the SM's
+        # stream the loader has asked for so far; bytes found in L2 come at the SM's L2 share
+        self.pf: L2Prefetch | None = None
+        self.pos = 0.0
+        self.pf_waited = False  # the request waited for the prefetch in flight once already
+        self.pf_gen = 0         # ... and which wake-up of it counts
+        self.l2_Bpus, self.l2_lat = eng.r.l2_per_sm_Bpus, eng.r.l2_latency_us
 
     def run(self, _ev: object = None) -> None:
         """Load as far as possible; return when waiting for a flow, pages or the executor."""
@@ -149,9 +160,29 @@ class Loader:
 
     def _flow(self, nbytes: float) -> None:
         a = self.env.now
-        d = (self.lat if self.last_end >= 0 else self.first_lat) if a > self.last_end else 0.0
-        if d > 0 and self.issue_us:
-            d += self.issue_us
+        pf = self.pf
+        hit = 0.0
+        if pf is not None:  # an L2 prefetcher runs ahead: some of these bytes may be in L2
+            wait = pf.wait_us(self.pos, nbytes)
+            if wait > 0.0:  # its flow in flight holds them: read them from L2 once they are in, at
+                self.pf_gen += 1  # its rate now, or when it ends if that comes first (or it slowed)
+                g = self.pf_gen
+                pf.waiter = partial(self._retry, g, nbytes)
+                if not self.pf_waited:
+                    self.pf_waited = True
+                    self.env.timeout(wait).callbacks.append(partial(self._retry, g, nbytes))
+                return
+            self.pf_waited = False
+            hit = pf.hits(self.pos, nbytes)
+            pf.moved(self.pos, self.pos + nbytes)
+            self.pos += nbytes
+        idle = a > self.last_end
+        if hit > 0.0 and nbytes - hit <= 0.5:  # all in L2: the L2 latency, then the bytes at its rate
+            d = self.l2_lat if idle else 0.0
+        else:
+            d = (self.lat if self.last_end >= 0 else self.first_lat) if idle else 0.0
+            if d > 0 and self.issue_us:
+                d += self.issue_us
         self.flow_a, self.flow_d, self.flow_n = a, d, nbytes
         t = self.q[self.i]
         if self.first_in[t] != self.first_in[t]:  # NaN: the task's first flow
@@ -161,7 +192,21 @@ class Loader:
             own = self.op_cap[self.op_of[self.q[self.i]]]
             if own < cap:
                 cap = own
-        self.hbm.start(nbytes, cap, self.flow_d, self._flowed)
+        if hit > 0.0:
+            l2 = self.l2_Bpus if self.l2_Bpus < cap else cap
+            if nbytes - hit <= 0.5:
+                self.env.timeout(d + nbytes / l2).callbacks.append(self._l2_in)
+                return
+            d += hit / l2  # the bytes in L2 first (they come first in the stream), then the rest from DRAM
+        self.hbm.start(nbytes - hit, cap, d, self._flowed)
+
+    def _retry(self, gen: int, nbytes: float, _ev: object = None) -> None:
+        if gen == self.pf_gen:  # the first of the two wake-ups
+            self.pf_gen += 1
+            self._flow(nbytes)
+
+    def _l2_in(self, _ev: object) -> None:
+        self._flowed()
 
     def _flowed(self) -> None:
         self.last_end = now = self.env.now
@@ -171,7 +216,120 @@ class Loader:
             self.bubbles.append((a, a + d))
         if self.phase == _HEAD:
             self.got += int(self.flow_n)
+        if self.pf is not None:
+            self.pf.moved(self.pos, self.pos)
         self.run()
+
+
+class L2Prefetch:
+    """One SM's L2 prefetcher (``Options.l2_prefetch_KiB``): it reads the SM's stream of DRAM bytes
+    (its queue's tasks' bytes in order, as the loader asks for them) into L2 up to ``lead_B`` ahead
+    of what the loader has received, one flow at a time, sharing the HBM with every other flow.
+
+    The loader finds there what has arrived (:meth:`hits`) and reads it at its L2 share; bytes the
+    flow in flight still brings it waits for (:meth:`wait_us`). The L2 keeps the most recent DRAM
+    traffic: a prefetched flow is gone once more than the L2's size has arrived from DRAM after it
+    (least recently used), and its bytes come from DRAM again. Positions are bytes of the SM's
+    stream.
+    """
+
+    __slots__ = ("env", "hbm", "lead", "chunk", "total", "l2_B", "cap", "lat", "first_lat", "base", "req", "flow",
+                 "f0", "f1", "chunks", "last_end", "waiter")
+
+    def __init__(self, eng: _Engine, total_B: float, lead_B: float, page_B: float):
+        self.env, self.hbm = eng.env, eng.hbm
+        self.lead = lead_B
+        self.chunk = min(lead_B, max(page_B, lead_B / 2))  # few flows, each asking for half the lead
+        self.total = total_B
+        self.l2_B = eng.s.gpu.l2.size_MiB * 2 ** 20
+        self.cap, self.lat = eng.r.sm_cap_Bpus, eng.r.dram_latency_us
+        self.first_lat = first_byte_us(True, 0.0, 0.0, 0.0, eng.r)
+        self.base = 0.0                # what the loader has received: the window starts there
+        self.req = 0.0                 # what has been asked of DRAM, by the prefetcher or the loader
+        self.flow: Tracked | None = None  # the flow in flight, over [f0, f1)
+        self.f0 = self.f1 = 0.0
+        self.chunks: deque[tuple[float, float, float]] = deque()  # arrived: (start, end, DRAM bytes arrived by then)
+        self.last_end = -1.0
+        self.waiter: Callable[[], object] | None = None  # called when the flow in flight ends
+
+    def moved(self, received: float, asked: float) -> None:
+        """The loader has received the stream up to ``received`` and asked for it up to ``asked``."""
+        self.base = received
+        if self.req < asked:
+            self.req = asked
+        if self.flow is None:
+            self._issue()
+
+    def _issue(self) -> None:
+        end = min(self.base + self.lead, self.total)
+        room = end - self.req
+        if room <= 0.5 or (room < self.chunk - 0.5 and end < self.total):
+            return
+        n = room if room < self.chunk else self.chunk
+        now = self.env.now
+        d = (self.lat if self.last_end >= 0 else self.first_lat) if now > self.last_end else 0.0
+        self.f0, self.f1 = self.req, self.req + n
+        self.req = self.f1
+        self.flow = self.hbm.start_tracked(n, self.cap, d, self._done)
+
+    def _done(self) -> None:
+        self.last_end = self.env.now
+        self.chunks.append((self.f0, self.f1, self.hbm.arrived_now()))
+        self.flow = None
+        w, self.waiter = self.waiter, None
+        if w is not None:
+            w()
+        if self.flow is None:
+            self._issue()
+
+    def wait_us(self, c: float, n: float) -> float:
+        """How long until what the flow in flight holds of bytes ``[c, c + n)`` has arrived, at its
+        rate now (0: it holds none of them, or they are in). A loader that has waited once waits
+        for the flow's end (:attr:`waiter`)."""
+        fl = self.flow
+        if fl is None or self.f0 >= c + n:
+            return 0.0
+        need = min(c + n, self.f1) - self.f0
+        got = fl.served()
+        if got >= need - 0.5:
+            return 0.0
+        rate = fl.rate()
+        if rate <= 0.0:  # still in its first-byte latency
+            return max(fl.at - self.env.now, 0.0) + (need - got) / self.cap
+        return (need - got) / rate
+
+    def hits(self, c: float, n: float) -> float:
+        """Bytes of ``[c, c + n)`` in L2 now: arrived flows not yet pushed out, and what the flow in
+        flight has brought."""
+        end = c + n
+        ch = self.chunks
+        while ch and ch[0][1] <= c:  # passed by the loader
+            ch.popleft()
+        hit = 0.0
+        if ch:
+            kept = self.hbm.arrived_now() - self.l2_B  # what arrived before this much DRAM traffic is gone
+            for a, b, mark in ch:
+                if a >= end:
+                    break
+                if mark >= kept:
+                    hit += min(b, end) - max(a, c)
+        fl = self.flow
+        if fl is not None and self.f0 < end:
+            got = self.f0 + fl.served()
+            if got > c:
+                hit += min(got, end) - max(self.f0, c)
+        return hit
+
+
+def stream_bytes(pre_B: list[float], q: list[int], buf_B: int) -> float:
+    """The bytes a loader with ``buf_B`` of pages asks for over queue ``q``: each task's pages (whole
+    bytes) and the rest of it (:class:`Loader`)."""
+    total = 0.0
+    for t in q:
+        p = pre_B[t]
+        head = min(math.ceil(p), buf_B)
+        total += head + (p - head if p - head > 0.5 else 0.0)
+    return total
 
 
 # -- chain modes: block slots -----------------------------------------------------------------

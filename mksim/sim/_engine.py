@@ -40,7 +40,7 @@ from mksim.schedule import (
     get_sync,
 )
 
-from ._actors import Chain, Loader, Signal
+from ._actors import Chain, L2Prefetch, Loader, Signal, stream_bytes
 from ._dies import die_traffic
 from ._hbm import HBM
 from ._result import CATEGORIES, SimResult, Timeline, build_result
@@ -313,8 +313,11 @@ class _Engine:
         # stream latency (mksim.costs.block_dram_cap_Bpus, one block per SM)
         op_cap = [block_dram_cap_Bpus(r.n_sms, 1, r, r.device[op.kind].inflight_B) if op.kind in r.device
                   and r.device[op.kind].inflight_B < math.inf else math.inf for op in g.ops]
+        lead_B = s.options.l2_prefetch_KiB * 1024  # an L2 prefetcher per SM ahead of its loader
         for sm, q in enumerate(s.queues or []):
             ld = Loader(self, sm, q, buf_B, page_B)
+            if lead_B > 0:
+                ld.pf = L2Prefetch(self, stream_bytes(pre_B, q, buf_B), lead_B, page_B)
             if any(c < math.inf for c in op_cap):
                 ld.op_cap = op_cap
             if dynamic:  # a loader cannot stream a task's weights before the task is in its queue

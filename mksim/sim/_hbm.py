@@ -10,6 +10,9 @@ late-priority event at the end of the instant recomputes the shares and schedule
 wake. A hundred SMs starting loads at once cost one recomputation, not a hundred. A flow
 that first waits out a DRAM latency sits in an arrival heap meanwhile, and the HBM's own
 wakes let it join: no event per flow.
+
+A flow started with :meth:`HBM.start_tracked` can say how many of its bytes have arrived while it
+streams (:class:`Tracked`): an L2 prefetch's bytes that the loader catches up with.
 """
 
 from __future__ import annotations
@@ -35,6 +38,39 @@ class _Class:
         self.v = 0.0       # bytes served to each member since the class was created
         self.rate = 0.0    # bytes per µs per member now
         self.heap: list[tuple[float, int, Callable[[], object]]] = []  # (v at end, seq, done)
+
+
+class Tracked:
+    """A flow whose progress can be read while it streams: started by :meth:`HBM.start_tracked`,
+    it calls ``done()`` when its last byte has arrived, as any flow does."""
+
+    __slots__ = ("hbm", "nbytes", "at", "cls", "v0", "ended", "done")
+
+    def __init__(self, hbm: HBM, nbytes: float, at_us: float, done: Callable[[], object]):
+        self.hbm, self.nbytes, self.at, self.done = hbm, nbytes, at_us, done
+        self.cls: _Class | None = None  # the class it streams in, once it has joined the share
+        self.v0 = 0.0                   # ... and that class's clock when it joined
+        self.ended = False
+
+    def __call__(self) -> None:
+        self.ended = True
+        self.cls = None
+        self.done()
+
+    def served(self) -> float:
+        """Bytes arrived so far (0 while its first-byte latency lasts)."""
+        if self.ended:
+            return self.nbytes
+        c = self.cls
+        if c is None:
+            return 0.0
+        v = c.v + c.rate * (self.hbm.env.now - self.hbm.t_last) - self.v0
+        return min(self.nbytes, max(0.0, v))
+
+    def rate(self) -> float:
+        """Bytes per µs it draws now (0 before it has joined the share)."""
+        c = self.cls
+        return c.rate if c is not None and not self.ended else 0.0
 
 
 class _Settle(Event):
@@ -72,7 +108,8 @@ class HBM:
         self._settling = False
         self._wake_at = float("inf")  # when the HBM next looks at its flows
         self.arrivals: list[tuple[float, int, float, float, Callable[[], object]]] = []  # flows in latency
-        self.bytes_done = 0.0
+        self.bytes_done = 0.0  # bytes asked for (counted as their flows join)
+        self.arrived_B = 0.0   # bytes arrived, up to t_last (arrived_now: up to now)
         self.log: list[tuple[float, float]] | None = [] if record else None
 
     # -- public -------------------------------------------------------------------------
@@ -87,6 +124,16 @@ class HBM:
                 _Settle(self.env, self._settle)
         else:
             self._join(nbytes, cap_Bpus, done)
+
+    def start_tracked(self, nbytes: float, cap_Bpus: float, delay_us: float, done: Callable[[], object]) -> Tracked:
+        """:meth:`start`, returning a :class:`Tracked` that says how much of the flow has arrived."""
+        tr = Tracked(self, nbytes, self.env.now + delay_us, done)
+        self.start(nbytes, cap_Bpus, delay_us, tr)
+        return tr
+
+    def arrived_now(self) -> float:
+        """Bytes that have arrived since the start."""
+        return self.arrived_B + self.rate_now * (self.env.now - self.t_last)
 
     @property
     def active(self) -> int:
@@ -107,12 +154,15 @@ class HBM:
             cls = self.classes[cap] = _Class(cap)
         heapq.heappush(cls.heap, (cls.v + nbytes, next(self._seq), done))
         self.bytes_done += nbytes
+        if isinstance(done, Tracked):  # its progress is read against the class's clock
+            done.cls, done.v0 = cls, cls.v
 
     def _advance(self) -> None:
         dt = self.env.now - self.t_last
         if dt > 0:
             for c in self.classes.values():
                 c.v += c.rate * dt
+            self.arrived_B += self.rate_now * dt
         self.t_last = self.env.now
 
     def _finish_done(self) -> None:

@@ -25,7 +25,9 @@ CASES = ([(m, None, ()) for m in MODES if m != "megakernel"] + [("megakernel", p
             ("megakernel", "dag", (("dispatch", "dynamic"), ("prelaunch", 0))),
             ("megakernel", "die", (("dies", True),)), ("megakernel", "dag", (("dies", True),)),
             ("megakernel", "dag", (("movement", "native"),)),
-            ("persistent_barrier", None, (("movement", "native"),))])
+            ("persistent_barrier", None, (("movement", "native"),)),
+            ("megakernel", "dag", (("l2_prefetch_KiB", 64.0),)),
+            ("persistent_barrier", None, (("l2_prefetch_KiB", 64.0),))])
 
 
 def case_id(c) -> str:
@@ -77,9 +79,10 @@ def test_hbm_never_exceeds_the_gpu(results, case):
     peak = s.gpu.hbm_bandwidth_Bps / 1e6
     assert r.hbm_log and max(rate for _, rate in r.hbm_log) <= peak * (1 + 1e-9)
     # and the bytes moved are the bytes the tasks read from DRAM
-    # (shared-memory pages count whole bytes, so a task may round up by under one byte)
+    # (shared-memory pages count whole bytes, so a task may round up by under one byte; an L2
+    # prefetcher's partly arrived flow is read to within float rounding)
     want = float((s.graph.weight_bytes + s.graph.kv_read_bytes).sum())
-    assert want <= r.dram_bytes <= want + len(s.graph)
+    assert want * (1 - 1e-12) <= r.dram_bytes <= want + len(s.graph)
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)

@@ -59,7 +59,7 @@ def test_shared_memory_overflow_is_pruned_with_its_reason():
     gpu = hwmodels.load("h200")
     params = {"mode": "megakernel", "policy": "rr", "order": "op", "page_KiB": 64, "prefetch_depth": 12,
               "sync": "counter", "fuse_norm": False, "split_qkv": False, "split_gate_up": False,
-              "fuse_rope": False, "fuse_silu": False, "kv_split_mult": 1.0, "grain_small": 1.0,
+              "fuse_rope": False, "fuse_silu": False, "l2_prefetch_KiB": 0.0, "kv_split_mult": 1.0, "grain_small": 1.0,
               **{f"grain_{r}": 1.0 for r in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")}}
     with pytest.raises(optuna.TrialPruned, match="exceed the 227 KiB"):
         suggest(optuna.trial.FixedTrial(params), gpu)
@@ -74,7 +74,7 @@ def test_grain_choices_change_the_tiling():
     gpu = hwmodels.load("h200")
     p = {"mode": "megakernel", "policy": "dag", "order": "op", "dag_sync_scale": 1.0, "page_KiB": 32,
          "prefetch_depth": 4, "sync": "flag", "fuse_norm": False, "split_qkv": False, "split_gate_up": False,
-         "fuse_rope": False, "fuse_silu": False,
+         "fuse_rope": False, "fuse_silu": False, "l2_prefetch_KiB": 0.0,
          "kv_split_mult": 2.0, "grain_small": 0.5, "grain_qkv_proj": 3.0, "grain_o_proj": 1.0,
          "grain_gate_up_proj": 1.0, "grain_down_proj": 0.5, "grain_lm_head": 4.0}
     s = build(suggest(optuna.trial.FixedTrial(p), gpu), Problem("llama-3.2-1b", gpu))

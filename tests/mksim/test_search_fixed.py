@@ -18,7 +18,7 @@ from mksim.search._space import check_fixed  # noqa: E402
 
 GPU = hwmodels.load("h200-calibrated")
 MK = {"mode": "megakernel", "policy": "rr", "order": "op", "sync": "counter", "fuse_norm": False, "split_qkv": False,
-      "split_gate_up": False, "fuse_rope": False, "fuse_silu": False, "kv_split_mult": 1.0, "grain_small": 1.0,
+      "split_gate_up": False, "fuse_rope": False, "fuse_silu": False, "l2_prefetch_KiB": 0.0, "kv_split_mult": 1.0, "grain_small": 1.0,
       **{f"grain_{r}": 1.0 for r in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")}}
 
 

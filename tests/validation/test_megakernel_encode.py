@@ -61,6 +61,8 @@ NVCC = __import__("shutil").which("nvcc")
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed (CI has none; the device machine compiles)")
 @pytest.mark.parametrize("source,extra", [("validation/megakernel/mk_kernel.cu", []),
                                           ("validation/megakernel/mk_kernel.cu", ["-DMK_CONSUMERS=16"]),
+                                          ("validation/megakernel/mk_kernel.cu", ["-DMK_L2PF_KIND=1"]),
+                                          ("validation/megakernel/mk_kernel.cu", ["-DMK_L2PF_KIND=2"]),
                                           ("validation/calibrate/kernels.cu", []),
                                           ("validation/calibrate/launch_bench.cu", [])])
 @pytest.mark.slow

@@ -450,3 +450,22 @@ def test_softcap_row_and_reference():
     logits, capped = ref["out:lm_head"].float(), ref["out:softcap"].float()
     assert torch.allclose(capped, 2.0 * torch.tanh(logits / 2.0), rtol=8e-3, atol=1e-6)  # bf16 rounding
     assert capped.abs().max() <= 2.0 < logits.abs().max()  # some logits were over the cap
+
+
+def test_the_l2_prefetchers_lead_reaches_the_kernels_parameters():
+    """l2_prefetch_KiB (0: off) becomes MkParams.l2_lead_B, in whole 16-byte words; the prefetcher's
+    warp is one of the block's threads (MK_THREADS)."""
+    wl = build_llm_workload(TINY, batch=2, kv_len=70, n_sms=8, kv_splits=3)
+    for mode in ("megakernel", "persistent_barrier"):
+        plan = P.plan(mksim.build_schedule(wl, "h200", mode, blocks_per_sm=1, l2_prefetch_KiB=256))
+        assert plan.l2_lead_B == 256 * 1024
+    assert _tiny().l2_lead_B == 0
+    assert "l2_lead_B" in P.PARAM_INT_FIELDS and P.THREADS == (P.CONSUMERS + 4) * 32
+
+
+def test_the_l2_sweep_sets_the_lead_on_the_suites_searched_schedules():
+    from validation.megakernel.l2_sweep import KINDS, schedule_with_lead
+
+    s = schedule_with_lead("llama-3.2-1b", 1, 512)
+    assert s.options.l2_prefetch_KiB == 512 and s.policy == "rr" and P.plan(s).l2_lead_B == 512 * 1024
+    assert KINDS["bulk"] == "-DMK_L2PF_KIND=0" and "-DMK_L2PF_KIND=2" in KINDS["line_last"]

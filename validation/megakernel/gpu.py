@@ -193,7 +193,7 @@ class Runner:
             params[0][f] = a.data.ptr
         for f, v in zip(P.PARAM_INT_FIELDS, (n_ops, plan.page_B, plan.depth, plan.x_B,
                                              self.schedule.workload.batch * plan.acc_rows, plan.acc_rows,
-                                             int(plan.ahead), 0), strict=True):
+                                             int(plan.ahead), plan.l2_lead_B), strict=True):
             params[0][f] = v
         self.d_keep.append(d_ops)
         if sp is not None:  # poll this set's outputs, reset the other set's
@@ -450,6 +450,7 @@ def measure(schedule, *, reps: int = 20, watchdog_s: float = 60.0, source_dir: P
             "bytes_moved": streamed, "GBps": streamed / med / 1e3,
             "kernel": {"threads": P.THREADS, "worker_warps": P.CONSUMERS, "smem_B": r.plan.smem_B,
                        "page_B": r.plan.page_B, "depth": r.plan.depth, "ahead": r.plan.ahead,
+                       "l2_lead_B": r.plan.l2_lead_B, "defines": os.environ.get("MKSIM_KERNEL_DEFINES", ""),
                        "blocks": len(schedule.queues) if schedule.queues is not None else None,
                        "sentinel_polls": len(r.plan.sentinel.polls) if r.plan.sentinel is not None else 0,
                        "sentinel_reset_B": (sum(b for _n, _o, b in r.plan.sentinel.resets)

@@ -12,7 +12,11 @@
 //   warp  MK_CONSUMERS + 2      waiter (persistent kernels): reads the next task's row and op
 //                               description into a shared-memory slot and waits for its
 //                               dependencies while the workers still compute the current task, so
-//                               that neither the table loads nor the polling sit between two tasks.
+//                               that neither the table loads nor the polling sit between two tasks;
+//   warp  MK_CONSUMERS + 3      L2 prefetcher (persistent kernels, when MkParams.l2_lead_B > 0):
+//                               walks the queue ahead of the producer and asks L2 for the weight
+//                               rows and KV-cache rows of the coming tasks, up to l2_lead_B bytes
+//                               ahead of the producer's position (mk_l2_prefetch).
 //
 // Weights never depend on activations, so the producer runs ahead of the workers across task and
 // op boundaries, as far as the ring allows (its depth is the schedule's prefetch_depth, its page
@@ -31,7 +35,7 @@
 #define MK_CONSUMERS 8
 #endif
 #define MK_NW (MK_CONSUMERS * 32)
-#define MK_THREADS (MK_NW + 96)  // + the producer, publisher and waiter warps
+#define MK_THREADS (MK_NW + 128)  // + the producer, publisher, waiter and L2 prefetcher warps
 #define MK_SLOTS 2                // tasks the waiter prepares ahead of the workers
 #define MK_SLOT_B 224             // bytes of a task slot (SLOT_B in program.py)
 #define MK_TASK_FIELDS 8
@@ -100,7 +104,8 @@ struct MkParams {               // keep in step with PARAM_FIELDS in program.py
     unsigned long long* trace;  // optional: 4 %globaltimer stamps per task row (wait, ready, computed, published)
     int n_ops, page_B, depth, x_B;  // ring page bytes and depth; bytes of the x / scratch region
     int acc_floats, acc_rows;  // row accumulators: T x acc_rows floats (acc_rows a power of two)
-    int ahead, pad2;           // 0: the producer streams a task only once the workers have begun it
+    int ahead;                 // 0: the producer streams a task only once the workers have begun it
+    int l2_lead_B;             // > 0: the L2 prefetcher runs this many bytes ahead of the producer (0: off)
     const MkPoll* polls;       // sync="sentinel": the segments to poll,
     const int* poll_deps;      // ... each dependency row's segments [s0, s1) (int pairs),
     const MkReset* resets;     // ... and the other step's outputs, reset by the publisher warps
@@ -310,8 +315,11 @@ __device__ __forceinline__ MkStream mk_stream_of(const MkParams& P, const int* t
 // The producer lane: stream the weight rows of task rows [i0, i1) through the ring. The next
 // task's descriptor is read while this one's pages are issued, so that no global load sits on
 // the path between two copies. Without `ahead`, a task's first page waits until the workers
-// have begun the task (no prefetch across tasks).
-__device__ void mk_produce(const MkParams& P, int i0, int i1, MkRing& r, const int* started) {
+// have begun the task (no prefetch across tasks). With `pf_pos` (the L2 prefetcher runs), it
+// posts where it is after every copy: the row in the high word, the bytes of that row issued in
+// the low one; (i1, 0) once it is done.
+__device__ void mk_produce(const MkParams& P, int i0, int i1, MkRing& r, const int* started,
+                           unsigned long long* pf_pos = nullptr) {
     if (i0 >= i1) return;
     MkStream cur = mk_stream_of(P, P.tasks + (size_t)i0 * MK_TASK_FIELDS);
     for (int i = i0; i < i1; ++i) {
@@ -330,9 +338,11 @@ __device__ void mk_produce(const MkParams& P, int i0, int i1, MkRing& r, const i
             asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                          :: "r"(mk_smem_addr(r.pages + (size_t)stage * r.P)), "l"(cur.src + off), "r"(bytes), "r"(bar)
                          : "memory");
+            if (pf_pos) *(volatile unsigned long long*)pf_pos = ((unsigned long long)i << 32) | (unsigned)(off + bytes);
         }
         cur = next;
     }
+    if (pf_pos) *(volatile unsigned long long*)pf_pos = (unsigned long long)i1 << 32;
 }
 
 // ---------------------------------------------------------------- matmul on the workers
@@ -934,6 +944,7 @@ struct MkBlock {                 // one block's shared memory and worker state
     int* ok;                     // the workers' verdict on the current task
     int* started;                // the last task the workers have begun (the producer waits for it unless ahead)
     int* finished;               // the last task the workers have finished (the publisher waits for it)
+    unsigned long long* pf_pos;  // where the producer is, for the L2 prefetcher (see mk_produce)
     int x_of;                    // the op whose input xs holds (consecutive tiles reuse it)
 };
 
@@ -953,6 +964,7 @@ __device__ MkBlock mk_block_init(const MkParams& P) {
     k.started = k.ok + 1;
     k.finished = k.ok + 2;
     k.ready = k.ok + 3;
+    k.pf_pos = reinterpret_cast<unsigned long long*>(k.red + 36);  // 8-byte aligned: full (red + 40) is
     k.ring.full = reinterpret_cast<unsigned long long*>(k.red + 40);
     k.ring.empty = k.ring.full + P.depth;
     k.slots = reinterpret_cast<MkSlot*>(k.ring.empty + P.depth + (P.depth & 1));  // 16-byte aligned
@@ -967,6 +979,7 @@ __device__ MkBlock mk_block_init(const MkParams& P) {
         *k.started = -1;
         *k.finished = -1;
         *k.ready = -1;
+        *k.pf_pos = 0ull;
     }
     for (int i = threadIdx.x; i < P.acc_floats; i += blockDim.x) k.acc[i] = 0.f;
     __syncthreads();
@@ -1114,6 +1127,151 @@ __device__ void mk_wait_tasks(const MkParams& P, MkBlock& k, int i0, int i1, int
     }
 }
 
+// ---------------------------------------------------------------- the L2 prefetcher
+// Which instruction asks L2 for bytes (MK_L2PF_KIND): 0, cp.async.bulk.prefetch.L2 issued by one
+// lane per MK_L2PF_CHUNK_B (the bulk-copy engine, as the ring's copies); 1, prefetch.global.L2 by
+// the warp's lanes, one per MK_L2PF_LINE_B; 2, the same with .L2::evict_last. Both are hints
+// without completion: nothing waits for them, and a prefetch never changes what a load reads.
+#ifndef MK_L2PF_KIND
+#define MK_L2PF_KIND 0
+#endif
+#ifndef MK_L2PF_LINE_B
+#define MK_L2PF_LINE_B 128        // bytes between two per-line prefetches (a power of two)
+#endif
+#ifndef MK_L2PF_CHUNK_B
+#define MK_L2PF_CHUNK_B 16384     // bytes the prefetcher asks for at a time (a multiple of 16)
+#endif
+#ifndef MK_L2PF_SLEEP_NS
+#define MK_L2PF_SLEEP_NS 256      // the prefetcher's nap when it is a lead ahead of the producer
+#endif
+#if MK_L2PF_KIND < 0 || MK_L2PF_KIND > 2
+#error "MK_L2PF_KIND must be 0 (bulk), 1 (prefetch.global.L2) or 2 (prefetch.global.L2::evict_last)"
+#endif
+#if (MK_L2PF_LINE_B & (MK_L2PF_LINE_B - 1)) != 0 || MK_L2PF_CHUNK_B % 16 != 0
+#error "MK_L2PF_LINE_B must be a power of two and MK_L2PF_CHUNK_B a multiple of 16"
+#endif
+
+// Ask L2 for bytes [p, p + n) (p 16-byte aligned, n a multiple of 16), from every lane of a warp.
+__device__ __forceinline__ void mk_l2_ask(const unsigned char* p, unsigned n, int lane) {
+#if MK_L2PF_KIND == 0
+    if (lane == 0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(n) : "memory");
+#else
+    const unsigned long long end = (unsigned long long)p + n;
+    for (unsigned long long a = ((unsigned long long)p & ~(unsigned long long)(MK_L2PF_LINE_B - 1))
+                                + (unsigned long long)lane * MK_L2PF_LINE_B; a < end; a += 32ull * MK_L2PF_LINE_B) {
+#if MK_L2PF_KIND == 1
+        asm volatile("prefetch.global.L2 [%0];" :: "l"(a));
+#else
+        asm volatile("prefetch.global.L2::evict_last [%0];" :: "l"(a));
+#endif
+    }
+#endif
+}
+
+// Segment s of task row t's DRAM bytes in the prefetcher's stream: a matmul's weight rows (one
+// segment), or for each attention partial of the row its K rows then its V rows (positions
+// [p0, p1) of kv head g, sequence b: the layout mk_attn_partial_one reads). Other rows stream
+// nothing (n = 0 segments).
+struct MkSeg {
+    const unsigned char* src;
+    long long bytes;
+};
+
+struct MkPfRow {
+    const MkOp* o;
+    int kind;                    // 0: nothing, 1: matmul, 2: attention partials
+    int lo, hi;
+    int nseg;
+};
+
+__device__ __forceinline__ MkPfRow mk_pf_row(const MkParams& P, int row) {
+    const int* t = P.tasks + (size_t)row * MK_TASK_FIELDS;
+    const int opcode = __ldg(t);
+    MkPfRow r{P.ops + __ldg(t + 1), 0, __ldg(t + 3), __ldg(t + 4), 0};
+    if (opcode == MK_OP_MATMUL) { r.kind = 1; r.nseg = 1; }
+    else if (opcode == MK_OP_ATTN_PARTIAL) { r.kind = 2; r.nseg = 2 * (r.hi - r.lo); }
+    return r;
+}
+
+__device__ __forceinline__ MkSeg mk_pf_seg(const MkPfRow& r, int s) {
+    const MkOp* o = r.o;
+    if (r.kind == 1) {
+        const int K = __ldg(&o->K);
+        const unsigned char* W = reinterpret_cast<const unsigned char*>(
+            __ldg(reinterpret_cast<const unsigned long long*>(&o->W)));
+        return MkSeg{W + (size_t)r.lo * K * 2, (long long)(r.hi - r.lo) * K * 2};
+    }
+    const int i = r.lo + (s >> 1), T = __ldg(&o->T), C = __ldg(&o->splits), kv_total = __ldg(&o->kv_total);
+    const int D = __ldg(&o->hd), hkv = __ldg(&o->hkv), s_max = __ldg(&o->s_max);
+    const int g = i / (T * C), b = (i / C) % T, c = i % C;
+    const int p0 = (int)((long long)c * kv_total / C), p1 = (int)((long long)(c + 1) * kv_total / C);
+    const unsigned long long cache = __ldg(reinterpret_cast<const unsigned long long*>((s & 1) ? (const void*)&o->vc
+                                                                                              : (const void*)&o->kc));
+    const unsigned char* base = reinterpret_cast<const unsigned char*>(cache)
+                                + ((((size_t)b * hkv + g) * s_max + p0) * D) * 2;
+    return MkSeg{base, (long long)(p1 - p0) * D * 2};
+}
+
+__device__ long long mk_pf_row_bytes(const MkParams& P, int row) {
+    const MkPfRow r = mk_pf_row(P, row);
+    long long n = 0;
+    for (int s = 0; s < r.nseg; ++s) n += mk_pf_seg(r, s).bytes;
+    return n;
+}
+
+// The L2 prefetcher warp: walk task rows [i0, i1) and ask L2 for their bytes (mk_pf_seg), at most
+// P.l2_lead_B bytes of the stream ahead of the producer. Positions count the bytes of every row in
+// queue order (weights and KV rows: what the simulator's loader streams); the producer posts its
+// row and the bytes of it issued (k.pf_pos), and a shadow walk sums the rows before it. Weight
+// bytes the producer has issued are skipped, and so is an attention row the workers have begun.
+// The producer does nothing more than post; the warp naps while it is a lead ahead. All lanes walk
+// together (the loads are the same address for every lane); mk_l2_ask spreads the asking.
+__device__ void mk_l2_prefetch(const MkParams& P, const MkBlock& k, int i0, int i1, int lane) {
+    const long long lead = P.l2_lead_B;
+    if (lead <= 0) return;
+    const volatile unsigned long long* pos = k.pf_pos;
+    const volatile int* started = k.started;
+    int srow = i0;              // shadow walk: the rows [i0, srow) ...
+    long long scum = 0;         // ... hold scum bytes
+    long long cum = 0;          // bytes of rows [i0, j)
+    unsigned naps = 0;
+    for (int j = i0; j < i1; ++j) {
+        const MkPfRow r = mk_pf_row(P, j);
+        long long done = 0;     // bytes of row j before segment s
+        bool skip = false;
+        for (int s = 0; s < r.nseg && !skip; ++s) {
+            const MkSeg g = mk_pf_seg(r, s);
+            long long so = 0;
+            while (so < g.bytes) {
+                // lane 0 reads the producer's post and the workers' task; every lane decides alike
+                const unsigned long long pp = __shfl_sync(0xffffffffu, lane == 0 ? *pos : 0ull, 0);
+                const int begun = __shfl_sync(0xffffffffu, lane == 0 ? *started : 0, 0);
+                const int prow = (int)(pp >> 32);
+                const long long poff = (long long)(unsigned)pp;
+                while (srow < prow && srow < i1) scum += mk_pf_row_bytes(P, srow++);
+                if (r.kind == 1 && j < prow) { skip = true; break; }   // the producer has issued it all
+                if (r.kind == 2 && begun >= j) { skip = true; break; }  // its task has begun
+                if (r.kind == 1 && j == prow && so < poff) so = poff;   // ... or part of it
+                if (so >= g.bytes) break;
+                const long long limit = prow >= i1 ? 0x7fffffffffffffffll : scum + (prow >= i0 ? poff : 0) + lead;
+                const long long at = cum + done + so;
+                if (at >= limit) {  // a lead ahead: nap, and give up (the whole warp) if the grid has failed
+                    if (MK_L2PF_SLEEP_NS > 0) __nanosleep(MK_L2PF_SLEEP_NS);
+                    if ((++naps & 255) == 0 && __any_sync(0xffffffffu, mk_failed(P.error))) return;
+                    continue;
+                }
+                long long n = min(min((long long)MK_L2PF_CHUNK_B, g.bytes - so), limit - at);
+                n = min((n + 15) & ~15ll, g.bytes - so);
+                mk_l2_ask(g.src + so, (unsigned)n, lane);
+                __syncwarp();
+                so += n;
+            }
+            done += g.bytes;
+        }
+        cum += skip ? mk_pf_row_bytes(P, j) : done;
+    }
+}
+
 // The persistent kernels: one block per SM walks its queue. barrier_mode = 0: dependencies from
 // the tables (megakernel); 1: a grid barrier after every op instead (persistent_barrier; the
 // queues list ops in order).
@@ -1123,7 +1281,7 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1) mk_persistent(const 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
     const int q0 = P.queue_start[blockIdx.x], q1 = P.queue_start[blockIdx.x + 1];
     if (warp == MK_CONSUMERS) {
-        if (lane == 0) mk_produce(P, q0, q1, k.ring, k.started);
+        if (lane == 0) mk_produce(P, q0, q1, k.ring, k.started, P.l2_lead_B > 0 ? k.pf_pos : nullptr);
         return;
     }
     if (warp == MK_CONSUMERS + 1) {
@@ -1133,6 +1291,10 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1) mk_persistent(const 
     }
     if (warp == MK_CONSUMERS + 2) {
         mk_wait_tasks(P, k, q0, q1, barrier_mode, lane);
+        return;
+    }
+    if (warp == MK_CONSUMERS + 3) {
+        mk_l2_prefetch(P, k, q0, q1, lane);
         return;
     }
     int passed = 0;  // barrier mode: grid barriers this block has passed

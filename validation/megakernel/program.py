@@ -32,7 +32,7 @@ from mksim.workload import Op
 from .encode import OPCODES, Program, encode, encode_queues, weight_rows_per_output
 
 CONSUMERS = int(os.environ.get("MKSIM_WORKER_WARPS", 8))  # worker warps per block (MK_CONSUMERS in mk_kernel.cu)
-THREADS = (CONSUMERS + 3) * 32   # + the producer, publisher and waiter warps
+THREADS = (CONSUMERS + 4) * 32   # + the producer, publisher, waiter and L2 prefetcher warps
 SLOT_B = 224                     # a task slot the waiter fills: the op description and the task row
 SMEM_MAX_B = 227 * 1024          # opt-in shared memory per block on sm_90
 RING_WITHOUT_PREFETCH = 4        # pages a task streams through when the schedule prefetches nothing
@@ -50,7 +50,7 @@ OP_FIELDS = np.dtype([(f, "<i4") for f in OP_INT_FIELDS] + [(f, "<f4") for f in 
                      + [(f, "<u8") for f in OP_PTR_FIELDS])
 PARAM_PTR_FIELDS = ("tasks", "queue_start", "deps", "op_tiles", "ops", "counters", "flags", "barrier", "error",
                     "trace")
-PARAM_INT_FIELDS = ("n_ops", "page_B", "depth", "x_B", "acc_floats", "acc_rows", "ahead", "pad2")
+PARAM_INT_FIELDS = ("n_ops", "page_B", "depth", "x_B", "acc_floats", "acc_rows", "ahead", "l2_lead_B")
 # sync="sentinel" (appended, so that the fields above keep their offsets): the byte segments the
 # waiter polls, each dependency's range of them, the segments the publisher warp resets for the
 # next step, and how many of those there are
@@ -101,6 +101,7 @@ class Plan:
     smem_B: int
     outputs: list[str] = field(default_factory=list)  # buffer of each op's output, in op order
     sentinel: SentinelPlan | None = None  # sync="sentinel": what is polled and reset
+    l2_lead_B: int = 0           # the L2 prefetcher's lead ahead of the producer (0: off; l2_prefetch_KiB)
 
 
 def x_region_bytes(schedule) -> int:
@@ -642,7 +643,20 @@ def plan(schedule, seed: int = 0) -> Plan:
         sentinel = sentinel_plan(schedule, rows, buffers, program)
     return Plan(schedule=schedule, buffers=buffers, ops=rows, program=program, page_B=page_B, depth=depth,
                 ahead=o.prefetch_depth > 0, x_B=x_B, acc_rows=n_rows, smem_B=smem, outputs=outputs,
-                sentinel=sentinel)
+                sentinel=sentinel, l2_lead_B=l2_lead_B(o.l2_prefetch_KiB))
+
+
+def l2_lead_B(l2_prefetch_KiB: float) -> int:
+    """The L2 prefetcher's lead in bytes (MkParams.l2_lead_B) for the schedule option
+    ``l2_prefetch_KiB``: whole 16-byte words, below 2 GiB.
+
+    >>> l2_lead_B(0), l2_lead_B(256), l2_lead_B(0.1)
+    (0, 262144, 96)
+    """
+    b = int(l2_prefetch_KiB * 1024) // 16 * 16
+    if b >= 2 ** 31:
+        raise ScheduleError(f"l2_prefetch_KiB must be below 2 GiB (2097152 KiB), got {l2_prefetch_KiB:g}")
+    return b
 
 
 def rope_table(head_dim: int, theta: float, pos: int) -> np.ndarray:
