@@ -715,7 +715,7 @@ def markdown_table(summary: dict) -> str:
                  ("τ ≥ 0.8 within model and batch", t.get("kendall_tau_ge_0_8"))]
         if "megakernel_ge_70pct_bandwidth" in t:
             goals.append((f"{MODELS[0]} batch 1 megakernel ≥ 70 % of HBM read bandwidth "
-                          f"({t['megakernel_bandwidth_fraction']:.0%})", t["megakernel_ge_70pct_bandwidth"]))
+                          f"({_f(t['megakernel_bandwidth_fraction'], '.0%')})", t["megakernel_ge_70pct_bandwidth"]))
         if "megakernel_faster_than_graph_pdl" in t:
             goals.append(("and faster than graph_pdl", t["megakernel_faster_than_graph_pdl"]))
         lines.append("Targets: " + "; ".join(f"{g}: {met[v]}" for g, v in goals if v is not None) + ".")

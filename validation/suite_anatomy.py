@@ -97,13 +97,14 @@ def layer_anatomy(trace: dict[str, Any], ops, layer: int, hbm_GBps: float) -> di
 
 
 def _merged_order(a: list[str], b: list[str]) -> list[str]:
-    """``a`` with ``b``'s other names put after the name they follow in ``b``."""
+    """``a`` with ``b``'s other names put where ``b`` has them: before the next name the two share
+    (after the last one where none follows)."""
     out = list(a)
     for i, n in enumerate(b):
         if n in out:
             continue
-        before = next((m for m in reversed(b[:i]) if m in out), None)
-        out.insert(out.index(before) + 1 if before is not None else 0, n)
+        nxt = next((m for m in b[i + 1:] if m in out), None)
+        out.insert(out.index(nxt) if nxt is not None else len(out), n)
     return out
 
 

@@ -165,7 +165,8 @@ def merge(sources: list[Path | str], out_dir: Path | str | None = None) -> dict:
         raise MksimError("merge needs at least one measured.json (or a folder holding one)")
     docs = [vs.load_measured(s) for s in sources]
     best: dict[str, dict] = {}
-    runs, not_begun = [], []
+    runs: list[dict[str, Any]] = []
+    not_begun: list[str] = []
     for i, (src, d) in enumerate(zip(sources, docs, strict=True)):
         runs.append({"source": str(src), **{k: d.get(k) for k in ("gpu", "driver", "host", "started", "date",
                                                                    "reps", "code")}})

@@ -94,10 +94,10 @@ def design_targets(rows: list[dict], metrics: dict, models: tuple[str, ...], hbm
 
     b = fastest_megakernel(rows, large, 1)
     frac = (b or {}).get("bandwidth_fraction")
-    add("bandwidth", f"{large} batch 1 ≥ {t['bandwidth_fraction']:.0%} of the HBM read bandwidth",
+    add("bandwidth", f"{large} batch 1 ≥ {t['bandwidth_fraction'] * 100:g} % of the HBM read bandwidth",
         None if b is None and _refused_or_none(rows, large, 1) is None else (frac or 0) >= t["bandwidth_fraction"],
-        f"{frac:.0%}: {b['achieved_GBps'] / 1e3:.2f} of {hbm_GBps / 1e3:.2f} TB/s, {label(b)}" if b and frac else
-        _why_not(rows, large, 1))
+        f"{frac * 100:.0f} %: {b['achieved_GBps'] / 1e3:.2f} of {hbm_GBps / 1e3:.2f} TB/s, {label(b)}"
+        if b and frac else _why_not(rows, large, 1))
 
     parts, details = [], []
     for m in models:
@@ -123,7 +123,7 @@ def design_targets(rows: list[dict], metrics: dict, models: tuple[str, ...], hbm
             which = [k for k, v in (("default", d), ("searched", s)) if v is None]
             parts.append(_verdict([_refused_or_none(rows, m, 1, k) for k in which]))
             details.append("; ".join(_why_not(rows, m, 1, k) for k in which))
-    add("searched", f"searched beats default by ≥ {t['searched_gain'] - 1:.0%} at batch 1, every model",
+    add("searched", f"searched beats default by ≥ {(t['searched_gain'] - 1) * 100:.0f} % at batch 1, every model",
         _verdict(parts), "; ".join(details))
 
     compared = [r for r in rows if r.get("error_pct") is not None and not r.get("error")]
@@ -146,12 +146,14 @@ def design_targets(rows: list[dict], metrics: dict, models: tuple[str, ...], hbm
               else "no case checked")
     if bad:
         detail += "; " + ", ".join(r["name"] + (" failed" if r.get("error") else " wrong") for r in bad)
-    add("correct", f"every case's max rel err ≤ {t['rel_err']:.0e}", None if not ran else not bad, detail)
+    add("correct", f"every case's max rel err ≤ {t['rel_err']:.0e}".replace("e-0", "e-"), None if not ran else not bad,
+        detail)
 
     if stacks is not None:
         parts, details = [], []
         kv = {r.get("kv_len") for r in rows} - {None}
-        for st in stacks.get("steps", []):
+        rank = {m: i for i, m in enumerate(models)}
+        for st in sorted(stacks.get("steps", []), key=lambda st: (rank.get(st["model"], len(rank)), st["batch"])):
             mk = fastest_megakernel(rows, st["model"], st["batch"])
             if st["stack"] != STACK or mk is None or st["kv_len"] not in kv:
                 continue
