@@ -15,12 +15,14 @@ import typer
 
 import validation.calibrate as cal
 import validation.suite as vs
+import validation.suite_run as vr
 from mksim import models
 from mksim.console import emit_json, make_table, out, say
 from mksim.errors import MksimError, UnknownNameError
 from mksim.schedule import MODES, Schedule
 from validation.megakernel.program import check_supported
 from validation.suite_schedules import SCHEDULES, search_schedules
+from validation.suite_targets import read_stacks
 
 try:  # typer >= 0.20 vendors click as typer._click
     from typer._click.core import ParameterSource
@@ -105,6 +107,8 @@ def _dry_run(cases: list[vs.Case], gpu: str, as_json: bool) -> None:
             o = sched.options
             row.update(predicted_us=vs.predicted_us(sched), smem_reserve_KiB=o.smem_reserve_KiB,
                        prefetch=f"{o.prefetch_depth}x{o.page_KiB:g} KiB", policy=sched.policy)
+        except vs.Refused as exc:
+            row["refused"] = str(exc)
         except MksimError as exc:
             row["error"] = str(exc)
         rows.append(row)
@@ -113,7 +117,9 @@ def _dry_run(cases: list[vs.Case], gpu: str, as_json: bool) -> None:
     t = make_table(f"validation cases (dry run: predictions by {gpu}, nothing measured)",
                    ("case", "predicted µs", "reserve KiB", "pages", "policy"), left=("case", "policy"))
     for r in rows:
-        if r["error"]:
+        if r.get("refused"):
+            t.add_row(r["name"], "-", "-", "-", f"refused: {r['refused']}")
+        elif r["error"]:
             t.add_row(r["name"], "-", "-", "-", f"error: {r['error']}")
         else:
             t.add_row(r["name"], f"{r['predicted_us']:.1f}", f"{r['smem_reserve_KiB']:g}", r["prefetch"],
@@ -139,7 +145,7 @@ def validate_cmd(
     as_json: bool = JSON,
 ) -> None:
     """Run one schedule on this machine's GPU: its output checked against torch, its time against
-    the prediction. Subcommands: suite, report, schedules."""
+    the prediction. Subcommands: suite, parts, merge, report, schedules."""
     if ctx.invoked_subcommand is not None:
         given = [p.opts[0] for p in ctx.command.params
                  if ctx.get_parameter_source(p.name) == ParameterSource.COMMANDLINE]
@@ -159,8 +165,8 @@ def validate_cmd(
         models.get(model)
         case = vs.Case(model, batch, mode, policy or "default", kv_len, policy=policy)
     else:
-        raise MksimError("give --schedule FILE, or --model NAME and --mode MODE (or a subcommand: suite, report, "
-                         "schedules)")
+        raise MksimError("give --schedule FILE, or --model NAME and --mode MODE (or a subcommand: suite, parts, "
+                         "merge, report, schedules)")
     sched = vs.build(case, gpu)  # a schedule that cannot be built: one line, before any GPU work
     if not dry_run:  # ... nor one the generated kernels would run as another design
         check_supported(sched)
@@ -184,27 +190,61 @@ def validate_cmd(
 def validate_suite_cmd(
     out_dir: str | None = typer.Option(None, "--out", help="Results folder (default validation/results/h200)."),
     only: list[str] = typer.Option([], "--only", help="Run the cases whose name contains this (repeatable)."),
+    part: str | None = typer.Option(None, "--part", help="K/N: run part K of N (see: mksim validate parts); merge "
+                                                         "the parts with: mksim validate merge."),
     reps: int = typer.Option(20, "--reps", help="Timed runs per case."),
     watchdog_s: float = WATCHDOG,
+    timeout_s: float | None = typer.Option(None, "--timeout-s", help="Begin no case after this many seconds (those "
+                                                                     "left: --resume)."),
+    traces: bool = typer.Option(False, "--traces", help="Keep each persistent case's raw per-task stamps in "
+                                                        "OUT/traces/."),
     gpu: str = typer.Option(PRED_GPU, "--gpu", help="Hardware model the predictions come from."),
     resume: bool = typer.Option(False, "--resume", help="Keep the cases an earlier run in --out measured."),
     force: bool = typer.Option(False, "--force", help="Start over, replacing measured.json in --out."),
+    no_report: bool = typer.Option(False, "--no-report", help="Only measure (the report: mksim validate report)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the cases with their predictions (no GPU)."),
     as_json: bool = JSON,
 ) -> None:
-    """Run the standard suite in one process, then write summary.json, plots and a markdown table."""
-    cases = vs.select(vs.CASES, only)
+    """Run the standard suite (or a part of it) in one process, then write summary.json, plots and a
+    markdown table."""
+    cases = vr.select_part(vs.select(vs.CASES, only), part)
     if dry_run:
         return _dry_run(cases, gpu, as_json)
     out_dir = out_dir or str(vs.RESULTS)
     _check_out(out_dir, resume, force)
-    vs.run_suite(cases, out_dir, reps=reps, watchdog_s=watchdog_s, gpu=gpu, resume=resume,
-                 say=(lambda _m: None) if as_json else say)
-    _report(out_dir, gpu, None, None, as_json)
+    vs.run_suite(cases, out_dir, reps=reps, watchdog_s=watchdog_s, gpu=gpu, resume=resume, timeout_s=timeout_s,
+                 traces=traces, say=(lambda _m: None) if as_json else say)
+    if not no_report:
+        _report(out_dir, gpu, None, None, as_json)
 
 
-def _report(measured_dir: str, gpu: str, out_dir: str | None, docs: str | None, as_json: bool) -> None:
-    res = vs.write_summary(measured_dir, gpu, out_dir)
+@validate_app.command("parts")
+def validate_parts_cmd(
+    parts: int | None = typer.Option(None, "--parts", help="This many parts (default: the fewest whose estimates "
+                                                            "fit --budget-s)."),
+    budget_s: float = typer.Option(vr.BUDGET_S, "--budget-s", help="Seconds a part may take, by the estimates."),
+    only: list[str] = typer.Option([], "--only", help="Cases whose name contains this (repeatable)."),
+) -> None:
+    """The suite's parts for device calls of limited time: cases and seconds, estimated from the last run."""
+    cases = vs.select(vs.CASES, only)
+    for line in vr.plan_lines(cases, parts or vr.parts_needed(cases, budget_s)):
+        say(line)
+
+
+@validate_app.command("merge")
+def validate_merge_cmd(
+    sources: list[str] = typer.Argument(..., help="measured.json files, or folders holding one (parts of a run)."),
+    out_dir: str = typer.Option(..., "--out", help="Folder for the merged measured.json."),
+) -> None:
+    """Merge the measured.json of several runs (the suite's parts) into one, case by case."""
+    doc = vr.merge([Path(s) for s in sources], out_dir)
+    say(f"{len(doc['cases'])} cases from {len(sources)} runs -> {Path(out_dir) / vs.MEASURED}"
+        + (f"; not begun: {', '.join(doc['not_begun'])}" if doc["not_begun"] else ""))
+
+
+def _report(measured_dir: str, gpu: str, out_dir: str | None, docs: str | None, as_json: bool,
+            stacks: str | None = None) -> None:
+    res = vs.write_summary(measured_dir, gpu, out_dir, read_stacks(stacks) if stacks else None)
     changed = vs.splice_docs(docs, vs.markdown_table(res["summary"])) if docs else False
     if as_json:
         return emit_json(res["summary"])
@@ -220,10 +260,12 @@ def validate_report_cmd(
     out_dir: str | None = typer.Option(None, "--out", help="Where summary.json, plots, table.md go (default: "
                                                            "the folder)."),
     docs: str | None = typer.Option(None, "--docs", help="Also put the table in this page, between its markers."),
+    stacks: str | None = typer.Option(None, "--stacks", help="A validation.stacks run folder of the same machine "
+                                                             "(step-*.json): the target against torch.compile."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Predict again (CPU only) and rebuild summary.json, plots and the markdown table of a run."""
-    _report(measured_dir, gpu, out_dir, docs, as_json)
+    _report(measured_dir, gpu, out_dir, docs, as_json, stacks)
 
 
 @validate_app.command("schedules")

@@ -2,7 +2,9 @@
 
 - predicted versus measured, log-log, one colour per mode, with y = x and a ±10 % band;
 - each mode's error: mean absolute error as a bar, every case's signed error as a dot;
-- bandwidth: bytes moved / measured time per case, against the calibrated HBM read bandwidth.
+- bandwidth: bytes moved / measured time per case, against the calibrated HBM read bandwidth;
+- by batch: each model's measured step against its batch, per mode and megakernel schedule, with
+  issue 18's bound (batch 8 within 1.15× of batch 1).
 
 Without matplotlib :func:`write_plots` returns no files: the summary does not depend on it.
 """
@@ -13,6 +15,8 @@ from pathlib import Path
 
 MODE_ORDER = ("stream", "graph", "graph_pdl", "persistent_barrier", "megakernel")
 BAND = 0.10
+MARKERS = {1: "o", 2: "D", 4: "s", 8: "^"}  # batch -> marker (others: "v")
+B8_OVER_B1 = 1.15
 
 
 def _compared(summary: dict) -> list[dict]:
@@ -24,17 +28,19 @@ def _label(r: dict) -> str:
 
 
 def scatter_data(summary: dict) -> dict[str, dict[str, list]]:
-    """``{series: {"measured_us", "predicted_us", "spread_us", "names"}}``, one series per mode
-    (the megakernel's per schedule), in mode order."""
+    """``{series: {"measured_us", "predicted_us", "spread_us", "names", "batches"}}``, one series
+    per mode (the megakernel's per schedule), in mode order."""
     out: dict[str, dict[str, list]] = {}
     rows = sorted(_compared(summary), key=lambda r: (MODE_ORDER.index(r["mode"]) if r["mode"] in MODE_ORDER
                                                      else len(MODE_ORDER), r["schedule"]))
     for r in rows:
-        s = out.setdefault(_label(r), {"measured_us": [], "predicted_us": [], "spread_us": [], "names": []})
+        s = out.setdefault(_label(r), {"measured_us": [], "predicted_us": [], "spread_us": [], "names": [],
+                                       "batches": []})
         s["measured_us"].append(r["measured_us"])
         s["predicted_us"].append(r["predicted_us"])
         s["spread_us"].append(r["measured_spread_us"] or 0.0)
         s["names"].append(r["name"])
+        s["batches"].append(r["batch"])
     return out
 
 
@@ -48,6 +54,22 @@ def error_data(summary: dict) -> dict[str, dict]:
     return out
 
 
+def batch_data(summary: dict) -> dict[str, dict[str, dict[int, float]]]:
+    """``{model: {series: {batch: measured µs}}}`` of every measured case whose output checked,
+    series as in :func:`scatter_data`."""
+    out: dict[str, dict[str, dict[int, float]]] = {}
+    for r in summary["cases"]:
+        if r["measured_us"] and not r["error"] and r["correct"] is not False:
+            out.setdefault(r["model"], {}).setdefault(_label(r), {})[r["batch"]] = r["measured_us"]
+    return {m: {k: dict(sorted(v.items())) for k, v in sorted(series.items(), key=lambda kv: _order(kv[0]))}
+            for m, series in out.items()}
+
+
+def _order(label: str) -> tuple[int, str]:
+    mode = label.split(" ", 1)[0]
+    return (MODE_ORDER.index(mode) if mode in MODE_ORDER else len(MODE_ORDER), label)
+
+
 def bandwidth_data(summary: dict) -> dict:
     """``{"names", "GBps", "hbm_read_GBps"}``: achieved bandwidth of each measured case."""
     rows = [r for r in summary["cases"] if r.get("achieved_GBps")]
@@ -56,8 +78,8 @@ def bandwidth_data(summary: dict) -> dict:
 
 
 def write_plots(summary: dict, out_dir: Path | str) -> list[Path]:
-    """``predicted-vs-measured.png``, ``error-by-mode.png`` and ``bandwidth.png`` in ``out_dir``;
-    [] without matplotlib or without a single measured case."""
+    """``predicted-vs-measured.png``, ``error-by-mode.png``, ``bandwidth.png`` and ``by-batch.png``
+    in ``out_dir``; [] without matplotlib or without a single measured case."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -80,8 +102,14 @@ def write_plots(summary: dict, out_dir: Path | str) -> list[Path]:
                     label=f"±{BAND:.0%}")
     ax.plot(grid, grid, "k-", lw=0.8, label="predicted = measured")
     for i, (label, s) in enumerate(pts.items()):
-        ax.errorbar(s["measured_us"], s["predicted_us"], xerr=[v / 2 for v in s["spread_us"]], fmt="o", ms=5,
-                    color=plt.cm.tab10(i), label=label, capsize=2)
+        for b in sorted(set(s["batches"])):
+            at = [k for k, x in enumerate(s["batches"]) if x == b]
+            ax.errorbar([s["measured_us"][k] for k in at], [s["predicted_us"][k] for k in at],
+                        xerr=[s["spread_us"][k] / 2 for k in at], fmt=MARKERS.get(b, "v"), ms=5,
+                        color=plt.cm.tab10(i), label=label if b == min(s["batches"]) else None, capsize=2)
+    batches = sorted({b for s in pts.values() for b in s["batches"]})
+    for b in batches if len(batches) > 1 else ():
+        ax.plot([], [], MARKERS.get(b, "v"), color="0.4", label=f"batch {b}")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
@@ -120,6 +148,26 @@ def write_plots(summary: dict, out_dir: Path | str) -> list[Path]:
         ax.set_title(f"{title}: achieved bandwidth", fontsize=9)
         ax.legend(fontsize=7, loc="lower right")
         made.append(_save(fig, out / "bandwidth.png"))
+
+    by = batch_data(summary)
+    if any(len(v) > 1 for series in by.values() for v in series.values()):
+        fig, axes = plt.subplots(1, len(by), figsize=(5.5 * len(by), 4.5), squeeze=False)
+        for ax, (model, series) in zip(axes[0], by.items(), strict=True):
+            for i, (label, pts_b) in enumerate(series.items()):
+                ax.plot(list(pts_b), list(pts_b.values()), "-o", ms=4, color=plt.cm.tab10(i), label=label)
+            b1 = [v[1] for k, v in series.items() if k.startswith("megakernel") and 1 in v]
+            if b1:
+                ax.axhline(B8_OVER_B1 * min(b1), color="k", lw=0.7, ls="--",
+                           label=f"{B8_OVER_B1:g}× the fastest megakernel at batch 1")
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(sorted({b for v in series.values() for b in v}))
+            ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+            ax.set_xlabel("batch")
+            ax.set_ylabel("measured µs per step")
+            ax.set_title(f"{model}", fontsize=9)
+            ax.legend(fontsize=6)
+        fig.suptitle(f"{title}: the step against the batch", fontsize=9)
+        made.append(_save(fig, out / "by-batch.png"))
     return made
 
 

@@ -12,7 +12,7 @@ from mksim.errors import MksimError
 from mksim.schedule import Schedule
 from mksim.search import ring_fixed, search
 
-from .suite import BATCHES, GPU, KV_LEN, MODELS, SCHEDULES, _f, predicted_us, search_fixed
+from .suite import BATCHES, GPU, KV_LEN, MODELS, SCHEDULES, Refused, _f, predicted_us, search_fixed
 
 __all__ = ["SCHEDULES", "describe", "schedules_table", "search_schedules"]
 
@@ -23,7 +23,8 @@ def search_schedules(only: list[str] | None = None, *, trials: int = 200, seed: 
     """Run ``mksim search`` for each model and batch of the suite with the kernel's options fixed
     (:func:`search_fixed`, and the page ring where the profile has no cost per page:
     :func:`mksim.search.ring_fixed`); write ``<model>-b<batch>.json`` (the best schedule) and
-    ``<model>-b<batch>.search.json`` (the study's outcome) into ``out_dir``."""
+    ``<model>-b<batch>.search.json`` (the study's outcome) into ``out_dir``. A model and batch the
+    kernels refuse (:class:`~validation.suite.Refused`) is said so and skipped."""
     pairs = [(m, b) for m in MODELS for b in BATCHES]
     if only:
         pairs = [(m, b) for m, b in pairs if any(s in f"{m}/b{b}" for s in only)]
@@ -33,7 +34,11 @@ def search_schedules(only: list[str] | None = None, *, trials: int = 200, seed: 
     out.mkdir(parents=True, exist_ok=True)
     made = []
     for model, batch in pairs:
-        fixed = ring_fixed(hwmodels.load(gpu), search_fixed(model, batch, KV_LEN, gpu))
+        try:
+            fixed = ring_fixed(hwmodels.load(gpu), search_fixed(model, batch, KV_LEN, gpu))
+        except Refused as exc:
+            say(f"{model} batch {batch}: refused, no search ({exc})")
+            continue
         path = out / f"{model}-b{batch}.json"
         res = search(model, gpu, batch=batch, kv_len=KV_LEN, trials=trials, seed=seed, storage=storage,
                      workers=workers, out=path, fixed=fixed, best_mode="megakernel")
