@@ -226,6 +226,11 @@ __device__ __noinline__ void mk_epilogue_rows(const MkEpilogue o, int T, int lo,
     }
 }
 
+// One pair through the epilogue, not inlined (the MK_MM=2 flush's call: its registers stay).
+__device__ __noinline__ void mk_epilogue_one(const MkEpilogue o, int b, int p, float v0, float v1) {
+    mk_epilogue_pair(o, b, p, v0, v1);
+}
+
 // The epilogue fields of op o.
 __device__ __forceinline__ MkEpilogue mk_epilogue_of(const MkOp& o) {
     return MkEpilogue{(mk_bf16*)o.out, o.kc, o.vc, o.rope, o.opt, o.ld_out, o.hd, o.hq, o.hkv, o.s_max, o.pos};

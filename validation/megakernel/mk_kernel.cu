@@ -722,6 +722,12 @@ __device__ __forceinline__ MkMmSlots mk_mm_slots(const MkParams& P, const MkOp& 
 // `res`: their residuals when the caller loaded them already (have_res), else loaded here.
 __device__ __forceinline__ void mk_mm_out2(const MkOp& o, int lo, int b, int r, float v0, float v1, bool have_res,
                                            float2 res) {
+#if MK_EPILOGUES
+    if (o.opt & MK_OPT_PAIRS) {  // a fused epilogue (mk_ops.cuh) takes the pair; no residual there
+        mk_epilogue_one(mk_epilogue_of(o), b, lo + r, v0, v1);
+        return;
+    }
+#endif
     if (o.opt & MK_OPT_RESIDUAL) {
         if (!have_res) {
             const mk_bf16* in1 = o.in1 + (size_t)b * o.ld1 + lo + r;
