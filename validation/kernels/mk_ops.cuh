@@ -243,12 +243,13 @@ __device__ __forceinline__ MkEpilogue mk_epilogue_of(const MkOp& o) {
 // floats a partial); the reduction merges a head's splits into its bf16 output row.
 //
 // MK_ATTN (-DMK_ATTN=..., through MKSIM_KERNEL_DEFINES) picks the device functions:
-//   1  a lane per position on the CUDA cores, 32 positions per warp (the first version);
-//   2  (the default) the scores and the weighted V sum on the tensor cores, 16 positions per warp
+//   1  (the default) a lane per position on the CUDA cores, 32 positions per warp;
+//   2  the scores and the weighted V sum on the tensor cores, 16 positions per warp
 //      step with every warp busy, the K and V loads issued before anything waits; the reduction
-//      with all of its loads in flight at once.
+//      with all of its loads in flight at once. Measured slower on the H200 (llama-3.2-1b b1 1625
+//      against 1134 us, every kind's tasks slower: validation/results/evidence/h200-mk18-ab).
 #ifndef MK_ATTN
-#define MK_ATTN 2
+#define MK_ATTN 1
 #endif
 #if MK_ATTN != 1 && MK_ATTN != 2
 #error "MK_ATTN must be 1 (a lane per position) or 2 (tensor cores)"
