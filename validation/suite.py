@@ -186,6 +186,9 @@ def search_fixed(model: str, batch: int, kv_len: int = KV_LEN, gpu: str = GPU) -
     opts = {k: v for k, v in kopts.items() if k != "prefetch_depth"}
     draft = _formula_kernel_options(model, batch, kv_len, gpu)["smem_reserve_KiB"]
     opts["smem_reserve_KiB"] = max(opts.get("smem_reserve_KiB", 0), draft)
+    # the L2 prefetcher measured 1.6x slower on llama-3.2-1b b1 (256 KiB lead; the model predicts
+    # 1 % faster: validation/results/evidence/h200-mk18-ab): kept off until the model sees why
+    opts["l2_prefetch_KiB"] = 0.0
     return opts
 
 
