@@ -18,7 +18,8 @@ from mksim.search._space import check_fixed  # noqa: E402
 
 GPU = hwmodels.load("h200-calibrated")
 MK = {"mode": "megakernel", "policy": "rr", "order": "op", "sync": "counter", "fuse_norm": False, "split_qkv": False,
-      "split_gate_up": False, "fuse_rope": False, "fuse_silu": False, "l2_prefetch_KiB": 0.0, "kv_split_mult": 1.0, "grain_small": 1.0,
+      "split_gate_up": False, "fuse_rope": False, "fuse_silu": False, "l2_prefetch_KiB": 0.0,
+      "kv_split_mult": 1.0, "grain_small": 1.0,
       **{f"grain_{r}": 1.0 for r in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")}}
 
 
@@ -117,7 +118,8 @@ def test_the_ring_is_searched_only_where_the_profile_prices_pages(tmp_path):
     base = baseline_params(unpriced, {"smem_reserve_KiB": 44.0})["megakernel:rr"]
     assert "page_KiB" not in base and "prefetch_depth" not in base
     chain = suggest(optuna.trial.FixedTrial({"mode": "graph", "chain_tasks_per_sm": 2.0, "chain_blocks_per_sm": 2,
-                                             "fuse_norm": False, "fuse_rope": False, "fuse_silu": False}), unpriced, mode="graph")
+                                             "fuse_norm": False,
+                                             "fuse_rope": False, "fuse_silu": False}), unpriced, mode="graph")
     assert "page_KiB" not in chain.options and "prefetch_depth" not in chain.options  # chains keep their defaults
     # with page_us, 8 KiB pages in rings of 16 are candidates, and the baselines name their ring
     cand = suggest(optuna.trial.FixedTrial({**MK, "page_KiB": 8, "prefetch_depth": 16}), priced,
