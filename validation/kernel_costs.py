@@ -48,7 +48,10 @@ Run ``python -m validation.kernel_costs MEASURED.json [...] --out FILE``: it wri
 ``[runtime.kernels.<kind>]`` tables as TOML lines; ``--profile hwmodels/profiles/mksim.toml``
 writes them into the implementation profile itself (its other tables, its header and its sources
 kept; a key these records cannot determine — the row terms from one batch, ``page_us`` from one
-page size — is kept from the profile and named).
+page size — is kept from the profile and named). ``--kinds attn_partial,attn_reduce`` fits those
+kinds only, from the records of those kinds, and leaves the profile's other tables as they are: for
+a change to one device function, its single ops measured again without refitting the rest. The
+header then keeps the command of the other tables and adds this one after it.
 """
 
 from __future__ import annotations
@@ -370,11 +373,12 @@ def undetermined(kind: str, recs: list[dict]) -> set[str]:
 
 
 def write_profile(path: Path, params: dict[str, dict[str, dict]], recs: list[dict], command: str,
-                  source: str = "calibration") -> list[str]:
+                  source: str = "calibration", add_command: bool = False) -> list[str]:
     """Put the fitted ``[runtime.kernels.<kind>]`` tables into the implementation profile at
     ``path``, in place: each fitted kind's table is replaced, every other line (header, the ring's
     copies in flight, sources, validation record) kept, and the header's ``python -m
-    validation.kernel_costs`` command made ``command``. A key of a fitted kind that ``recs``
+    validation.kernel_costs`` commands made ``command`` (``add_command``: ``command`` added after
+    them, for a refit of some kinds only). A key of a fitted kind that ``recs``
     cannot determine (:func:`undetermined`) is kept from the profile; returns those keys
     (``matmul.task_row_us``). The profile is checked (every value in its range) before it is
     written; a bad one is refused in one line."""
@@ -402,11 +406,19 @@ def write_profile(path: Path, params: dict[str, dict[str, dict]], recs: list[dic
             lines[j:j] = ["", header, *body]
     cmd = [k for k, ln in enumerate(lines) if ln.startswith("#   python -m validation.kernel_costs")]
     if cmd:
-        k = cmd[0]
-        end = k + 1
-        while end < len(lines) and lines[end].startswith("#     "):
-            end += 1
-        lines[k:end] = _wrapped(command)
+        blocks = []
+        for k in cmd:
+            end = k + 1
+            while end < len(lines) and lines[end].startswith("#     "):
+                end += 1
+            blocks.append((k, end))
+        if add_command:
+            end = blocks[-1][1]
+            lines[end:end] = _wrapped(command)
+        else:
+            for k, end in reversed(blocks[1:]):
+                del lines[k:end]
+            lines[blocks[0][0]:blocks[0][1]] = _wrapped(command)
     new = path.with_name(path.name + ".new")
     new.write_text("\n".join(lines) + "\n")
     try:
@@ -416,6 +428,27 @@ def write_profile(path: Path, params: dict[str, dict[str, dict]], recs: list[dic
         raise MksimError(f"the refitted profile does not load: {exc}".splitlines()[0]) from None
     new.replace(path)
     return kept
+
+
+def only_kinds(recs: list[dict], kinds: str) -> list[dict]:
+    """The records of the comma-separated op ``kinds``; an unknown kind, or one the records do not
+    have, is refused in one line.
+
+    >>> [r["op"] for r in only_kinds([{"op": "a", "kind": "matmul"}, {"op": "b", "kind": "attn_reduce"}],
+    ...                              "attn_reduce")]
+    ['b']
+    """
+    want = [k.strip() for k in kinds.split(",") if k.strip()]
+    if not want:
+        raise MksimError("--kinds is empty; give op kinds such as attn_partial,attn_reduce")
+    unknown = [k for k in want if k not in OP_KINDS]
+    if unknown:
+        raise MksimError(f"--kinds: unknown op kind {unknown[0]!r}; known: {', '.join(sorted(OP_KINDS))}")
+    have = {r["kind"] for r in recs}
+    missing = [k for k in want if k not in have]
+    if missing:
+        raise MksimError(f"--kinds: the records have no single op of kind {missing[0]!r}")
+    return [r for r in recs if r["kind"] in want]
 
 
 def _wrapped(command: str, width: int = 100) -> list[str]:
@@ -443,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--source", default="calibration", help="the source id the lines name (default: calibration)")
     ap.add_argument("--dram-bound-GBps", type=float, default=None,
                     help="leave out of the streaming kinds' fits the ops that streamed at least this fast")
+    ap.add_argument("--kinds", default=None,
+                    help="comma-separated op kinds: fit only these (the profile's other tables are kept)")
     a = ap.parse_args(argv)
     try:
         docs = []
@@ -457,13 +492,16 @@ def main(argv: list[str] | None = None) -> int:
         except hwmodels.HardwareError as exc:
             raise MksimError(f"--gpu {a.gpu}: {exc}".splitlines()[0]) from None
         recs = records(docs)
+        if a.kinds is not None:
+            recs = only_kinds(recs, a.kinds)
         params = fit(recs, dram_bound_GBps=a.dram_bound_GBps, ring=ring)
         names = " ".join(str(p) for p in a.measured)
         if a.profile is not None:
             command = f"python -m validation.kernel_costs {names} --profile {a.profile}" + (
                 f" --dram-bound-GBps {a.dram_bound_GBps:g}" if a.dram_bound_GBps is not None else "") + (
-                f" --gpu {a.gpu}" if a.gpu != "h200-calibrated+mksim" else "")
-            kept = write_profile(a.profile, params, recs, command, a.source)
+                f" --gpu {a.gpu}" if a.gpu != "h200-calibrated+mksim" else "") + (
+                f" --kinds {a.kinds}" if a.kinds is not None else "")
+            kept = write_profile(a.profile, params, recs, command, a.source, add_command=a.kinds is not None)
     except MksimError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

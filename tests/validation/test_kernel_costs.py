@@ -332,3 +332,36 @@ def test_the_refit_writes_the_profile_in_place(tmp_path, capsys):
     assert kc.main([str(bad), "--profile", str(prof)]) == 2
     assert "error: the refitted profile does not load" in capsys.readouterr().err
     assert prof.read_text() == text
+
+
+def test_a_refit_of_some_kinds_keeps_the_others_and_adds_its_command(tmp_path, capsys):
+    prof = tmp_path / "mksim.toml"
+    prof.write_text(hwmodels.resolve_profile("mksim").read_text())
+    before = hwmodels.load("h200-calibrated", profile=str(prof)).kernels
+    run = tmp_path / "attn.json"  # attention single ops at two sizes, and a matmul the refit must ignore
+    run.write_text(json.dumps([{"mode": "graph", "model": "toy", "batch": 1, "single_ops": [
+        rec("attn_partial", 50_000, 2.0 + 50_000 / 40e3, op="L0.attn_partial"),
+        rec("attn_partial", 100_000, 2.0 + 100_000 / 40e3, op="L1.attn_partial"),
+        rec("attn_reduce", 0, 2.5), rec("matmul", 4 << 20, 99.0)], "kernel": {"page_B": 32768, "depth": 4}}]))
+    old_text = prof.read_text()
+    assert kc.main([str(run), "--profile", str(prof), "--kinds", "attn_partial,attn_reduce"]) == 0
+    assert "tables of attn_partial, attn_reduce into" in capsys.readouterr().out
+    g = hwmodels.load("h200-calibrated", profile=str(prof)).kernels
+    a = g.per_kind["attn_partial"]
+    assert (a.task_fixed_us, a.consume_GBps) == pytest.approx((2.0, 40.0), rel=1e-3)
+    assert g.per_kind["attn_reduce"].task_fixed_us == 2.5
+    assert g.per_kind["matmul"] == before.per_kind["matmul"]  # its record was left out
+    text = prof.read_text().replace(" \\\n#     ", " ")
+    first = old_text.replace(" \\\n#     ", " ").split("#   python -m validation.kernel_costs")[1].split("\n")[0]
+    assert first in text  # the other tables' command is kept ...
+    assert f"#   python -m validation.kernel_costs {run} --profile {prof} --kinds attn_partial,attn_reduce" in text
+    # ... and a refit of every kind writes one command again
+    assert kc.main([str(run), "--profile", str(prof), "--kinds", "attn_reduce"]) == 0
+    assert kc.main([str(run), "--profile", str(prof)]) == 0
+    assert prof.read_text().count("#   python -m validation.kernel_costs") == 1
+    capsys.readouterr()
+    for kinds, msg in (("attn_reduce,nope", "unknown op kind 'nope'"), ("rmsnorm", "no single op of kind 'rmsnorm'"),
+                       (" , ", "--kinds is empty")):
+        assert kc.main([str(run), "--profile", str(prof), "--kinds", kinds]) == 2
+        err = capsys.readouterr().err
+        assert msg in err and err.count("\n") == 1
