@@ -404,7 +404,7 @@ def test_fit_cli_refuses_a_file_without_singles(tmp_path, capsys):
 
 # -- profiles, triggers and the committed summary -------------------------------------------------------
 def test_each_implementation_is_predicted_with_its_profile():
-    assert PR.model_for("mksim", "h200-calibrated")[0] == "h200-calibrated+mksim"
+    assert PR.model_for("mksim", "h200-calibrated")[0] == "h200-calibrated+mksim-mm1"  # the chains ran MK_MM=1
     assert PR.model_for("cublas", "h200-calibrated")[0] == "h200-calibrated+cublas"
     assert PR.model_for("cublas", "h200-calibrated", profiles=False) == ("h200-calibrated", "ideal kernels (no "
                                                                                            "implementation profile)")
@@ -430,7 +430,7 @@ def test_the_committed_summary_is_what_the_committed_raw_file_gives():
     committed = json.loads((root / RESULTS / "summary.json").read_text())
     assert PR.summary_json(PR.report(raw, "h200-calibrated"), raw_path) == committed
     assert committed["n"] == 56 and not committed["synthetic"]
-    assert {c["implementation"]: c["gpu"] for c in committed["cases"]} == {"mksim": "h200-calibrated+mksim",
+    assert {c["implementation"]: c["gpu"] for c in committed["cases"]} == {"mksim": "h200-calibrated+mksim-mm1",
                                                                           "cublas": "h200-calibrated+cublas"}
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -284,10 +285,16 @@ def test_the_syncs_runner_refuses_bad_arguments(capsys):
 NVCC = __import__("shutil").which("nvcc")
 
 
+# The persistent kernel sits at the 168 registers that 384 threads allow. With the tensor-core
+# attention (MK_ATTN=2, the default) its head-size-128 partials leave 4 bytes of spills; that build
+# measured 4-13 % faster than the CUDA-core one, which spills nothing
+# (validation/results/evidence/h200-mk18-noinline): at most one register's spill (8 bytes) is let
+# through, none at MK_ATTN=1; the 472-byte spills that slowed every task would fail.
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed (CI has none; the device machine compiles)")
-@pytest.mark.parametrize("extra", [[], ["-DMK_SENTINEL_FENCE=0", "-DMK_POLL_SLEEP_NS=100", "-DMK_POLL_BATCH=8"]])
+@pytest.mark.parametrize("extra, spill_B", [([], 8), (["-DMK_SENTINEL_FENCE=0", "-DMK_POLL_SLEEP_NS=100",
+                                                       "-DMK_POLL_BATCH=8"], 8), (["-DMK_ATTN=1"], 0)])
 @pytest.mark.slow
-def test_the_sentinel_kernel_compiles_without_spills(extra, tmp_path):
+def test_the_sentinel_kernel_compiles_without_spills(extra, spill_B, tmp_path):
     from validation.megakernel.gpu import compile_options
 
     flags = [f for f in compile_options() if not f.startswith("-DMK_CONSUMERS")]
@@ -296,4 +303,5 @@ def test_the_sentinel_kernel_compiles_without_spills(extra, tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     persistent = r.stderr.split("Function properties for mk_persistent")[1].splitlines()[1]
-    assert "0 bytes spill stores" in persistent, persistent
+    stores = int(re.search(r"(\d+) bytes spill stores", persistent).group(1))
+    assert stores <= spill_B, persistent

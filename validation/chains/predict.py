@@ -2,11 +2,12 @@
 
 Each case's workload and schedule are rebuilt as the runner built them (:mod:`.cases`: mksim's
 kernels with the tiling and queues the runner ran, on :data:`.cases.GPU`) and simulated on the
-hardware model asked for with the implementation's profile (:data:`PROFILES`: ``mksim`` for
-mksim's generated kernels, ``cublas`` for torch's F.linear, where ``hwmodels/profiles/<name>.toml``
-exists; ``--no-profiles``: ideal kernels for both, said per row). graph_pdl gets the case's
-trigger (``pdl_trigger``). The prediction is the simulated latency less the launch latency before
-the first kernel (CUDA events see GPU time: ``validation.suite.predicted_us``).
+hardware model asked for with the implementation's profile (:data:`PROFILES`: ``mksim-mm1`` for
+mksim's generated kernels of the commit the committed chains ran, ``cublas`` for torch's F.linear,
+where ``hwmodels/profiles/<name>.toml`` exists; ``--no-profiles``: ideal kernels for both, said per
+row). graph_pdl gets the case's trigger (``pdl_trigger``). The prediction is the simulated latency
+less the launch latency before the first kernel (CUDA events see GPU time:
+``validation.suite.predicted_us``).
 
 PDL's sign: for each mksim chain (sequence, batch) and trigger, the measured effect of graph + PDL
 against graph (``pdl / graph - 1``) and the predicted one; counted where the measured effect
@@ -27,7 +28,9 @@ from . import calibrate as K
 from . import cases as C
 
 PDL_THRESHOLD = 0.03
-PROFILES = {"mksim": "mksim", "cublas": "cublas"}  # implementation -> hwmodels/profiles/<name>.toml
+# implementation -> hwmodels/profiles/<name>.toml; the committed chains ran mksim's kernels of
+# commit 5a201e2 (MK_MM=1), whose profile is mksim-mm1
+PROFILES = {"mksim": "mksim-mm1", "cublas": "cublas"}
 
 
 def model_for(implementation: str, gpu: str, profiles: bool = True) -> tuple[str, str]:

@@ -243,13 +243,15 @@ __device__ __forceinline__ MkEpilogue mk_epilogue_of(const MkOp& o) {
 // floats a partial); the reduction merges a head's splits into its bf16 output row.
 //
 // MK_ATTN (-DMK_ATTN=..., through MKSIM_KERNEL_DEFINES) picks the device functions:
-//   1  (the default) a lane per position on the CUDA cores, 32 positions per warp;
-//   2  the scores and the weighted V sum on the tensor cores, 16 positions per warp
+//   1  a lane per position on the CUDA cores, 32 positions per warp;
+//   2  (the default) the scores and the weighted V sum on the tensor cores, 16 positions per warp
 //      step with every warp busy, the K and V loads issued before anything waits; the reduction
-//      with all of its loads in flight at once. Measured slower on the H200 (llama-3.2-1b b1 1625
-//      against 1134 us, every kind's tasks slower: validation/results/evidence/h200-mk18-ab).
+//      with all of its loads in flight at once. First measured slower (validation/results/evidence/
+//      h200-mk18-ab): ptxas had outlined mk_run_task and spilled in it. With mk_run_task inlined
+//      (mk_kernel.cu) a partial takes half the time and the step 4-13 % less
+//      (validation/results/evidence/h200-mk18-noinline).
 #ifndef MK_ATTN
-#define MK_ATTN 1
+#define MK_ATTN 2
 #endif
 #if MK_ATTN != 1 && MK_ATTN != 2
 #error "MK_ATTN must be 1 (a lane per position) or 2 (tensor cores)"
@@ -643,7 +645,22 @@ __device__ __forceinline__ void mk_attn_partial_at(const MkOp& o, int i, int hi,
 
 // The partials [lo, hi) of one task; smem: the scratch region (program.x_region_bytes). False when
 // this build has no attention for the op's (head size, group) shape.
-__device__ bool mk_attn_partial(const MkOp& o, int lo, int hi, int tid, int nw, float* smem) {
+// MK_ATTN_NOINLINE (default 0): 1 makes the partials a function of their own (an experiment).
+// The persistent kernel sits at the 168 registers that 384 threads a block allow; any call in it
+// costs more than it saves: not inlined, the partials do not spill, but the matmul's tasks take
+// 11-12 % longer and the step 7-10 % (validation/results/evidence/h200-mk18-noinline). NW, the
+// worker threads, is a template argument so that the partials keep it as a constant either way.
+#ifndef MK_ATTN_NOINLINE
+#define MK_ATTN_NOINLINE 0
+#endif
+#if MK_ATTN_NOINLINE
+#define MK_ATTN_FN __device__ __noinline__
+#else
+#define MK_ATTN_FN __device__
+#endif
+template <int NW>
+MK_ATTN_FN bool mk_attn_partial(const MkOp& o, int lo, int hi, int tid, float* smem) {
+    constexpr int nw = NW;
     const int G = o.hq / o.hkv;
     for (int i = lo; i < hi; ++i) {
 #if MK_ATTN == 1

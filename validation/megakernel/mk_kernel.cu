@@ -992,11 +992,22 @@ __device__ MkBlock mk_block_init(const MkParams& P) {
     return k;
 }
 
+// MK_MM_NOINLINE (default 0): 1 makes the MK_MM=2 matmul task a function of its own (see
+// MK_ATTN_NOINLINE in mk_ops.cuh), its registers allocated apart from the rest of the kernel's.
+#ifndef MK_MM_NOINLINE
+#define MK_MM_NOINLINE 0
+#endif
+#if MK_MM_NOINLINE
+#define MK_MM_FN __device__ __noinline__
+#else
+#define MK_MM_FN __device__ __forceinline__
+#endif
+
 #if MK_MM == 2
 // A matmul task of T rows (op `op`), its input rows loaded first unless the block's previous task
 // left them in xs: on the tensor cores when its weights are in fragment order. An error code or 0.
 template <int T>
-__device__ __forceinline__ int mk_matmul(const MkParams& P, MkBlock& k, const MkOp& o, int op, int lo, int hi, int tid) {
+MK_MM_FN int mk_matmul(const MkParams& P, MkBlock& k, const MkOp& o, int op, int lo, int hi, int tid) {
     if (o.opt & MK_OPT_MMA) {
         const MkMmSlots sl = mk_mm_slots<T>(P, o, k.xs);
         if (k.x_of != op) {
@@ -1022,7 +1033,10 @@ __device__ __forceinline__ void mk_matmul(const MkParams& P, MkBlock& k, const M
 #endif
 
 // Run one task on the workers (its inputs are ready). False if the op has no device function here.
-__device__ int mk_run_task(const MkParams& P, MkBlock& k, const MkOp& o, int opcode, int op, int lo, int hi, int tid) {
+// Forced inline: with MK_ATTN=2, ptxas otherwise makes it a function of its own, which spills (472 B
+// of stores, 632 of loads) and slowed every kind's tasks; inlined, 4 B (nvcc 13.0 -Xptxas -v). With
+// MK_ATTN=1 it was inlined anyway: the cubin is byte for byte the same.
+__device__ __forceinline__ int mk_run_task(const MkParams& P, MkBlock& k, const MkOp& o, int opcode, int op, int lo, int hi, int tid) {
     switch (opcode) {
     case MK_OP_MATMUL:
 #if MK_MM == 2
@@ -1050,7 +1064,7 @@ __device__ int mk_run_task(const MkParams& P, MkBlock& k, const MkOp& o, int opc
 #endif
     case MK_OP_ATTN_PARTIAL:
         k.x_of = -1;  // the scratch overwrites xs
-        return mk_attn_partial(o, lo, hi, tid, MK_NW, reinterpret_cast<float*>(k.xs)) ? 0 : MK_ERR_ATTN;
+        return mk_attn_partial<MK_NW>(o, lo, hi, tid, reinterpret_cast<float*>(k.xs)) ? 0 : MK_ERR_ATTN;
     default:  // the ops that need only the workers (mk_ops.cuh)
         return mk_run_worker_op(o, opcode, lo, hi, tid, MK_NW, k.red) ? 0 : MK_ERR_OPCODE;
     }

@@ -7,8 +7,12 @@ the committed summaries, never by hand (``--check`` only says whether they are c
 
 - ``torch``, ``inductor``: the whole steps of their stack in ``validation/results/h200-stacks/summary.json``
   (the profiles were fitted to single ops only); held out: the steps of models never used to fit;
-- ``mksim``: the whole steps of our generated kernels in ``validation/results/h200/summary.json`` (every
-  mode; predicted with ``h200-mk-kernels``, which is ``h200-calibrated+mksim``); held out: the chains of
+- ``mksim``: the whole megakernel steps of today's kernels (tensor-core attention) in
+  ``validation/results/h200-mk-steps/predicted.json``; held out: llama-3.2-3b,
+  a model the single ops never ran;
+- ``mksim-attn1``: the whole steps of the suite's kernels in ``validation/results/h200/summary.json``
+  (every mode; predicted with ``h200-mk-kernels`` as it then was, which is this profile);
+- ``mksim-mm1``: the chains of our kernels of commit 5a201e2 in
   ``validation/results/h200-mechanisms/summary.json`` (fitted to single kernels, never to chains);
 - ``cublas``: the chains of cuBLAS kernels in ``validation/results/h200-mechanisms/summary.json``.
 
@@ -32,6 +36,11 @@ ROOT = Path(__file__).resolve().parents[2]
 STACKS_SUMMARY = "validation/results/h200-stacks/summary.json"
 SUITE_SUMMARY = "validation/results/h200/summary.json"
 CHAINS_SUMMARY = "validation/results/h200-mechanisms/summary.json"
+MK_STEPS = "validation/results/h200-mk-steps/predicted.json"
+MK_STEPS_COMMAND = ("python -m validation.megakernel.predict validation/results/h200-mk-steps/llama-*.json --json "
+                    + MK_STEPS)
+MK_STEPS_DATE = "2026-12-01"  # the day they ran (validation/results/h200-mk-steps/README.md)
+MK_FIT_MODELS = ("llama-3.2-1b", "llama-3.1-8b")  # the models whose single ops the mksim profile was fitted to
 MARKER = "# -- validation record (written by python -m validation.stacks records; do not edit by hand)"
 GPU = "h200-calibrated"
 
@@ -87,14 +96,33 @@ def records(root: Path = ROOT) -> dict[str, dict[str, Any]]:
     chains = _load(root, CHAINS_SUMMARY)
     steps = [float(c["error_pct"]) for c in suite["cases"] if c.get("error_pct") is not None]
     mk_chains = [float(c["error_pct"]) for c in chains["cases"] if c["implementation"] == "mksim"]
-    out["mksim"] = {**stats(steps), "gpu": GPU, "date": str(suite["date"])[:10],
-                    "what": "whole decode steps of our generated kernels in every mode (llama-3.2-1b, llama-3.1-8b "
-                            f"at batch 1 and 4, kv 1024), predicted with {suite['predicted_with']} "
-                            "(h200-calibrated+mksim)",
-                    "source": SUITE_SUMMARY, "command": "mksim validate report validation/results/h200",
-                    "held_out": f"the chains of {CHAINS_SUMMARY} (fitted to single kernels, never to chains), "
-                                "inside the p90 of the steps",
-                    "held_out_cases": len(mk_chains), "held_out_inside_pct": inside_pct(mk_chains, steps)}
+    mk: list[dict[str, Any]] = json.loads((root / MK_STEPS).read_text())  # a row per step
+    mk_all = [float(r["error_pct"]) for r in mk]
+    mk_held = [float(r["error_pct"]) for r in mk if r["model"] not in MK_FIT_MODELS]
+    mk_fit = [float(r["error_pct"]) for r in mk if r["model"] in MK_FIT_MODELS]
+    held_models = {r["model"] for r in mk if r["model"] not in MK_FIT_MODELS}
+    out["mksim"] = {**stats(mk_all), "gpu": GPU, "date": MK_STEPS_DATE,
+                    "what": "whole megakernel steps of our generated kernels with the tensor-core attention "
+                            f"({', '.join(sorted({r['model'] for r in mk}))}; batch "
+                            f"{'/'.join(str(b) for b in sorted({r['batch'] for r in mk}))}, kv 1024, fused "
+                            "epilogues), predicted with h200-calibrated+mksim",
+                    "source": MK_STEPS, "command": MK_STEPS_COMMAND,
+                    "held_out": f"the steps of models never used to fit ({', '.join(sorted(held_models))}), "
+                                "inside the p90 of the fitted models' steps",
+                    "held_out_cases": len(mk_held), "held_out_inside_pct": inside_pct(mk_held, mk_fit)}
+    out["mksim-attn1"] = {**stats(steps), "gpu": GPU, "date": str(suite["date"])[:10],
+                          "what": "whole decode steps of our generated kernels in every mode (llama-3.2-1b, "
+                                  "llama-3.1-8b at batch 1, 4 and 8, kv 1024), predicted with "
+                                  f"{suite['predicted_with']} as it then was (this profile)",
+                          "source": SUITE_SUMMARY,
+                          "command": "mksim validate report validation/results/h200 --gpu h200-calibrated+mksim-attn1"}
+    # the chains ran the kernels of an earlier commit: they validate that kernel's profile, not today's
+    out["mksim-mm1"] = {**stats(mk_chains), "gpu": GPU, "date": str(chains["raw_date"])[:10],
+                        "what": "chains of LLM projections as our generated kernels of commit "
+                                f"{str(chains['raw_commit'])[:7]} (MK_MM=1) in every mode; the profile was "
+                                "fitted to single kernels, never to chains",
+                        "source": CHAINS_SUMMARY,
+                        "command": chains["command"].replace("<this file>", CHAINS_SUMMARY)}
     cb = [float(c["error_pct"]) for c in chains["cases"] if c["implementation"] == "cublas"]
     out["cublas"] = {**stats(cb), "gpu": GPU, "date": str(chains["raw_date"])[:10],
                      "what": "chains of LLM projections as cuBLAS kernels (torch F.linear) in every chain mode; "
