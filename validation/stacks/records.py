@@ -69,7 +69,7 @@ def inside_pct(held: Sequence[float], others: Sequence[float]) -> float:
     return round(100.0 * sum(1 for e in held if abs(e) <= h) / len(held), 1)
 
 
-def _load(root: Path, rel: str) -> dict[str, Any]:
+def _load(root: Path, rel: str) -> Any:
     return json.loads((root / rel).read_text())
 
 
@@ -96,11 +96,12 @@ def records(root: Path = ROOT) -> dict[str, dict[str, Any]]:
     chains = _load(root, CHAINS_SUMMARY)
     steps = [float(c["error_pct"]) for c in suite["cases"] if c.get("error_pct") is not None]
     mk_chains = [float(c["error_pct"]) for c in chains["cases"] if c["implementation"] == "mksim"]
-    mk: list[dict[str, Any]] = json.loads((root / MK_STEPS).read_text())  # a row per step
+    mk = _load(root, MK_STEPS)  # a row per step
+    held_rows = [r for r in mk if r["model"] not in MK_FIT_MODELS]
+    held_models = {r["model"] for r in held_rows}
     mk_all = [float(r["error_pct"]) for r in mk]
-    mk_held = [float(r["error_pct"]) for r in mk if r["model"] not in MK_FIT_MODELS]
-    mk_fit = [float(r["error_pct"]) for r in mk if r["model"] in MK_FIT_MODELS]
-    held_models = {r["model"] for r in mk if r["model"] not in MK_FIT_MODELS}
+    mk_held = [float(r["error_pct"]) for r in held_rows]
+    mk_fit = [float(r["error_pct"]) for r in mk if r["model"] not in held_models]
     out["mksim"] = {**stats(mk_all), "gpu": GPU, "date": MK_STEPS_DATE,
                     "what": "whole megakernel steps of our generated kernels with the tensor-core attention "
                             f"({', '.join(sorted({r['model'] for r in mk}))}; batch "
