@@ -469,3 +469,29 @@ def test_the_l2_sweep_sets_the_lead_on_the_suites_searched_schedules():
     s = schedule_with_lead("llama-3.2-1b", 1, 512)
     assert s.options.l2_prefetch_KiB == 512 and s.policy == "rr" and P.plan(s).l2_lead_B == 512 * 1024
     assert KINDS["bulk"] == "-DMK_L2PF_KIND=0" and "-DMK_L2PF_KIND=2" in KINDS["line_last"]
+
+
+def test_fastdiv_magic_is_exact_where_mma_ok_allows_it():
+    """mk_div (MK_MM_FASTDIV): x / d as the high word of x * div_magic(d), for every d a matmul of
+    K = 256 .. 16384 has and x up to the bound fastdiv_ok allows, and past it where it fails."""
+    from validation.megakernel.program import div_magic, fastdiv_ok
+
+    rng = np.random.default_rng(0)
+    for d in list(range(8, 64)) + [96, 128, 256, 448, 512]:
+        top = 2**32 // d  # fastdiv_ok(top, d); x < top
+        assert fastdiv_ok(top, d) and not fastdiv_ok(top + 1, d)
+        x = np.concatenate([np.arange(0, 5000), rng.integers(0, top, 20000), np.arange(top - 3000, top)])
+        x = x.astype(np.uint64)
+        hi = (x * np.uint64(div_magic(d))) >> np.uint64(32)
+        assert (hi == x // np.uint64(d)).all(), d
+
+
+def test_mma_ok_refuses_a_task_too_large_for_the_fast_division():
+    """A matmul task of so many 1 KiB blocks that x * K / 32 passes 2^32 takes the CUDA-core path."""
+    from types import SimpleNamespace
+
+    from validation.megakernel.program import mma_ok
+
+    op = SimpleNamespace(kind="matmul", attrs={"k": 2048}, out_size=2**30, name="big")
+    assert mma_ok(op, np.array([0, 4096]), 32 * 1024)
+    assert not mma_ok(op, np.array([0, 2**30]), 32 * 1024)

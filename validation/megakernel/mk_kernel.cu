@@ -41,6 +41,35 @@
 #define MK_TASK_FIELDS 8
 #define MK_DEP_OP 0
 #define MK_SPIN_LIMIT_NS 2000000000ull
+// MK_TRACE_X (a diagnostic; default 0): a tensor-core matmul task's stamps 0 and 3 (otherwise its
+// wait's start and its hand-over) become, with 1, the moment its input rows are in shared memory
+// and, with 2, the moment its first page is in; with either, the moment warp 0 is done with its
+// last page (before the flush). Other tasks then keep only stamps 1 and 2.
+#ifndef MK_TRACE_X
+#define MK_TRACE_X 0
+#endif
+// Diagnostics that give wrong products (timing only): MK_NO_COPY=1, the producer marks a page full
+// without copying into it (what the workers alone take); MK_NO_MMA=1, the tensor-core matmul's
+// workers skip a page's arithmetic (what the ring's copies alone take).
+#ifndef MK_NO_COPY
+#define MK_NO_COPY 0
+#endif
+#ifndef MK_NO_MMA
+#define MK_NO_MMA 0
+#endif
+#ifndef MK_MM_FASTDIV
+#define MK_MM_FASTDIV 1
+#endif
+// MK_MM_GROUPS (an experiment; default 1): the tensor-core matmul's worker warps form this many
+// groups that take a task's pages in turn, each page split over one group's warps (1: every page
+// over all of them). A page's fixed cost in the workers (its wait, the run's bounds, the deposit,
+// the arrival) is then paid by fewer warps, each taking a longer run of the page.
+#ifndef MK_MM_GROUPS
+#define MK_MM_GROUPS 1
+#endif
+#if MK_MM_GROUPS != 1 && MK_MM_GROUPS != 2 && MK_MM_GROUPS != 4
+#error "MK_MM_GROUPS must be 1, 2 or 4"
+#endif
 
 // error codes (validation/megakernel/gpu.py turns them into messages)
 #define MK_ERR_COUNTER 1
@@ -260,6 +289,12 @@ __device__ void mk_reset_next(const MkParams& P, int lane) {
 }
 
 // ---------------------------------------------------------------- the page ring
+// MK_RING_HINT (-DMK_RING_HINT=1, an experiment; default 0): the ring's bulk copies carry an L2
+// evict_first policy. Weights are read once a step, so the lines they leave in L2 are dead; with
+// the hint L2 drops them before the activations, the KV cache and what the L2 prefetcher asked for.
+#ifndef MK_RING_HINT
+#define MK_RING_HINT 0
+#endif
 struct MkRing {
     unsigned char* pages;
     unsigned long long* full;   // producer -> workers: the page holds its bytes
@@ -321,6 +356,10 @@ __device__ __forceinline__ MkStream mk_stream_of(const MkParams& P, const int* t
 __device__ void mk_produce(const MkParams& P, int i0, int i1, MkRing& r, const int* started,
                            unsigned long long* pf_pos = nullptr) {
     if (i0 >= i1) return;
+#if MK_RING_HINT
+    unsigned long long pol;  // the ring's bytes are read once: L2 may drop them first
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+#endif
     MkStream cur = mk_stream_of(P, P.tasks + (size_t)i0 * MK_TASK_FIELDS);
     for (int i = i0; i < i1; ++i) {
         const MkStream next = i + 1 < i1 ? mk_stream_of(P, P.tasks + (size_t)(i + 1) * MK_TASK_FIELDS) : MkStream{nullptr, 0};
@@ -334,10 +373,21 @@ __device__ void mk_produce(const MkParams& P, int i0, int i1, MkRing& r, const i
             if (!mk_mbar_wait(r.empty + stage, parity, P.error)) return;
             const unsigned bytes = (unsigned)min((long long)r.P, cur.bytes - off);
             const unsigned bar = mk_smem_addr(r.full + stage);
+#if MK_NO_COPY
+            asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
+            continue;
+#endif
             asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+#if MK_RING_HINT
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+                         " [%0], [%1], %2, [%3], %4;"
+                         :: "r"(mk_smem_addr(r.pages + (size_t)stage * r.P)), "l"(cur.src + off), "r"(bytes), "r"(bar),
+                            "l"(pol) : "memory");
+#else
             asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                          :: "r"(mk_smem_addr(r.pages + (size_t)stage * r.P)), "l"(cur.src + off), "r"(bytes), "r"(bar)
                          : "memory");
+#endif
             if (pf_pos) *(volatile unsigned long long*)pf_pos = ((unsigned long long)i << 32) | (unsigned)(off + bytes);
         }
         cur = next;
@@ -702,7 +752,29 @@ struct MkMmSlots {
     float* base;  // slot 0: right after the op's input rows in xs
     int S;        // slots: as many as fit in the rest of the x region and the accumulator region
     int dirty_B;  // bytes of them in the x region (other inputs, attention scratch): zeroed with the input
+#if MK_MM_FASTDIV
+    unsigned Sm;  // mk_div_magic(S)
+#endif
 };
+
+// MK_MM_FASTDIV (default 1): divide by the task's blocks per row group (K / 32) and by the slot
+// count with a multiply-high by a magic number made once per task, instead of the ~25-instruction
+// integer division, on the per-page path of mk_matmul_mma2 (0: the divisions, as before). The
+// workers bound the matmul (a task takes as long with the copies left out, MK_NO_COPY): without
+// the divisions a llama-3.2-1b b1 step took 954 us against 1020 (evidence/h200-mk18-ring, run4).
+// x / d == __umulhi(x, mk_div_magic(d)) for d >= 2 and x d < 2^32: with m = floor((2^32 - 1) / d) + 1,
+// m d = 2^32 + e with 0 <= e < d, and x e < 2^32 keeps the floor (program.fastdiv_ok, which
+// program.mma_ok asks of every tensor-core matmul's largest task: blocks x K / 32 <= 2^32).
+__device__ __forceinline__ unsigned mk_div_magic(unsigned d) { return 0xFFFFFFFFu / d + 1u; }
+__device__ __forceinline__ int mk_div(int x, int d, unsigned m) {
+#if MK_MM_FASTDIV
+    (void)d;
+    return (int)__umulhi((unsigned)x, m);
+#else
+    (void)m;
+    return x / d;
+#endif
+}
 
 // The slots of an op of T rows and K inputs: the x region past its T x K bf16 inputs, then the
 // accumulator region (which the flushes keep zero), at most MK_MM_SLOTS of them.
@@ -714,6 +786,9 @@ __device__ __forceinline__ MkMmSlots mk_mm_slots(const MkParams& P, const MkOp& 
     s.base = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(xs) + x_B);
     s.S = min(MK_MM_SLOTS, (P.x_B + 4 * P.acc_floats - x_B) / slot_B);
     s.dirty_B = max(0, min(P.x_B - x_B, s.S * slot_B));
+#if MK_MM_FASTDIV
+    s.Sm = mk_div_magic((unsigned)s.S);
+#endif
     return s;
 }
 
@@ -755,7 +830,12 @@ __device__ void mk_mm_flush(const MkOp& o, int lo, int f0, int f1, const MkMmSlo
     mk_bar(MK_NW);  // every warp has stored its entries of groups [f0, f1)
     for (int u = tid; u < (f1 - f0) * 8 * T; u += MK_NW) {
         const int b = u % T, pr = u / T, rg = f0 + (pr >> 3), rr = 2 * (pr & 7);
-        float* e = sl.base + ((rg % sl.S) * MK_CONSUMERS * 16 + rr) * T + b;  // warp 0's entry of row rr
+#if MK_MM_FASTDIV
+        const int slot = rg - (int)__umulhi((unsigned)rg, sl.Sm) * sl.S;
+#else
+        const int slot = rg % sl.S;
+#endif
+        float* e = sl.base + (slot * MK_CONSUMERS * 16 + rr) * T + b;  // warp 0's entry of row rr
         float v0 = 0.f, v1 = 0.f;
 #pragma unroll
         for (int w = 0; w < MK_CONSUMERS; ++w) {
@@ -781,7 +861,12 @@ __device__ __forceinline__ void mk_mm_deposit(const MkMmSlots& sl, int rg, int w
         v[e] = (d[0][e] + d[1][e]) + (d[2][e] + d[3][e]);
         d[0][e] = d[1][e] = d[2][e] = d[3][e] = 0.f;
     }
-    float* ent = sl.base + ((rg % sl.S) * MK_CONSUMERS + warp) * 16 * T;
+#if MK_MM_FASTDIV
+    const int slot = rg - (int)__umulhi((unsigned)rg, sl.Sm) * sl.S;
+#else
+    const int slot = rg % sl.S;
+#endif
+    float* ent = sl.base + (slot * MK_CONSUMERS + warp) * 16 * T;
     if (T == 1) {
         if (t == 0) {
             ent[g] = v[0];
@@ -795,9 +880,14 @@ __device__ __forceinline__ void mk_mm_deposit(const MkMmSlots& sl, int rg, int w
 
 template <int T>
 __device__ int mk_matmul_mma2(const MkOp& o, int lo, int hi, MkRing& r, const mk_bf16* xs, const MkMmSlots& sl,
-                              int tid, int* error) {
+                              int tid, int* error, unsigned long long* stamp = nullptr) {
     const int KB = o.K >> 5, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int ng = (hi - lo) >> 4, NB = ng * KB, nb = r.P >> 10;
+#if MK_MM_FASTDIV
+    const unsigned kbm = mk_div_magic((unsigned)KB);  // K >= 256: KB >= 8; NB x KB <= 2^32 (mma_ok)
+#else
+    const unsigned kbm = 0u;
+#endif
     if ((nb + KB - 2) / KB + 1 > sl.S) return MK_ERR_SLOTS;  // the groups one page can touch
     const uint4* x4 = reinterpret_cast<const uint4*>(xs);
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
@@ -811,8 +901,13 @@ __device__ int mk_matmul_mma2(const MkOp& o, int lo, int hi, MkRing& r, const mk
 #pragma unroll
         for (int e = 0; e < 4; ++e) d[j][e] = 0.f;
     int f0 = 0;  // groups [0, f0) are written out
+    constexpr int WG = MK_CONSUMERS / MK_MM_GROUPS;  // worker warps a page is split over
+    const int wi = MK_MM_GROUPS == 1 ? warp : warp % WG;  // this warp's place among them
+#if MK_MM_GROUPS > 1
+    int pg_i = 0;                                    // the page's index in the task
+#endif
     for (int q0 = 0; q0 < NB; q0 += nb) {  // q0: the page's first block (blocks of the task, in order)
-        const int n = min(nb, NB - q0), first = q0 / KB, last = (q0 + n - 1) / KB;
+        const int n = min(nb, NB - q0), first = mk_div(q0, KB, kbm), last = mk_div(q0 + n - 1, KB, kbm);
         if (last >= f0 + sl.S) {  // the page would store into the slot of a group not written out
             mk_mm_flush<T>(o, lo, f0, first, sl, tid, false, res, true);
             f0 = first;
@@ -820,11 +915,18 @@ __device__ int mk_matmul_mma2(const MkOp& o, int lo, int hi, MkRing& r, const mk
         const int stage = r.stage;
         const unsigned parity = r.phase;
         r.advance();
+#if MK_MM_GROUPS > 1
+        const bool mine = pg_i++ % MK_MM_GROUPS == warp / WG;  // pages go to the groups in turn
+        if (!mine) continue;
+#endif
         mk_mbar_wait(r.full + stage, parity, error);
-        const int a = warp * n / MK_CONSUMERS, z = (warp + 1) * n / MK_CONSUMERS;
-        if (a < z) {
+#if MK_TRACE_X == 2
+        if (q0 == 0 && tid == 0 && stamp) stamp[0] = mk_now();  // the task's first page is in
+#endif
+        const int a = wi * n / WG, z = (wi + 1) * n / WG;
+        if (a < z && !MK_NO_MMA) {
             const uint4* pg = reinterpret_cast<const uint4*>(r.pages + (size_t)stage * r.P);
-            int rg = (q0 + a) / KB, kb = q0 + a - rg * KB;
+            int rg = mk_div(q0 + a, KB, kbm), kb = q0 + a - rg * KB;
             for (int i = a; i < z;) {
                 const int e = min(z, i + KB - kb);  // blocks [i, e) of the run lie in group rg
                 for (; i + 1 < e; i += 2, kb += 2) {  // two blocks: four independent accumulators
@@ -852,18 +954,27 @@ __device__ int mk_matmul_mma2(const MkOp& o, int lo, int hi, MkRing& r, const mk
                 }
             }
             if (kb != 0) {  // the run ends inside group rg: keep it unless this warp's next run is elsewhere
-                const int q1 = q0 + nb;
+                const int q1 = q0 + MK_MM_GROUPS * nb;  // this warp's next page
                 bool cont = false;
                 if (q1 < NB) {
-                    const int n1 = min(nb, NB - q1), a1 = warp * n1 / MK_CONSUMERS;
-                    cont = a1 < (warp + 1) * n1 / MK_CONSUMERS && (q1 + a1) / KB == rg;
+                    const int n1 = min(nb, NB - q1), a1 = wi * n1 / WG;
+                    cont = a1 < (wi + 1) * n1 / WG && mk_div(q1 + a1, KB, kbm) == rg;
                 }
                 if (!cont) mk_mm_deposit<T>(sl, rg, warp, g, t, d);
             }
         }
         __syncwarp();
+#if MK_MM_GROUPS > 1
+        // the page's `empty` barrier counts MK_CONSUMERS arrivals: each of the WG warps gives MK_MM_GROUPS
+        if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;"
+                                    :: "r"(mk_smem_addr(r.empty + stage)), "r"(MK_MM_GROUPS) : "memory");
+#else
         if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(mk_smem_addr(r.empty + stage)) : "memory");
+#endif
     }
+#if MK_TRACE_X
+    if (tid == 0 && stamp) stamp[3] = mk_now();  // warp 0 is done with the task's last page
+#endif
     mk_mm_flush<T>(o, lo, f0, ng, sl, tid, have_res, res, false);
     return 0;
 }
@@ -1014,7 +1125,15 @@ MK_MM_FN int mk_matmul(const MkParams& P, MkBlock& k, const MkOp& o, int op, int
             mk_load_x_mma2<T>(o, k.xs, k.red, tid, sl);
             k.x_of = op;
         }
+#if MK_TRACE_X == 1
+        if (tid == 0 && P.trace) P.trace[4 * *(volatile int*)k.started] = mk_now();  // the input rows are in
+#endif
+#if MK_TRACE_X
+        return mk_matmul_mma2<T>(o, lo, hi, k.ring, k.xs, sl, tid, P.error,
+                                 P.trace ? P.trace + 4 * *(volatile int*)k.started : nullptr);
+#else
         return mk_matmul_mma2<T>(o, lo, hi, k.ring, k.xs, sl, tid, P.error);
+#endif
     }
     if (k.x_of != op) {
         mk_load_x(o, k.xs, k.red, tid);
@@ -1164,8 +1283,15 @@ __device__ void mk_wait_tasks(const MkParams& P, MkBlock& k, int i0, int i1, int
 #ifndef MK_L2PF_SLEEP_NS
 #define MK_L2PF_SLEEP_NS 256      // the prefetcher's nap when it is a lead ahead of the producer
 #endif
-#if MK_L2PF_KIND < 0 || MK_L2PF_KIND > 2
-#error "MK_L2PF_KIND must be 0 (bulk), 1 (prefetch.global.L2) or 2 (prefetch.global.L2::evict_last)"
+#if MK_L2PF_KIND < 0 || MK_L2PF_KIND > 3
+#error "MK_L2PF_KIND must be 0 (bulk), 1 (prefetch.global.L2), 2 (prefetch.global.L2::evict_last) or 3 (bulk, evict_last)"
+#endif
+// MK_L2PF_GATE (an experiment; default 0): 1 asks for weight rows only while the workers' current
+// task streams nothing (attention, reductions, the waits after them): the phases in which DRAM
+// idles once the ring is full, so that prefetched lines do not compete with the ring's own copies
+// while a matmul streams. KV-cache rows are asked for at any time.
+#ifndef MK_L2PF_GATE
+#define MK_L2PF_GATE 0
 #endif
 #if (MK_L2PF_LINE_B & (MK_L2PF_LINE_B - 1)) != 0 || MK_L2PF_CHUNK_B % 16 != 0
 #error "MK_L2PF_LINE_B must be a power of two and MK_L2PF_CHUNK_B a multiple of 16"
@@ -1175,6 +1301,13 @@ __device__ void mk_wait_tasks(const MkParams& P, MkBlock& k, int i0, int i1, int
 __device__ __forceinline__ void mk_l2_ask(const unsigned char* p, unsigned n, int lane) {
 #if MK_L2PF_KIND == 0
     if (lane == 0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(n) : "memory");
+#elif MK_L2PF_KIND == 3
+    if (lane == 0) {
+        unsigned long long pol;
+        asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+        asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" :: "l"(p), "r"(n), "l"(pol)
+                     : "memory");
+    }
 #else
     const unsigned long long end = (unsigned long long)p + n;
     for (unsigned long long a = ((unsigned long long)p & ~(unsigned long long)(MK_L2PF_LINE_B - 1))
@@ -1266,6 +1399,13 @@ __device__ void mk_l2_prefetch(const MkParams& P, const MkBlock& k, int i0, int 
                 // lane 0 reads the producer's post and the workers' task; every lane decides alike
                 const unsigned long long pp = __shfl_sync(0xffffffffu, lane == 0 ? *pos : 0ull, 0);
                 const int begun = __shfl_sync(0xffffffffu, lane == 0 ? *started : 0, 0);
+#if MK_L2PF_GATE
+                // the workers' current task streams weights: no weight rows asked for meanwhile
+                const bool busy = __shfl_sync(0xffffffffu, lane == 0 && begun >= i0 && begun < i1
+                                              ? __ldg(P.tasks + (size_t)begun * MK_TASK_FIELDS) == MK_OP_MATMUL : false, 0);
+#else
+                const bool busy = false;
+#endif
                 const int prow = (int)(pp >> 32);
                 const long long poff = (long long)(unsigned)pp;
                 while (srow < prow && srow < i1) scum += mk_pf_row_bytes(P, srow++);
@@ -1275,7 +1415,7 @@ __device__ void mk_l2_prefetch(const MkParams& P, const MkBlock& k, int i0, int 
                 if (so >= g.bytes) break;
                 const long long limit = prow >= i1 ? 0x7fffffffffffffffll : scum + (prow >= i0 ? poff : 0) + lead;
                 const long long at = cum + done + so;
-                if (at >= limit) {  // a lead ahead: nap, and give up (the whole warp) if the grid has failed
+                if (at >= limit || (busy && r.kind == 1)) {  // a lead ahead (or gated): nap, and give up (the whole warp) if the grid has failed
                     if (MK_L2PF_SLEEP_NS > 0) __nanosleep(MK_L2PF_SLEEP_NS);
                     if ((++naps & 255) == 0 && __any_sync(0xffffffffu, mk_failed(P.error))) return;
                     continue;
@@ -1321,7 +1461,7 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1) mk_persistent(const 
     for (int i = q0; i < q1; ++i) {
         const MkSlot* sl = k.slots + (i % MK_SLOTS);
         if (tid == 0) {
-            if (P.trace) P.trace[4 * i] = mk_now();
+            if (P.trace && !MK_TRACE_X) P.trace[4 * i] = mk_now();
             bool ok = true;
             for (int n = 0; *(volatile int*)k.ready < i; ++n)
                 if ((n & 255) == 255 && mk_failed(P.error)) { ok = false; break; }
@@ -1346,7 +1486,7 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1) mk_persistent(const 
             if (code) atomicCAS(P.error, 0, code);
             __threadfence_block();
             *(volatile int*)k.finished = i;  // the publisher takes it from here
-            if (P.trace) P.trace[4 * i + 3] = mk_now();
+            if (P.trace && !MK_TRACE_X) P.trace[4 * i + 3] = mk_now();
         }
     }
     if (barrier_mode && tid == 0)  // arrive at the barriers this block has no tasks behind

@@ -142,10 +142,32 @@ def mma_unpack(p):
 def mma_ok(op, bounds, page_B: int) -> bool:
     """Whether a matmul runs on the tensor cores: inputs a multiple of 32, every tile a whole number
     of 16-row groups (of weight rows: two per output element with a fused SiLU·mul), pages of whole
-    1 KiB blocks."""
+    1 KiB blocks, and the blocks of its largest tile few enough for the per-page division by K / 32
+    (:func:`fastdiv_ok`)."""
     f = weight_rows_per_output(op)
-    return op.attrs["k"] % 32 == 0 and (f * op.out_size) % 16 == 0 and page_B % 1024 == 0 \
-        and not (f * np.asarray(bounds) % 16).any()
+    k = op.attrs["k"]
+    if not (k % 32 == 0 and (f * op.out_size) % 16 == 0 and page_B % 1024 == 0
+            and not (f * np.asarray(bounds) % 16).any()):
+        return False
+    blocks = int(np.diff(np.asarray(bounds)).max()) * f // 16 * (k // 32)
+    return fastdiv_ok(blocks, k // 32)
+
+
+def div_magic(d: int) -> int:
+    """The magic number of mk_kernel.cu's ``mk_div_magic``: floor((2^32 - 1) / d) + 1 (32 bits)."""
+    return (0xFFFFFFFF // d + 1) & 0xFFFFFFFF
+
+
+def fastdiv_ok(blocks: int, d: int) -> bool:
+    """Whether ``mk_div`` (``MK_MM_FASTDIV``: x / d as the high word of x * :func:`div_magic` (d))
+    is exact for every block index x < ``blocks``. With m d = 2^32 + e, 0 <= e < d, the high word
+    is floor(x / d + x e / (d 2^32)), exact while x e < 2^32, so x d < 2^32 is enough; d = 1 has no
+    32-bit magic.
+
+    >>> fastdiv_ok(16384 // 16 * 64, 64), fastdiv_ok(2**22, 2**10), fastdiv_ok(2**22, 2**11), fastdiv_ok(5, 1)
+    (True, True, False, False)
+    """
+    return d >= 2 and blocks * d <= 2**32
 
 
 def rope_pair_rows(n: int, rotated: int, head_dim: int) -> np.ndarray:

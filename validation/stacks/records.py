@@ -7,9 +7,11 @@ the committed summaries, never by hand (``--check`` only says whether they are c
 
 - ``torch``, ``inductor``: the whole steps of their stack in ``validation/results/h200-stacks/summary.json``
   (the profiles were fitted to single ops only); held out: the steps of models never used to fit;
-- ``mksim``: the whole megakernel steps of today's kernels (tensor-core attention) in
-  ``validation/results/h200-mk-steps/predicted.json``; held out: llama-3.2-3b,
-  a model the single ops never ran;
+- ``mksim``: the whole megakernel steps of today's kernels (tensor-core attention, no division on
+  the matmul's per-page path) in ``validation/results/h200-mk-steps-fd/predicted.json``; held out:
+  llama-3.2-3b, a model the single ops never ran;
+- ``mksim-fd0``: the same steps of session 8's kernels (MK_MM_FASTDIV=0) in
+  ``validation/results/h200-mk-steps/predicted.json``;
 - ``mksim-attn1``: the whole steps of the suite's kernels in ``validation/results/h200/summary.json``
   (every mode; predicted with ``h200-mk-kernels`` as it then was, which is this profile);
 - ``mksim-mm1``: the chains of our kernels of commit 5a201e2 in
@@ -36,10 +38,13 @@ ROOT = Path(__file__).resolve().parents[2]
 STACKS_SUMMARY = "validation/results/h200-stacks/summary.json"
 SUITE_SUMMARY = "validation/results/h200/summary.json"
 CHAINS_SUMMARY = "validation/results/h200-mechanisms/summary.json"
-MK_STEPS = "validation/results/h200-mk-steps/predicted.json"
-MK_STEPS_COMMAND = ("python -m validation.megakernel.predict validation/results/h200-mk-steps/llama-*.json --json "
-                    + MK_STEPS)
-MK_STEPS_DATE = "2026-12-01"  # the day they ran (validation/results/h200-mk-steps/README.md)
+# the megakernel steps of each version of our kernels: {profile: (folder, the kernel in words)}; each
+# folder's README.md says the day they ran (2026-12-01 both)
+MK_STEPS = {"mksim": ("validation/results/h200-mk-steps-fd", "the tensor-core attention and no division on the "
+                      "matmul's per-page path"),
+            "mksim-fd0": ("validation/results/h200-mk-steps", "the tensor-core attention (session 8, "
+                          "MK_MM_FASTDIV=0)")}
+MK_STEPS_DATE = "2026-12-01"
 MK_FIT_MODELS = ("llama-3.2-1b", "llama-3.1-8b")  # the models whose single ops the mksim profile was fitted to
 MARKER = "# -- validation record (written by python -m validation.stacks records; do not edit by hand)"
 GPU = "h200-calibrated"
@@ -96,21 +101,25 @@ def records(root: Path = ROOT) -> dict[str, dict[str, Any]]:
     chains = _load(root, CHAINS_SUMMARY)
     steps = [float(c["error_pct"]) for c in suite["cases"] if c.get("error_pct") is not None]
     mk_chains = [float(c["error_pct"]) for c in chains["cases"] if c["implementation"] == "mksim"]
-    mk = _load(root, MK_STEPS)  # a row per step
-    held_rows = [r for r in mk if r["model"] not in MK_FIT_MODELS]
-    held_models = {r["model"] for r in held_rows}
-    mk_all = [float(r["error_pct"]) for r in mk]
-    mk_held = [float(r["error_pct"]) for r in held_rows]
-    mk_fit = [float(r["error_pct"]) for r in mk if r["model"] not in held_models]
-    out["mksim"] = {**stats(mk_all), "gpu": GPU, "date": MK_STEPS_DATE,
-                    "what": "whole megakernel steps of our generated kernels with the tensor-core attention "
-                            f"({', '.join(sorted({r['model'] for r in mk}))}; batch "
-                            f"{'/'.join(str(b) for b in sorted({r['batch'] for r in mk}))}, kv 1024, fused "
-                            "epilogues), predicted with h200-calibrated+mksim",
-                    "source": MK_STEPS, "command": MK_STEPS_COMMAND,
-                    "held_out": f"the steps of models never used to fit ({', '.join(sorted(held_models))}), "
-                                "inside the p90 of the fitted models' steps",
-                    "held_out_cases": len(mk_held), "held_out_inside_pct": inside_pct(mk_held, mk_fit)}
+    for prof, (folder, kernel) in MK_STEPS.items():
+        src = f"{folder}/predicted.json"
+        mk = _load(root, src)  # a row per step
+        held_rows = [r for r in mk if r["model"] not in MK_FIT_MODELS]
+        held_models = {r["model"] for r in held_rows}
+        mk_all = [float(r["error_pct"]) for r in mk]
+        mk_held = [float(r["error_pct"]) for r in held_rows]
+        mk_fit = [float(r["error_pct"]) for r in mk if r["model"] not in held_models]
+        gpu_arg = "" if prof == "mksim" else f" --gpu {GPU}+{prof}"
+        out[prof] = {**stats(mk_all), "gpu": GPU, "date": MK_STEPS_DATE,
+                     "what": f"whole megakernel steps of our generated kernels with {kernel} "
+                             f"({', '.join(sorted({r['model'] for r in mk}))}; batch "
+                             f"{'/'.join(str(b) for b in sorted({r['batch'] for r in mk}))}, kv 1024, fused "
+                             f"epilogues), predicted with {GPU}+{prof}",
+                     "source": src,
+                     "command": f"python -m validation.megakernel.predict {folder}/llama-*.json{gpu_arg} --json {src}",
+                     "held_out": f"the steps of models never used to fit ({', '.join(sorted(held_models))}), "
+                                 "inside the p90 of the fitted models' steps",
+                     "held_out_cases": len(mk_held), "held_out_inside_pct": inside_pct(mk_held, mk_fit)}
     out["mksim-attn1"] = {**stats(steps), "gpu": GPU, "date": str(suite["date"])[:10],
                           "what": "whole decode steps of our generated kernels in every mode (llama-3.2-1b, "
                                   "llama-3.1-8b at batch 1, 4 and 8, kv 1024), predicted with "
