@@ -51,6 +51,45 @@ def workload_option(key: str, text: str) -> int | float | bool:
         raise ValueError(f"{key} takes {kind}, not {text!r}") from None
 
 
+def case_schedule(model: str, batch: int, kv_len: int, gpu: str, mode: str, wl_opts: dict, opts: dict):
+    """The schedule a quick look (or an A/B plan's case) runs: ``model`` at ``batch`` in ``mode``
+    with the workload options ``wl_opts`` (:func:`workload_option` values) and the schedule
+    options ``opts`` over the kernel's needs (:func:`kernel_options`), checked against what the
+    generated kernels run (:func:`check_supported`). Raises :class:`MksimError` in one line."""
+    base = kernel_options(model, batch, kv_len, gpu)
+    Options.checked(opts)  # names and types, in one line
+    base.update(opts)
+    wl = mksim.models.workload(model, batch=batch, kv_len=kv_len, **wl_opts)
+    s = mksim.build_schedule(wl, gpu, mode, **base)
+    check_supported(s)
+    return s
+
+
+def measure_row(s, *, reps: int, single_ops: bool = False, raw_trace: str | None = None,
+                pdl_trigger: str = "early") -> dict:
+    """Check and time schedule ``s`` (:func:`validation.megakernel.gpu.measure`), with its
+    prediction (without the launch latency, as it is compared): the row ``--json`` keeps."""
+    pred = mksim.simulate(s).latency_us - s.gpu.launch.launch_latency_us
+    r = measure(s, reps=reps, single_ops=single_ops, raw_trace=raw_trace, pdl_trigger=pdl_trigger)
+    r["predicted_us"] = pred
+    return r
+
+
+def row_lines(mode: str, r: dict) -> list[str]:
+    """What the quick look prints of a measured row: the step, its trace per op kind, single ops."""
+    out = [f"{mode:18s} measured {r['measured_us']:9.1f} us (spread {r['measured_spread_us']:.1f}), predicted "
+           f"{r['predicted_us']:9.1f} us, {r['GBps']:6.0f} GB/s, max rel err {r['max_rel_err']:.1e} ({r['worst_op']}), "
+           f"end to end {r['e2e_rel_err']:.1e}" + (f", kernel-reset set {r['recycled_max_rel_err']:.1e}"
+                                                   if r.get("recycled_max_rel_err") is not None else ""),
+           f"   trace: span {r['trace']['span_us']:.1f} us; " + "; ".join(
+               f"{k} n={v['tasks']} wait {v['wait_us']:.2f} compute {v['compute_us']:.2f} publish {v['publish_us']:.2f}"
+               f" ({v['GBps_per_sm']:.0f} GB/s/SM)" for k, v in r["trace"]["kinds"].items())]
+    for o in r["single_ops"]:
+        out.append(f"   alone: {o['op']:16s} {o['kind']:12s} N={o['N']:6d} K={o['K'] or 0:5d} tiles={o['tiles']:4d} "
+                   f"{o['us']:8.2f} us {o['GBps']:6.0f} GB/s")
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="llama-3.2-1b")
@@ -71,10 +110,8 @@ def main(argv: list[str] | None = None) -> None:
                          "split_qkv=1, ...)")
     a = ap.parse_args(argv)
     try:
-        base = kernel_options(a.model, a.batch, a.kv_len, a.gpu)
         opts = parse_options(a.opt)
         Options.checked(opts)  # names and types, in one line
-        base.update(opts)
     except MksimError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -88,39 +125,26 @@ def main(argv: list[str] | None = None) -> None:
     schedules = {}
     for mode in a.modes.split(","):  # every schedule built and checked before any GPU work
         try:
-            wl = mksim.models.workload(a.model, batch=a.batch, kv_len=a.kv_len, **wl_opts)
-            schedules[mode] = mksim.build_schedule(wl, a.gpu, mode, **base)
-            check_supported(schedules[mode])
+            schedules[mode] = case_schedule(a.model, a.batch, a.kv_len, a.gpu, mode, wl_opts, opts)
         except MksimError as exc:
             print(f"error: {mode}: {exc}", file=sys.stderr)
             sys.exit(2)
     rows = []
     for mode, s in schedules.items():
         try:
-            pred = mksim.simulate(s).latency_us - s.gpu.launch.launch_latency_us
             raw = None
             if a.traces:
                 os.makedirs(a.traces, exist_ok=True)
                 raw = os.path.join(a.traces, f"{a.model}-b{a.batch}-{mode}.npz")
-            r = measure(s, reps=a.reps, single_ops=a.single_ops, raw_trace=raw, pdl_trigger=a.pdl_trigger)
+            r = measure_row(s, reps=a.reps, single_ops=a.single_ops, raw_trace=raw, pdl_trigger=a.pdl_trigger)
         except MksimError as exc:
             print(f"{mode}: {exc}", flush=True)
             rows.append({"mode": mode, "error": str(exc)})
             continue
-        r.update(mode=mode, model=a.model, batch=a.batch, kv_len=a.kv_len, wl=wl_opts, predicted_us=pred, options=opts,
+        r.update(mode=mode, model=a.model, batch=a.batch, kv_len=a.kv_len, wl=wl_opts, options=opts,
                  pdl_trigger=a.pdl_trigger)
         rows.append(r)
-        print(f"{mode:18s} measured {r['measured_us']:9.1f} us (spread {r['measured_spread_us']:.1f}), predicted "
-              f"{pred:9.1f} us, {r['GBps']:6.0f} GB/s, max rel err {r['max_rel_err']:.1e} ({r['worst_op']}), "
-              f"end to end {r['e2e_rel_err']:.1e}" + (f", kernel-reset set {r['recycled_max_rel_err']:.1e}"
-                                                      if r.get("recycled_max_rel_err") is not None else ""),
-              flush=True)
-        print(f"   trace: span {r['trace']['span_us']:.1f} us; " + "; ".join(
-            f"{k} n={v['tasks']} wait {v['wait_us']:.2f} compute {v['compute_us']:.2f} publish {v['publish_us']:.2f}"
-            f" ({v['GBps_per_sm']:.0f} GB/s/SM)" for k, v in r["trace"]["kinds"].items()), flush=True)
-        for o in r["single_ops"]:
-            print(f"   alone: {o['op']:16s} {o['kind']:12s} N={o['N']:6d} K={o['K'] or 0:5d} tiles={o['tiles']:4d} "
-                  f"{o['us']:8.2f} us {o['GBps']:6.0f} GB/s", flush=True)
+        print("\n".join(row_lines(mode, r)), flush=True)
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(rows, fh, indent=1)
