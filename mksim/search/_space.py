@@ -323,9 +323,13 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any]
                      fuse_silu=fuse_silu)
 
 
+FUSED_MEGAKERNEL = "fused:megakernel:dag"  # the enqueued trial of the default megakernel with every fusion
+
+
 def baseline_params(gpu: GPUSpec, fixed: dict[str, Any] | None = None,
                     designs: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
     """Optuna parameters of the trials every study starts with: each policy with its defaults,
+    the default megakernel with every fusion (:data:`FUSED_MEGAKERNEL`, a trial, not a baseline),
     and every chain candidate (``graph`` and ``graph_pdl`` at the defaults are the baselines) of
     the chain modes ``gpu`` can run (:func:`chain_modes`).
 
@@ -362,6 +366,10 @@ def baseline_params(gpu: GPUSpec, fixed: dict[str, Any] | None = None,
         out["megakernel:sentinel"] = unfixed({"policy": "dag", "order": "op", "dag_sync_scale": 1.0, **mk,
                                               "sync": "sentinel"})
     plain = {"fuse_norm": False, "fuse_rope": False, "fuse_silu": False}
+    # the default megakernel with every fusion: a search trial (not a baseline), so that the best is
+    # never worse than what fusing alone gives (a model that cannot take one prunes it with its reason)
+    out[FUSED_MEGAKERNEL] = unfixed({"policy": "dag", "order": "op", "dag_sync_scale": 1.0, **mk,
+                                     **{k: True for k in plain}})
     tasks = (fixed["tasks_per_sm"],) if "tasks_per_sm" in fixed else CHAIN_TASKS
     blocks = (fixed["blocks_per_sm"],) if "blocks_per_sm" in fixed else CHAIN_BLOCKS
     for m in chain_modes(gpu):

@@ -232,7 +232,7 @@ def study(tmp_path_factory):
 
     db = tmp_path_factory.mktemp("search") / "studies.db"
     t0 = time.monotonic()
-    job = start_or_open("search-start", "llama-3.2-1b", "h200", 1, 1024, 25, "latency,smem", str(db), "")
+    job = start_or_open("search-start", "llama-3.2-1b", "h200", 1, 1024, 26, "latency,smem", str(db), "")
     started_s = time.monotonic() - t0
     polls = []
     while time.monotonic() - t0 < 180:
@@ -252,15 +252,15 @@ def test_search_starts_in_the_background_and_is_followed_live(study):
     assert polls[0][5] is False  # the first poll finds it running
     assert any("running" in p[1] for p in polls[:-1]) or any("starting" in p[1] for p in polls[:-1])
     msg, progress, *figs, disabled, seen = polls[-1]
-    assert msg == "" and disabled and progress.startswith("25 / 25 trials finished")
+    assert msg == "" and disabled and progress.startswith("26 / 26 trials finished")
     assert "best found: " in progress
     assert jobs.job_state(job["job"]) == ("done", "")
 
 
 def test_study_data(study):
     d = data.study_data(study["job"]["storage"], study["job"]["study"])
-    assert d["objectives"] == ["latency", "smem"] and d["finished"] == 25
-    assert sum(d["counts"].values()) == len(d["trials"]) == 25
+    assert d["objectives"] == ["latency", "smem"] and d["finished"] == 26
+    assert sum(d["counts"].values()) == len(d["trials"]) == 26
     done = [r for r in d["trials"] if r["state"] == "COMPLETE"]
     assert d["best"]["latency_us"] == min(r["latency_us"] for r in done)
     front = [r for r in done if r["number"] in d["pareto"]]
@@ -268,7 +268,7 @@ def test_study_data(study):
                                  and (o["latency_us"], o["smem_KiB"]) != (r["latency_us"], r["smem_KiB"])
                                  for o in done) for r in front)
     assert {"policy", "page_KiB", "prefetch_depth"} <= set(d["params"])
-    assert data.study_data(str(study["db"]), study["job"]["study"])["finished"] == 25  # a plain path opens it too
+    assert data.study_data(str(study["db"]), study["job"]["study"])["finished"] == 26  # a plain path opens it too
 
 
 def test_study_figures(study):
@@ -306,7 +306,7 @@ def test_open_existing_study(study):
     job = start_or_open("search-open", None, None, None, None, None, None, str(study["db"]), study["job"]["study"])
     assert job["job"] is None
     msg, progress, hist, par, pf, disabled, seen = poll(job)
-    assert msg == "" and disabled and progress.startswith("25 trials finished") and len(hist.data) > 0
+    assert msg == "" and disabled and progress.startswith("26 trials finished") and len(hist.data) > 0
     # polling again with nothing new leaves the figures alone
     assert poll(job, seen)[2] is no_update
 
@@ -341,7 +341,7 @@ def test_figures_hidden_until_a_study_is_drawn(study):
 
 @pytest.mark.parametrize("args,match", [
     (("llama-3.2-1b", "h200", 0, 1024, 30, "latency"), "batch must be a positive integer"),
-    (("llama-3.2-1b", "h200", 1, 1024, 3, "latency"), "trials must be at least 25"),
+    (("llama-3.2-1b", "h200", 1, 1024, 3, "latency"), "trials must be at least 26"),
     (("llama-3.2-1b", "h900", 1, 1024, 30, "latency"), "unknown GPU"),
     (("gpt-9", "h200", 1, 1024, 30, "latency"), "unknown model"),
     (("llama-3.2-1b", "h200", "x", 1024, 30, "latency"), "batch must be a whole number"),
@@ -377,7 +377,7 @@ def test_failed_search_shows_its_error(study):
     """A study named for another problem: the worker's search refuses to resume it; the page says why."""
     from explorer.pages.search import poll, start_or_open
 
-    job = start_or_open("search-start", "llama-3.2-1b", "h200", 2, 1024, 25, "latency,smem", str(study["db"]),
+    job = start_or_open("search-start", "llama-3.2-1b", "h200", 2, 1024, 26, "latency,smem", str(study["db"]),
                         study["job"]["study"])
     assert "error" not in job
     t0 = time.monotonic()
@@ -506,7 +506,7 @@ def test_jobs_list_and_follow(study, tmp_path, monkeypatch):
     assert jobs.list_jobs() == [] and jobs_table(jobs_rows()) == ""
     made = []
     for _ in range(3):  # searches that fail in their worker at once: the study was made for batch 1
-        job = start_or_open("search-start", "llama-3.2-1b", "h200", 2, 1024, 25, "latency,smem", str(study["db"]),
+        job = start_or_open("search-start", "llama-3.2-1b", "h200", 2, 1024, 26, "latency,smem", str(study["db"]),
                             study["job"]["study"])
         made.append(job["job"])
         t0 = time.monotonic()
@@ -517,12 +517,12 @@ def test_jobs_list_and_follow(study, tmp_path, monkeypatch):
     assert [j["job"] for j in listed] == ["search-3", "search-2"]  # search-1 forgotten when search-3 started
     assert not (jobs.jobs_dir() / "search-1").exists()
     rows = jobs_rows(listed)
-    assert [r[:3] for r in rows] == [[j, study["job"]["study"], "25"] for j in ("search-3", "search-2")]
+    assert [r[:3] for r in rows] == [[j, study["job"]["study"], "26"] for j in ("search-3", "search-2")]
     assert all(r[4].startswith("failed: ") and "pick another --study name" in r[4] for r in rows)
     table = jobs_table(rows)
     assert "at most 2 run at once" in table.children[0].children
     assert start_or_open({"type": "search-follow", "job": "search-3"}, *(None,) * 9) == {
-        "job": "search-3", "storage": study["job"]["storage"], "study": study["job"]["study"], "trials": 25}
+        "job": "search-3", "storage": study["job"]["storage"], "study": study["job"]["study"], "trials": 26}
     assert start_or_open({"type": "search-follow", "job": "search-99"}, *(None,) * 9) == {
         "error": f"no search 'search-99' in {jobs.jobs_dir()}"}
     assert jobs.job_state("search-99") == ("none", "") and jobs.job_state("../x") == ("none", "")

@@ -90,7 +90,7 @@ def test_cli_fix_option():
     assert r.returncode == 2 and r.stderr == "error: --fix takes key=value, got 'smem_reserve_KiB'\n"
     r = cli("--fix", "warp_count=4")
     assert r.returncode == 2 and r.stderr.startswith("error: cannot fix 'warp_count'") and r.stderr.count("\n") == 1
-    r = cli("--fix", "smem_reserve_KiB=64", "--trials", "25", "--json")
+    r = cli("--fix", "smem_reserve_KiB=64", "--trials", "26", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["fixed"] == {"smem_reserve_KiB": 64.0}
 

@@ -676,7 +676,7 @@ def test_docs_section_commands_run(cmd, tmp_path):
         shutil.copy(PAGE, page)
         argv = [a if a != "docs/validation.md" else str(page) for a in argv] + ["--out", str(tmp_path / "r")]
     elif argv[:2] == ["validate", "schedules"]:
-        argv = ["validate", "schedules", "--only", "llama-3.2-1b/b1", "--trials", "13", "--out", str(tmp_path)]
+        argv = ["validate", "schedules", "--only", "llama-3.2-1b/b1", "--trials", "14", "--out", str(tmp_path)]
     elif argv[:2] == ["validate", "merge"]:
         sources = [str(tmp_path / f"part{k}") for k in range(len(argv[2:argv.index("--out")]))]
         for k, src in enumerate(sources):  # the parts, as a GPU run would leave them (small fakes)
