@@ -425,7 +425,7 @@ def test_search_runs_live_and_opens_its_best_in_timeline(browser, server, tmp_pa
     _wait(browser, lambda d: d.find_elements(By.ID, "search-start"), "the search page")
     _wait(browser, lambda d: _text(d, "search-hint").startswith("Start a search or open a study"), "the hint")
     assert not browser.find_element(By.ID, "search-figures").is_displayed()  # no empty axes before a study
-    _type(browser, "search-trials", "25")
+    _type(browser, "search-trials", "26")
     _pick(browser, "search-objectives", "latency,smem")
     _type(browser, "search-storage", str(tmp_path / "studies.db"))
     browser.find_element(By.ID, "search-start").click()
@@ -433,7 +433,7 @@ def test_search_runs_live_and_opens_its_best_in_timeline(browser, server, tmp_pa
           "the search to run")
     progress = _wait(browser, lambda d: "best found: " in _text(d, "search-progress") and _text(d, "search-progress"),
                      "the search to end")
-    assert progress.startswith("25 / 25 trials finished") and _text(browser, "search-message") == ""
+    assert progress.startswith("26 / 26 trials finished") and _text(browser, "search-message") == ""
     assert _wait(browser, lambda d: _figure(d, "search-pareto"), "the Pareto front")[-1][0] == "Pareto front"
     _shot(browser, "search")
     browser.find_element(By.ID, "search-best").click()
@@ -449,7 +449,7 @@ def test_search_runs_live_and_opens_its_best_in_timeline(browser, server, tmp_pa
     _type(browser, "search-storage", str(tmp_path / "studies.db"))
     _wait(browser, lambda d: "latency+smem" in _text(d, "search-studies"), "the study in the list")
     browser.find_element(By.ID, "search-open").click()
-    _wait(browser, lambda d: _text(d, "search-progress").startswith("25 trials finished"), "the opened study")
+    _wait(browser, lambda d: _text(d, "search-progress").startswith("26 trials finished"), "the opened study")
     assert _text(browser, "search-message") == "" and browser.find_element(By.ID, "search-figures").is_displayed()
 
 

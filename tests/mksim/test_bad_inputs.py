@@ -610,7 +610,7 @@ def test_read_only_study_answers_in_one_line(tmp_path: Path) -> None:
     """An existing study that cannot be written (SQLite opened read-only, as a file in a folder one may
     not write is): one line naming the cause, not optuna's 121-line 'invalid data in the commit'."""
     db = tmp_path / "ro.db"
-    r = run_child(["search", "--trials", "25", "--storage", f"sqlite:///{db}", "--json"], timeout_s=120)
+    r = run_child(["search", "--trials", "26", "--storage", f"sqlite:///{db}", "--json"], timeout_s=120)
     assert r.returncode == 0, r.stderr
     r = run_child(["search", "--trials", "30", "--storage", f"sqlite:///file:{db}?mode=ro&uri=true"])
     assert_one_line(r.returncode, r.stderr, "read-only")
@@ -632,7 +632,7 @@ def test_result_is_printed_when_writing_it_fails(tmp_path: Path, capsys: pytest.
         return res
 
     monkeypatch.setattr(_study, "summarize", summarize_then_remove)
-    code, out, err = run_cli(["search", "--storage", "memory", "--trials", "25", "--json",
+    code, out, err = run_cli(["search", "--storage", "memory", "--trials", "26", "--json",
                               "--out", str(target / "best.json")], capsys)
     assert_one_line(code, err, str(target))
     assert json.loads(out)["best"]

@@ -226,14 +226,14 @@ def test_search_says_where_it_makes_its_db_and_names_the_metrics(tmp_path):
 
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root)}
-    r = subprocess.run([sys.executable, "-m", "mksim", "search", "--trials", "25", "--json"], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "mksim", "search", "--trials", "26", "--json"], capture_output=True,
                        text=True, timeout=300, cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     db = next(tmp_path.glob("*.db"))
     assert r.stderr == f"creating study storage sqlite:///{db.name} in {tmp_path} (--storage puts it elsewhere)\n"
     study = optuna.load_study(study_name=db.stem, storage=f"sqlite:///{db}")
     assert study.metric_names == ["latency_us"]
-    r = subprocess.run([sys.executable, "-m", "mksim", "search", "--trials", "25", "--json"], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "mksim", "search", "--trials", "26", "--json"], capture_output=True,
                        text=True, timeout=300, cwd=tmp_path, env=env)
     assert r.returncode == 0 and r.stderr == "", r.stderr  # resumed: nothing made, nothing said
 
