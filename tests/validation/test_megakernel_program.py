@@ -465,9 +465,12 @@ def test_the_l2_prefetchers_lead_reaches_the_kernels_parameters():
 
 def test_the_l2_sweep_sets_the_lead_on_the_suites_searched_schedules():
     from validation.megakernel.l2_sweep import KINDS, schedule_with_lead
+    from validation.suite import searched_schedule_path
 
     s = schedule_with_lead("llama-3.2-1b", 1, 512)
-    assert s.options.l2_prefetch_KiB == 512 and s.policy == "rr" and P.plan(s).l2_lead_B == 512 * 1024
+    searched = mksim.Schedule.from_json(searched_schedule_path("llama-3.2-1b", 1))
+    assert s.options.l2_prefetch_KiB == 512 and P.plan(s).l2_lead_B == 512 * 1024
+    assert s.policy == searched.policy and s.queues == searched.queues  # the suite's searched schedule, lead set
     assert KINDS["bulk"] == "-DMK_L2PF_KIND=0" and "-DMK_L2PF_KIND=2" in KINDS["line_last"]
 
 
