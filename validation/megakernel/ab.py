@@ -44,16 +44,17 @@ from typing import Any
 from mksim.errors import MksimError
 
 from .__main__ import case_schedule, measure_row, row_lines, workload_option
+from .predict import RUN_GPU as GPU  # what the runner asks the kernel's needs of (its default --gpu)
 
 NAME = re.compile(r"[A-Za-z0-9._-]+")
 DEFINE = re.compile(r"-D[A-Za-z_][A-Za-z0-9_]*(=[A-Za-z0-9_.+-]*)?")
 KEYS = {"name", "model", "batch", "kv_len", "mode", "wl", "opt", "defines", "reps", "traces", "single_ops"}
-GPU = "h200-calibrated"  # what the runner asks the kernel's needs of (python -m validation.megakernel's default)
 
 
 def load_plan(path: Path) -> dict[str, Any]:
     """The plan file, checked: every case has what it needs, and its schedule builds and is one the
-    generated kernels run (:func:`case_schedule`). Raises :class:`MksimError` in one line."""
+    generated kernels run (:func:`case_schedule`; kept as the case's ``_schedule``). Raises
+    :class:`MksimError` in one line."""
     try:
         plan = json.loads(Path(path).read_text())
     except OSError as exc:
@@ -80,9 +81,8 @@ def load_plan(path: Path) -> dict[str, Any]:
             raise MksimError(f"{where}: name {name!r} is used twice")
         seen.add(name)
         where = f"{path}: case {name!r}"
-        for key in ("model",):
-            if not isinstance(c.get(key), str):
-                raise MksimError(f"{where}: needs a {key} (a model name)")
+        if not isinstance(c.get("model"), str):
+            raise MksimError(f"{where}: needs a model (a model name)")
         for key, default in (("batch", None), ("kv_len", 1024), ("reps", reps)):
             v = c.get(key, default)
             if type(v) is not int or v < (0 if key == "kv_len" else 1):
@@ -103,8 +103,8 @@ def load_plan(path: Path) -> dict[str, Any]:
         except ValueError as exc:
             raise MksimError(f"{where}: wl: {exc}") from None
         try:
-            case_schedule(c["model"], c["batch"], c.get("kv_len", 1024), GPU, c.get("mode", "megakernel"), wl,
-                          dict(c.get("opt", {})))
+            c["_schedule"] = case_schedule(c["model"], c["batch"], c.get("kv_len", 1024), GPU,
+                                           c.get("mode", "megakernel"), wl, dict(c.get("opt", {})))
         except MksimError as exc:
             raise MksimError(f"{where}: {exc}") from None
         c["_wl"] = wl
@@ -141,9 +141,8 @@ def run_plan(plan: dict, out: Path, budget_s: float, *, measure: Callable[..., d
                 say(f"{name}: skipped (budget)")
             else:
                 os.environ["MKSIM_KERNEL_DEFINES"] = c.get("defines", "")
+                s = c["_schedule"]  # built and checked by load_plan
                 try:
-                    s = case_schedule(c["model"], c["batch"], c.get("kv_len", 1024), GPU,
-                                      c.get("mode", "megakernel"), c["_wl"], dict(c.get("opt", {})))
                     raw = str(out / f"{name}.npz") if c.get("traces") else None
                     r = measure(s, reps=c.get("reps", plan.get("reps", 20)), single_ops=c.get("single_ops", False),
                                 raw_trace=raw)

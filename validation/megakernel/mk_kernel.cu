@@ -57,9 +57,6 @@
 #ifndef MK_NO_MMA
 #define MK_NO_MMA 0
 #endif
-#ifndef MK_MM_FASTDIV
-#define MK_MM_FASTDIV 1
-#endif
 // MK_MM_GROUPS (an experiment; default 1): the tensor-core matmul's worker warps form this many
 // groups that take a task's pages in turn, each page split over one group's warps (1: every page
 // over all of them). A page's fixed cost in the workers (its wait, the run's bounds, the deposit,
@@ -752,9 +749,7 @@ struct MkMmSlots {
     float* base;  // slot 0: right after the op's input rows in xs
     int S;        // slots: as many as fit in the rest of the x region and the accumulator region
     int dirty_B;  // bytes of them in the x region (other inputs, attention scratch): zeroed with the input
-#if MK_MM_FASTDIV
-    unsigned Sm;  // mk_div_magic(S)
-#endif
+    unsigned Sm;  // mk_div_magic(S) (0 without MK_MM_FASTDIV)
 };
 
 // MK_MM_FASTDIV (default 1): divide by the task's blocks per row group (K / 32) and by the slot
@@ -762,6 +757,9 @@ struct MkMmSlots {
 // integer division, on the per-page path of mk_matmul_mma2 (0: the divisions, as before). The
 // workers bound the matmul (a task takes as long with the copies left out, MK_NO_COPY): without
 // the divisions a llama-3.2-1b b1 step took 954 us against 1020 (evidence/h200-mk18-ring, run4).
+#ifndef MK_MM_FASTDIV
+#define MK_MM_FASTDIV 1
+#endif
 // x / d == __umulhi(x, mk_div_magic(d)) for d >= 2 and x d < 2^32: with m = floor((2^32 - 1) / d) + 1,
 // m d = 2^32 + e with 0 <= e < d, and x e < 2^32 keeps the floor (program.fastdiv_ok, which
 // program.mma_ok asks of every tensor-core matmul's largest task: blocks x K / 32 <= 2^32).
@@ -776,6 +774,9 @@ __device__ __forceinline__ int mk_div(int x, int d, unsigned m) {
 #endif
 }
 
+// A row group's slot: rg mod S.
+__device__ __forceinline__ int mk_slot_of(int rg, const MkMmSlots& sl) { return rg - mk_div(rg, sl.S, sl.Sm) * sl.S; }
+
 // The slots of an op of T rows and K inputs: the x region past its T x K bf16 inputs, then the
 // accumulator region (which the flushes keep zero), at most MK_MM_SLOTS of them.
 template <int T>
@@ -786,9 +787,7 @@ __device__ __forceinline__ MkMmSlots mk_mm_slots(const MkParams& P, const MkOp& 
     s.base = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(xs) + x_B);
     s.S = min(MK_MM_SLOTS, (P.x_B + 4 * P.acc_floats - x_B) / slot_B);
     s.dirty_B = max(0, min(P.x_B - x_B, s.S * slot_B));
-#if MK_MM_FASTDIV
-    s.Sm = mk_div_magic((unsigned)s.S);
-#endif
+    s.Sm = MK_MM_FASTDIV ? mk_div_magic((unsigned)s.S) : 0u;
     return s;
 }
 
@@ -830,12 +829,7 @@ __device__ void mk_mm_flush(const MkOp& o, int lo, int f0, int f1, const MkMmSlo
     mk_bar(MK_NW);  // every warp has stored its entries of groups [f0, f1)
     for (int u = tid; u < (f1 - f0) * 8 * T; u += MK_NW) {
         const int b = u % T, pr = u / T, rg = f0 + (pr >> 3), rr = 2 * (pr & 7);
-#if MK_MM_FASTDIV
-        const int slot = rg - (int)__umulhi((unsigned)rg, sl.Sm) * sl.S;
-#else
-        const int slot = rg % sl.S;
-#endif
-        float* e = sl.base + (slot * MK_CONSUMERS * 16 + rr) * T + b;  // warp 0's entry of row rr
+        float* e = sl.base + (mk_slot_of(rg, sl) * MK_CONSUMERS * 16 + rr) * T + b;  // warp 0's entry of row rr
         float v0 = 0.f, v1 = 0.f;
 #pragma unroll
         for (int w = 0; w < MK_CONSUMERS; ++w) {
@@ -861,12 +855,7 @@ __device__ __forceinline__ void mk_mm_deposit(const MkMmSlots& sl, int rg, int w
         v[e] = (d[0][e] + d[1][e]) + (d[2][e] + d[3][e]);
         d[0][e] = d[1][e] = d[2][e] = d[3][e] = 0.f;
     }
-#if MK_MM_FASTDIV
-    const int slot = rg - (int)__umulhi((unsigned)rg, sl.Sm) * sl.S;
-#else
-    const int slot = rg % sl.S;
-#endif
-    float* ent = sl.base + (slot * MK_CONSUMERS + warp) * 16 * T;
+    float* ent = sl.base + (mk_slot_of(rg, sl) * MK_CONSUMERS + warp) * 16 * T;
     if (T == 1) {
         if (t == 0) {
             ent[g] = v[0];
@@ -883,11 +872,7 @@ __device__ int mk_matmul_mma2(const MkOp& o, int lo, int hi, MkRing& r, const mk
                               int tid, int* error, unsigned long long* stamp = nullptr) {
     const int KB = o.K >> 5, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int ng = (hi - lo) >> 4, NB = ng * KB, nb = r.P >> 10;
-#if MK_MM_FASTDIV
-    const unsigned kbm = mk_div_magic((unsigned)KB);  // K >= 256: KB >= 8; NB x KB <= 2^32 (mma_ok)
-#else
-    const unsigned kbm = 0u;
-#endif
+    const unsigned kbm = MK_MM_FASTDIV ? mk_div_magic((unsigned)KB) : 0u;  // K >= 256: KB >= 8; NB KB <= 2^32 (mma_ok)
     if ((nb + KB - 2) / KB + 1 > sl.S) return MK_ERR_SLOTS;  // the groups one page can touch
     const uint4* x4 = reinterpret_cast<const uint4*>(xs);
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
