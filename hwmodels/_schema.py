@@ -122,6 +122,16 @@ class SyncSpec:
                                           "consumer's poll of that data seeing them (buffers start as a sentinel, "
                                           "NaN); no release fence, no counter, no reload (2 x L2 latency where "
                                           "absent)")
+    sentinel_poll_ns_per_KiB: float = meta(0, 1e5, optional=True,
+                                           doc="data as its own flag: what a consumer takes more to see its "
+                                               "producers' data per KiB it polls, the chip idle (every SM's waiter "
+                                               "polling the same bytes, as a consumer op's tasks do; 0 where absent)")
+    sentinel_loaded_latency_ns: float = meta(20, 1e5, optional=True,
+                                             doc="sentinel_latency_ns while every SM streams DRAM "
+                                                 "(sentinel_latency_ns where absent)")
+    sentinel_loaded_poll_ns_per_KiB: float = meta(0, 1e5, optional=True,
+                                                  doc="sentinel_poll_ns_per_KiB while every SM streams DRAM "
+                                                      "(sentinel_poll_ns_per_KiB where absent)")
     dispatch_event_ns: float = meta(20, 1e5, optional=True,
                                     doc="dynamic dispatch: a worker's last task of an event to a scheduler warp seeing "
                                         "the event (the event counter's atomic with its result used, the enqueue to "

@@ -48,6 +48,9 @@ class Rates:
     flag_latency_us: float
     device: dict = field(default_factory=dict)  # op kind -> DeviceCost, where [runtime.kernels] has one
     sentinel_latency_us: float = 0.0  # data as its own flag: a producer's stores to a consumer's poll seeing them
+    sentinel_poll_us_per_B: float = 0.0          # ... and per byte the consumer polls, the chip idle
+    sentinel_loaded_latency_us: float = 0.0      # ... the same two while every SM streams DRAM (0: unmeasured)
+    sentinel_loaded_poll_us_per_B: float = 0.0
     dispatch_event_us: float = 0.0    # dynamic dispatch: an event's last trigger to its scheduler seeing it
     dispatch_task_us: float = 0.0     # ... one task handed out by a scheduler (serial per scheduler)
     dispatch_pickup_us: float = 0.0   # ... a worker seeing its new task and loading its descriptor
@@ -187,6 +190,7 @@ def rates(gpu: GPUSpec) -> Rates:
     lat_us = gpu.dram.latency_ns / 1e3
     stream_us = _or(gpu.dram.stream_latency_ns, gpu.dram.latency_ns) / 1e3
     sy, mv = gpu.sync, gpu.movement
+    sent_us = _or(sy.sentinel_latency_ns, 2 * gpu.l2.latency_ns) / 1e3
     return Rates(
         n_sms=n,
         hbm_Bpus=gpu.hbm_bandwidth_Bps / 1e6,
@@ -208,8 +212,11 @@ def rates(gpu: GPUSpec) -> Rates:
         grid_barrier_us=gpu.sync.grid_barrier_us,
         flag_latency_us=gpu.sync.flag_latency_ns / 1e3,
         device=device_costs(gpu.kernels),
-        sentinel_latency_us=(gpu.sync.sentinel_latency_ns if gpu.sync.sentinel_latency_ns is not None
-                             else 2 * gpu.l2.latency_ns) / 1e3,
+        sentinel_latency_us=sent_us,
+        sentinel_poll_us_per_B=_or(sy.sentinel_poll_ns_per_KiB, 0.0) / 1024e3,
+        sentinel_loaded_latency_us=_or(sy.sentinel_loaded_latency_ns, 0.0) / 1e3,
+        sentinel_loaded_poll_us_per_B=_or(sy.sentinel_loaded_poll_ns_per_KiB, _or(sy.sentinel_poll_ns_per_KiB, 0.0))
+        / 1024e3,
         dispatch_event_us=_or(sy.dispatch_event_ns, 2 * sy.atomic_roundtrip_ns + 2 * gpu.l2.latency_ns) / 1e3,
         dispatch_task_us=_or(sy.dispatch_task_ns, sy.atomic_roundtrip_ns) / 1e3,
         dispatch_pickup_us=_or(sy.dispatch_pickup_ns, 3 * gpu.l2.latency_ns) / 1e3,
@@ -293,18 +300,24 @@ def dispatch_times_us(seen_us: float, free_us: float, n_tasks: int, r: Rates) ->
 SYNCS = ("counter", "flag", "sentinel")
 
 
-def sync_ready_us(sync: str, last_end_us: float, n_producer_tiles: int, r: Rates) -> float:
+def sync_ready_us(sync: str, last_end_us: float, n_producer_tiles: int, r: Rates, polled_B: float = 0.0,
+                  draw_Bpus: float = 0.0) -> float:
     """When a megakernel task whose last producer ended at ``last_end_us`` sees it, for each way of
-    synchronising (the grid barrier of ``persistent_barrier`` is ``r.grid_barrier_us``):
+    synchronising (the grid barrier of ``persistent_barrier`` is ``r.grid_barrier_us``), while the
+    chip draws ``draw_Bpus`` from DRAM:
 
     - ``counter``: one counter per op range, released and observed: the flag latency;
     - ``flag``: a flag per producer tile, polled 32 at a time by a warp: one L2 round trip more
       per 32 flags;
     - ``sentinel``: the output buffers start as a sentinel (NaN) and the consumer polls the data
       itself: the producer's plain stores to the poll seeing them, with no fence, no counter and no
-      reload of the data after a flag.
+      reload of the data after a flag — but its waiter passes over all ``polled_B`` bytes it reads
+      until none is the sentinel, so the time grows with them
+      (:func:`sentinel_seen_us`).
 
-    The engine calls this for every dependency; :func:`sync_us` is its latency alone.
+    Counters and flags wait in the memory queues as loads do (:func:`sync_load_us`); the sentinel's
+    lines are measured idle and loaded and take the draw themselves. The engine calls this for every
+    dependency; :func:`sync_us` is its latency alone.
 
     >>> import hwmodels
     >>> r = rates(hwmodels.load("h200-calibrated"))
@@ -312,12 +325,37 @@ def sync_ready_us(sync: str, last_end_us: float, n_producer_tiles: int, r: Rates
     10.85
     """
     if sync == "counter":
-        return last_end_us + r.flag_latency_us
+        return last_end_us + r.flag_latency_us + sync_load_us(draw_Bpus, r)
     if sync == "flag":
-        return last_end_us + r.flag_latency_us + math.ceil(n_producer_tiles / 32) * r.l2_latency_us
+        return (last_end_us + r.flag_latency_us + math.ceil(n_producer_tiles / 32) * r.l2_latency_us
+                + sync_load_us(draw_Bpus, r))
     if sync == "sentinel":
-        return last_end_us + r.sentinel_latency_us
+        return last_end_us + sentinel_seen_us(polled_B, draw_Bpus, r)
     raise ValueError(f"sync must be one of {', '.join(SYNCS)}, got {sync!r}")
+
+
+def sentinel_seen_us(polled_B: float, draw_Bpus: float, r: Rates) -> float:
+    """Data as its own flag: from a producer's last store to the consumer seeing every one of the
+    ``polled_B`` bytes it polls. A line in the bytes, ``latency + polled_B * per_B``, between the
+    idle chip's and that of a chip whose every SM streams DRAM, in proportion to ``draw_Bpus`` of
+    the reachable bandwidth (both lines measured by mech_bench's ``poll`` sweep on calibrated
+    GPUs; without the loaded line, the idle one plus what a counter takes more under load,
+    :func:`sync_load_us`).
+
+    >>> import hwmodels
+    >>> r = rates(hwmodels.load("h200-calibrated"))
+    >>> [round(sentinel_seen_us(k * 1024, 0.0, r), 2) for k in (4, 64)]         # idle
+    [1.98, 17.69]
+    >>> [round(sentinel_seen_us(k * 1024, r.hbm_Bpus, r), 2) for k in (4, 64)]  # every SM streaming
+    [5.17, 35.62]
+    """
+    u = min(max(draw_Bpus / r.hbm_Bpus, 0.0), 1.0) if r.hbm_Bpus > 0 else 0.0
+    if r.sentinel_loaded_latency_us > 0.0:
+        lat = r.sentinel_latency_us + u * (r.sentinel_loaded_latency_us - r.sentinel_latency_us)
+    else:
+        lat = r.sentinel_latency_us + sync_load_us(draw_Bpus, r)
+    per_B = r.sentinel_poll_us_per_B + u * (r.sentinel_loaded_poll_us_per_B - r.sentinel_poll_us_per_B)
+    return lat + polled_B * per_B
 
 
 def sync_us(sync: str, n_producer_tiles: int, r: Rates) -> float:
@@ -327,7 +365,7 @@ def sync_us(sync: str, n_producer_tiles: int, r: Rates) -> float:
     >>> import hwmodels
     >>> r = rates(hwmodels.load("h200-calibrated"))
     >>> [round(sync_us(s, 132, r), 3) for s in SYNCS]
-    [0.558, 1.287, 0.29]
+    [0.558, 1.287, 0.936]
     """
     return sync_ready_us(sync, 0.0, n_producer_tiles, r)
 

@@ -50,10 +50,12 @@ class BaseSync:
 
     name: ClassVar[str] = ""
 
-    def ready_us(self, last_end_us: float, n_producer_tiles: int, r: Rates) -> float:
+    def ready_us(self, last_end_us: float, n_producer_tiles: int, r: Rates, polled_B: float = 0.0,
+                 draw_Bpus: float = 0.0) -> float:
         """When a task may start whose last producer (of ``n_producer_tiles``) ended at
-        ``last_end_us`` (:func:`mksim.costs.sync_ready_us`)."""
-        return costs.sync_ready_us(self.name, last_end_us, n_producer_tiles, r)
+        ``last_end_us``, the task reading ``polled_B`` bytes of its producers' outputs and the chip
+        drawing ``draw_Bpus`` from DRAM (:func:`mksim.costs.sync_ready_us`)."""
+        return costs.sync_ready_us(self.name, last_end_us, n_producer_tiles, r, polled_B, draw_Bpus)
 
     def visible_us(self, r: Rates) -> float:
         """How long after a producer ends its waiting consumers wake (:func:`mksim.costs.sync_us`)."""

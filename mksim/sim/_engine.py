@@ -239,6 +239,7 @@ class _Engine:
         op_of, n_tiles, op_first, op_done_n, op_end = (self.op_of, self.n_tiles, self.op_first, self.op_done_n,
                                                        self.op_end)
         deps_of = g.deps
+        in_B = g.in_bytes.tolist()  # what a task reads of its producers: a sentinel's waiter polls it
         timeout, event, hbm = env.timeout, env.event, self.hbm
         op_signal, task_signal, finish = self._op_signal, self._task_signal, self._finish
 
@@ -279,7 +280,7 @@ class _Engine:
                             ready = e
                         n_flags += b - a
                     if ready >= 0:
-                        ready = ready_after(ready, n_flags, r) + costs.sync_load_us(hbm.rate_now, r)
+                        ready = ready_after(ready, n_flags, r, in_B[t], hbm.rate_now)
                         if ready > env.now:
                             yield timeout(ready - env.now)
                     timeline.add(sm, w, env.now, t, "dependency wait")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+import hwmodels
 import mksim
 from mksim import costs
 from mksim.costs import rates, task_times
@@ -50,6 +51,30 @@ def test_a_consumer_starts_when_the_sync_says(tmp_path, sync):
         assert res.task_start_us[t] == costs.sync_ready_us(sync, last, 2, rates(gpu))
 
 
+def test_a_sentinel_consumer_waits_for_the_bytes_it_polls(tmp_path):
+    """A sentinel's consumer sees its producers' data after the latency plus its polled bytes at the
+    idle line's rate (nothing streams DRAM here): 64 elements of 2 bytes at 1000 ns per KiB."""
+    from .simkit import TOY
+    text = TOY.format(cap=1000).replace("[runtime.sync]\n", "[runtime.sync]\n" + "".join(
+        f'{k} = {{ value = {v}, source = "t" }}\n' for k, v in (("sentinel_poll_ns_per_KiB", 1000),
+                                                                ("sentinel_loaded_latency_ns", 900),
+                                                                ("sentinel_loaded_poll_ns_per_KiB", 3000))))
+    (tmp_path / "poll.toml").write_text(text)
+    gpu = hwmodels.load(tmp_path / "poll.toml")
+    s = mksim.build_schedule(math_chain(2e11, 5e10), gpu, "megakernel", tiling=Tiling(default=2), sync="sentinel",
+                             prefetch_depth=0)
+    res = mksim.simulate(s)
+    last = max(res.task_end_us[:2])
+    r = rates(gpu)
+    assert s.graph.in_bytes[2] == 128.0
+    for t in (2, 3):
+        assert res.task_start_us[t] == pytest.approx(last + r.sentinel_latency_us + 128 / 1024)
+    # halfway to the loaded lines at half the reachable draw; without them, the idle line plus the load
+    assert costs.sentinel_seen_us(1024, r.hbm_Bpus / 2, r) == pytest.approx((0.2 + 0.9) / 2 + (1.0 + 3.0) / 2)
+    plain = rates(toy_gpu(tmp_path))
+    assert costs.sentinel_seen_us(1024, 1e5, plain) == plain.sentinel_latency_us + costs.sync_load_us(1e5, plain)
+
+
 def test_the_engine_calls_the_cost_functions(tmp_path, monkeypatch):
     gpu = toy_gpu(tmp_path)
     s = mksim.build_schedule(math_chain(2e11, 5e10), gpu, "megakernel", tiling=Tiling(default=2), prefetch_depth=0)
@@ -58,7 +83,7 @@ def test_the_engine_calls_the_cost_functions(tmp_path, monkeypatch):
     monkeypatch.setattr(costs, "compute_us", lambda *a, **k: 2 * compute_us(*a, **k))
     slower = mksim.simulate(s).latency_us
     assert slower - before == pytest.approx(2.0 + 0.5, rel=1e-9)  # the math of both ops, again
-    monkeypatch.setattr(costs, "sync_ready_us", lambda sync, last, n, r: last + 10.0)
+    monkeypatch.setattr(costs, "sync_ready_us", lambda sync, last, n, r, *a: last + 10.0)
     assert mksim.simulate(s).latency_us == pytest.approx(slower - 0.5 + 10.0, rel=1e-9)
 
 

@@ -42,12 +42,19 @@ def test_a_sentinel_poll_replaces_the_counter_round_trip(tmp_path):
 
 
 def test_sync_costs_side_by_side_on_every_gpu():
-    # per GPU: the sentinel is the cheapest edge, flags cost a round trip per 32 producers more
+    # per GPU: flags cost a round trip per 32 producers more than a counter; the sentinel, estimated
+    # from the L2 latency, is the cheapest edge, but measured (the calibrated H200: 131 waiters
+    # polling the same bytes) it takes more than a counter even with nothing to poll
     for name in hwmodels.available():
-        r = rates(hwmodels.load(name))
+        g = hwmodels.load(name)
+        r = rates(g)
         c = {s: sync_us(s, 132, r) for s in SYNCS}
-        assert c["sentinel"] < c["counter"] < c["flag"], name
+        assert c["counter"] < c["flag"], name
         assert c["sentinel"] < r.grid_barrier_us, name
+        if g.sync.sentinel_poll_ns_per_KiB is None:
+            assert c["sentinel"] < c["counter"], name
+        else:
+            assert c["counter"] < c["sentinel"] < c["flag"], name
 
 
 def test_unknown_sync_is_one_line():

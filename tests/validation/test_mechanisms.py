@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import shutil
 import subprocess
 import sys
@@ -278,3 +279,24 @@ def test_quick_sweeps_on_a_real_gpu(tmp_path):
     for s in SWEEPS:
         raw = json.loads((tmp_path / f"{s}.json").read_text())
         assert "error" not in raw and check_raw(raw) == s
+
+
+def test_the_sentinel_poll_lines_of_the_h200_overlay_are_the_committed_sweeps_fit():
+    """hwmodels' calibrated H200 takes its sentinel lines from mech_bench's poll sweep, refitted
+    here from the committed raw file; the lines reproduce every size within 13 %."""
+    import hwmodels
+    from validation.mechanisms.fit import fit_sentinel_poll
+    raw = json.loads((Path(__file__).resolve().parents[2] / "validation/results/h200-mechanisms/poll/poll.json")
+                     .read_text())
+    f = fit_sentinel_poll(raw)
+    sync = hwmodels.load("h200-calibrated").sync
+    assert sync.sentinel_latency_ns == pytest.approx(f.latency_ns, abs=0.06)
+    assert sync.sentinel_poll_ns_per_KiB == pytest.approx(f.per_KiB_ns, abs=0.06)
+    assert sync.sentinel_loaded_latency_ns == pytest.approx(f.loaded_latency_ns, abs=0.06)
+    assert sync.sentinel_loaded_poll_ns_per_KiB == pytest.approx(f.loaded_per_KiB_ns, abs=0.06)
+    assert f.sizes_KiB == (4.0, 16.0, 64.0, 256.0) and f.max_rel_err < 0.13
+    assert f.loaded_per_KiB_ns > 1.5 * f.per_KiB_ns  # a waiter polls slower while DRAM is busy
+    streams = {p["shared"]: statistics.median(p["stream_GBps"]) for p in raw["points"] if p["mode"] == "pending"
+               and p["poll_B"] == 256 * 1024}
+    alone = statistics.median(next(p for p in raw["points"] if p["mode"] == "stream")["stream_GBps"])
+    assert all(abs(v / alone - 1) < 0.03 for v in streams.values())  # polling does not slow the stream

@@ -183,3 +183,51 @@ def fit_bulk_copy(raw_tma: dict) -> BulkCopyFit:
     pred = icpt + slope * np.array(xs)
     return BulkCopyFit(latency_ns=float(icpt) * 1e3, GBps=1e-3 / float(slope), points=len(xs),
                        max_rel_err=float(np.max(np.abs(pred / np.array(ts) - 1))))
+
+
+@dataclass(frozen=True)
+class SentinelPollFit:
+    """Data as its own flag (``sync="sentinel"``): from a producer's last store to a waiter seeing
+    every byte it polls takes ``latency + KiB polled * per_KiB``, one line with the chip idle and one
+    while every other SM streams DRAM (``background_GBps``); every SM's waiter polls the same bytes
+    with the megakernel's poll loop (mech_bench ``poll``)."""
+    latency_ns: float
+    per_KiB_ns: float
+    loaded_latency_ns: float
+    loaded_per_KiB_ns: float
+    background_GBps: float
+    sizes_KiB: tuple[float, ...]
+    max_rel_err: float
+
+
+def fit_sentinel_poll(raw_poll: dict) -> SentinelPollFit:
+    """Least squares of the relative error of the median seen time (the pollers' median of a
+    launch, median over launches) against the KiB polled, over the ``seen`` points of the ``poll``
+    sweep, idle (no stream) and loaded apart. Nothing here comes from a megakernel step.
+
+    >>> pts = [{"mode": "seen", "poll_B": k * 1024, "stream_B_per_sm": s, "seen_med_ns": [a + k * b],
+    ...         "stream_GBps": [4300.0] if s else []} for k in (4, 16, 64) for s, a, b in ((0, 900, 250),
+    ...                                                                                  (1, 3000, 500))]
+    >>> f = fit_sentinel_poll({"points": pts})
+    >>> round(f.latency_ns), round(f.per_KiB_ns), round(f.loaded_latency_ns), round(f.loaded_per_KiB_ns)
+    (900, 250, 3000, 500)
+    """
+    lines, errs, bg = {}, [], []
+    sizes: tuple[float, ...] = ()
+    for loaded in (False, True):
+        pts = [p for p in raw_poll.get("points", []) if p.get("mode") == "seen" and p.get("seen_med_ns")
+               and bool(p.get("stream_B_per_sm")) == loaded]
+        if len(pts) < 2:
+            raise RawError(f"poll.json has {len(pts)} {'loaded' if loaded else 'idle'} 'seen' points; need 2")
+        kib = np.array([p["poll_B"] / 1024 for p in pts], dtype=float)
+        ns = np.array([statistics.median(p["seen_med_ns"]) for p in pts], dtype=float)
+        a = np.vstack([np.ones_like(kib), kib]).T / ns[:, None]  # relative residuals
+        icpt, slope = np.linalg.lstsq(a, np.ones_like(ns), rcond=None)[0]
+        lines[loaded] = (float(icpt), float(slope))
+        errs += list(np.abs((icpt + slope * kib) / ns - 1))
+        if loaded:
+            bg = [statistics.median(p["stream_GBps"]) for p in pts if p.get("stream_GBps")]
+            sizes = tuple(float(k) for k in kib)
+    return SentinelPollFit(latency_ns=lines[False][0], per_KiB_ns=lines[False][1], loaded_latency_ns=lines[True][0],
+                           loaded_per_KiB_ns=lines[True][1], background_GBps=float(statistics.mean(bg)) if bg else 0.0,
+                           sizes_KiB=sizes, max_rel_err=float(max(errs)))

@@ -2,7 +2,7 @@
 // Each prints one JSON object on stdout (raw samples, no fitting; validation/mechanisms/run.py fits).
 //
 //   nvcc -O3 -arch=sm_90 -std=c++17 -o mech_bench mech_bench.cu
-//   mech_bench bw|bwl1|tma|tma_nofence|tma_bps|chain|cost|opb [--quick]
+//   mech_bench bw|bwl1|tma|tma_nofence|tma_bps|chain|cost|opb|poll [--quick]
 //
 // bw     DRAM read bandwidth vs bytes in flight: blocks per SM (1..8, forced exactly by shared memory),
 //        threads per block, 16-byte loads in flight per thread (ILP 1..16), active SMs (blocks whose
@@ -16,6 +16,8 @@
 //        between events; the L2 is flushed (256 MiB read) before every timed replay.
 // chain  32-kernel graph chains of that kernel, 1..64 MiB each, six grid shapes, plain graph and
 //        programmatic dependent launch with the trigger early, late (after the main loop) or never.
+// poll   data as its own flag (sync="sentinel"): a waiter warp polling bytes that stay the sentinel
+//        while the other warps stream DRAM, and the time from a producer's stores to 131 pollers seeing them.
 // opb    a persistent kernel (one block per SM): op boundaries on a global counter, with the chip idle,
 //        with 15 of 16 warps of every SM streaming DRAM, and with every op streaming its own bytes.
 //
@@ -318,6 +320,111 @@ __global__ void k_gtimer_step(unsigned long long* out) {
     out[0] = best;
     out[1] = changes;
     out[2] = prev - t0;
+}
+
+
+// 7. poll: data as its own flag (sync="sentinel" of the megakernel), the waiter's side. One block
+// per SM, 512 threads: warp 0 polls, as mk_poll_data in validation/megakernel/mk_kernel.cu does
+// (lane l takes 16-byte units l, l + 32, ... in windows of 64 per lane, POLL_BATCH loads in flight,
+// a unit dropped once none of its bf16 halves is the sentinel 0xffff, passes until none is
+// pending); warps 1..15 stream stream_vec fresh words of DRAM each (ILP 8, their own region), or
+// idle. Modes:
+//   0 stream   no poller: the stream alone (the reference);
+//   1 pending  every poller polls poll_B bytes that stay the sentinel, pass after pass, until its
+//              block's stream is done: what polling costs the stream, and a pass's time under load;
+//   2 seen     block 0 writes poll_B bytes (plain stores, all its threads) after write_delay_ns;
+//              every other block's poller waits until it sees all of them: from the last store
+//              issued to each poller seeing the data; the other blocks' warps 1..15 stream meanwhile
+//              if stream_vec > 0 (block 0 streams nothing);
+// `shared` 1: every block polls the same bytes (a consumer op's input: what the step does); 0: block
+// b its own poll_B bytes (mode 1 only). stamps[b * 4 + {0..3}]: stream start, stream end, data
+// written (block 0) or seen, passes. A wait past 200 ms sets *err and stops.
+constexpr int POLL_BATCH = 16;
+__device__ __forceinline__ uint4 ld_relaxed_v4(const uint4* p) {
+    uint4 v;
+    asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ bool unit_written(uint4 v) {
+    const unsigned w[4] = {v.x, v.y, v.z, v.w};
+    bool ok = true;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) ok &= ((w[i] & 0xffffu) != 0xffffu) & ((w[i] >> 16) != 0xffffu);
+    return ok;
+}
+// Poll units [0, n) of p until every one is written, or (stop != null) until *stop; returns passes.
+__device__ long long poll_units(const uint4* p, int n, volatile int* stop, int* err) {
+    const int lane = threadIdx.x & 31;
+    long long passes = 0;
+    const unsigned long long t0 = gtimer();
+    for (int w0 = 0; w0 < n; w0 += 64 * 32) {
+        const int mine = min(64, max(0, (n - w0 - lane + 31) / 32));
+        unsigned long long pending = mine == 64 ? ~0ull : (1ull << mine) - 1;
+        while (__any_sync(0xffffffffu, pending != 0)) {
+            unsigned long long m = pending;
+            while (m) {
+                int bit[POLL_BATCH];
+                uint4 v[POLL_BATCH];
+#pragma unroll
+                for (int q = 0; q < POLL_BATCH; ++q) {
+                    bit[q] = -1;
+                    if (m) { bit[q] = __ffsll((long long)m) - 1; m &= m - 1; }
+                }
+#pragma unroll
+                for (int q = 0; q < POLL_BATCH; ++q)
+                    v[q] = bit[q] >= 0 ? ld_relaxed_v4(p + w0 + 32 * bit[q] + lane) : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+                for (int q = 0; q < POLL_BATCH; ++q)
+                    if (bit[q] >= 0 && unit_written(v[q])) pending &= ~(1ull << bit[q]);
+            }
+            ++passes;
+            if (stop && *stop) return passes;
+            if ((passes & 15) == 0 && gtimer() - t0 > 200000000ull) { atomicExch(err, 1); return passes; }
+        }
+    }
+    return passes;
+}
+__global__ void __launch_bounds__(512, 1) k_poll(const uint4* __restrict__ w, size_t stream_vec, uint4* polled,
+                                                 int poll_vec, int mode, int shared, long long write_delay_ns,
+                                                 unsigned long long* stamps, unsigned* part, int* err) {
+    __shared__ volatile int done;
+    __shared__ int left;
+    const unsigned b = blockIdx.x, warp = threadIdx.x >> 5;
+    unsigned acc = 0;
+    if (threadIdx.x == 0) { done = 0; left = 15; }
+    __syncthreads();
+    unsigned long long* st = stamps + (size_t)b * 4;
+    if (warp == 0) {
+        if (mode == 1) {
+            const long long n = poll_units(polled + (shared ? 0 : (size_t)b * poll_vec), poll_vec, &done, err);
+            if (threadIdx.x == 0) st[3] = (unsigned long long)n;
+        } else if (mode == 2 && b > 0) {
+            const long long n = poll_units(polled, poll_vec, nullptr, err);
+            if (threadIdx.x == 0) { st[2] = gtimer(); st[3] = (unsigned long long)n; }
+        }
+    } else if (stream_vec > 0 && !(mode == 2 && b == 0)) {  // the producer block streams nothing
+        const unsigned t = threadIdx.x - 32, nt = blockDim.x - 32;
+        if (t == 0) st[0] = gtimer();
+        acc = stream_xor<8>(w + (size_t)b * stream_vec, stream_vec, t, nt);
+        __syncwarp();
+        if ((threadIdx.x & 31) == 0 && atomicSub(&left, 1) == 1) { st[1] = gtimer(); done = 1; }
+    }
+    if (mode == 2 && b == 0) {  // the producer: all threads write after the delay (the streams run meanwhile)
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            const unsigned long long t0 = gtimer();
+            while ((long long)(gtimer() - t0) < write_delay_ns) {
+            }
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < poll_vec; i += blockDim.x)
+            polled[i] = make_uint4(2u * i + 1u, 7u, 9u, 11u);
+        __syncthreads();
+        if (threadIdx.x == 0) st[2] = gtimer();  // the last store issued
+    }
+    acc = block_xor(acc);
+    if (threadIdx.x == 0) part[b] = acc;
 }
 
 // ------------------------------------------------------------------------------------ host helpers
@@ -906,10 +1013,98 @@ static std::string run_opb(Ctx& c) {
     return std::string(b) + "\"points\": [" + j.s + "]";
 }
 
+
+// ------------------------------------------------------------------------------------ 7. poll
+static std::string run_poll(Ctx& c) {
+    const int G = c.sms, threads = 512;
+    unsigned* part;
+    int* err;
+    unsigned long long* stamps;
+    uint4* polled;
+    const size_t max_poll_B = 256u << 10;
+    CHECK(cudaMalloc(&part, G * sizeof(unsigned)));
+    CHECK(cudaMalloc(&err, sizeof(int)));
+    CHECK(cudaMalloc(&stamps, (size_t)G * 4 * sizeof(unsigned long long)));
+    CHECK(cudaMalloc(&polled, (size_t)G * max_poll_B));
+    set_smem_attrs(c, k_poll, true);
+    const size_t pad = c.prop.sharedMemPerBlockOptin / 2 + 1024;  // one block per SM: all co-resident
+    int occ = 0;
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_poll, threads, pad));
+    if (occ != 1) fail("poll: not exactly one block per SM");
+    const size_t stream_vec = (c.quick ? (1u << 20) : (4u << 20)) / 16;  // per SM: 4 MiB (~120 us)
+    struct Cfg { const char* name; int mode; int shared; size_t poll_B; bool stream; };
+    std::vector<Cfg> cfgs = {{"stream", 0, 1, 0, true}};
+    for (size_t kb : {4, 16, 64, 256}) {
+        cfgs.push_back({"pending", 1, 1, kb << 10, true});
+        cfgs.push_back({"pending", 1, 0, kb << 10, true});
+        cfgs.push_back({"seen", 2, 1, kb << 10, false});
+        cfgs.push_back({"seen", 2, 1, kb << 10, true});
+    }
+    Json j;
+    std::vector<unsigned long long> st((size_t)G * 4);
+    std::vector<unsigned> hp(G);
+    size_t cursor = 0;
+    for (const Cfg& f : cfgs) {
+        std::vector<double> us, stream_us, GBps, passes, seen_med, seen_max, seen_min;
+        const int poll_vec = (int)(f.poll_B / 16);
+        for (int r = 0; r < 2 + std::max(5, c.reps / 2); ++r) {
+            const size_t sv = f.stream ? stream_vec : 0;
+            if ((cursor + (size_t)G * sv) > c.buf_vec) cursor = 0;
+            const uint4* base = c.buf + cursor;
+            cursor += (size_t)G * sv;
+            CHECK(cudaMemsetAsync(polled, 0xff, (size_t)G * max_poll_B, c.s));
+            CHECK(cudaMemsetAsync(stamps, 0, st.size() * sizeof(unsigned long long), c.s));
+            CHECK(cudaMemsetAsync(err, 0, sizeof(int), c.s));
+            do_flush(c);
+            CHECK(cudaEventRecord(c.e0, c.s));
+            k_poll<<<G, threads, pad, c.s>>>(base, sv, polled, poll_vec, f.mode, f.shared, 20000, stamps, part, err);
+            CHECK(cudaGetLastError());
+            CHECK(cudaEventRecord(c.e1, c.s));
+            const double t = elapsed_us(c);
+            int e = 0;
+            CHECK(cudaMemcpy(&e, err, sizeof e, cudaMemcpyDeviceToHost));
+            if (e) fail("poll: a poller waited past 200 ms");
+            if (r < 2) continue;
+            us.push_back(t);
+            CHECK(cudaMemcpy(st.data(), stamps, st.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+            if (sv) {
+                const int b0 = f.mode == 2 ? 1 : 0;  // mode 2: block 0 writes instead
+                unsigned long long s0 = ~0ull, s1 = 0;
+                for (int b = b0; b < G; ++b) { s0 = std::min(s0, st[b * 4]); s1 = std::max(s1, st[b * 4 + 1]); }
+                stream_us.push_back((s1 - s0) / 1e3);
+                GBps.push_back((double)(G - b0) * sv * 16 / ((s1 - s0) / 1e9) / 1e9);
+                CHECK(cudaMemcpy(hp.data(), part, G * sizeof(unsigned), cudaMemcpyDeviceToHost));
+                if (host_xor(hp, G) != ref_xor(c, base + b0 * sv, (size_t)(G - b0) * sv))
+                    fail("poll: the stream read wrong data");
+            }
+            double np = 0;
+            std::vector<double> seen;
+            for (int b = 0; b < G; ++b) {
+                np += (double)st[b * 4 + 3];
+                if (f.mode == 2 && b > 0) seen.push_back((double)(long long)(st[b * 4 + 2] - st[2]));
+            }
+            passes.push_back(np / (f.mode == 2 ? G - 1 : G));
+            if (!seen.empty()) {
+                std::sort(seen.begin(), seen.end());
+                seen_min.push_back(seen.front()); seen_med.push_back(seen[seen.size() / 2]); seen_max.push_back(seen.back());
+            }
+        }
+        j.open();
+        j.str("mode", f.name); j.num("shared", f.shared); j.num("poll_B", (double)f.poll_B);
+        j.num("stream_B_per_sm", f.stream ? (double)stream_vec * 16 : 0.0); j.num("blocks", G); j.num("threads", threads);
+        j.num("poll_batch", POLL_BATCH);
+        j.list("us", us); j.list("stream_us", stream_us); j.list("stream_GBps", GBps); j.list("passes", passes);
+        j.list("seen_min_ns", seen_min); j.list("seen_med_ns", seen_med); j.list("seen_max_ns", seen_max);
+        j.close();
+    }
+    for (void* p : {(void*)part, (void*)err, (void*)stamps, (void*)polled}) CHECK(cudaFree(p));
+    return "\"points\": [" + j.s + "]";
+}
+
 // ------------------------------------------------------------------------------------ main
 int main(int argc, char** argv) {
     if (argc < 2) {
-        std::fprintf(stderr, "usage: mech_bench bw|bwl1|tma|tma_nofence|tma_bps|chain|cost|opb [--quick]\n");
+        std::fprintf(stderr, "usage: mech_bench bw|bwl1|tma|tma_nofence|tma_bps|chain|cost|opb|poll [--quick]\n");
         return 2;
     }
     const std::string what = argv[1];
@@ -940,6 +1135,7 @@ int main(int argc, char** argv) {
     else if (what == "chain") body = run_chain(c);
     else if (what == "cost") body = run_cost(c);
     else if (what == "opb") body = run_opb(c);
+    else if (what == "poll") body = run_poll(c);
     else { std::fprintf(stderr, "mech_bench: unknown sweep %s\n", what.c_str()); return 2; }
     int driver = 0, runtime = 0;
     CHECK(cudaDriverGetVersion(&driver));
