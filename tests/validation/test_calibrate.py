@@ -318,7 +318,8 @@ def test_calibration_page_table_matches_the_shipped_results():
 
 def test_shipped_overlay_is_what_the_raw_runs_give(tmp_path):
     """The committed h200-calibrated.toml is reproduced exactly from the committed raw runs (two
-    calibration runs and the boundary-parts run) and the mechanism sweeps."""
+    calibration runs and the boundary-parts run) and the mechanism sweeps (the poll sweep of a later
+    call among them)."""
     from pathlib import Path
 
     from validation.calibrate import finish
@@ -327,7 +328,8 @@ def test_shipped_overlay_is_what_the_raw_runs_give(tmp_path):
     res = root / "validation" / "results" / "h200-2026-11-29"
     out = tmp_path / "h200-calibrated.toml"
     finish([res / "run1.raw.json", res / "run2.raw.json", res / "boundary-parts.raw.json"], out,
-           mechanisms=root / "validation" / "results" / "h200-mechanisms" / "raw", say=lambda _m: None)
+           mechanisms=root / "validation" / "results" / "h200-mechanisms" / "raw",
+           poll=root / "validation" / "results" / "h200-mechanisms" / "poll" / "poll.json", say=lambda _m: None)
     shipped = (root / "hwmodels" / "calibrated" / "h200-calibrated.toml").read_text()
     assert out.read_text() == shipped
 

@@ -15,6 +15,7 @@ import datetime as _dt
 import json
 import platform
 import re
+import statistics
 import subprocess
 import time
 from collections.abc import Callable
@@ -128,14 +129,15 @@ def driver_string(v: int) -> str:
 
 
 def finish(raw_paths: list[Path], out: Path, *, base: str | None = None, results_dir: Path | None = None,
-           mechanisms: Path | None = None,
+           mechanisms: Path | None = None, poll: Path | None = None,
            say: Callable[[str], None] = print) -> tuple[list[Param], dict[str, float]]:
     """Fit saved raw results (one or several runs of one GPU) and write the overlay at ``out``;
     a ``<out stem>.fits.json`` summary and, with matplotlib, plots go to ``results_dir``
     (default: beside ``out``). Returns the combined parameters and the run-to-run spread of each.
 
     ``mechanisms``: a folder of :mod:`validation.mechanisms` sweeps of the same GPU; its DRAM and
-    boundary mechanisms (:func:`mechanism_params`) replace the calibration's fixed per-SM cap."""
+    boundary mechanisms (:func:`mechanism_params`) replace the calibration's fixed per-SM cap;
+    ``poll``: mech_bench's poll sweep (default: ``mechanisms/poll.json`` where there is one)."""
     raws = []
     for p in raw_paths:
         try:
@@ -159,7 +161,7 @@ def finish(raw_paths: list[Path], out: Path, *, base: str | None = None, results
     spread = run_to_run(runs)
     mech_source = None
     if mechanisms is not None:
-        mech = mechanism_params(Path(mechanisms), spec_bandwidth_GBps=_reachable_GBps(combined, spec))
+        mech = mechanism_params(Path(mechanisms), spec_bandwidth_GBps=_reachable_GBps(combined, spec), poll=poll)
         keys = {p.key for p in mech}
         combined = [p for p in combined if p.key not in keys] + mech
         when = mechanism_date(Path(mechanisms))
@@ -206,10 +208,11 @@ def mechanism_date(folder: Path) -> str:
     return found.group(1) if found else "undated"
 
 
-def mechanism_params(folder: Path, spec_bandwidth_GBps: float) -> list[Param]:
+def mechanism_params(folder: Path, spec_bandwidth_GBps: float, poll: Path | None = None) -> list[Param]:
     """The DRAM mechanism (stream latency, queue, SM port, L1 for loads; what the best kernel keeps
     in flight follows from them) and the sync-under-load share, fitted to the sweeps in ``folder``
-    by :mod:`validation.mechanisms.fit` at the chip's reachable bandwidth."""
+    by :mod:`validation.mechanisms.fit` at the chip's reachable bandwidth; and the sentinel's lines
+    from mech_bench's ``poll`` sweep, ``poll`` or ``folder/poll.json`` where there is one."""
     from validation.mechanisms import fit  # scipy: only when mechanisms are fitted
 
     def read(name: str) -> dict:
@@ -246,6 +249,33 @@ def mechanism_params(folder: Path, spec_bandwidth_GBps: float) -> list[Param]:
                      f"{sync.idle_boundary_ns:.0f} ns idle, {sync.loaded_boundary_ns:.0f} ns while every SM streams "
                      f"({sync.background_GBps:.0f} GB/s, where the DRAM fit queues {sync.queue_delay_ns:.0f} ns): the "
                      "growth over that delay", "mechanisms"))
+    poll = poll if poll is not None else (folder / "poll.json" if (folder / "poll.json").is_file() else None)
+    if poll is not None:
+        try:
+            sp = fit.fit_sentinel_poll(json.loads(Path(poll).read_text()))
+        except (OSError, ValueError) as exc:
+            raise MksimError(f"{poll}: cannot read the poll sweep ({exc}); give the poll.json that "
+                             "mech_bench poll wrote") from None
+        prel = _relative(Path(poll).parent)
+        seen = [p for p in json.loads(Path(poll).read_text())["points"] if p["mode"] == "seen"]
+
+        def us(loaded: bool) -> str:
+            return ", ".join(f"{statistics.median(p['seen_med_ns']) / 1e3:.1f}" for p in seen
+                             if bool(p["stream_B_per_sm"]) == loaded)
+        kib = "-".join(f"{k:g}" for k in (sp.sizes_KiB[0], sp.sizes_KiB[-1]))
+        head = (f"mech_bench poll of {prel}: a producer block's plain stores of {kib} KiB to the other SMs' waiter "
+                "warps seeing every byte (all polling the same bytes with the megakernel's loop)")
+        fit_note = ("validation.mechanisms.fit.fit_sentinel_poll, relative least squares; largest miss "
+                    f"{100 * sp.max_rel_err:.0f} %")
+        out += [Param("runtime.sync.sentinel_latency_ns", round(sp.latency_ns, 1), 0.0,
+                      f"{head}, chip idle: {us(False)} us; the line's intercept ({fit_note})", "mechanisms"),
+                Param("runtime.sync.sentinel_poll_ns_per_KiB", round(sp.per_KiB_ns, 1), 0.0,
+                      "the same sweep: the idle line's slope per KiB polled", "mechanisms"),
+                Param("runtime.sync.sentinel_loaded_latency_ns", round(sp.loaded_latency_ns, 1), 0.0,
+                      f"the same sweep while every other SM streams DRAM ({sp.background_GBps:.0f} GB/s): "
+                      f"{us(True)} us; the line's intercept", "mechanisms"),
+                Param("runtime.sync.sentinel_loaded_poll_ns_per_KiB", round(sp.loaded_per_KiB_ns, 1), 0.0,
+                      "the same, loaded: the slope per KiB polled", "mechanisms")]
     return out
 
 

@@ -12,8 +12,9 @@ the committed summaries, never by hand (``--check`` only says whether they are c
   llama-3.2-3b, a model the single ops never ran;
 - ``mksim-fd0``: the same steps of session 8's kernels (MK_MM_FASTDIV=0) in
   ``validation/results/h200-mk-steps/predicted.json``;
-- ``mksim-attn1``: the whole steps of the suite's kernels in ``validation/results/h200/summary.json``
-  (every mode; predicted with ``h200-mk-kernels`` as it then was, which is this profile);
+- ``mksim-attn1``: the whole steps of the suite of session 7, run on the kernels this profile
+  describes, in ``validation/results/h200-suite7/summary.json`` (every mode; predicted with
+  ``h200-mk-kernels`` as it then was, which is this profile);
 - ``mksim-mm1``: the chains of our kernels of commit 5a201e2 in
   ``validation/results/h200-mechanisms/summary.json`` (fitted to single kernels, never to chains);
 - ``cublas``: the chains of cuBLAS kernels in ``validation/results/h200-mechanisms/summary.json``.
@@ -36,7 +37,7 @@ import hwmodels
 
 ROOT = Path(__file__).resolve().parents[2]
 STACKS_SUMMARY = "validation/results/h200-stacks/summary.json"
-SUITE_SUMMARY = "validation/results/h200/summary.json"
+SUITE_SUMMARY = "validation/results/h200-suite7/summary.json"  # the suite that ran mksim-attn1's kernels
 CHAINS_SUMMARY = "validation/results/h200-mechanisms/summary.json"
 # the megakernel steps of each version of our kernels: {profile: (folder, the kernel in words)}; each
 # folder's README.md says the day they ran (2026-12-01 both)
@@ -125,7 +126,8 @@ def records(root: Path = ROOT) -> dict[str, dict[str, Any]]:
                                   "llama-3.1-8b at batch 1, 4 and 8, kv 1024), predicted with "
                                   f"{suite['predicted_with']} as it then was (this profile)",
                           "source": SUITE_SUMMARY,
-                          "command": "mksim validate report validation/results/h200 --gpu h200-calibrated+mksim-attn1"}
+                          "command": "git show fe37d15:validation/results/h200/measured.json > DIR/measured.json; "
+                                     "mksim validate report DIR --gpu h200-calibrated+mksim-attn1"}
     # the chains ran the kernels of an earlier commit: they validate that kernel's profile, not today's
     out["mksim-mm1"] = {**stats(mk_chains), "gpu": GPU, "date": str(chains["raw_date"])[:10],
                         "what": "chains of LLM projections as our generated kernels of commit "
