@@ -91,6 +91,7 @@ def describe(c: dict) -> str:
     if c["kv_split_mult"] != 1.0:
         parts.append(f"KV splits ×{c['kv_split_mult']:g}")
     parts += [w for w, on in (("norms fused", c["fuse_norm"]), ("RoPE fused", c.get("fuse_rope", False)),
-                              ("SiLU fused", c.get("fuse_silu", False)), ("q/k/v split", c["split_qkv"]),
+                              ("SiLU fused", c.get("fuse_silu", False)),
+                              ("reduction fused", c.get("fuse_reduce", False)), ("q/k/v split", c["split_qkv"]),
                               ("gate/up split", c["split_gate_up"])) if on]
     return ", ".join(parts)

@@ -118,7 +118,8 @@ def _spec(wl: Workload, gpu: GPUSpec) -> dict[str, Any]:
     return {"model": model, "batch": wl.batch, "kv_len": wl.kv_len, "phase": wl.phase,
             "prefill_tokens": wl.prefill_tokens or None, "weight_dtype": wl.weight_dtype,
             "kv_splits": attn.attrs["kv_splits"] if attn else None, "fuse_norm": wl.fuse_norm,
-            "fuse_rope": wl.fuse_rope, "fuse_silu": wl.fuse_silu, "split_qkv": wl.split_qkv,
+            "fuse_rope": wl.fuse_rope, "fuse_silu": wl.fuse_silu, "fuse_reduce": wl.fuse_reduce,
+            "split_qkv": wl.split_qkv,
             "split_gate_up": wl.split_gate_up, **dict(wl.options)}
 
 

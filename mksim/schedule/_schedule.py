@@ -23,7 +23,7 @@ from ._modes import PERSISTENT_MODES, get_mode
 FORMAT = "mksim-schedule"
 VERSION = 1  # the schedule file format this code reads and writes
 WORKLOAD_KEYS = ("batch", "kv_len", "phase", "prefill_tokens", "weight_dtype", "kv_splits", "fuse_norm", "fuse_rope",
-                 "fuse_silu", "split_qkv", "split_gate_up")
+                 "fuse_silu", "fuse_reduce", "split_qkv", "split_gate_up")
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ The base graph keeps each op separate (norm, projection, RoPE, attention partial
 their reduction, SiLU·mul, ...); fusing is a schedule's choice. Matmul epilogues that
 every implementation fuses (the residual add after the O and down projections) are
 part of their matmul. The fusions a schedule may choose (``fuse_norm``, ``fuse_rope``,
-``fuse_silu``) remove an op and fold its arithmetic and bytes into a matmul.
+``fuse_silu``, ``fuse_reduce``) remove an op and fold its arithmetic and bytes into a matmul.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ def default_kv_splits(kv_heads: int, batch: int, kv_total: int, n_sms: int = 132
 def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = "decode",
                        prefill_tokens: int = 0, weight_dtype: str = "bf16",
                        kv_splits: int | None = None, n_sms: int = 132, fuse_norm: bool = False,
-                       fuse_rope: bool = False, fuse_silu: bool = False, split_qkv: bool = False,
-                       split_gate_up: bool = False, logit_softcap: float = 0.0) -> Workload:
+                       fuse_rope: bool = False, fuse_silu: bool = False, fuse_reduce: bool = False,
+                       split_qkv: bool = False, split_gate_up: bool = False,
+                       logit_softcap: float = 0.0) -> Workload:
     """The op graph of one step of ``cfg`` (a :class:`~mksim.models.ModelConfig`).
 
     ``batch`` sequences each hold ``kv_len`` tokens in the KV cache. ``decode`` makes one
@@ -47,13 +48,18 @@ def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = 
     ``silu_mul`` op; ``gate_up_proj`` writes the ``intermediate_size``-wide product (its weight rows
     come in (gate, up) pairs, two per output element: ``attrs["weight_rows"]``) and ``down_proj``
     reads it. A fused matmul's ``attrs["epilogue"]`` names the kind of the op it absorbed.
+    ``fuse_reduce`` merges the attention partials of the KV splits (flash-decoding's combine) while
+    ``o_proj`` loads its input rows: no ``attn_reduce`` op; ``o_proj`` reads every partial of every
+    kv head and sequence (its input bytes), does the merge's arithmetic once per op like a fused
+    norm, and names the op it absorbed in ``attrs["prologue"]`` (with ``attrs["kv_splits"]`` and
+    ``attrs["prologue_bytes"]``, the partials each of its tasks reads before its product starts).
     ``split_qkv`` and ``split_gate_up`` make separate q/k/v (gate/up) matvecs of the
     fused projections: independent ops a megakernel can interleave (not with ``fuse_rope`` and
     ``fuse_silu``, whose epilogues need the fused projection). ``logit_softcap`` > 0 caps the
     logits at ``cap * tanh(logits / cap)`` in a ``softcap`` op after the LM head (Gemma 2 uses 30).
     """
     for key, val in (("fuse_norm", fuse_norm), ("fuse_rope", fuse_rope), ("fuse_silu", fuse_silu),
-                     ("split_qkv", split_qkv), ("split_gate_up", split_gate_up)):
+                     ("fuse_reduce", fuse_reduce), ("split_qkv", split_qkv), ("split_gate_up", split_gate_up)):
         if not isinstance(val, bool):
             raise WorkloadError(f"{key} must be true or false, got {val!r}")
     _check_fusions(cfg, fuse_rope=fuse_rope, fuse_silu=fuse_silu, split_qkv=split_qkv, split_gate_up=split_gate_up)
@@ -94,14 +100,21 @@ def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = 
                    layer=layer, align=VEC_ALIGN)
 
     def matmul(name: str, src: str, k: int, n: int, layer: int | None, residual: str | None = None,
-               rows: int = T, bias: bool = False, normed: bool = False, epilogue: str | None = None) -> str:
+               rows: int = T, bias: bool = False, normed: bool = False, epilogue: str | None = None,
+               prologue: str | None = None) -> str:
         inputs = [Input(src, full=True)]
         if residual:
             inputs.append(Input(residual))
         fused = fuse_norm and normed  # the norm's arithmetic and weight, once per op
         attrs: dict = {"k": k, "rows": rows, "fused_norm": fused}
         out_size, align, kv_write = n, MATMUL_ALIGN, 0.0
-        extra = 0.0  # the epilogue's arithmetic
+        extra = 0.0  # the prologue's and the epilogue's arithmetic
+        if prologue == "attn_reduce":  # what the attn_reduce op did, its arithmetic once per op (as a
+            # fused norm's); every task reads all of src's partials (a full input: in its input bytes),
+            # before its product can start: prologue_bytes, for a cost that puts them first
+            extra = 3.0 * T * Q * C
+            part_B = next(o for o in reversed(ops) if o.name == src).out_bytes
+            attrs.update(prologue=prologue, kv_splits=C, prologue_bytes=part_B)
         if epilogue == "rope_kv":  # what the rope_kv op did: rotate q and k, append k and v to the cache
             extra, kv_write = T * (Q + KV) * 6.0, T * 2 * KV * ACT_BYTES
             attrs["epilogue"] = epilogue
@@ -146,11 +159,14 @@ def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = 
                    inputs=(Input(rope, group=batch * C,
                                  segments=((0, G * hd, G * hd), (Q, hd, hd), (Q + KV, hd, hd))),),
                    layer=l, attrs={"kv_splits": C, "kv_total": kv_total, "group": G})
-        red = add(name=p + "attn_reduce", kind="attn_reduce", out_size=nkv * batch,
-                  elem_bytes=G * new * hd * ACT_BYTES, flops=3.0 * T * Q * C,
-                  inputs=(Input(part, group=1, segments=((0, C, C),)),), layer=l,
-                  attrs={"kv_splits": C})
-        o = matmul(p + "o_proj", red, Q, H, l, residual=resid)
+        if fuse_reduce:  # o_proj merges the partials of each of its input rows while it loads them
+            o = matmul(p + "o_proj", part, Q, H, l, residual=resid, prologue="attn_reduce")
+        else:
+            red = add(name=p + "attn_reduce", kind="attn_reduce", out_size=nkv * batch,
+                      elem_bytes=G * new * hd * ACT_BYTES, flops=3.0 * T * Q * C,
+                      inputs=(Input(part, group=1, segments=((0, C, C),)),), layer=l,
+                      attrs={"kv_splits": C})
+            o = matmul(p + "o_proj", red, Q, H, l, residual=resid)
         x = norm(p + "mlp_norm", o, l)
         if split_gate_up:
             act = silu_mul(l, (Input(matmul(p + "gate_proj", x, H, I, l, normed=True)),
@@ -169,13 +185,13 @@ def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = 
             inputs=(Input(logits),), layer=None, align=VEC_ALIGN, attrs={"rows": batch, "cap": float(logit_softcap)})
     name = (f"{cfg.name} {phase} b{batch} kv{kv_len}" + (f" n{prefill_tokens}" if phase == "prefill" else "")
             + (" fused-norm" if fuse_norm else "") + (" fused-rope" if fuse_rope else "")
-            + (" fused-silu" if fuse_silu else "") + (" split-qkv" if split_qkv else "")
+            + (" fused-silu" if fuse_silu else "") + (" fused-reduce" if fuse_reduce else "")
+            + (" split-qkv" if split_qkv else "")
             + (" split-gate-up" if split_gate_up else "") + (f" softcap{logit_softcap:g}" if logit_softcap else ""))
     return Workload(name=name, ops=tuple(ops), tokens=batch if phase == "decode" else T, batch=batch,
                     kv_len=kv_len, phase=phase, prefill_tokens=prefill_tokens if phase == "prefill" else 0,
                     weight_dtype=weight_dtype, fuse_norm=fuse_norm, fuse_rope=fuse_rope, fuse_silu=fuse_silu,
-                    split_qkv=split_qkv,
-                    split_gate_up=split_gate_up, model=cfg,
+                    fuse_reduce=fuse_reduce, split_qkv=split_qkv, split_gate_up=split_gate_up, model=cfg,
                     options=(("logit_softcap", float(logit_softcap)),) if logit_softcap else ())
 
 

@@ -111,6 +111,7 @@ class Workload:
     fuse_norm: bool = False          # RMS norms computed inside the next matvec (no norm ops)
     fuse_rope: bool = False          # RoPE and the KV-cache append in the qkv projection's epilogue (no rope_kv ops)
     fuse_silu: bool = False          # SiLU(gate) * up in the gate/up projection's epilogue (no silu_mul ops)
+    fuse_reduce: bool = False        # attention partials merged in the O projection's input load (no attn_reduce ops)
     split_qkv: bool = False          # separate q, k, v projections
     split_gate_up: bool = False      # separate gate and up projections
     # further builder options that changed the ops (name, value), e.g. (("logit_softcap", 30.0),):

@@ -82,11 +82,13 @@ def _brute_force_deps(g: TaskGraph, task: int) -> set[int]:
 @settings(max_examples=25, deadline=None)
 @given(default=st.integers(1, 12), attn=st.integers(0, 6), batch=st.integers(1, 3),
        splits=st.integers(1, 4), fuse=st.booleans(), split_qkv=st.booleans(), split_gu=st.booleans(),
-       epilogues=st.booleans())
-def test_deps_match_brute_force(default, attn, batch, splits, fuse, split_qkv, split_gu, epilogues):
-    # epilogues: RoPE and SiLU·mul fused into the projections that are not split
+       epilogues=st.booleans(), reduce=st.booleans())
+def test_deps_match_brute_force(default, attn, batch, splits, fuse, split_qkv, split_gu, epilogues, reduce):
+    # epilogues: RoPE and SiLU·mul fused into the projections that are not split; reduce: the
+    # attention reduction fused into the O projection (which then needs every partial)
     wl = tiny(batch=batch, kv_len=700, kv_splits=splits, fuse_norm=fuse, split_qkv=split_qkv,
-              split_gate_up=split_gu, fuse_rope=epilogues and not split_qkv, fuse_silu=epilogues and not split_gu)
+              split_gate_up=split_gu, fuse_rope=epilogues and not split_qkv, fuse_silu=epilogues and not split_gu,
+              fuse_reduce=reduce)
     g = TaskGraph(wl, Tiling(default=default, per_kind={"attn_partial": attn, "attn_reduce": attn}))
     layer0 = [i for i, op in enumerate(wl.ops) if op.layer == 0]
     first_layer = range(int(g.op_first[layer0[0]]), int(g.op_first[layer0[-1] + 1]))
@@ -98,7 +100,7 @@ def test_fusion_options_keep_the_step_s_bytes():
     base = models.workload("llama-3.2-1b")
     for kw in ({"fuse_norm": True}, {"split_qkv": True}, {"split_gate_up": True},
                {"fuse_norm": True, "split_qkv": True, "split_gate_up": True}, {"fuse_rope": True, "fuse_silu": True},
-               {"fuse_norm": True, "fuse_rope": True, "split_gate_up": True}):
+               {"fuse_norm": True, "fuse_rope": True, "split_gate_up": True}, {"fuse_reduce": True, "split_qkv": True}):
         wl = models.workload("llama-3.2-1b", **kw)
         # the same weights; with fused norms each split projection reads the norm's weight again
         assert base.weight_bytes <= wl.weight_bytes <= base.weight_bytes * (1 + 1e-4)
@@ -109,6 +111,7 @@ def test_fusion_options_keep_the_step_s_bytes():
         assert ({"gate_proj", "up_proj"} <= names) == kw.get("split_gate_up", False)
         assert ("rope_kv" in names) != kw.get("fuse_rope", False)
         assert ("silu_mul" in names) != kw.get("fuse_silu", False)
+        assert ("attn_reduce" in names) != kw.get("fuse_reduce", False)
 
 
 def test_costs_are_conserved_by_tiling():

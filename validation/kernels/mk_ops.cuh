@@ -21,6 +21,7 @@
 #define MK_OPT_ROPE 8        // matmul epilogue: RoPE on the [q; k; v] rows, k and v appended to the KV cache
 #define MK_OPT_SILU 16       // matmul epilogue: out = silu(gate) * up of the (gate, up) row pairs
 #define MK_OPT_PAIRS (MK_OPT_ROPE | MK_OPT_SILU)  // an epilogue that takes the rows in pairs (mk_epilogue_pair)
+#define MK_OPT_REDUCE 32     // matmul prologue: the input rows merged from the attention partials at in0 (mk_load_x_reduce)
 
 // Keep in step with OP_FIELDS in validation/megakernel/program.py (a test compares the two).
 struct MkOp {
@@ -33,7 +34,7 @@ struct MkOp {
     const int* bounds;               // tile boundaries (n_tiles + 1 elements)
     const mk_bf16* W;                // weights: matmul [N, K]; norm [N]; embedding table [vocab, N]
     const mk_bf16* w2;               // fused norm weight [K]
-    const mk_bf16* in0;
+    const mk_bf16* in0;              // (MK_OPT_REDUCE: the attention partials, fp32, ld0 floats a partial)
     const mk_bf16* in1;
     const mk_bf16* in2;
     void* out;                       // bf16 [T, ld_out] (attention partials: fp32)
@@ -680,6 +681,46 @@ MK_ATTN_FN bool mk_attn_partial(const MkOp& o, int lo, int hi, int tid, float* s
     return true;
 }
 
+// Elements k, k + 1 (k even) of the G D outputs of one reduction (head h = k / D), merged over its
+// C splits' partials (split c's at base + c * stride floats: o[G][D], then m[G] at GD = G D, then
+// l[G]), as the bf16 pair (k in the low half) out = sum_c o_c w_c / sum_c l_c w_c, w_c =
+// exp(m_c - max_c m_c). Called by whole warps whose lanes hold 64 adjacent elements of one head.
+// Splits come 16 at a time: lanes 0..15 load one split's m and l each, every lane its 16 splits'
+// two elements, all in flight together; the warp's max and sum go by shuffles and each split's
+// weight from its lane. More than 16 splits: an online merge of the groups of 16. The reduction
+// (mk_attn_reduce) and a matmul that merges its input rows (MK_OPT_REDUCE) both make their
+// outputs here, so that the two give the same bits.
+__device__ __forceinline__ unsigned mk_reduce_pair(const float* base, int stride, int GD, int G, int h, int k, int C,
+                                                   int lane) {
+    constexpr int CB = 16;
+    float M = MK_NEG_INF, L = 0.f, O0 = 0.f, O1 = 0.f;
+    for (int c0 = 0; c0 < C; c0 += CB) {
+        const int c = c0 + lane;
+        const bool mine = lane < CB && c < C;
+        const float mc = mine ? __ldcg(base + (size_t)c * stride + GD + h) : MK_NEG_INF;
+        const float lc = mine ? __ldcg(base + (size_t)c * stride + GD + G + h) : 0.f;
+        float2 ov[CB];
+#pragma unroll
+        for (int j = 0; j < CB; ++j)
+            ov[j] = c0 + j < C ? __ldcg(reinterpret_cast<const float2*>(base + (size_t)(c0 + j) * stride + k))
+                               : make_float2(0.f, 0.f);
+        const float mn = fmaxf(M, mk_warp_max(mc));
+        const float corr = M == MK_NEG_INF ? 0.f : __expf(M - mn);
+        const float w = mc == MK_NEG_INF ? 0.f : __expf(mc - mn);
+        L = fmaf(L, corr, mk_warp_sum(lc * w));
+        O0 *= corr;
+        O1 *= corr;
+#pragma unroll
+        for (int j = 0; j < CB; ++j) {
+            const float wj = __shfl_sync(0xffffffffu, w, j);
+            O0 = fmaf(ov[j].x, wj, O0);
+            O1 = fmaf(ov[j].y, wj, O1);
+        }
+        M = mn;
+    }
+    return (unsigned)mk_f32_to_bf16(O0 / L) | ((unsigned)mk_f32_to_bf16(O1 / L) << 16);
+}
+
 // Reduction i = (kv head g, sequence b): merge the splits' partials into the G heads' output.
 #if MK_ATTN == 1
 __device__ void mk_attn_reduce(const MkOp& o, int lo, int hi, int tid, int nw) {
@@ -707,43 +748,14 @@ __device__ void mk_attn_reduce(const MkOp& o, int lo, int hi, int tid, int nw) {
 }
 #else
 // A thread takes two adjacent elements of one head (a warp: 64 elements of that head; D is a
-// multiple of 64). Splits come 16 at a time: lanes 0..15 load one split's m and l each, every lane
-// its 16 splits' two elements, all in flight together; the warp's max and sum go by shuffles and
-// each split's weight from its lane. More than 16 splits: an online merge of the groups of 16.
+// multiple of 64): mk_reduce_pair.
 __device__ void mk_attn_reduce(const MkOp& o, int lo, int hi, int tid, int nw) {
-    constexpr int CB = 16;
     const int D = o.hd, G = o.hq / o.hkv, C = o.splits, stride = G * (D + 2), per = G * D / 2, lane = tid & 31;
     const float* parts = reinterpret_cast<const float*>(o.in0);
     mk_bf16* out = (mk_bf16*)o.out;
     for (int it = tid; it < (hi - lo) * per; it += nw) {  // per, nw: multiples of 32, so warps stay whole
         const int i = lo + it / per, k = 2 * (it % per), h = k / D, g = i / o.T, b = i % o.T;
-        const float* base = parts + (size_t)i * C * stride;
-        float M = MK_NEG_INF, L = 0.f, O0 = 0.f, O1 = 0.f;
-        for (int c0 = 0; c0 < C; c0 += CB) {
-            const int c = c0 + lane;
-            const bool mine = lane < CB && c < C;
-            const float mc = mine ? __ldcg(base + (size_t)c * stride + G * D + h) : MK_NEG_INF;
-            const float lc = mine ? __ldcg(base + (size_t)c * stride + G * D + G + h) : 0.f;
-            float2 ov[CB];
-#pragma unroll
-            for (int j = 0; j < CB; ++j)
-                ov[j] = c0 + j < C ? __ldcg(reinterpret_cast<const float2*>(base + (size_t)(c0 + j) * stride + k))
-                                   : make_float2(0.f, 0.f);
-            const float mn = fmaxf(M, mk_warp_max(mc));
-            const float corr = M == MK_NEG_INF ? 0.f : __expf(M - mn);
-            const float w = mc == MK_NEG_INF ? 0.f : __expf(mc - mn);
-            L = fmaf(L, corr, mk_warp_sum(lc * w));
-            O0 *= corr;
-            O1 *= corr;
-#pragma unroll
-            for (int j = 0; j < CB; ++j) {
-                const float wj = __shfl_sync(0xffffffffu, w, j);
-                O0 = fmaf(ov[j].x, wj, O0);
-                O1 = fmaf(ov[j].y, wj, O1);
-            }
-            M = mn;
-        }
-        const unsigned pair = (unsigned)mk_f32_to_bf16(O0 / L) | ((unsigned)mk_f32_to_bf16(O1 / L) << 16);
+        const unsigned pair = mk_reduce_pair(parts + (size_t)i * C * stride, stride, G * D, G, h, k, C, lane);
         *reinterpret_cast<unsigned*>(out + (size_t)b * o.ld_out + g * G * D + k) = pair;
     }
 }

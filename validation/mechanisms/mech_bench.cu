@@ -2,7 +2,7 @@
 // Each prints one JSON object on stdout (raw samples, no fitting; validation/mechanisms/run.py fits).
 //
 //   nvcc -O3 -arch=sm_90 -std=c++17 -o mech_bench mech_bench.cu
-//   mech_bench bw|bwl1|tma|tma_nofence|tma_bps|chain|cost|opb|poll [--quick]
+//   mech_bench bw|bwl1|tma|tma_nofence|tma_bps|chain|cost|opb|poll|bcast [--quick]
 //
 // bw     DRAM read bandwidth vs bytes in flight: blocks per SM (1..8, forced exactly by shared memory),
 //        threads per block, 16-byte loads in flight per thread (ILP 1..16), active SMs (blocks whose
@@ -18,6 +18,8 @@
 //        programmatic dependent launch with the trigger early, late (after the main loop) or never.
 // poll   data as its own flag (sync="sentinel"): a waiter warp polling bytes that stay the sentinel
 //        while the other warps stream DRAM, and the time from a producer's stores to 131 pollers seeing them.
+// bcast  131 SMs reading the same 1-128 KiB (or each its own) once a flag says another SM wrote them:
+//        a matmul task's input rows in a megakernel.
 // opb    a persistent kernel (one block per SM): op boundaries on a global counter, with the chip idle,
 //        with 15 of 16 warps of every SM streaming DRAM, and with every op streaming its own bytes.
 //
@@ -336,6 +338,10 @@ __global__ void k_gtimer_step(unsigned long long* out) {
 //              every other block's poller waits until it sees all of them: from the last store
 //              issued to each poller seeing the data; the other blocks' warps 1..15 stream meanwhile
 //              if stream_vec > 0 (block 0 streams nothing);
+//   3 bcast    block 0 writes poll_B bytes (shared) or poll_B for every block, waits write_delay_ns,
+//              releases a flag; every other block waits for the flag (one thread), then all its
+//              threads read its bytes once (16-byte L2 loads, 8 in flight a thread): how long a
+//              matmul task's input rows take when every SM reads the same bytes just written;
 // `shared` 1: every block polls the same bytes (a consumer op's input: what the step does); 0: block
 // b its own poll_B bytes (mode 1 only). stamps[b * 4 + {0..3}]: stream start, stream end, data
 // written (block 0) or seen, passes. A wait past 200 ms sets *err and stops.
@@ -409,6 +415,42 @@ __global__ void __launch_bounds__(512, 1) k_poll(const uint4* __restrict__ w, si
         acc = stream_xor<8>(w + (size_t)b * stream_vec, stream_vec, t, nt);
         __syncwarp();
         if ((threadIdx.x & 31) == 0 && atomicSub(&left, 1) == 1) { st[1] = gtimer(); done = 1; }
+    }
+    if (mode == 3) {  // bcast: block 0 writes, waits write_delay_ns, releases a flag; the others read
+        unsigned* flag = reinterpret_cast<unsigned*>(polled + (size_t)gridDim.x * poll_vec);
+        const int n = shared ? poll_vec : poll_vec * (int)gridDim.x;
+        if (b == 0) {
+            for (int i = threadIdx.x; i < n; i += blockDim.x) polled[i] = make_uint4(2u * i + 1u, 7u, 9u, 11u);
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                __threadfence();
+                const unsigned long long t0 = gtimer();
+                while ((long long)(gtimer() - t0) < write_delay_ns) {
+                }
+                st[2] = gtimer();
+                asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(flag) : "memory");
+            }
+        } else {
+            if (threadIdx.x == 0) {
+                const unsigned long long t0 = gtimer();
+                while (ld_acquire(flag) == 0) {
+                    if (gtimer() - t0 > 200000000ull) { atomicExch(err, 1); break; }
+                }
+                st[0] = gtimer();
+            }
+            __syncthreads();
+            const uint4* src = polled + (shared ? 0 : (size_t)b * poll_vec);
+            for (int i = threadIdx.x; i < poll_vec; i += 8 * blockDim.x) {
+                uint4 v[8];
+#pragma unroll
+                for (int u = 0; u < 8; ++u)
+                    v[u] = i + u * (int)blockDim.x < poll_vec ? __ldcg(src + i + u * blockDim.x) : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+                for (int u = 0; u < 8; ++u) acc ^= xor4(v[u]);
+            }
+            __syncthreads();
+            if (threadIdx.x == 0) st[1] = gtimer();
+        }
     }
     if (mode == 2 && b == 0) {  // the producer: all threads write after the delay (the streams run meanwhile)
         __syncthreads();
@@ -1101,10 +1143,80 @@ static std::string run_poll(Ctx& c) {
     return "\"points\": [" + j.s + "]";
 }
 
+// ------------------------------------------------------------------------------------ 8. bcast
+static std::string run_bcast(Ctx& c) {
+    const int G = c.sms, threads = 512;
+    unsigned* part;
+    int* err;
+    unsigned long long* stamps;
+    uint4* polled;
+    const size_t max_B = 128u << 10;
+    CHECK(cudaMalloc(&part, G * sizeof(unsigned)));
+    CHECK(cudaMalloc(&err, sizeof(int)));
+    CHECK(cudaMalloc(&stamps, (size_t)G * 4 * sizeof(unsigned long long)));
+    CHECK(cudaMalloc(&polled, (size_t)G * max_B + 16));
+    set_smem_attrs(c, k_poll, true);
+    const size_t pad = c.prop.sharedMemPerBlockOptin / 2 + 1024;
+    struct Cfg { int shared; size_t B; long long settle_ns; };
+    std::vector<Cfg> cfgs;
+    for (size_t kb : {1, 4, 16, 32, 64, 128})
+        for (int sh : {1, 0})
+            for (long long settle : {0ll, 20000ll}) cfgs.push_back({sh, kb << 10, settle});
+    Json j;
+    std::vector<unsigned long long> st((size_t)G * 4);
+    std::vector<unsigned> hp(G);
+    std::vector<uint4> host;
+    for (const Cfg& f : cfgs) {
+        const int vec = (int)(f.B / 16);
+        std::vector<double> us, rd_med, rd_max, flag_med;
+        for (int r = 0; r < 2 + std::max(5, c.reps / 2); ++r) {
+            CHECK(cudaMemsetAsync(polled, 0, (size_t)G * max_B + 16, c.s));
+            CHECK(cudaMemsetAsync(stamps, 0, st.size() * sizeof(unsigned long long), c.s));
+            CHECK(cudaMemsetAsync(err, 0, sizeof(int), c.s));
+            do_flush(c);
+            CHECK(cudaEventRecord(c.e0, c.s));
+            k_poll<<<G, threads, pad, c.s>>>(c.buf, 0, polled, vec, 3, f.shared, f.settle_ns, stamps, part, err);
+            CHECK(cudaGetLastError());
+            CHECK(cudaEventRecord(c.e1, c.s));
+            const double t = elapsed_us(c);
+            int e = 0;
+            CHECK(cudaMemcpy(&e, err, sizeof e, cudaMemcpyDeviceToHost));
+            if (e) fail("bcast: a reader waited past 200 ms");
+            if (r < 2) continue;
+            us.push_back(t);
+            CHECK(cudaMemcpy(st.data(), stamps, st.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+            CHECK(cudaMemcpy(hp.data(), part, G * sizeof(unsigned), cudaMemcpyDeviceToHost));
+            unsigned want = 0;  // every reader's XOR of the words it read: 2i+1 ^ 7 ^ 9 ^ 11 per word i
+            for (int b = 1; b < G; ++b) {
+                unsigned x = 0;
+                const size_t i0 = f.shared ? 0 : (size_t)b * vec;
+                for (size_t i = i0; i < i0 + (size_t)vec; ++i) x ^= (unsigned)(2 * i + 1) ^ 7u ^ 9u ^ 11u;
+                want ^= x;
+            }
+            if (host_xor(hp, G) != want) fail("bcast read wrong data");
+            std::vector<double> rd, fl;
+            for (int b = 1; b < G; ++b) {
+                rd.push_back((double)(long long)(st[b * 4 + 1] - st[b * 4]));
+                fl.push_back((double)(long long)(st[b * 4] - st[2]));
+            }
+            std::sort(rd.begin(), rd.end());
+            std::sort(fl.begin(), fl.end());
+            rd_med.push_back(rd[rd.size() / 2]); rd_max.push_back(rd.back()); flag_med.push_back(fl[fl.size() / 2]);
+        }
+        j.open();
+        j.str("mode", "bcast"); j.num("shared", f.shared); j.num("bytes", (double)f.B); j.num("settle_ns", (double)f.settle_ns);
+        j.num("blocks", G); j.num("threads", threads);
+        j.list("us", us); j.list("read_med_ns", rd_med); j.list("read_max_ns", rd_max); j.list("flag_med_ns", flag_med);
+        j.close();
+    }
+    for (void* p : {(void*)part, (void*)err, (void*)stamps, (void*)polled}) CHECK(cudaFree(p));
+    return "\"points\": [" + j.s + "]";
+}
+
 // ------------------------------------------------------------------------------------ main
 int main(int argc, char** argv) {
     if (argc < 2) {
-        std::fprintf(stderr, "usage: mech_bench bw|bwl1|tma|tma_nofence|tma_bps|chain|cost|opb|poll [--quick]\n");
+        std::fprintf(stderr, "usage: mech_bench bw|bwl1|tma|tma_nofence|tma_bps|chain|cost|opb|poll|bcast [--quick]\n");
         return 2;
     }
     const std::string what = argv[1];
@@ -1136,6 +1248,7 @@ int main(int argc, char** argv) {
     else if (what == "cost") body = run_cost(c);
     else if (what == "opb") body = run_opb(c);
     else if (what == "poll") body = run_poll(c);
+    else if (what == "bcast") body = run_bcast(c);
     else { std::fprintf(stderr, "mech_bench: unknown sweep %s\n", what.c_str()); return 2; }
     int driver = 0, runtime = 0;
     CHECK(cudaDriverGetVersion(&driver));

@@ -658,6 +658,30 @@ __device__ __forceinline__ float mk_inv_rms(float ss, float* red, int tid, int K
     return rsqrtf(tot / K + eps);
 }
 
+// The input rows of a matmul that merges the attention partials into them (MK_OPT_REDUCE,
+// fuse_reduce; program.py: _reduce_prologue), T rows into xs, in the layout the matmul reads
+// (mma: the weights' k order of mk_load_x_mma; else rows of K); the caller's barrier follows.
+// Row b's inputs are the attention output of sequence b, element (head q, d) at q D + d, merged
+// from the partials at in0 (partial i = (kv head g, sequence b, split c), g-major, ld0 = G (D + 2)
+// floats each: o[G][D], m[G], l[G]; written by other SMs and read through L2 after the waiter's
+// acquire, as every input is) by mk_reduce_pair, the merge of mk_attn_reduce: the same bits as
+// the unfused reduction's output, so the same product. A thread takes two adjacent inputs of a
+// row (a warp: 64 of one head, D a multiple of 64). The partials stream from L2: xs holds the
+// merged rows only.
+__device__ __forceinline__ void mk_merge_rows(const MkOp& o, mk_bf16* xs, int tid, int T, bool mma) {
+    const int D = o.hd, G = o.hq / o.hkv, C = o.splits, K = o.K, per = K >> 1, lane = tid & 31;
+    const float* parts = reinterpret_cast<const float*>(o.in0);
+#pragma unroll 1
+    for (int it = tid; it < T * per; it += MK_NW) {  // per: a multiple of 32, so warps stay whole
+        const int b = it / per, k = 2 * (it - b * per), q = k / D, g = q / G, gk = k - g * G * D;
+        const unsigned pair = mk_reduce_pair(parts + (size_t)(g * T + b) * C * o.ld0, o.ld0, G * D, G, q - g * G,
+                                             gk, C, lane);
+        const int c = k >> 3;  // the 16-byte word of the row that holds inputs k, k + 1
+        const int at = mma ? (((c >> 2) * T + b) * 4 + (c & 3)) * 8 + (k & 7) : b * K + k;
+        *reinterpret_cast<unsigned*>(xs + at) = pair;
+    }
+}
+
 // The input rows of an MK_OPT_MMA matmul into shared memory in the weights' k order: the 16-byte
 // word c of row b (inputs 8c .. 8c + 7) goes to word (c / 4 * T + b) * 4 + c % 4. With a fused
 // norm, each row is scaled once its sum of squares is known (same roundings as mk_load_x).
@@ -668,6 +692,11 @@ __device__ void mk_load_x_mma(const MkOp& o, mk_bf16* xs, float* red, int tid) {
     const uint4* w2 = reinterpret_cast<const uint4*>(o.w2);
     constexpr int J = 4;  // up to J words per thread: the input and the norm weight loaded in one round trip
     const bool one_pass = norm && kv <= J * MK_NW;
+    if (o.opt & MK_OPT_REDUCE) {  // the attention output, merged from its partials (fuse_reduce)
+        mk_merge_rows(o, xs, tid, T, true);
+        mk_bar(MK_NW);
+        return;
+    }
     for (int b = 0; b < T; ++b) {
         const uint4* src = reinterpret_cast<const uint4*>(o.in0 + (size_t)b * o.ld0);
         auto word = [&](int c) -> uint4& { return x4[((c >> 2) * T + b) * 4 + (c & 3)]; };
@@ -706,6 +735,11 @@ __device__ void mk_load_x_mma(const MkOp& o, mk_bf16* xs, float* red, int tid) {
 __device__ void mk_load_x(const MkOp& o, mk_bf16* xs, float* red, int tid) {
     const int K = o.K, kv = K >> 3;
     uint4* x4 = reinterpret_cast<uint4*>(xs);
+    if (o.opt & MK_OPT_REDUCE) {  // the attention output, merged from its partials (fuse_reduce)
+        mk_merge_rows(o, xs, tid, o.T, false);
+        mk_bar(MK_NW);
+        return;
+    }
     for (int b = 0; b < o.T; ++b) {
         const uint4* src = reinterpret_cast<const uint4*>(o.in0 + (size_t)b * o.ld0);
         for (int j = tid; j < kv; j += MK_NW) x4[b * kv + j] = __ldcg(src + j);
@@ -980,18 +1014,25 @@ __device__ __forceinline__ void mk_norm_column(uint4* x4, int c, uint4 w, const 
 // loaded. With a fused norm, the rows' sums of squares are then read from shared memory (each warp
 // a part of one row), and every word is scaled in place: the roundings of mk_load_x_mma
 // (mk_norm8, rsqrtf(sum / K + eps)), only the fp32 sum of squares adds its terms in another order.
+// With MK_OPT_REDUCE the rows are merged from the attention partials instead (mk_merge_rows; here,
+// in the batch template, the register allocation of the kernel stays what it was: called from
+// mk_run_task, outside it, ptxas spilled 8 bytes more), and the slots are zeroed as always.
 template <int T>
 __device__ void mk_load_x_mma2(const MkOp& o, mk_bf16* xs, float* red, int tid, const MkMmSlots& sl) {
     const int K = o.K, kv = K >> 3, lane = tid & 31, warp = tid >> 5;
     const unsigned xs_s = mk_smem_addr(xs);
+    if (o.opt & MK_OPT_REDUCE) {  // the attention output, merged from its partials (fuse_reduce; no norm)
+        mk_merge_rows(o, xs, tid, T, true);
+    } else {
 #pragma unroll 1
-    for (int c = tid; c < kv; c += MK_NW) {  // (not unrolled: no per-thread offsets kept across tasks)
-        const unsigned dst = xs_s + 16u * (unsigned)((c >> 2) * T * 4 + (c & 3));
-        const mk_bf16* src = o.in0 + 8 * c;
+        for (int c = tid; c < kv; c += MK_NW) {  // (not unrolled: no per-thread offsets kept across tasks)
+            const unsigned dst = xs_s + 16u * (unsigned)((c >> 2) * T * 4 + (c & 3));
+            const mk_bf16* src = o.in0 + 8 * c;
 #pragma unroll
-        for (int b = 0; b < T; ++b)
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
-                         :: "r"(dst + 64u * b), "l"(src + (size_t)b * o.ld0) : "memory");
+            for (int b = 0; b < T; ++b)
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+                             :: "r"(dst + 64u * b), "l"(src + (size_t)b * o.ld0) : "memory");
+        }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
     uint4* x4 = reinterpret_cast<uint4*>(xs);

@@ -42,6 +42,8 @@ ATTN_SHAPES = {(64, 4), (128, 4), (128, 3), (64, 8)}  # (head size, query heads 
 OPT_FUSED_NORM, OPT_RESIDUAL, OPT_MMA = 1, 2, 4
 OPT_ROPE, OPT_SILU = 8, 16  # matmul epilogues (fuse_rope, fuse_silu): MK_OPT_ROPE, MK_OPT_SILU in mk_ops.cuh
 EPILOGUE_OPT = {"rope_kv": OPT_ROPE, "silu_mul": OPT_SILU}  # a matmul's attrs["epilogue"] -> its option bit
+OPT_REDUCE = 32  # matmul prologue (fuse_reduce): the input rows merged from attention partials, MK_OPT_REDUCE
+PROLOGUE_OPT = {"attn_reduce": OPT_REDUCE}  # a matmul's attrs["prologue"] -> its option bit
 OP_INT_FIELDS = ("kind", "n_tiles", "N", "K", "T", "flag_base", "opt", "ld_out", "ld0", "ld1", "ld2", "off1",
                  "off2", "hq", "hkv", "hd", "splits", "kv_total", "pos", "s_max")
 OP_FLOAT_FIELDS = ("eps", "scale", "pad0", "pad1")
@@ -106,7 +108,8 @@ class Plan:
 
 def x_region_bytes(schedule) -> int:
     """The input/scratch region: a matmul's input rows (bf16), or attention's queries, warp
-    partials and V rows (32 positions per worker warp)."""
+    partials and V rows (32 positions per worker warp). A matmul that merges attention partials
+    into its input rows (``fuse_reduce``) holds only the merged rows: the partials stream from L2."""
     wl = schedule.workload
     T = wl.batch
     need = 0
@@ -391,6 +394,8 @@ def _matmul_row(a: RowArgs) -> Buffer:
         r.update(opt=r["opt"] | OPT_FUSED_NORM, w2=f"w2:{op.name}", eps=a.cfg.rms_norm_eps)
     if len(op.inputs) > 1:
         r.update(opt=r["opt"] | OPT_RESIDUAL, in1=a.ins[1], ld1=a.ins_op[1].out_size)
+    if op.attrs.get("prologue"):
+        _reduce_prologue(a)
     epi = op.attrs.get("epilogue")
     if epi:  # the flush hands each row pair (2r, 2r + 1) of a 16-row group to mk_epilogue_pair
         if not mma:
@@ -400,6 +405,33 @@ def _matmul_row(a: RowArgs) -> Buffer:
         if epi == "rope_kv":  # rotated with the RoPE table; k and v appended to the layer's KV cache
             r.update(_kv_cache(a), rope="rope")
     return Buffer((a.T, op.out_size), "bf16", "poison")
+
+
+def _reduce_prologue(a: RowArgs) -> None:
+    """A matmul that merges the attention partials into its input rows (``fuse_reduce``;
+    ``mk_merge_rows`` in mk_kernel.cu): in0 is the partials (fp32, ld0 floats a partial), and the
+    row carries the heads, the head size and the splits, as an ``attn_reduce`` row does. Refuses,
+    in one line, what the kernel's merge does not run: another prologue, an input that is not the
+    partials (or has other splits), a head size that is not a multiple of 64 (a warp merges 64
+    elements of one head), an input size other than the heads', a fused norm."""
+    op, r, cfg = a.op, a.row, a.cfg
+    pro, src = op.attrs["prologue"], a.ins_op[0] if a.ins_op else None
+    hd, G = cfg.head_dim, cfg.num_heads // cfg.num_kv_heads
+    why = None
+    if pro not in PROLOGUE_OPT:
+        why = f"no device function for a fused {pro} prologue; the kernel merges attn_reduce only"
+    elif src is None or src.kind != "attn_partial" or src.attrs["kv_splits"] != op.attrs["kv_splits"]:
+        why = "its fused attention reduction needs the attention partials of its KV splits as its input"
+    elif hd % 64:
+        why = f"its fused attention reduction needs a head size that is a multiple of 64, not {hd}"
+    elif op.attrs["k"] != cfg.num_heads * hd:
+        why = f"its fused attention reduction makes {cfg.num_heads * hd} inputs, not {op.attrs['k']}"
+    elif r["opt"] & OPT_FUSED_NORM:
+        why = "a fused attention reduction and a fused norm do not go together"
+    if why:
+        raise ScheduleError(f"op {op.name}: {why}")
+    r.update(opt=r["opt"] | PROLOGUE_OPT[pro], hq=cfg.num_heads, hkv=cfg.num_kv_heads, hd=hd,
+             splits=op.attrs["kv_splits"], ld0=G * (hd + 2))
 
 
 def _kv_cache(a: RowArgs) -> dict:

@@ -80,6 +80,9 @@ def _matmul(s: Step, op: Op, row: dict, ins: list):
     import torch
 
     x = _norm(ins[0], s.bufs[row["w2"]], row["eps"]) if row["w2"] else ins[0]
+    pro = op.attrs.get("prologue")
+    if pro is not None:  # a fused prologue (fuse_reduce): the input rows are what the absorbed op made
+        x = REFERENCES[pro](s, op, row, [ins[0]])
     acc = x.float() @ s.bufs[row["W"]].float().t()
     if len(ins) > 1:
         acc = acc + ins[1].float()
