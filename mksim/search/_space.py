@@ -62,7 +62,7 @@ from mksim.schedule import (
 )
 from mksim.workload import KINDS, Tiling, default_kv_splits
 
-SPACE_VERSION = 4  # bump when a parameter is added or changes meaning: old studies cannot be resumed
+SPACE_VERSION = 5  # bump when a parameter is added or changes meaning: old studies cannot be resumed
 SEARCH_MODES = ("megakernel", "graph_pdl", "graph")
 CHAIN_MODES = ("graph_pdl", "graph")
 POLICY_CHOICES = ("rr", "zigzag", "wave", "dag", "pool")
@@ -71,7 +71,7 @@ ROLE_OF = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "ga
            "up_proj": "gate_up_proj"}  # split projections take their fused projection's granularity
 GRAIN = (0.5, 1.0, 2.0, 3.0, 4.0)
 SMALL_GRAIN = (0.25, 0.5, 1.0)
-KV_SPLIT_MULT = (0.5, 1.0, 2.0)
+KV_SPLIT_MULT = (0.5, 1.0, 2.0, 3.0, 4.0)  # 3 and 4: finer splits, cheap on the tensor-core attention
 PAGES_KiB = (8, 16, 32, 64)
 MAX_PREFETCH = 16  # 8 KiB pages: 16 fit beside a 44 KiB reserve
 L2_PREFETCH_KiB = (0.0, 256.0, 512.0)  # the L2 prefetcher's lead per SM (0: off)
