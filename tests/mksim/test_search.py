@@ -248,3 +248,25 @@ def test_cli_errors_are_one_line(tmp_path):
             cli("search", *args)
         assert r.returncode == 2, (args, r.stderr)
         assert text in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
+
+
+def test_the_fused_trial_takes_the_kv_split_the_model_prefers():
+    from mksim import simulate
+    from mksim.search._space import FUSED_MEGAKERNEL, KV_SPLIT_MULT
+    from mksim.search._study import fused_kv_split
+    gpu = hwmodels.load("h200-mk-kernels")
+    problem = Problem("llama-3.2-1b", gpu)
+    params = baseline_params(gpu)[FUSED_MEGAKERNEL]
+    assert params["kv_split_mult"] == 1.0
+    chosen = fused_kv_split(problem, params)
+    assert {k: v for k, v in chosen.items() if k != "kv_split_mult"} == {k: v for k, v in params.items()
+                                                                          if k != "kv_split_mult"}
+
+    def us(m: float) -> float:
+        c = suggest(optuna.trial.FixedTrial({**params, "kv_split_mult": m}), gpu)
+        return simulate(build(c, problem), timeline=False).latency_us
+
+    times = {m: us(m) for m in KV_SPLIT_MULT}
+    assert times[chosen["kv_split_mult"]] == min(times.values()) < times[1.0]  # 15 splits beat the default 5
+    fixed = {k: v for k, v in params.items() if k != "kv_split_mult"}
+    assert fused_kv_split(problem, fixed) == fixed  # a split the study fixes stays
