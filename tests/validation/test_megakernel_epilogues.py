@@ -18,6 +18,8 @@ from mksim.workload._llm import build_llm_workload
 from validation.megakernel import program as P
 from validation.megakernel.encode import OPCODES
 
+from .mkkit import cpu_buffers
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ModelConfig(name="tiny", hidden_size=256, intermediate_size=512, num_layers=2, num_heads=8, num_kv_heads=2,
                    head_dim=64, vocab_size=1000, rope_theta=10000.0, max_position_embeddings=4096)
@@ -30,19 +32,6 @@ def _plan(tiles: int | None = None, mode: str = "megakernel", batch: int = 2, **
     return P.plan(mksim.build_schedule(wl, "h200", mode, blocks_per_sm=1, tiling=tiling))
 
 
-def _buffers(plan, torch, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    out = {}
-    for name, b in plan.buffers.items():
-        if b.fill == "tokens":
-            out[name] = torch.randint(0, int(b.scale), b.shape, generator=g, dtype=torch.int32)
-        elif b.fill == "rope":
-            out[name] = torch.from_numpy(P.rope_table(b.shape[0], b.scale, plan.schedule.workload.kv_len))
-        elif b.fill == "normal":
-            out[name] = (torch.randn(b.shape, generator=g) * b.scale).to(torch.bfloat16)
-        elif b.fill == "norm":
-            out[name] = (1 + 0.1 * torch.randn(b.shape, generator=g)).to(torch.bfloat16)
-    return out
 
 
 # -- the stored row order ---------------------------------------------------------------------------
@@ -136,7 +125,7 @@ def test_the_fused_step_is_the_unfused_step_with_its_weight_rows_reordered():
     from validation.megakernel import reference
 
     plain, fused = _plan(), _plan(**FUSED)
-    bufs = _buffers(plain, torch)
+    bufs = cpu_buffers(plain, torch)
     fb = dict(bufs)
     for op in fused.schedule.workload.ops:
         rows = P.epilogue_rows(op, TINY)
@@ -215,7 +204,7 @@ def test_the_kernel_epilogue_computes_the_reference_and_writes_what_the_sentinel
 
     plan = _plan(tiles, batch=batch, **FUSED)
     wl, g = plan.schedule.workload, plan.schedule.graph
-    bufs = _buffers(plan, torch)
+    bufs = cpu_buffers(plan, torch)
     ref = reference.run(plan, bufs)
     rope = bufs["rope"].numpy()
     for name in ("L0.qkv_proj", "L1.gate_up_proj"):

@@ -15,6 +15,8 @@ from mksim.models import ModelConfig
 from mksim.workload._llm import build_llm_workload
 from validation.megakernel import program as P
 
+from .mkkit import cpu_buffers
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -108,19 +110,6 @@ def _tiny(mode="megakernel", batch=2, **kw):
     return P.plan(mksim.build_schedule(wl, "h200", mode, blocks_per_sm=1))
 
 
-def _buffers(plan, torch):
-    g = torch.Generator().manual_seed(0)
-    out = {}
-    for name, b in plan.buffers.items():
-        if b.fill == "tokens":
-            out[name] = torch.randint(0, int(b.scale), b.shape, generator=g, dtype=torch.int32)
-        elif b.fill == "rope":
-            out[name] = torch.from_numpy(P.rope_table(b.shape[0], b.scale, plan.schedule.workload.kv_len))
-        elif b.fill == "normal":
-            out[name] = (torch.randn(b.shape, generator=g) * b.scale).to(torch.bfloat16)
-        elif b.fill == "norm":
-            out[name] = (1 + 0.1 * torch.randn(b.shape, generator=g)).to(torch.bfloat16)
-    return out
 
 
 def test_reference_attention_is_softmax_attention():
@@ -129,7 +118,7 @@ def test_reference_attention_is_softmax_attention():
     from validation.megakernel import reference
 
     plan = _tiny()
-    bufs = _buffers(plan, torch)
+    bufs = cpu_buffers(plan, torch)
     ref = reference.run(plan, bufs)
     T, hd, nq, nkv, pos = 2, 64, 8, 2, 70
     rope = ref["out:L0.rope_kv"].float()
@@ -148,7 +137,7 @@ def test_reference_rope_rotates_q_and_k_and_keeps_v():
     from validation.megakernel import reference
 
     plan = _tiny()
-    ref = reference.run(plan, _buffers(plan, torch))
+    ref = reference.run(plan, cpu_buffers(plan, torch))
     qkv, rope = ref["out:L0.qkv_proj"].float(), ref["out:L0.rope_kv"].float()
     Q, KV = 8 * 64, 2 * 64
     heads = lambda x: x.reshape(2, -1, 64).norm(dim=-1)  # noqa: E731
@@ -166,7 +155,7 @@ def test_reference_local_and_end_to_end_agree_on_their_own_outputs(kw):
     from validation.megakernel import reference
 
     plan = _tiny(**kw)
-    bufs = _buffers(plan, torch)
+    bufs = cpu_buffers(plan, torch)
     e2e = reference.run(plan, bufs)
     local = reference.run(plan, {**bufs, **e2e}, local=True)
     assert all(reference.rel_err(local[n], e2e[n]) == 0.0 for n in plan.outputs)
@@ -446,7 +435,7 @@ def test_softcap_row_and_reference():
     assert (row["kind"], row["in0"], row["ld0"], row["scale"], row["N"], row["T"]) == \
         (OPCODES["softcap"], lm["out"], 1000, 2.0, 1000, 2)
     assert plan.program.tasks[:, 0].tolist().count(OPCODES["softcap"]) == plan.schedule.graph.n_tiles[-1]
-    ref = reference.run(plan, _buffers(plan, torch))
+    ref = reference.run(plan, cpu_buffers(plan, torch))
     logits, capped = ref["out:lm_head"].float(), ref["out:softcap"].float()
     assert torch.allclose(capped, 2.0 * torch.tanh(logits / 2.0), rtol=8e-3, atol=1e-6)  # bf16 rounding
     assert capped.abs().max() <= 2.0 < logits.abs().max()  # some logits were over the cap

@@ -18,6 +18,8 @@ from mksim.workload._llm import build_llm_workload
 from validation.megakernel import program as P
 from validation.megakernel.encode import OPCODES
 
+from .mkkit import cpu_buffers
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ModelConfig(name="tiny", hidden_size=256, intermediate_size=512, num_layers=2, num_heads=8, num_kv_heads=2,
                    head_dim=64, vocab_size=1000, rope_theta=10000.0, max_position_embeddings=4096)
@@ -30,19 +32,6 @@ def _plan(batch: int = 2, splits: int = 3, mode: str = "megakernel", **kw):
     return P.plan(mksim.build_schedule(wl, "h200", mode, blocks_per_sm=1))
 
 
-def _buffers(plan, torch, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    out = {}
-    for name, b in plan.buffers.items():
-        if b.fill == "tokens":
-            out[name] = torch.randint(0, int(b.scale), b.shape, generator=g, dtype=torch.int32)
-        elif b.fill == "rope":
-            out[name] = torch.from_numpy(P.rope_table(b.shape[0], b.scale, plan.schedule.workload.kv_len))
-        elif b.fill == "normal":
-            out[name] = (torch.randn(b.shape, generator=g) * b.scale).to(torch.bfloat16)
-        elif b.fill == "norm":
-            out[name] = (1 + 0.1 * torch.randn(b.shape, generator=g)).to(torch.bfloat16)
-    return out
 
 
 # -- what the plan gives the kernel ------------------------------------------------------------------
@@ -114,7 +103,7 @@ def test_the_fused_step_is_the_unfused_step(kw):
     from validation.megakernel import reference
 
     plain, fused = _plan(**kw), _plan(fuse_reduce=True, **kw)
-    bufs = _buffers(plain, torch)
+    bufs = cpu_buffers(plain, torch)
     a, b = reference.run(plain, bufs), reference.run(fused, bufs)
     assert set(b) == set(a) - {"out:L0.attn_reduce", "out:L1.attn_reduce"}
     assert all(torch.equal(b[n], a[n]) for n in b)
@@ -202,7 +191,7 @@ def test_the_kernels_merge_is_the_reduction_the_reference_computes(batch, splits
 
     plan = _plan(batch=batch, splits=splits, fuse_reduce=True)
     wl = plan.schedule.workload
-    bufs = _buffers(plan, torch)
+    bufs = cpu_buffers(plan, torch)
     ref = reference.run(plan, bufs)
     i = wl.index["L0.o_proj"]
     row = plan.ops[i]
