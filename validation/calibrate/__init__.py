@@ -15,7 +15,6 @@ import datetime as _dt
 import json
 import platform
 import re
-import statistics
 import subprocess
 import time
 from collections.abc import Callable
@@ -257,23 +256,21 @@ def mechanism_params(folder: Path, spec_bandwidth_GBps: float, poll: Path | None
             raise MksimError(f"{poll}: cannot read the poll sweep ({exc}); give the poll.json that "
                              "mech_bench poll wrote") from None
         prel = _relative(Path(poll).parent)
-        seen = [p for p in json.loads(Path(poll).read_text())["points"] if p["mode"] == "seen"]
 
-        def us(loaded: bool) -> str:
-            return ", ".join(f"{statistics.median(p['seen_med_ns']) / 1e3:.1f}" for p in seen
-                             if bool(p["stream_B_per_sm"]) == loaded)
+        def us(times: tuple[float, ...]) -> str:
+            return ", ".join(f"{t:.1f}" for t in times)
         kib = "-".join(f"{k:g}" for k in (sp.sizes_KiB[0], sp.sizes_KiB[-1]))
         head = (f"mech_bench poll of {prel}: a producer block's plain stores of {kib} KiB to the other SMs' waiter "
                 "warps seeing every byte (all polling the same bytes with the megakernel's loop)")
         fit_note = ("validation.mechanisms.fit.fit_sentinel_poll, relative least squares; largest miss "
                     f"{100 * sp.max_rel_err:.0f} %")
         out += [Param("runtime.sync.sentinel_latency_ns", round(sp.latency_ns, 1), 0.0,
-                      f"{head}, chip idle: {us(False)} us; the line's intercept ({fit_note})", "mechanisms"),
+                      f"{head}, chip idle: {us(sp.seen_us)} us; the line's intercept ({fit_note})", "mechanisms"),
                 Param("runtime.sync.sentinel_poll_ns_per_KiB", round(sp.per_KiB_ns, 1), 0.0,
                       "the same sweep: the idle line's slope per KiB polled", "mechanisms"),
                 Param("runtime.sync.sentinel_loaded_latency_ns", round(sp.loaded_latency_ns, 1), 0.0,
                       f"the same sweep while every other SM streams DRAM ({sp.background_GBps:.0f} GB/s): "
-                      f"{us(True)} us; the line's intercept", "mechanisms"),
+                      f"{us(sp.loaded_seen_us)} us; the line's intercept", "mechanisms"),
                 Param("runtime.sync.sentinel_loaded_poll_ns_per_KiB", round(sp.loaded_per_KiB_ns, 1), 0.0,
                       "the same, loaded: the slope per KiB polled", "mechanisms")]
     return out

@@ -198,6 +198,8 @@ class SentinelPollFit:
     background_GBps: float
     sizes_KiB: tuple[float, ...]
     max_rel_err: float
+    seen_us: tuple[float, ...] = ()         # the measured medians the idle line is fitted to, by size
+    loaded_seen_us: tuple[float, ...] = ()  # ... and the loaded line
 
 
 def fit_sentinel_poll(raw_poll: dict) -> SentinelPollFit:
@@ -212,7 +214,7 @@ def fit_sentinel_poll(raw_poll: dict) -> SentinelPollFit:
     >>> round(f.latency_ns), round(f.per_KiB_ns), round(f.loaded_latency_ns), round(f.loaded_per_KiB_ns)
     (900, 250, 3000, 500)
     """
-    lines, errs, bg = {}, [], []
+    lines, errs, bg, seen = {}, [], [], {}
     sizes: tuple[float, ...] = ()
     for loaded in (False, True):
         pts = [p for p in raw_poll.get("points", []) if p.get("mode") == "seen" and p.get("seen_med_ns")
@@ -224,10 +226,12 @@ def fit_sentinel_poll(raw_poll: dict) -> SentinelPollFit:
         a = np.vstack([np.ones_like(kib), kib]).T / ns[:, None]  # relative residuals
         icpt, slope = np.linalg.lstsq(a, np.ones_like(ns), rcond=None)[0]
         lines[loaded] = (float(icpt), float(slope))
+        seen[loaded] = tuple(float(v) / 1e3 for v in ns)
         errs += list(np.abs((icpt + slope * kib) / ns - 1))
         if loaded:
             bg = [statistics.median(p["stream_GBps"]) for p in pts if p.get("stream_GBps")]
             sizes = tuple(float(k) for k in kib)
     return SentinelPollFit(latency_ns=lines[False][0], per_KiB_ns=lines[False][1], loaded_latency_ns=lines[True][0],
                            loaded_per_KiB_ns=lines[True][1], background_GBps=float(statistics.mean(bg)) if bg else 0.0,
-                           sizes_KiB=sizes, max_rel_err=float(max(errs)))
+                           sizes_KiB=sizes, max_rel_err=float(max(errs)), seen_us=seen[False],
+                           loaded_seen_us=seen[True])
