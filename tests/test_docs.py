@@ -3,6 +3,8 @@
 - ``>>>`` examples in docs/*.md and README.md run as doctests;
 - in ```console blocks, each ``$ mksim ...`` line runs and must exit 0; the lines after it
   (up to the next ``$``) are its expected output unless the block is marked ``console-nocheck``;
+- in ```console-error blocks (bad inputs), each command must exit 2 with the lines after it as its
+  whole standard error (one ``error: ...`` line) and print nothing on standard output;
 - generated pages (docs/hardware.md) match their generator.
 """
 
@@ -19,23 +21,22 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
-BLOCK = re.compile(r"```(console|console-nocheck)\n(.*?)```", re.S)
+BLOCK = re.compile(r"```(console|console-nocheck|console-error)\n(.*?)```", re.S)
 
 
 def _console_examples():
     for page in PAGES:
         for m in BLOCK.finditer(page.read_text()):
-            check = m.group(1) == "console"
+            kind = m.group(1)
             cmd, expected = None, []
-            for line in m.group(2).splitlines():
+            for line in [*m.group(2).splitlines(), "$ "]:
                 if line.startswith("$ "):
                     if cmd:
-                        yield pytest.param(cmd, expected if check else None, id=f"{page.name}:{cmd[:40]}")
+                        yield pytest.param(cmd, None if kind == "console-nocheck" else expected, kind == "console-error",
+                                           id=f"{page.name}:{cmd[:40]}")
                     cmd, expected = line[2:], []
                 else:
                     expected.append(line)
-            if cmd:
-                yield pytest.param(cmd, expected if check else None, id=f"{page.name}:{cmd[:40]}")
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
@@ -49,12 +50,15 @@ def test_doctests_in_page(page):
     assert runner.failures == 0, f"{runner.failures} doctest(s) failed in {page.name}"
 
 
-@pytest.mark.parametrize("cmd,expected", list(_console_examples()))
-def test_console_example(cmd, expected, tmp_path):
+@pytest.mark.parametrize("cmd,expected,bad", list(_console_examples()))
+def test_console_example(cmd, expected, bad, tmp_path):
     argv = shlex.split(cmd)
     assert argv[0] == "mksim", "console examples run mksim commands"
     r = subprocess.run([sys.executable, "-m", "mksim", *argv[1:]], capture_output=True, text=True,
                        timeout=300, cwd=ROOT)
+    if bad:  # a bad input: one line on stderr, exit 2, nothing else
+        assert (r.returncode, r.stdout, r.stderr.splitlines()) == (2, "", expected), r.stderr
+        return
     assert r.returncode == 0, r.stderr
     if expected is not None:
         got = [line.rstrip() for line in r.stdout.rstrip("\n").splitlines()]
