@@ -39,19 +39,21 @@ import numpy as np
 from hwmodels.files import MAX_DEPTH, input_file
 from mksim.errors import MksimError
 
-__all__ = ["CATEGORIES", "GPU_CATEGORIES", "GRAPH_LAUNCHES", "KERNEL", "MAX_BYTES", "MAX_EVENTS", "MAX_TIME_US",
-           "MAX_VALUE_BYTES", "NO_CORRELATION", "STEP_MARK", "Activities", "JsonEvents", "TraceError", "open_trace",
-           "parse_id", "parse_time", "read_activities", "size_text"]
+__all__ = ["ALL_EVENTS_PER_KEPT", "CATEGORIES", "GPU_CATEGORIES", "GRAPH_LAUNCHES", "KERNEL", "MAX_BYTES",
+           "MAX_EVENTS", "MAX_TIME_US", "MAX_VALUE_BYTES", "NO_CORRELATION", "STEP_MARK", "Activities", "JsonEvents",
+           "TraceError", "open_trace", "parse_id", "parse_time", "read_activities", "size_text"]
 
 #: Chrome-trace categories of GPU activities (lower-cased; older torch wrote ``Kernel``, ``Memset``).
 GPU_CATEGORIES = {"kernel": "kernel", "gpu_memset": "memset", "gpu_memcpy": "memcpy", "memset": "memset",
                   "memcpy": "memcpy"}
 CATEGORIES = ("kernel", "memset", "memcpy")   #: the codes of :attr:`Activities.cat`
 KERNEL = 0
+_CAT_CODE = {c: i for i, c in enumerate(CATEGORIES)}
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
 STEP_MARK = "ProfilerStep#"
 MAX_BYTES = 2 << 30          #: a trace larger than this (uncompressed) is refused, after reading at most this much
 MAX_EVENTS = 2_000_000       #: GPU activities, graph launches and step ranges kept, at most (~60 bytes each)
+ALL_EVENTS_PER_KEPT = 10     #: events of any kind read, at most, per event that may be kept (a time bound)
 MAX_VALUE_BYTES = 16 << 20   #: one event (or one top-level field) larger than this is refused
 MAX_TIME_US = float(2**53)   #: ts and dur beyond this (285 years of µs) lose the microsecond in a double
 CHUNK = 1 << 20              #: bytes read at a time
@@ -127,8 +129,8 @@ class JsonEvents:
     def _line(self, pos: int) -> int:
         return self.lines + self.buf.count("\n", 0, pos) + 1
 
-    def _not_json(self, line: int, why: str = "") -> TraceError:
-        return TraceError(f"{self.label}: not JSON ({why + ', ' if why else ''}line {line}); {_HINT}")
+    def _not_json(self, line: int) -> TraceError:
+        return TraceError(f"{self.label}: not JSON (line {line}); {_HINT}")
 
     def peek(self) -> str:
         """The next character that is not blank (``""`` at the end); a long run of blanks is refused."""
@@ -148,7 +150,7 @@ class JsonEvents:
         """Consume the next character, one of ``chars``."""
         c = self.peek()
         if not c or c not in chars:
-            raise self._not_json(self._line(self.pos), f"expected {' or '.join(map(repr, chars))}")
+            raise self._not_json(self._line(self.pos))
         self.pos += 1
         return c
 
@@ -203,7 +205,7 @@ class JsonEvents:
                 meta_chars = 0
                 while True:
                     if self.peek() != '"':
-                        raise self._not_json(self._line(self.pos), "expected a key")
+                        raise self._not_json(self._line(self.pos))
                     key = self.value()
                     self.expect(":")
                     if key == "traceEvents" and listed:
@@ -226,7 +228,7 @@ class JsonEvents:
         else:
             self.value()
         if self.peek():
-            raise self._not_json(self._line(self.pos), "extra data after the end")
+            raise self._not_json(self._line(self.pos))
         if not listed:
             raise TraceError(f"{self.label}: JSON without a 'traceEvents' list; {_HINT}")
         return meta
@@ -244,7 +246,7 @@ class JsonEvents:
 def parse_id(v: Any) -> int | str | None:
     """A device, stream or correlation id: a number, digits as a number (device ``"0"`` is device 0), or a
     name; raises TypeError for anything else (a list, an object, a boolean)."""
-    if v is None or (isinstance(v, int) and not isinstance(v, bool)):
+    if v is None or type(v) is int:
         return v
     if isinstance(v, float) and v.is_integer() and abs(v) < 2**62:
         return int(v)
@@ -315,11 +317,16 @@ class Activities:
         return c
 
     def _dims(self, v: Any) -> int:
-        if not isinstance(v, list) or not all(isinstance(x, int) for x in v):
+        if type(v) is not list:
             return 0
         t = tuple(v)
-        c = self._dims_code.get(t)
+        try:
+            c = self._dims_code.get(t)
+        except TypeError:   # a list inside
+            return 0
         if c is None:
+            if not all(isinstance(x, int) for x in t):
+                return 0
             c = self._dims_code[t] = len(self.dims)
             self.dims.append(t)
         return c
@@ -335,6 +342,9 @@ class Activities:
     def add(self, e: Any) -> None:
         """Keep what the import needs of one element of ``traceEvents`` (a callback of :meth:`JsonEvents.read`)."""
         self.n_events += 1
+        if self.n_events > ALL_EVENTS_PER_KEPT * self.max_events:
+            raise TraceError(f"{self.label}: more than {ALL_EVENTS_PER_KEPT * self.max_events:,} events; profile "
+                             "fewer steps")
         if type(e) is not dict or e.get("ph") != "X":
             return
         cat = str(e.get("cat", "")).lower()
@@ -378,7 +388,7 @@ class Activities:
             self.names.append(name)
         self.ts.append(ts)
         self.dur.append(dur)
-        self.cat.append(CATEGORIES.index(kind))
+        self.cat.append(_CAT_CODE[kind])
         self.name_i.append(code)
         self.stream_i.append(self.code(ids[0]))
         self.device_i.append(self.code(ids[1]))
@@ -401,8 +411,8 @@ class Activities:
 
 def open_trace(path: str | Path, label: str) -> BinaryIO:
     """The regular file ``path`` (:func:`hwmodels.files.input_file`) opened for reading, decompressed
-    if it is gzipped."""
-    p = input_file(path, label, error=TraceError)
+    if it is gzipped. ``label`` names it in messages (``"trace t.json"``)."""
+    p = input_file(path, "trace", error=TraceError)
     try:
         with p.open("rb") as f:
             gz = f.read(2) == b"\x1f\x8b"
