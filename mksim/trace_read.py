@@ -32,7 +32,7 @@ import zlib
 from array import array
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 
@@ -335,8 +335,8 @@ class Activities:
         if len(self.ts) + len(self.launches) + len(self.marks) >= self.max_events:
             raise TraceError(f"{self.label}: more than {self.max_events:,} GPU activities; profile fewer steps")
 
-    def _bad(self, e: dict[str, Any], field: str, v: Any, expected: str) -> TraceError:
-        return TraceError(f"{self.label}: GPU event {_shown(e.get('name'))} has {field} = {_shown(v)}; expected "
+    def _bad(self, e: dict[str, Any], field: str, v: Any, expected: str, what: str = "GPU event") -> TraceError:
+        return TraceError(f"{self.label}: {what} {_shown(e.get('name'))} has {field} = {_shown(v)}; expected "
                           f"{expected}")
 
     def add(self, e: Any) -> None:
@@ -357,7 +357,7 @@ class Activities:
                 try:
                     c = parse_id(args["correlation"])
                 except TypeError:
-                    raise self._bad(e, "args.correlation", args["correlation"], "an integer") from None
+                    raise self._bad(e, "args.correlation", args["correlation"], "an integer", "graph launch") from None
                 if c is not None:
                     self._kept()
                     self.launches.add(self.corr_code(c))
@@ -416,7 +416,7 @@ def open_trace(path: str | Path, label: str) -> BinaryIO:
     try:
         with p.open("rb") as f:
             gz = f.read(2) == b"\x1f\x8b"
-        return gzip.open(p, "rb") if gz else p.open("rb")
+        return cast(BinaryIO, gzip.open(p, "rb") if gz else p.open("rb"))
     except OSError as exc:
         raise TraceError(f"{label}: cannot read ({exc.strerror or exc}); {_HINT}, plain or gzipped") from None
 
