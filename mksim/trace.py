@@ -68,13 +68,15 @@ from mksim.trace_read import (
 )
 from mksim.workload import KINDS
 
-__all__ = ["GPU_CATEGORIES", "GRAPH_LAUNCHES", "MAX_BYTES", "MAX_EVENTS", "MAX_STEP_ACTIVITIES", "STEP_MARK",
-           "Prediction", "TraceError", "TraceImport", "TraceKernel", "cut_trace", "gpu_key", "import_trace",
-           "median_gap_us", "replay_us", "short_name"]
+__all__ = ["GPU_CATEGORIES", "GRAPH_LAUNCHES", "MAX_BYTES", "MAX_CUT_BYTES", "MAX_EVENTS", "MAX_STEP_ACTIVITIES",
+           "STEP_MARK", "Prediction", "TraceError", "TraceImport", "TraceKernel", "cut_trace", "gpu_key",
+           "import_trace", "median_gap_us", "replay_us", "short_name"]
 
 #: A step of more GPU activities than this is refused: a decode step has a few thousand, and the
 #: step's kernels are what the import holds as objects (and writes with ``--json``).
 MAX_STEP_ACTIVITIES = 200_000
+#: ``trace cut`` holds the events it keeps (the step's, the launches', the metadata) up to this many bytes.
+MAX_CUT_BYTES = 256 << 20
 #: Traced kernels this many times faster than the bytes they must read allow raise a warning (:func:`_too_fast`).
 TOO_FAST = 1.5
 
@@ -301,7 +303,7 @@ def _device(acts: Activities, label: str, device: int | None) -> tuple[np.ndarra
 def _segments(acts: Activities, sel: np.ndarray, label: str) -> tuple[str, np.ndarray, np.ndarray, np.ndarray]:
     """How the steps were found, their activities one after another, each step's size and a tie-break for
     steps that start together (the order they were found in)."""
-    ts, _, _, _, corr = acts.columns()
+    ts, _, cat, _, corr = acts.columns()
     if acts.marks and len(sel):
         order = sel[np.argsort(ts[sel], kind="stable")]
         sts = ts[order]
@@ -313,11 +315,15 @@ def _segments(acts: Activities, sel: np.ndarray, label: str) -> tuple[str, np.nd
             raise TraceError(f"{label}: its ProfilerStep ranges overlap (they hold {int(sizes.sum()):,} GPU "
                              "activities between them); give a trace whose steps follow one another")
         keep = sizes > 0
-        lo, sizes = lo[keep], sizes[keep]
+        lo, sizes, tie = lo[keep], sizes[keep], np.nonzero(keep)[0]
         if len(sizes):
             offsets = np.repeat(np.cumsum(sizes) - sizes, sizes)
             members = order[np.repeat(lo, sizes) + np.arange(int(sizes.sum())) - offsets]
-            return "ProfilerStep ranges", members, sizes, np.arange(len(sizes))
+            # a range with memory copies only is no step
+            has_kernel = np.maximum.reduceat((cat[members] == KERNEL).astype(np.int8), np.cumsum(sizes) - sizes) > 0
+            if has_kernel.any():
+                members = members[np.repeat(has_kernel, sizes)]
+                return "ProfilerStep ranges", members, sizes[has_kernel], tie[has_kernel]
     if acts.launches and len(sel):
         sub = sel[np.isin(corr[sel], np.fromiter(acts.launches, np.int64, len(acts.launches)))]
         if len(sub):
@@ -335,16 +341,8 @@ def _read(path: str | Path, device: int | None, max_bytes: int, max_events: int)
         acts = read_activities(fh, label, max_bytes=max_bytes, max_events=max_events)
     sel, dev = _device(acts, label, device)
     how, members, sizes, tie = _segments(acts, sel, label)
-    ts, dur, cat, _, _ = acts.columns()
+    ts, dur, _, _, _ = acts.columns()
     starts = np.cumsum(sizes) - sizes
-    if how == "ProfilerStep ranges":   # a range with memory copies only is no step
-        has_kernel = np.maximum.reduceat((cat[members] == KERNEL).astype(np.int8), starts) > 0
-        if not has_kernel.all():
-            keep = np.repeat(has_kernel, sizes)
-            members, sizes, tie = members[keep], sizes[has_kernel], tie[has_kernel]
-            if not len(sizes):
-                how, members, sizes, tie = "whole trace", sel, np.array([len(sel)]), np.zeros(1, np.int64)
-            starts = np.cumsum(sizes) - sizes
     t = ts[members]
     t0 = np.minimum.reduceat(t, starts)
     # as the chain measures it: each activity's start from the first, plus its duration
@@ -549,7 +547,7 @@ def cut_trace(path: str | Path, out: str | Path, *, step: int | None = None, dev
     corr = set(corr_codes[group].tolist()) - {NO_CORRELATION}
     t0, t1 = float(ts[group].min()), float((ts[group] + dur[group]).max())
     keep: list[str] = []
-    kept_chars = 0
+    kept_chars, cap = 0, min(max_bytes, MAX_CUT_BYTES)
     ordinal = -1
 
     def pick(e: Any) -> None:
@@ -571,9 +569,9 @@ def cut_trace(path: str | Path, out: str | Path, *, step: int | None = None, dev
         if e.get("ph") == "M" or ordinal in ids or launch or mark:
             text = json.dumps(e)
             kept_chars += len(text)
-            if len(keep) >= max_events or kept_chars > max_bytes:
+            if len(keep) >= max_events or kept_chars > cap:
                 raise TraceError(f"{label}: the step's events come to more than {max_events:,} events or "
-                                 f"{size_text(max_bytes)}; profile fewer steps")
+                                 f"{size_text(cap)}; profile fewer steps")
             keep.append(text)
 
     with open_trace(path, label) as fh:

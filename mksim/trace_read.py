@@ -59,6 +59,7 @@ MAX_TIME_US = float(2**53)   #: ts and dur beyond this (285 years of µs) lose t
 CHUNK = 1 << 20              #: bytes read at a time
 NO_CORRELATION = -(1 << 62)           #: the code of "no correlation"
 _WS = re.compile(r"[ \t\n\r]*")
+_NUMBER_GOES_ON = re.compile(r"[0-9.eE+\-]*")
 _DECODER = json.JSONDecoder()
 _HINT = "give a Chrome trace from prof.export_chrome_trace()"
 
@@ -170,8 +171,9 @@ class JsonEvents:
                 raise TraceError(f"{self.label}: JSON nested more than {MAX_DEPTH} levels deep; {_HINT}") from None
             except ValueError as exc:  # an integer of too many digits
                 raise TraceError(f"{self.label}: not JSON ({exc}); {_HINT}") from None
-            if end == len(self.buf) and not self.eof:  # a number may go on in the next chunk
-                self._grow()
+            if not self.eof and (end == len(self.buf) or type(v) in (int, float)
+                                 and _NUMBER_GOES_ON.match(self.buf, end).end() == len(self.buf)):  # type: ignore[union-attr]
+                self._grow()   # a number may go on in the next chunk ("2." then "5e3")
                 continue
             self.pos = end
             return v

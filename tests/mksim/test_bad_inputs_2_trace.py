@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import gzip
+import io
 import json
 import os
 import re
@@ -27,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from mksim import trace_read
 from mksim.cli import main
 from mksim.trace import import_trace
 
@@ -467,3 +469,21 @@ def test_gzip_of_many_events_is_refused_at_the_callers_caps(tmp_path: Path) -> N
     assert code == 1 and "more than 100,000 GPU activities; profile fewer steps" in err, err
     assert rss < RSS_BOUND_MIB and wall < 30
 
+
+
+# -- the stream reader agrees with json.loads, wherever a chunk ends -----------------------------------------
+DOC = ('{"a": 1, "traceEvents": [1, 2.5e3, -0.0, 12345678901234567890, 1E-7, "x\\u00e9\\"", {"b": [true, false, '
+       'null]}, [], {}], "z": {"q": "w"}}')
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64], ids=lambda n: f"A3-chunk-of-{n}-bytes")
+def test_stream_reader_agrees_with_json_loads(chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A value split between two reads (``2.`` then ``5e3``) is read whole; a document cut short is not JSON."""
+    monkeypatch.setattr(trace_read, "CHUNK", chunk)
+    got: list[Any] = []
+    meta = trace_read.JsonEvents(io.BytesIO(DOC.encode()), "t").read(got.append)
+    ref = json.loads(DOC)
+    assert got == ref["traceEvents"] and meta == {"a": 1, "z": {"q": "w"}}
+    for cut in (len(DOC) - 1, 30, 27):
+        with pytest.raises(trace_read.TraceError, match="not JSON"):
+            trace_read.JsonEvents(io.BytesIO(DOC[:cut].encode()), "t").read(lambda e: None)
