@@ -6,7 +6,10 @@ A trace (``prof.export_chrome_trace(path)``, plain or gzipped) holds GPU activit
 the CPU call that launched them. The step is found from, in this order: ``ProfilerStep#N`` ranges on
 the GPU timeline (``prof.step()``), CUDA graph launches (every kernel of one ``cudaGraphLaunch`` shares
 its correlation id: one replay, one step), or else the whole trace. Of several steps the median (by
-its span) is taken, or the one asked for.
+its span) is taken, or the one asked for. The file is read as a stream (:mod:`mksim.trace_read`): of each
+GPU activity only what the import needs is kept, in arrays, and a trace past a cap (:data:`MAX_BYTES`,
+:data:`MAX_EVENTS`, a step of more than :data:`MAX_STEP_ACTIVITIES`) is refused in one line before
+memory grows.
 
 The *replay* rebuilds the step from what was measured: each activity starts its measured gap after
 the previous activity on its stream ended, and lasts its measured duration. It lands on the trace's
