@@ -78,6 +78,8 @@ __all__ = ["GPU_CATEGORIES", "GRAPH_LAUNCHES", "MAX_BYTES", "MAX_CUT_BYTES", "MA
 #: A step of more GPU activities than this is refused: a decode step has a few thousand, and the
 #: step's kernels are what the import holds as objects (and writes with ``--json``).
 MAX_STEP_ACTIVITIES = 200_000
+#: A step longer than this (an hour) is refused: its times are not µs of a decode step.
+MAX_SPAN_US = 3.6e9
 #: ``trace cut`` holds the events it keeps (the step's, the launches', the metadata) up to this many bytes.
 MAX_CUT_BYTES = 256 << 20
 #: Traced kernels this many times faster than the bytes they must read allow raise a warning (:func:`_too_fast`).
@@ -435,6 +437,9 @@ def import_trace(path: str | Path, *, model: str | None = None, batch: int = 1, 
     kernels, span = _chain(steps.acts, group)
     if not span > 0:
         raise TraceError(f"{label}: step {index + 1} lasts 0 µs (its GPU activities have no duration)")
+    if span > MAX_SPAN_US:
+        raise TraceError(f"{label}: step {index + 1} (by {steps.how}) lasts {span / 1e6:.3g} s; a decode step lasts "
+                         "milliseconds: are ts and dur in µs? Give a trace from prof.export_chrome_trace()")
     props = _device_properties(steps.acts.meta.get("deviceProperties"))
     prop = props.get(steps.dev, {})
     gpu_name = prop.get("name") if isinstance(prop.get("name"), str) else None
