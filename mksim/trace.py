@@ -6,7 +6,10 @@ A trace (``prof.export_chrome_trace(path)``, plain or gzipped) holds GPU activit
 the CPU call that launched them. The step is found from, in this order: ``ProfilerStep#N`` ranges on
 the GPU timeline (``prof.step()``), CUDA graph launches (every kernel of one ``cudaGraphLaunch`` shares
 its correlation id: one replay, one step), or else the whole trace. Of several steps the median (by
-its span) is taken, or the one asked for.
+its span) is taken, or the one asked for. The file is read as a stream (:mod:`mksim.trace_read`): of each
+GPU activity only what the import needs is kept, in arrays, and a trace past a cap (:data:`MAX_BYTES`,
+:data:`MAX_EVENTS`, a step of more than :data:`MAX_STEP_ACTIVITIES`) is refused in one line before
+memory grows.
 
 The *replay* rebuilds the step from what was measured: each activity starts its measured gap after
 the previous activity on its stream ended, and lasts its measured duration. It lands on the trace's
@@ -40,30 +43,50 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 import hwmodels
+from hwmodels.files import check_outputs
 from mksim.compare import make_workload
-from mksim.errors import MksimError
 from mksim.schedule import build_schedule, check_fits
 from mksim.sim import simulate
 from mksim.trace_map import align, kernel_hint
+from mksim.trace_read import (
+    CATEGORIES,
+    GPU_CATEGORIES,
+    GRAPH_LAUNCHES,
+    KERNEL,
+    MAX_BYTES,
+    MAX_EVENTS,
+    NO_CORRELATION,
+    STEP_MARK,
+    Activities,
+    JsonEvents,
+    TraceError,
+    open_trace,
+    parse_id,
+    parse_time,
+    read_activities,
+    size_text,
+)
 from mksim.workload import KINDS
 
-__all__ = ["Prediction", "TraceError", "TraceImport", "TraceKernel", "cut_trace", "gpu_key", "import_trace",
-           "median_gap_us", "replay_us", "short_name"]
+__all__ = ["GPU_CATEGORIES", "GRAPH_LAUNCHES", "MAX_BYTES", "MAX_CUT_BYTES", "MAX_EVENTS", "MAX_STEP_ACTIVITIES",
+           "STEP_MARK", "Prediction", "TraceError", "TraceImport", "TraceKernel", "cut_trace", "gpu_key",
+           "import_trace", "median_gap_us", "replay_us", "short_name"]
 
-#: Chrome-trace categories of GPU activities (lower-cased; older torch wrote ``Kernel``, ``Memset``).
-GPU_CATEGORIES = {"kernel": "kernel", "gpu_memset": "memset", "gpu_memcpy": "memcpy", "memset": "memset",
-                  "memcpy": "memcpy"}
-GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
-STEP_MARK = "ProfilerStep#"
-MAX_BYTES = 2 << 30   # a trace file larger than this (uncompressed) is refused before parsing
+#: A step of more GPU activities than this is refused: a decode step has a few thousand, and the
+#: step's kernels are what the import holds as objects (and writes with ``--json``).
+MAX_STEP_ACTIVITIES = 200_000
+#: A step longer than this (an hour) is refused: its times are not µs of a decode step.
+MAX_SPAN_US = 3.6e9
+#: ``trace cut`` holds the events it keeps (the step's, the launches', the metadata) up to this many bytes.
+MAX_CUT_BYTES = 256 << 20
+#: Traced kernels this many times faster than the bytes they must read allow raise a warning (:func:`_too_fast`).
+TOO_FAST = 1.5
 
 
-class TraceError(MksimError, ValueError):
-    """A trace file that cannot be imported (not JSON, no kernels, several GPUs, ...)."""
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TraceKernel:
     """One GPU activity of the step. Times in µs from the step's first activity."""
 
@@ -241,112 +264,115 @@ def short_name(name: str, width: int = 72) -> str:
 
 
 # -- reading ---------------------------------------------------------------------------------------------
-def _load(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise TraceError(f"trace {path}: no such file")
-    try:
-        with path.open("rb") as f:
-            gz = f.read(2) == b"\x1f\x8b"
-        opener = gzip.open if gz else open
-        with opener(path, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)
-    except (OSError, EOFError) as exc:
-        raise TraceError(f"trace {path}: cannot read ({exc}); give a Chrome trace from "
-                         "prof.export_chrome_trace(), plain or gzipped") from None
-    if len(raw) > MAX_BYTES:
-        raise TraceError(f"trace {path}: over {MAX_BYTES >> 30} GiB uncompressed; profile fewer steps")
-    try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        where = f" (line {exc.lineno})" if isinstance(exc, json.JSONDecodeError) else ""
-        raise TraceError(f"trace {path}: not JSON{where}; give a Chrome trace from prof.export_chrome_trace()") \
-            from None
-    if isinstance(data, list):   # the Chrome format allows a bare array of events
-        data = {"traceEvents": data}
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise TraceError(f"trace {path}: JSON without a 'traceEvents' list; give a Chrome trace from "
-                         "prof.export_chrome_trace()")
-    return data
+@dataclass(frozen=True)
+class _Steps:
+    """The steps of a trace: each a set of activities (indices into :class:`Activities`), in time order."""
+
+    acts: Activities
+    how: str
+    members: np.ndarray        #: the steps' activities, one step after another
+    starts: np.ndarray         #: where each step begins in ``members``
+    sizes: np.ndarray
+    first_us: list[float]      #: each step's first activity (trace time)
+    spans: list[float]
+    dev: int | None
+    left_out: int
+
+    def group(self, i: int) -> np.ndarray:
+        """Step ``i``'s activities in file order."""
+        s = int(self.starts[i])
+        return np.sort(self.members[s:s + int(self.sizes[i])])
 
 
-def _number(e: dict[str, Any], key: str, path: Path) -> float:
-    v = e.get(key)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (key == "dur" and v < 0):
-        raise TraceError(f"trace {path}: GPU event {e.get('name')!r} has {key} = {v!r}; expected a number "
-                         f"{'>= 0 ' if key == 'dur' else ''}(µs)")
-    return float(v)
-
-
-def _dims(v: Any) -> tuple[int, ...] | None:
-    if isinstance(v, list) and all(isinstance(x, int) for x in v):
-        return tuple(v)
-    return None
-
-
-def _activities(data: dict[str, Any], path: Path, device: int | None) -> tuple[list[dict[str, Any]], int | None]:
-    acts = []
-    for e in data["traceEvents"]:
-        if not isinstance(e, dict) or e.get("ph") != "X":
-            continue
-        cat = GPU_CATEGORIES.get(str(e.get("cat", "")).lower())
-        if cat is None:
-            continue
-        args: dict[str, Any] = e["args"] if isinstance(e.get("args"), dict) else {}
-        dev = args.get("device", e.get("pid"))
-        acts.append({"name": str(e.get("name", "")), "category": cat, "ts": _number(e, "ts", path),
-                     "dur": _number(e, "dur", path), "stream": args.get("stream", e.get("tid", 0)), "device": dev,
-                     "correlation": args.get("correlation"), "grid": _dims(args.get("grid")),
-                     "block": _dims(args.get("block")), "event": e})
-    if not any(a["category"] == "kernel" for a in acts):
-        raise TraceError(f"trace {path}: no GPU kernel events (cat 'kernel'); profile with "
+def _device(acts: Activities, label: str, device: int | None) -> tuple[np.ndarray, int | None]:
+    """The activities of the chosen GPU (all of them when the kernels ran on one) and its id."""
+    _, _, cat, devc, _ = acts.columns()
+    codes = np.unique(devc[cat == KERNEL])
+    if not len(codes):
+        raise TraceError(f"{label}: no GPU kernel events (cat 'kernel'); profile with "
                          "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
-    devices = sorted({a["device"] for a in acts if a["category"] == "kernel"}, key=str)
+    devices = sorted((acts.ids[c] for c in codes.tolist()), key=str)
     if device is None and len(devices) > 1:
-        raise TraceError(f"trace {path}: kernels on {len(devices)} GPUs ({', '.join(map(str, devices))}); "
+        raise TraceError(f"{label}: kernels on {len(devices)} GPUs ({', '.join(map(str, devices))}); "
                          "pick one with --device")
-    if device is not None:
+    if device is None:
+        sel = np.arange(len(acts))
+    else:
         if device not in devices:
-            raise TraceError(f"trace {path}: no kernels on GPU {device}; it has kernels on "
-                             f"{', '.join(map(str, devices))}")
-        acts = [a for a in acts if a["device"] == device]
+            raise TraceError(f"{label}: no kernels on GPU {device}; it has kernels on {', '.join(map(str, devices))}")
+        sel = np.nonzero(devc == acts.code(device))[0]
     dev = device if device is not None else devices[0]
-    return acts, dev if isinstance(dev, int) else None
+    return sel, dev if isinstance(dev, int) else None
 
 
-def _steps(data: dict[str, Any], acts: list[dict[str, Any]]) -> tuple[str, list[list[dict[str, Any]]]]:
-    events = [e for e in data["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
-    marks = [e for e in events if str(e.get("cat", "")).lower() == "gpu_user_annotation"
-             and str(e.get("name", "")).startswith(STEP_MARK)
-             and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float))]
-    if marks:
-        groups = [[a for a in acts if m["ts"] <= a["ts"] < m["ts"] + m["dur"]] for m in marks]
-        groups = [g for g in groups if any(a["category"] == "kernel" for a in g)]
-        if groups:
-            return "ProfilerStep ranges", groups
-    launches = {e.get("args", {}).get("correlation") for e in events
-                if e.get("name") in GRAPH_LAUNCHES and isinstance(e.get("args"), dict)}
-    launches.discard(None)
-    by_corr: dict[Any, list[dict[str, Any]]] = defaultdict(list)
-    for a in acts:
-        if a["correlation"] in launches:
-            by_corr[a["correlation"]].append(a)
-    if by_corr:
-        return "cuda graph launches", list(by_corr.values())
-    return "whole trace", [acts]
+def _segments(acts: Activities, sel: np.ndarray, label: str) -> tuple[str, np.ndarray, np.ndarray, np.ndarray]:
+    """How the steps were found, their activities one after another, each step's size and a tie-break for
+    steps that start together (the order they were found in)."""
+    ts, _, cat, _, corr = acts.columns()
+    if acts.marks and len(sel):
+        order = sel[np.argsort(ts[sel], kind="stable")]
+        sts = ts[order]
+        m0 = np.array([m[0] for m in acts.marks])
+        m1 = m0 + np.array([m[1] for m in acts.marks])
+        lo, hi = np.searchsorted(sts, m0, "left"), np.searchsorted(sts, m1, "left")
+        sizes = np.maximum(hi - lo, 0)
+        if int(sizes.sum()) > acts.max_events:
+            raise TraceError(f"{label}: its ProfilerStep ranges overlap (they hold {int(sizes.sum()):,} GPU "
+                             "activities between them); give a trace whose steps follow one another")
+        keep = sizes > 0
+        lo, sizes, tie = lo[keep], sizes[keep], np.nonzero(keep)[0]
+        if len(sizes):
+            offsets = np.repeat(np.cumsum(sizes) - sizes, sizes)
+            members = order[np.repeat(lo, sizes) + np.arange(int(sizes.sum())) - offsets]
+            # a range with memory copies only is no step
+            has_kernel = np.maximum.reduceat((cat[members] == KERNEL).astype(np.int8), np.cumsum(sizes) - sizes) > 0
+            if has_kernel.any():
+                members = members[np.repeat(has_kernel, sizes)]
+                return "ProfilerStep ranges", members, sizes[has_kernel], tie[has_kernel]
+    if acts.launches and len(sel):
+        sub = sel[np.isin(corr[sel], np.fromiter(acts.launches, np.int64, len(acts.launches)))]
+        if len(sub):
+            members = sub[np.argsort(corr[sub], kind="stable")]
+            c = corr[members]
+            starts = np.concatenate(([0], np.nonzero(np.diff(c))[0] + 1))
+            sizes = np.diff(np.append(starts, len(members)))
+            return "cuda graph launches", members, sizes, np.minimum.reduceat(members, starts)
+    return "whole trace", sel, np.array([len(sel)]), np.zeros(1, np.int64)
 
 
-def _chain(group: list[dict[str, Any]]) -> tuple[list[TraceKernel], float]:
-    group = sorted(group, key=lambda a: (a["ts"], a["ts"] + a["dur"]))
-    t0 = group[0]["ts"]
+def _read(path: str | Path, device: int | None, max_bytes: int, max_events: int) -> _Steps:
+    label = f"trace {path}"
+    with open_trace(path, label) as fh:
+        acts = read_activities(fh, label, max_bytes=max_bytes, max_events=max_events)
+    sel, dev = _device(acts, label, device)
+    how, members, sizes, tie = _segments(acts, sel, label)
+    ts, dur, _, _, _ = acts.columns()
+    starts = np.cumsum(sizes) - sizes
+    t = ts[members]
+    t0 = np.minimum.reduceat(t, starts)
+    # as the chain measures it: each activity's start from the first, plus its duration
+    spans = np.maximum.reduceat((t - np.repeat(t0, sizes)) + dur[members], starts)
+    order = np.lexsort((tie, t0))
+    return _Steps(acts, how, members, starts[order], sizes[order], t0[order].tolist(), spans[order].tolist(), dev,
+                  len(sel) - int(sizes.sum()))
+
+
+def _chain(acts: Activities, group: np.ndarray) -> tuple[list[TraceKernel], float]:
+    """The step's activities as :class:`TraceKernel` s, in time order, with their gaps; and its span."""
+    ts, dur, _, _, _ = acts.columns()
+    g = group[np.lexsort((ts[group] + dur[group], ts[group]))]   # stable: ties keep the file's order
+    t0 = float(ts[g[0]])
     end: dict[Any, float] = {}
     out = []
-    for a in group:
-        start = a["ts"] - t0
-        gap = start - end.get(a["stream"], 0.0)
-        end[a["stream"]] = start + a["dur"]
-        stream = a["stream"] if isinstance(a["stream"], int) else zlib.crc32(str(a["stream"]).encode()) % 100_000
-        out.append(TraceKernel(a["name"], a["category"], stream, start, a["dur"], gap, a["grid"], a["block"],
-                               kernel_hint(a["name"]) if a["category"] == "kernel" else "memory"))
+    for i, a_ts, a_dur in zip(g.tolist(), ts[g].tolist(), dur[g].tolist(), strict=True):
+        s = acts.stream_of(i)
+        start = a_ts - t0
+        gap = start - end.get(s, 0.0)
+        end[s] = start + a_dur
+        stream = s if isinstance(s, int) else zlib.crc32(str(s).encode()) % 100_000
+        name, category = acts.name(i), CATEGORIES[acts.cat[i]]
+        out.append(TraceKernel(name, category, stream, start, a_dur, gap, acts.dims_of(acts.grid_i[i]),
+                               acts.dims_of(acts.block_i[i]), kernel_hint(name) if category == "kernel" else "memory"))
     return out, max(k.start_us + k.dur_us for k in out)
 
 
@@ -383,37 +409,48 @@ def _pick(spans: list[float], step: int | None) -> int:
     return step - 1
 
 
-def _read(p: Path, device: int | None) -> tuple[dict[str, Any], list[dict[str, Any]], int | None, str,
-                                                  list[list[dict[str, Any]]]]:
-    data = _load(p)
-    acts, dev = _activities(data, p, device)
-    how, groups = _steps(data, acts)
-    groups.sort(key=lambda g: min(a["ts"] for a in g))
-    return data, acts, dev, how, groups
+def _step(steps: _Steps, step: int | None, label: str, max_step: int) -> tuple[int, np.ndarray]:
+    """The chosen step's index and its activities, refused when it holds more than ``max_step``."""
+    index = _pick(steps.spans, step)
+    group = steps.group(index)
+    if len(group) > max_step:
+        raise TraceError(f"{label}: step {index + 1} (by {steps.how}) holds {len(group):,} GPU activities, over "
+                         f"{max_step:,}: a decode step has a few thousand. Mark steps with prof.step() or profile "
+                         "fewer")
+    return index, group
 
 
 def import_trace(path: str | Path, *, model: str | None = None, batch: int = 1, kv_len: int = 1024,
                  gpu: str | None = None, device: int | None = None, step: int | None = None,
-                 predict: bool = True) -> TraceImport:
+                 predict: bool = True, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS,
+                 max_step: int = MAX_STEP_ACTIVITIES) -> TraceImport:
     """Read a ``torch.profiler`` Chrome trace (see the module's docstring); with ``model`` (a built-in
     name or a Hugging Face config.json), map its kernels to that model's ops and, with ``predict``,
     predict the megakernel on ``gpu`` (default: the trace's GPU, calibrated where mksim has a calibration).
     ``step``: which step (1 = the first, in time order) instead of the median; ``device``: which GPU's
-    kernels, when the trace holds several."""
-    data, acts, dev, how, groups = _read(Path(path), device)
-    chains = [_chain(g) for g in groups]
-    spans = [span for _, span in chains]
-    index = _pick(spans, step)
-    kernels, span = chains[index]
+    kernels, when the trace holds several. The file is read as a stream; ``max_bytes`` (uncompressed),
+    ``max_events`` (GPU activities kept) and ``max_step`` (activities in the chosen step) bound the
+    memory it takes, and a trace past one of them is refused in one line (:mod:`mksim.trace_read`)."""
+    label = f"trace {path}"
+    steps = _read(path, device, max_bytes, max_events)
+    index, group = _step(steps, step, label, max_step)
+    kernels, span = _chain(steps.acts, group)
     if not span > 0:
-        raise TraceError(f"trace {path}: step {index + 1} lasts 0 µs (its GPU activities have no duration)")
-    props = {d.get("id"): d for d in data.get("deviceProperties", []) if isinstance(d, dict)}
-    prop = props.get(dev, {})
+        raise TraceError(f"{label}: step {index + 1} lasts 0 µs (its GPU activities have no duration)")
+    if span > MAX_SPAN_US:
+        raise TraceError(f"{label}: step {index + 1} (by {steps.how}) lasts {span / 1e6:.3g} s; a decode step lasts "
+                         "milliseconds: are ts and dur in µs? Give a trace from prof.export_chrome_trace()")
+    props = _device_properties(steps.acts.meta.get("deviceProperties"))
+    prop = props.get(steps.dev, {})
     gpu_name = prop.get("name") if isinstance(prop.get("name"), str) else None
-    n_sms = prop.get("numSms") if isinstance(prop.get("numSms"), int) else None
-    starts = [min(a["ts"] for a in g) for g in groups]
-    result = TraceImport(str(path), gpu_name, n_sms, how, tuple(spans), tuple(t - starts[0] for t in starts), index + 1,
-                         len(acts) - sum(len(g) for g in groups), tuple(kernels), span, replay_us(kernels))
+    n_sms = prop.get("numSms") if isinstance(prop.get("numSms"), int) and not isinstance(prop.get("numSms"), bool) \
+        else None
+    starts = steps.first_us
+    result = TraceImport(str(path), gpu_name, n_sms, steps.how, tuple(steps.spans),
+                         tuple(t - starts[0] for t in starts), index + 1, steps.left_out, tuple(kernels), span,
+                         replay_us(kernels))
+    if not all(math.isfinite(x) for x in (result.busy_us, result.gaps_us, result.replay_us, *result.step_starts_us)):
+        raise TraceError(f"{label}: its times add up to more than a double holds; give a trace in µs")
     if model is None:
         op_kinds = set(KINDS)
         return replace(result, kernels=tuple(
@@ -428,8 +465,9 @@ def import_trace(path: str | Path, *, model: str | None = None, batch: int = 1, 
     used = {j for j in idx if j is not None}
     name = wl.model.name if wl.model else model
     missing = tuple(op.name for j, op in enumerate(wl.ops) if j not in used)
+    doubts = _doubts(kernels, wl.ops, missing, name) or _too_fast(mapped, wl.ops, g, name, batch, kv_len)
     result = replace(result, kernels=mapped, model=name, batch=batch, kv_len=kv_len, ops_without_kernels=missing,
-                     warnings=_doubts(kernels, wl.ops, missing, name))
+                     warnings=doubts)
     if not predict:
         return result
     check_fits(wl, g)
@@ -447,6 +485,19 @@ def import_trace(path: str | Path, *, model: str | None = None, batch: int = 1, 
                                                  note, dict(by_kind), g.launch.graph_node_us))
 
 
+def _device_properties(v: Any) -> dict[int | str | None, dict[str, Any]]:
+    """``deviceProperties`` by device id (digits as numbers, as the kernels' devices); anything that is not
+    a list of objects with an id counts as no properties."""
+    out: dict[int | str | None, dict[str, Any]] = {}
+    for d in v if isinstance(v, list) else ():
+        if isinstance(d, dict):
+            try:
+                out.setdefault(parse_id(d.get("id")), d)
+            except TypeError:
+                continue
+    return out
+
+
 def _doubts(kernels: list[TraceKernel], ops: tuple[Any, ...], missing: tuple[str, ...], model: str) -> tuple[str, ...]:
     """Signs that the trace is not a step of ``model``: attention kernels and layers disagree, or many
     ops got no kernel."""
@@ -460,36 +511,83 @@ def _doubts(kernels: list[TraceKernel], ops: tuple[Any, ...], missing: tuple[str
     return ()
 
 
-def cut_trace(path: str | Path, out: str | Path, *, step: int | None = None, device: int | None = None) -> int:
+def _too_fast(kernels: tuple[TraceKernel, ...], ops: tuple[Any, ...], g: Any, model: str, batch: int,
+              kv_len: int) -> tuple[str, ...]:
+    """Doubts when the traced kernels were faster than the GPU's memory can be: the step reads every
+    weight and the whole KV cache of ``batch`` x ``kv_len`` from HBM at least once, which takes at least
+    bytes / the datasheet bandwidth. Traced kernels more than :data:`TOO_FAST` times quicker than that
+    (on more bytes than twice the L2 cache, which could hold them) are not a step of that model, batch and
+    KV length. A warning, not a refusal: a quantized model reads fewer bytes than mksim's bf16 one."""
+    bw = g.dram.bandwidth_spec_GBps * 1e9
+    l2 = g.l2.size_MiB * 2**20
+    where = f"at least {{:.0f}} µs at {g.name}'s {bw / 1e12:.1f} TB/s"
+    out = []
+    kv = sum(op.kv_read_bytes for op in ops)
+    attn_us = sum(k.dur_us for k in kernels if k.kind in ("attn_partial", "attn_reduce"))
+    if kv > 2 * l2 and attn_us and attn_us * TOO_FAST < kv / bw * 1e6:
+        out.append(f"the traced attention kernels ran {attn_us:.1f} µs, but reading the KV cache of batch {batch} x "
+                   f"KV {kv_len} ({kv / 1e9:.2f} GB) takes " + where.format(kv / bw * 1e6)
+                   + ": give --batch and --kv-len as traced; the prediction below is for another step")
+    need = sum(op.weight_bytes + op.kv_read_bytes for op in ops)
+    busy = sum(k.dur_us for k in kernels)
+    if not out and need > 2 * l2 and busy * TOO_FAST < need / bw * 1e6:
+        out.append(f"the traced kernels ran {busy:.1f} µs, but {model} at batch {batch}, KV {kv_len} reads "
+                   f"{need / 1e9:.2f} GB of weights and KV cache, " + where.format(need / bw * 1e6)
+                   + ": give --model, --batch and --kv-len as traced (a quantized model reads fewer bytes)")
+    return tuple(out)
+
+
+def cut_trace(path: str | Path, out: str | Path, *, step: int | None = None, device: int | None = None,
+              max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS, max_step: int = MAX_STEP_ACTIVITIES) -> int:
     """Write one step of a trace to ``out`` (gzipped if it ends in ``.gz``): the metadata, the step's GPU
     activities, the CPU calls that launched them and the ``ProfilerStep`` ranges around them; flow
     events and everything else are left out. Returns the number of events written. Made to share (and
-    to test on) one step of a long trace; :func:`import_trace` of the result picks that step.
+    to test on) one step of a long trace; :func:`import_trace` of the result picks that step. The
+    trace is read twice, as a stream (the caps as in :func:`import_trace`); ``out`` may not be ``path``.
     """
-    data, _, _, _, groups = _read(Path(path), device)
-    spans = [max(a["ts"] + a["dur"] for a in g) - min(a["ts"] for a in g) for g in groups]
-    group = groups[_pick(spans, step)]
-    ids = {id(a["event"]) for a in group}
-    corr = {a["correlation"] for a in group} - {None}
-    t0, t1 = min(a["ts"] for a in group), max(a["ts"] + a["dur"] for a in group)
-    keep = []
-    for e in data["traceEvents"]:
-        if not isinstance(e, dict):
-            continue
+    label = f"trace {path}"
+    check_outputs({"DEST": out}, [("trace", path)], error=TraceError)
+    steps = _read(path, device, max_bytes, max_events)
+    acts = steps.acts
+    _, group = _step(steps, step, label, max_step)
+    ts, dur, _, _, corr_codes = acts.columns()
+    ids = set(np.frombuffer(acts.ordinal, dtype=np.int64)[group].tolist())
+    corr = set(corr_codes[group].tolist()) - {NO_CORRELATION}
+    t0, t1 = float(ts[group].min()), float((ts[group] + dur[group]).max())
+    keep: list[str] = []
+    kept_chars, cap = 0, min(max_bytes, MAX_CUT_BYTES)
+    ordinal = -1
+
+    def pick(e: Any) -> None:
+        nonlocal ordinal, kept_chars
+        ordinal += 1
+        if type(e) is not dict:
+            return
         args: dict[str, Any] = e["args"] if isinstance(e.get("args"), dict) else {}
-        cat = str(e.get("cat", "")).lower()
-        launch = cat in ("cuda_runtime", "runtime", "cuda_driver") and args.get("correlation") in corr
-        mark = (e.get("ph") == "X" and str(e.get("name", "")).startswith(STEP_MARK)
-                and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float))
-                and e["ts"] < t1 and e["ts"] + e["dur"] > t0)
-        if e.get("ph") == "M" or id(e) in ids or launch or mark:
-            keep.append(e)
-    body = json.dumps({**{k: v for k, v in data.items() if k != "traceEvents"}, "traceEvents": keep}).encode()
+        launch = False
+        if str(e.get("cat", "")).lower() in ("cuda_runtime", "runtime", "cuda_driver"):
+            try:
+                launch = acts.corr_code(parse_id(args.get("correlation"))) in corr
+            except TypeError:
+                launch = False
+        mark = False
+        if e.get("ph") == "X" and str(e.get("name", "")).startswith(STEP_MARK):
+            m0, md = parse_time(e.get("ts")), parse_time(e.get("dur"))
+            mark = m0 is not None and md is not None and m0 < t1 and m0 + md > t0
+        if e.get("ph") == "M" or ordinal in ids or launch or mark:
+            text = json.dumps(e)
+            kept_chars += len(text)
+            if len(keep) >= max_events or kept_chars > cap:
+                raise TraceError(f"{label}: the step's events come to more than {max_events:,} events or "
+                                 f"{size_text(cap)}; profile fewer steps")
+            keep.append(text)
+
+    with open_trace(path, label) as fh:
+        meta = JsonEvents(fh, label, max_bytes=max_bytes).read(pick)
+    head = json.dumps({**meta, "traceEvents": []})
+    body = (head[:-2] + ", ".join(keep) + "]}").encode()
     o = Path(out)
-    if o.suffix == ".gz":
-        o.write_bytes(gzip.compress(body, mtime=0))
-    else:
-        o.write_bytes(body)
+    o.write_bytes(gzip.compress(body, mtime=0) if o.suffix == ".gz" else body)
     return len(keep)
 
 

@@ -7,14 +7,22 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import typer
+import typer.core
 from rich.markup import escape
 from rich.table import Table
 
+from hwmodels.files import check_outputs
 from mksim.console import emit_json, make_table, out, to_json, write_output
-from mksim.errors import check_writable
+from mksim.errors import OutputError, check_writable
 from mksim.trace import TraceImport, cut_trace, import_trace, median_gap_us, short_name
+
+try:  # typer >= 0.20 vendors click as typer._click
+    from typer._click import exceptions as click_exc
+except ImportError:  # pragma: no cover - older typer uses click itself
+    from click import exceptions as click_exc  # type: ignore[no-redef]
 
 __all__ = ["kind_table", "prediction_lines", "trace_app", "trace_lines", "unmapped_table"]
 
@@ -25,9 +33,24 @@ trace_app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_excep
 STEP = typer.Option(None, "--step", help="Which step of the trace, 1 = the first (default: the median by span).")
 DEVICE = typer.Option(None, "--device", help="Which GPU's kernels, when the trace holds several.")
 UNMAPPED_ROWS = 10  # kernel names listed as unmapped; the rest summed in one line
+SPANS_LISTED = 8    # steps whose spans are listed one by one; of more, the shortest and the longest
 
 
-@trace_app.command("import")
+class _ImportCommand(typer.core.TyperCommand):
+    """``trace import``, whose ``--json`` takes a path where other commands' ``--json`` is a flag: a bare
+    ``--json`` says what to give."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click_exc.BadOptionUsage as exc:
+            if exc.option_name != "--json":
+                raise
+            raise click_exc.BadOptionUsage("--json", "--json of trace import takes a file to write the JSON to, or '-' "
+                                       "for standard output (--json -)", ctx) from None
+
+
+@trace_app.command("import", cls=_ImportCommand)
 def import_cmd(
     path: str = typer.Argument(..., help="Chrome trace (.json or .json.gz) from prof.export_chrome_trace()."),
     model: str | None = typer.Option(None, "--model", "-m", help="Built-in model name or a HF config.json: "
@@ -42,6 +65,7 @@ def import_cmd(
 ) -> None:
     """Replay a traced step, map its kernels to the model's ops, predict the megakernel on the same GPU."""
     if json_out and json_out != "-":
+        check_outputs({"--json": json_out}, [("trace", path)], error=OutputError)
         check_writable(json_out, "--json")
     t = import_trace(path, model=model, batch=batch, kv_len=kv_len, gpu=gpu, device=device, step=step)
     if json_out == "-":
@@ -68,8 +92,11 @@ def cut_cmd(
     device: int | None = DEVICE,
 ) -> None:
     """Write one step of a trace (its kernels, their launches, the metadata) to a small file."""
+    check_outputs({"DEST": dest}, [("trace", path)], error=OutputError)
     check_writable(dest, "DEST")
-    n = cut_trace(path, dest, step=step, device=device)
+    written: list[int] = []
+    write_output(lambda: written.append(cut_trace(path, dest, step=step, device=device)), dest, "DEST")
+    n = written[0]
     out.print(f"{n} events written to {dest}", markup=False)
 
 
@@ -82,7 +109,11 @@ def _rel(path: str) -> str:
 
 def trace_lines(t: TraceImport) -> list[str]:
     """The summary lines: the trace, the step, its time and replay (3), then the mapping and its doubts."""
-    spans = ", ".join(f"{s:.1f}" for s in t.step_spans_us)
+    if len(t.step_spans_us) <= SPANS_LISTED:
+        spans = ", ".join(f"{s:.1f}" for s in t.step_spans_us)
+    else:
+        ordered = sorted(t.step_spans_us)
+        spans = f"from {ordered[0]:.1f} to {ordered[-1]:.1f}"
     if t.step_period_us is not None:
         spans += f" µs, one every {t.step_period_us:.1f}"
     which = "the median" if len(t.step_spans_us) > 1 else "the only one"

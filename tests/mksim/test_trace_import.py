@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from mksim import models, trace, trace_cli, trace_map
+from mksim import models, trace, trace_cli, trace_map, trace_read
 from mksim.cli import main
 from mksim.errors import MksimError
 from mksim.trace import TraceError, TraceKernel, cut_trace, import_trace, replay_us, short_name
@@ -326,6 +326,6 @@ def test_gzipped_and_plain_read_alike_and_gpu_needs_a_name(tmp_path):
     assert issubclass(TraceError, MksimError)
 
 
-@pytest.mark.parametrize("module", [trace, trace_map, trace_cli], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [trace, trace_map, trace_cli, trace_read], ids=lambda m: m.__name__)
 def test_docstring_examples(module):
     assert doctest.testmod(module).failed == 0
