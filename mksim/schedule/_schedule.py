@@ -199,8 +199,9 @@ class Schedule:
                 and max(map(max, filter(None, self.queues))) == placed - 1 \
                 and len({t for q in self.queues for t in q}) == placed:
             # the queues place tasks 0..placed-1 each once: whole, but for a graph of another size
-            raise ScheduleError(f"this schedule's queues are for a different workload ({placed} tasks, the workload "
-                                f"has {n}); build it again with mksim simulate --save (or mksim search --out)")
+            lost = f"{n - placed} never placed" if placed < n else f"{placed - n} beyond its last task"
+            raise ScheduleError(f"this schedule's queues are for a different workload or tiling ({placed} tasks, the "
+                                f"workload has {n}: {lost}); build it again with mksim simulate --save")
         where: dict[int, int] = {}
         for sm, q in enumerate(self.queues):
             for t in q:
