@@ -74,6 +74,14 @@ def _is_path(text: str) -> bool:
     return True
 
 
+def _is_file(p: Path) -> bool:
+    """``p.is_file()``, False where the name cannot be looked up (too long: :func:`resolve` says so)."""
+    try:
+        return p.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def split_profile(text: str) -> tuple[str, str | None]:
     """``(hardware, profile)`` of a ``--gpu`` value: ``"h200+torch"`` and ``"data/h200.toml+torch"`` name
     a profile, ``"h200"`` and ``"my+gpu.toml"`` do not. The one reading of ``GPU+PROFILE`` for every command.
@@ -286,10 +294,10 @@ def _merged(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
     if not isinstance(base_name, str):
         raise HardwareFileError(f"{path}: key 'extends' must be a model name or path string")
     base_path = Path(base_name)
-    if not base_path.is_absolute() and (path.parent / base_path).is_file():
+    if not base_path.is_absolute() and _is_file(path.parent / base_path):
         base_path = path.parent / base_path
     try:
-        base_file = resolve(base_path if base_path.is_file() else base_name)
+        base_file = resolve(base_path if _is_file(base_path) else base_name)
     except UnknownGPUError as exc:
         raise HardwareFileError(f"{path}: 'extends' names unknown model {base_name!r}; known: "
                                 f"{', '.join(exc.known)}") from None

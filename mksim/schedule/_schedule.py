@@ -243,7 +243,7 @@ class Schedule:
     def from_json(cls, text_or_path: str | Path) -> Schedule:
         """Read a schedule written by :meth:`to_json` (a JSON string or a file path)."""
         text = str(text_or_path)
-        if not text.lstrip().startswith("{"):
+        if not text.lstrip("\ufeff \t\r\n").startswith("{"):
             data: str | bytes = models.read_user_file(text, "", limit=SCHEDULE_LIMIT_B, error=ScheduleError,
                                                       missing="no such schedule file")
             what = f"schedule {text if len(text) <= 120 else text[:60] + '…'}"
