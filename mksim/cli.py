@@ -208,7 +208,8 @@ def sweep_cmd(
     """Each mode's latency and the megakernel's speed-up over graph_pdl as batch (or context) grows."""
     gpu = with_impl(gpu, impl)
     if html:
-        check_output_paths({"--html": html}, [("model config", model), ("hardware file", gpu)])
+        hw_file = hwmodels.split_profile(gpu)[0]
+        check_output_paths({"--html": html}, [("model config", model), ("hardware file", hw_file)])
     rows = sweep_rows(model, gpu, parse_ints(batch, "--batch"), parse_ints(kv_len, "--kv-len"))
     if as_json:
         emit_json({"model": model, "gpu": gpu, "rows": rows})

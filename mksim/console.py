@@ -78,11 +78,19 @@ def with_impl(gpu: str, impl: str | None) -> str:
 
 def check_output_paths(outputs: dict[str, str | None], inputs: Iterable[tuple[str, str | None]] = ()) -> None:
     """Before any work: no output is an input or another output (:func:`hwmodels.files.check_outputs`), and
-    each can be written (:func:`mksim.errors.check_writable`)."""
-    check_outputs(outputs, inputs)
+    each can be written (:func:`mksim.errors.check_writable`). An input that names no file (a built-in
+    model or GPU) is none of the outputs."""
+    check_outputs(outputs, [(what, p) for what, p in inputs if p and _is_file(p)])
     for flag, path in outputs.items():
         if path and path != "-":
             check_writable(path, flag)
+
+
+def _is_file(path: str) -> bool:
+    try:
+        return os.path.isfile(path)
+    except (OSError, ValueError):
+        return False
 
 
 def given_flags(ctx: Context, skip: tuple[str, ...] = ()) -> list[str]:

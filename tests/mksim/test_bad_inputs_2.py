@@ -454,7 +454,8 @@ def test_A136_sweep_html_is_the_model_config(row: str, tmp_path: Path, capsys: p
 
 
 def _fake_compare_modes(model: str, gpu: str, batch: int, kv_len: int) -> dict[str, Any]:
-    return {"modes": {m: {"latency_us": 100.0 + batch} for m in ("stream", "graph_pdl", "megakernel")}}
+    modes = ("stream", "graph", "graph_pdl", "persistent_barrier", "megakernel")
+    return {"modes": {m: {"latency_us": 100.0 + batch} for m in modes}}
 
 
 @pytest.mark.parametrize("batches,rows", [pytest.param(",".join(map(str, range(1, 41))), 40, id="A161-sweep-40"),
@@ -564,3 +565,20 @@ def test_A138_search_out_dev_full(row: str, tmp_path: Path, capsys: pytest.Captu
     code, out, err = run_cli(["search", "--trials", "26", "--storage", "memory", "--out", "/dev/full"], capsys)
     assert_one_line(code, err, "/dev/full")
     assert "best" in out.lower()
+
+
+@row("A136-sweep-html-is-hardware-file")
+def test_A136_sweep_html_is_the_hardware_file(row: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU+PROFILE path is the file before the '+'; a built-in name (``--html h200``) is no input file."""
+    hw = tmp_path / "gpu.toml"
+    hw.write_bytes(H200_TOML.read_bytes())
+    code, _, err = run_cli(["sweep", "--batch", "1", "--gpu", f"{hw}+torch", "--html", str(hw)], capsys)
+    assert_one_line(code, err, "is the hardware file this command reads")
+    assert hw.read_bytes() == H200_TOML.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    import mksim.report
+
+    monkeypatch.setattr(mksim.report, "compare_modes", lambda *a: _fake_compare_modes(*a))
+    code, _, err = run_cli(["sweep", "--batch", "1", "--html", "h200"], capsys)
+    assert code == 0 and (tmp_path / "h200").stat().st_size > 0, err
