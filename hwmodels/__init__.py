@@ -6,10 +6,10 @@ True
 """
 
 from . import errors
-from ._loader import available, load, profile_info, profiles, resolve, resolve_profile
+from ._loader import available, load, profile_info, profiles, resolve, resolve_profile, split_profile
 from ._schema import KERNEL_COST_KEYS, SECTIONS, UNITS, GPUSpec, KernelCost, KernelSpec, Source, unit_of
 from .errors import HardwareError, HardwareFileError, UnknownGPUError
 
 __all__ = ["GPUSpec", "HardwareError", "HardwareFileError", "KERNEL_COST_KEYS", "KernelCost", "KernelSpec", "SECTIONS",
            "Source", "UNITS", "UnknownGPUError", "available", "errors", "load", "profile_info", "profiles", "resolve",
-           "resolve_profile", "unit_of"]
+           "resolve_profile", "split_profile", "unit_of"]

@@ -9,7 +9,9 @@ file, the key and what is expected.
 
 from __future__ import annotations
 
+import errno
 import math
+import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import fields
@@ -31,6 +33,7 @@ from ._schema import (
     unit_of,
 )
 from .errors import HardwareFileError, UnknownGPUError
+from .files import input_file, read_bytes
 
 _HERE = Path(__file__).resolve().parent
 SEARCH_DIRS = (_HERE / "data", _HERE / "calibrated")
@@ -47,6 +50,8 @@ _VALIDATION_REQUIRED = ("cases", "mape_pct", "bias_pct", "p90_abs_pct", "max_abs
 # task costs that are work on the SM, so scale with its clock when a profile moves to another GPU
 _CLOCKED = ("task_fixed_us", "task_row_us")
 _ENTRY_KEYS = {"value", "source", "note", "spread"}
+#: a hardware file or profile is a few KiB; past this it is not one
+TOML_LIMIT_B = 64 << 20
 
 
 def available() -> list[str]:
@@ -55,15 +60,55 @@ def available() -> list[str]:
     return sorted(names)
 
 
+def _is_path(text: str) -> bool:
+    """Whether a GPU or profile name is a file's path: it ends in ``.toml``, holds a ``/``, or names
+    something that exists (a folder, a FIFO), a link loop or a name too long for a file."""
+    if text.endswith(".toml") or "/" in text or os.sep in text:
+        return True
+    try:
+        os.stat(text)
+    except OSError as exc:
+        return exc.errno in (errno.ENAMETOOLONG, errno.ELOOP, errno.EACCES)
+    except ValueError:  # a NUL character
+        return True
+    return True
+
+
+def _is_file(p: Path) -> bool:
+    """``p.is_file()``, False where the name cannot be looked up (too long: :func:`resolve` says so)."""
+    try:
+        return p.is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def split_profile(text: str) -> tuple[str, str | None]:
+    """``(hardware, profile)`` of a ``--gpu`` value: ``"h200+torch"`` and ``"data/h200.toml+torch"`` name
+    a profile, ``"h200"`` and ``"my+gpu.toml"`` do not. The one reading of ``GPU+PROFILE`` for every command.
+
+    >>> split_profile("h200-calibrated+mksim"), split_profile("hwmodels/data/h200.toml+torch")
+    (('h200-calibrated', 'mksim'), ('hwmodels/data/h200.toml', 'torch'))
+    """
+    if "+" not in text:
+        return text, None
+    if "/" in text or ".toml+" in text or text.endswith(".toml"):  # a path: its profile follows the last '+'
+        head, _, tail = text.rpartition("+")
+        if "/" in tail or tail.endswith(".toml"):  # the '+' is part of the file's name
+            return text, None
+        return head, tail
+    head, _, tail = text.partition("+")
+    return head, tail
+
+
 def resolve(name_or_path: str | Path) -> Path:
     """The file behind a model name or a path; unknown names list the known ones."""
     text = str(name_or_path)
-    p = Path(text)
-    if p.suffix == ".toml" or p.exists() or "/" in text:
-        if not p.is_file():
-            raise HardwareFileError(f"{text}: no such hardware file; give a path to a .toml file "
-                                    f"or one of: {', '.join(available())}")
-        return p
+    if not text.strip():
+        raise HardwareFileError(f"the GPU name is empty; give one of: {', '.join(available())} (or a .toml path)")
+    if _is_path(text):
+        return input_file(text, error=HardwareFileError,
+                          missing=f"no such hardware file; give a path to a .toml file or one of: "
+                                  f"{', '.join(available())}")
     for d in SEARCH_DIRS:
         cand = d / f"{text.lower()}.toml"
         if cand.is_file():
@@ -96,8 +141,8 @@ def load(name_or_path: str | Path, profile: str | None = None) -> GPUSpec:
         ('h200-calibrated+mksim', 'mksim', 4.367)
     """
     text = str(name_or_path)
-    if profile is None and "+" in text and not text.endswith(".toml") and "/" not in text:
-        text, profile = text.split("+", 1)
+    if profile is None:
+        text, profile = split_profile(text)
     path = resolve(text)
     raw = _merged(path, chain=())
     own = raw.pop("profile", None)
@@ -166,12 +211,9 @@ def _validation(table: Any, path: Path) -> dict[str, Any] | None:
 def resolve_profile(name_or_path: str | Path) -> Path:
     """The file behind a profile name or path; unknown names list the known ones."""
     text = str(name_or_path)
-    p = Path(text)
-    if p.suffix == ".toml" or "/" in text:
-        if not p.is_file():
-            raise HardwareFileError(f"{text}: no such profile file; give a .toml path or one of: "
-                                    f"{', '.join(profiles())}")
-        return p
+    if text.endswith(".toml") or "/" in text or len(text) > 255:
+        return input_file(text, error=HardwareFileError,
+                          missing=f"no such profile file; give a .toml path or one of: {', '.join(profiles())}")
     cand = PROFILE_DIR / f"{text.lower()}.toml"
     if cand.is_file():
         return cand
@@ -226,16 +268,16 @@ def _with_profile(raw: dict[str, Any], name: str, gpu_path: Path) -> dict[str, A
 
 
 def _read(path: Path) -> dict[str, Any]:
+    data = read_bytes(path, limit=TOML_LIMIT_B, error=HardwareFileError, missing="no such hardware file")
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
+        return tomllib.loads(data.decode())
     except tomllib.TOMLDecodeError as exc:
         raise HardwareFileError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
     except UnicodeDecodeError as exc:  # binary or UTF-16: TOML is UTF-8 text
         raise HardwareFileError(f"{path}: not valid TOML (not UTF-8 text: {exc.reason} at byte {exc.start}); "
                                 "save it as UTF-8") from None
-    except OSError as exc:
-        raise HardwareFileError(f"{path}: cannot read ({exc.strerror})") from None
+    except RecursionError:
+        raise HardwareFileError(f"{path}: not valid TOML (nested too deeply); this is not a hardware file") from None
 
 
 def _merged(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
@@ -252,10 +294,10 @@ def _merged(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
     if not isinstance(base_name, str):
         raise HardwareFileError(f"{path}: key 'extends' must be a model name or path string")
     base_path = Path(base_name)
-    if not base_path.is_absolute() and (path.parent / base_path).is_file():
+    if not base_path.is_absolute() and _is_file(path.parent / base_path):
         base_path = path.parent / base_path
     try:
-        base_file = resolve(base_path if base_path.is_file() else base_name)
+        base_file = resolve(base_path if _is_file(base_path) else base_name)
     except UnknownGPUError as exc:
         raise HardwareFileError(f"{path}: 'extends' names unknown model {base_name!r}; known: "
                                 f"{', '.join(exc.known)}") from None

@@ -17,8 +17,20 @@ import typer
 import hwmodels
 from mksim import __version__, models, tables
 from mksim.compare import compare_modes, make_workload
-from mksim.console import LazyGroup, emit_json, out, parse_ints, parse_options, run_app, say, with_impl, write_output
-from mksim.errors import MksimError, OutputError, check_writable
+from mksim.console import (
+    LazyGroup,
+    check_output_paths,
+    emit_json,
+    out,
+    parse_ints,
+    parse_options,
+    run_app,
+    say,
+    schedule_conflict,
+    with_impl,
+    write_output,
+)
+from mksim.errors import MksimError, OutputError
 from mksim.report import sweep_figure_html, sweep_rows
 from mksim.schedule import Schedule, build_schedule, check_fits
 from mksim.search import SearchResult, search
@@ -137,6 +149,7 @@ def compare_cmd(
 
 @app.command("simulate")
 def simulate_cmd(
+    ctx: typer.Context,
     model: str = typer.Option("llama-3.2-1b", "--model", "-m"),
     gpu: str = GPU,
     impl: str | None = IMPL,
@@ -155,10 +168,9 @@ def simulate_cmd(
 ) -> None:
     """Simulate one mode (or a schedule file) and show where the time went."""
     gpu = with_impl(gpu, impl)
-    for path, flag in ((save, "--save"), (trace, "--trace")):
-        if path:
-            check_writable(path, flag)
+    check_output_paths({"--save": save, "--trace": trace}, [("schedule", schedule)])
     if schedule:
+        schedule_conflict(ctx, schedule, ("save", "trace", "as_json"))
         sched = Schedule.from_json(schedule)
     else:
         g = hwmodels.load(gpu)
@@ -196,13 +208,15 @@ def sweep_cmd(
     """Each mode's latency and the megakernel's speed-up over graph_pdl as batch (or context) grows."""
     gpu = with_impl(gpu, impl)
     if html:
-        check_writable(html, "--html")
+        hw_file = hwmodels.split_profile(gpu)[0]
+        check_output_paths({"--html": html}, [("model config", model), ("hardware file", hw_file)])
     rows = sweep_rows(model, gpu, parse_ints(batch, "--batch"), parse_ints(kv_len, "--kv-len"))
-    if html:
-        sweep_figure_html(rows, model, gpu, html)
     if as_json:
-        return emit_json({"model": model, "gpu": gpu, "rows": rows})
-    out.print(tables.sweep_table(rows, model, gpu))
+        emit_json({"model": model, "gpu": gpu, "rows": rows})
+    else:
+        out.print(tables.sweep_table(rows, model, gpu))
+    if html:  # after the table is out: a failed write (a full disk) loses nothing
+        write_output(lambda: sweep_figure_html(rows, model, gpu, html), html, "--html")
 
 
 # -- search --------------------------------------------------------------------------------

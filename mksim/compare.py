@@ -24,7 +24,6 @@ import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import hwmodels
@@ -73,7 +72,7 @@ def make_workload(model: str | ModelConfig, batch: int = 1, kv_len: int = 1024, 
     tiled for ``n_sms`` SMs, as every ``mksim`` command builds it."""
     params = dict(batch=batch, kv_len=kv_len, phase=phase, prefill_tokens=prefill_tokens, weight_dtype=dtype,
                   n_sms=n_sms)
-    if isinstance(model, str) and (model.endswith(".json") or Path(model).is_file()):
+    if isinstance(model, str) and models.is_config_path(model):
         return models.from_hf_config(model, **params)
     return models.workload(model, **params)
 
@@ -308,7 +307,7 @@ def stack_row(wl: Workload, gpu: str, impl: str, megakernel: ModeSummary | None)
     """The user's stack on ``gpu``'s hardware (a profile ``gpu`` names is the megakernel's, not the
     stack's): the kernels of profile ``impl`` in one CUDA graph (``graph`` mode), and the megakernel's
     speed-up over it (``None`` where the GPU has no megakernel row)."""
-    sg = hwmodels.load(gpu.split("+", 1)[0] if "+" in gpu and "/" not in gpu else gpu, profile=impl)
+    sg = hwmodels.load(hwmodels.split_profile(gpu)[0], profile=impl)
     r = simulate_summary((wl, sg, "graph", {}))
     basis = interval_basis(sg)
     iv = latency_interval(r.latency_us, basis["half_width_pct"])

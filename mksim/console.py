@@ -13,7 +13,7 @@ import importlib
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
 import numpy as np
@@ -22,12 +22,14 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
-from mksim.errors import MksimError, OutputError
+import hwmodels
+from hwmodels.files import check_outputs
+from mksim.errors import MksimError, OutputError, check_writable
 
 try:  # typer >= 0.20 vendors click as typer._click
-    from typer._click.core import Command, Context
+    from typer._click.core import Command, Context, ParameterSource
 except ImportError:  # pragma: no cover - older typer uses click itself
-    from click.core import Command, Context  # type: ignore[assignment]
+    from click.core import Command, Context, ParameterSource  # type: ignore[assignment]
 
 
 class LazyGroup(TyperGroup):
@@ -64,14 +66,47 @@ def with_impl(gpu: str, impl: str | None) -> str:
     """``gpu`` with the implementation profile ``impl`` applied (``"h200-calibrated+torch"``); ``gpu`` itself
     when ``impl`` is None. A GPU named with a profile already takes no second one.
 
-    >>> with_impl("h200-calibrated", "torch"), with_impl("h200", None)
-    ('h200-calibrated+torch', 'h200')
+    >>> with_impl("h200-calibrated", "torch"), with_impl("h200", None), with_impl("data/h200.toml", "torch")
+    ('h200-calibrated+torch', 'h200', 'data/h200.toml+torch')
     """
     if impl is None:
         return gpu
-    if "+" in gpu:
+    if hwmodels.split_profile(gpu)[1] is not None:
         raise MksimError(f"--gpu {gpu} already names a profile; give --impl {impl} with a GPU without one")
     return f"{gpu}+{impl}"
+
+
+def check_output_paths(outputs: dict[str, str | None], inputs: Iterable[tuple[str, str | None]] = ()) -> None:
+    """Before any work: no output is an input or another output (:func:`hwmodels.files.check_outputs`), and
+    each can be written (:func:`mksim.errors.check_writable`). An input that names no file (a built-in
+    model or GPU) is none of the outputs."""
+    check_outputs(outputs, [(what, p) for what, p in inputs if p and _is_file(p)])
+    for flag, path in outputs.items():
+        if path and path != "-":
+            check_writable(path, flag)
+
+
+def _is_file(path: str) -> bool:
+    try:
+        return os.path.isfile(path)
+    except (OSError, ValueError):
+        return False
+
+
+def given_flags(ctx: Context, skip: tuple[str, ...] = ()) -> list[str]:
+    """The options of ``ctx``'s command that were given on the command line (not left at their
+    default), each as its long flag, except the parameters named in ``skip``."""
+    return [p.opts[0] for p in ctx.command.params
+            if p.name not in skip and p.opts and ctx.get_parameter_source(p.name or "") == ParameterSource.COMMANDLINE]
+
+
+def schedule_conflict(ctx: Context, schedule: str, skip: tuple[str, ...]) -> None:
+    """Refuse a flag that a schedule file fixes (the model, batch, GPU, mode and options): it would be
+    ignored without a word."""
+    given = given_flags(ctx, ("schedule", *skip))
+    if given:
+        raise MksimError(f"--schedule {schedule} fixes the model, batch, GPU, mode and options; {', '.join(given)} "
+                         "would be ignored. Drop them, or build a new schedule from the flags without --schedule")
 
 
 try:  # typer >= 0.20 vendors click as typer._click

@@ -16,8 +16,9 @@ import typer
 import validation.calibrate as cal
 import validation.suite as vs
 import validation.suite_run as vr
+from hwmodels.files import check_outputs, parse_json, read_bytes
 from mksim import models
-from mksim.console import emit_json, make_table, out, say
+from mksim.console import emit_json, make_table, out, say, schedule_conflict
 from mksim.errors import MksimError, UnknownNameError
 from mksim.schedule import MODES, Schedule
 from validation.megakernel.program import check_supported
@@ -35,6 +36,7 @@ calibrate_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False
 validate_app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                            help="Run schedules on this machine's GPU and hold them against their predictions (one "
                                 "case, the suite, its report).")
+MEASURED_LIMIT_B = 256 << 20  # a suite's measured.json is a few MB
 PRED_GPU = "h200-mk-kernels"  # the hardware model the suite's predictions come from
 JSON = typer.Option(False, "--json", help="Print JSON.")
 WATCHDOG = typer.Option(60.0, "--watchdog-s", help="A kernel still running after this is an error.")
@@ -63,6 +65,7 @@ def calibrate_cmd(
     if from_raw:
         if not out_file:
             raise MksimError("--from-raw needs --out FILE.toml for the overlay it writes")
+        check_outputs({"--out": out_file}, [("raw results file", p) for p in from_raw])  # the folder is made
         ps, spread = cal.finish([Path(p) for p in from_raw], Path(out_file), base=base,
                                 results_dir=Path(results) if results else None,
                                 mechanisms=Path(mechanisms) if mechanisms else None, say=tell)
@@ -155,6 +158,11 @@ def validate_cmd(
         return
     if schedule and (model or mode or policy):
         raise MksimError("give --schedule FILE, or --model NAME --mode MODE, not both")
+    if schedule:  # the schedule fixes its workload; --gpu stays: the model the prediction comes from
+        schedule_conflict(ctx, schedule, ("gpu", "out_dir", "reps", "watchdog_s", "force", "dry_run", "as_json"))
+    if dry_run and out_dir:
+        raise MksimError(f"--dry-run measures nothing and writes nothing, so --out {out_dir} would stay empty; drop "
+                         "--out, or drop --dry-run to measure into it")
     if schedule:
         s = Schedule.from_json(schedule)
         name = s.workload_spec["model"] if isinstance(s.workload_spec["model"], str) else "custom"
@@ -265,6 +273,9 @@ def validate_report_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Predict again (CPU only) and rebuild summary.json, plots and the markdown table of a run."""
+    measured = Path(measured_dir) / vs.MEASURED if Path(measured_dir).is_dir() else Path(measured_dir)
+    if measured.exists():  # read the careful way first: a FIFO, a huge or deeply nested file is one line
+        parse_json(read_bytes(measured, limit=MEASURED_LIMIT_B), f"{measured}: cannot read measured results")
     _report(measured_dir, gpu, out_dir, docs, as_json, stacks)
 
 

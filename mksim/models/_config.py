@@ -1,14 +1,30 @@
-"""Decoder-only LLM architectures, read from Hugging Face ``config.json`` files."""
+"""Decoder-only LLM architectures, read from Hugging Face ``config.json`` files.
+
+Every field read is checked by type (a boolean must be JSON ``true``/``false``, a count a positive
+integer), and a config this reader would take for something it is not is refused in one line: a
+mixture-of-experts config (Mixtral, Qwen3-MoE, DeepSeek) or DeepSeek's latent attention relabelled
+as a dense model type.
+
+>>> config_from_hf({**_read_builtin("llama-3.2-1b"), "tie_word_embeddings": "false"})
+Traceback (most recent call last):
+...
+mksim.errors.WorkloadError: config: tie_word_embeddings = 'false'; expected JSON true or false
+"""
 
 from __future__ import annotations
 
-import json
+import errno
 import math
+import os
+import select
+import stat
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from hwmodels.files import parse_json, read_bytes
 from mksim.errors import UnknownNameError, WorkloadError
 
 _CONFIGS = Path(__file__).resolve().parent / "configs"
@@ -16,6 +32,14 @@ _CONFIGS = Path(__file__).resolve().parent / "configs"
 # model_type values whose decoder layer is the Llama block (RMSNorm, GQA, RoPE, SwiGLU);
 # qwen3 adds a per-head RMSNorm on q and k.
 _LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3"}
+#: model types whose config may hold a sliding attention window (Hugging Face reads none for llama)
+_WINDOWED = {"mistral", "qwen2", "qwen3"}
+#: keys that count a mixture-of-experts model's experts (Mixtral, Qwen-MoE, DeepSeek)
+MOE_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+#: a config file is a few KiB; anything past this is not one
+CONFIG_LIMIT_B = 16 << 20
+#: how long a pipe (``<(cat config.json)``) may take to deliver its bytes
+PIPE_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -44,6 +68,10 @@ class ModelConfig:
     rope_theta: float = 10000.0
     max_position_embeddings: int = 4096
     model_type: str = "llama"
+    #: tokens a layer with sliding-window attention attends to (None: every layer sees the whole context)
+    sliding_window: int | None = None
+    #: the first this many layers attend to the whole context even with a window (Qwen2's max_window_layers)
+    full_attention_layers: int = 0
 
     @property
     def q_size(self) -> int:
@@ -65,6 +93,12 @@ class ModelConfig:
         head = 0 if self.tie_word_embeddings else self.vocab_size * h
         return embed + self.num_layers * (attn + mlp + norms) + h + head
 
+    def window(self, layer: int) -> int | None:
+        """The attention window of ``layer`` in tokens, or None where it attends to the whole context."""
+        if self.sliding_window is None or layer < self.full_attention_layers:
+            return None
+        return self.sliding_window
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -75,11 +109,95 @@ def builtin_names() -> list[str]:
 
 
 def get(name: str) -> ModelConfig:
-    """A built-in model by name; an unknown name lists the known ones."""
-    path = _CONFIGS / f"{name.lower()}.json"
-    if not path.is_file():
-        raise UnknownNameError("model", name, builtin_names())
-    return config_from_hf(path, name=name.lower())
+    """A built-in model by name (any case); an unknown name lists the known ones. Only the names of
+    :func:`builtin_names` are read: a name is never a path (``../x`` does not load ``x.json``)."""
+    known = builtin_names()
+    if not isinstance(name, str) or name.lower() not in known:
+        shown = name if not isinstance(name, str) or len(name) <= 120 else f"{name[:60]}…({len(name)} characters)"
+        raise UnknownNameError("model", shown, known)
+    return config_from_hf(_CONFIGS / f"{name.lower()}.json", name=name.lower())
+
+
+def _read_builtin(name: str) -> dict[str, Any]:
+    return dict(parse_json((_CONFIGS / f"{name}.json").read_bytes(), name))
+
+
+def is_config_path(name: str) -> bool:
+    """Whether ``--model name`` names a file (a Hugging Face config) rather than a built-in model: not a
+    built-in's name, and it ends in ``.json``, holds a ``/``, or names something that exists (a folder, a
+    FIFO, a link loop, a name too long for a file: the reader then says which in one line)."""
+    if name.lower() in builtin_names():
+        return False
+    if name.endswith(".json") or "/" in name or os.sep in name:
+        return True
+    try:
+        os.stat(name)
+    except OSError as exc:
+        return exc.errno in (errno.ENAMETOOLONG, errno.ELOOP, errno.EACCES)
+    except ValueError:  # a NUL character: the reader says so
+        return True
+    return True
+
+
+def is_pipe_name(path: str | Path) -> bool:
+    """Whether ``path`` is a shell's process substitution (``<(cat config.json)`` is ``/dev/fd/63``): a
+    pipe that has a writer, read with a size and time limit, where any other FIFO is refused."""
+    text = str(path)
+    return text.startswith(("/dev/fd/", "/proc/self/fd/")) and text.rsplit("/", 1)[1].isdigit()
+
+
+def read_user_file(path: str | Path, what: str, *, limit: int, error: type[WorkloadError] | Any = WorkloadError,
+                   missing: str = "no such file") -> bytes:
+    """The bytes of a file a user names (:func:`hwmodels.files.read_bytes`: regular files only), or of a
+    process substitution's pipe (:func:`is_pipe_name`), read without blocking for more than
+    :data:`PIPE_TIMEOUT_S` and refused past ``limit`` bytes."""
+    if not is_pipe_name(path):
+        return read_bytes(path, what, limit=limit, error=error, missing=missing)
+    label = f"{what} {path}".strip()
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return read_bytes(path, what, limit=limit, error=error, missing=missing)  # its one-line answer
+    if not stat.S_ISFIFO(mode):
+        return read_bytes(path, what, limit=limit, error=error, missing=missing)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # opening a FIFO for reading never blocks so
+    except OSError as exc:
+        raise error(f"{label}: cannot read it ({exc.strerror})") from None
+    chunks: list[bytes] = []
+    size, deadline = 0, time.monotonic() + PIPE_TIMEOUT_S
+    try:
+        while size <= limit:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise error(f"{label}: the pipe gave no end of data within {PIPE_TIMEOUT_S:g} s; save it to a "
+                            "file and give that file")
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise error(f"{label}: more than {limit >> 20} MiB; this is not a file mksim reads")
+    return b"".join(chunks)
+
+
+def moe_experts(raw: Mapping[str, Any]) -> tuple[int, str] | None:
+    """``(experts, key)`` when a Hugging Face config describes a mixture-of-experts model (more than one
+    expert, or more than one expert per token), else None."""
+    for key in MOE_COUNT_KEYS:
+        v = raw.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 1:
+            return v, key
+    v = raw.get("num_experts_per_tok")
+    if isinstance(v, int) and not isinstance(v, bool) and v > 1:
+        return v, "num_experts_per_tok"
+    return None
 
 
 def config_from_hf(path_or_dict: str | Path | Mapping[str, Any], *, name: str | None = None) -> ModelConfig:
@@ -88,28 +206,52 @@ def config_from_hf(path_or_dict: str | Path | Mapping[str, Any], *, name: str | 
         raw, where = dict(path_or_dict), "config"
     else:
         path = Path(path_or_dict)
-        where = str(path)
-        try:
-            raw = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise WorkloadError(f"{where}: no such config file; give the path of a Hugging Face "
-                                "config.json") from None
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise WorkloadError(f"{where}: not a readable JSON config ({exc})") from None
+        where = str(path) if len(str(path)) <= 120 else f"{str(path)[:60]}…({len(str(path))} characters)"
+        if not is_pipe_name(path) and os.path.isdir(path):  # a Hugging Face model folder holds its config.json
+            if not (path / "config.json").is_file():
+                raise WorkloadError(f"{where}: a folder without a config.json; give the path of a Hugging Face "
+                                    "config.json")
+            path = path / "config.json"
+        data = read_user_file(path, "", limit=CONFIG_LIMIT_B,
+                              missing="no such config file; give the path of a Hugging Face config.json")
+        raw = parse_json(data, f"{where}: not a readable JSON config", error=WorkloadError)
         if not isinstance(raw, dict):
             raise WorkloadError(f"{where}: a config.json must hold a JSON object")
         name = name or (path.parent.name if path.name == "config.json" else path.stem)
+        if is_pipe_name(path_or_dict) and name.isdigit():  # <(cat config.json): no name to take
+            name = None
     # Multimodal/composite configs nest the language model's config.
     if "text_config" in raw and "hidden_size" not in raw:
         if not isinstance(raw["text_config"], Mapping):
             raise WorkloadError(f"{where}: text_config = {raw['text_config']!r}; expected an object (the language "
                                 "model's config)")
         raw = dict(raw["text_config"])
-    model_type = str(raw.get("model_type", "llama"))
+    supported = ", ".join(sorted(_LLAMA_LIKE))
+    if "model_type" in raw and not isinstance(raw["model_type"], str):
+        raise WorkloadError(f"{where}: model_type = {_short(raw['model_type'])}; expected the architecture's name as "
+                            f"a string, one of {supported}")
+    model_type = raw.get("model_type", "llama")
     if model_type not in _LLAMA_LIKE:
         raise WorkloadError(f"{where}: model_type {model_type!r} is not supported by the config "
-                            f"importer (supported: {', '.join(sorted(_LLAMA_LIKE))}); use "
+                            f"importer (supported: {supported}); use "
                             "mksim.models.from_torch for other architectures")
+    moe = moe_experts(raw)
+    if moe is not None:
+        raise WorkloadError(f"{where}: this is a mixture-of-experts config ({moe[0]} "
+                            f"{'experts per token' if moe[1] == 'num_experts_per_tok' else 'experts'}, {moe[1]}); "
+                            "mksim does not simulate MoE yet")
+    for key in ("kv_lora_rank", "q_lora_rank"):
+        if raw.get(key) is not None:
+            raise WorkloadError(f"{where}: {key} = {_short(raw[key])}: this config uses DeepSeek's multi-head latent "
+                                f"attention, not the {model_type} block; mksim does not simulate it yet")
+
+    def flag(key: str, default: bool) -> bool:
+        v = raw.get(key)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            raise WorkloadError(f"{where}: {key} = {_short(v)}; expected JSON true or false")
+        return v
 
     def positive(k: str, v: Any) -> int:
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
@@ -146,22 +288,54 @@ def config_from_hf(path_or_dict: str | Path | Mapping[str, Any], *, name: str | 
         raise WorkloadError(f"{where}: num_attention_heads ({heads}) is not a multiple of "
                             f"num_key_value_heads ({kv_heads})")
     act = raw.get("hidden_act", "silu")
-    if act not in ("silu", "swish"):
-        raise WorkloadError(f"{where}: hidden_act {act!r} is not supported (SwiGLU models only)")
+    if not isinstance(act, str) or act not in ("silu", "swish"):
+        raise WorkloadError(f"{where}: hidden_act {_short(act)} is not supported (SwiGLU models only)")
+    layers = need("num_hidden_layers", "n_layer")
+    window, full_layers = _window(raw, model_type, layers, flag, where)
+    named = raw.get("_name_or_path")
     return ModelConfig(
-        name=name or str(raw.get("_name_or_path") or model_type),
+        name=name or (named if isinstance(named, str) and named else model_type),
         hidden_size=hidden,
         intermediate_size=need("intermediate_size", "n_inner"),
-        num_layers=need("num_hidden_layers", "n_layer"),
+        num_layers=layers,
         num_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
         vocab_size=need("vocab_size"),
-        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        tie_word_embeddings=flag("tie_word_embeddings", False),
         qk_norm=model_type == "qwen3",
-        attention_bias=bool(raw.get("attention_bias", model_type == "qwen2")),
+        attention_bias=flag("attention_bias", model_type == "qwen2"),
         rms_norm_eps=number("rms_norm_eps", 1e-5),
         rope_theta=number("rope_theta", 10000.0),
         max_position_embeddings=maybe("max_position_embeddings", 4096),
         model_type=model_type,
+        sliding_window=window,
+        full_attention_layers=full_layers,
     )
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 80 else text[:60] + f"…({len(text)} characters)"
+
+
+def _window(raw: Mapping[str, Any], model_type: str, layers: int, flag: Any, where: str) -> tuple[int | None, int]:
+    """``(sliding_window, full_attention_layers)`` as Hugging Face reads them: Mistral's ``sliding_window``
+    (null: none) applies to every layer; Qwen2 and Qwen3 use theirs only with ``use_sliding_window``, from
+    layer ``max_window_layers`` on (default 28, as in transformers). Llama has no window."""
+    if model_type not in _WINDOWED:
+        return None, 0
+    w = raw.get("sliding_window")
+    if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w <= 0):
+        raise WorkloadError(f"{where}: sliding_window = {_short(w)}; expected a positive integer (tokens) or null")
+    if model_type == "mistral":
+        return w, 0
+    use = flag("use_sliding_window", False)
+    full = raw.get("max_window_layers")
+    if full is not None and (isinstance(full, bool) or not isinstance(full, int) or full < 0):
+        raise WorkloadError(f"{where}: max_window_layers = {_short(full)}; expected an integer >= 0 (the layers "
+                            "that attend to the whole context)")
+    if not use or w is None:
+        return None, 0
+    full = 28 if full is None else full
+    return (w, full) if full < layers else (None, 0)

@@ -26,6 +26,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from mksim.errors import WorkloadError
 from mksim.workload import ACT_BYTES, DTYPE_BYTES, MATMUL_ALIGN, VEC_ALIGN, Input, Op, Workload
 
+from ._config import MOE_COUNT_KEYS, moe_experts
+
 # Nodes that only move or relabel data: their producer passes through, no op is made.
 _VIEWS = {"view", "reshape", "permute", "transpose", "t", "contiguous", "unsqueeze", "squeeze",
           "flatten", "unflatten", "expand", "expand_as", "repeat", "repeat_interleave", "getitem",
@@ -115,6 +117,25 @@ def _meta_copy(module: nn.Module) -> nn.Module:
                 meta = torch.empty_like(t, device="meta")
                 memo[id(t)] = nn.Parameter(meta, t.requires_grad) if isinstance(t, nn.Parameter) else meta
     return copy.deepcopy(module, memo)
+
+
+def _experts(module: nn.Module) -> str | None:
+    """How ``module`` shows it is a mixture of experts, or None: its ``config`` counts experts (as a
+    Hugging Face config does: :func:`mksim.models.moe_experts`), or a submodule is named ``experts``
+    (``block_sparse_moe.experts``, ``mlp.experts``) with more than one expert in it."""
+    cfg = getattr(module, "config", None)
+    keys = (*MOE_COUNT_KEYS, "num_experts_per_tok")
+    raw = dict(cfg) if isinstance(cfg, dict) else {k: getattr(cfg, k, None) for k in keys} if cfg is not None else {}
+    found = moe_experts(raw)
+    if found is not None:
+        return f"{found[0]} experts, config.{found[1]}"
+    for qual, m in module.named_modules():
+        if re.search(r"(^|[._])experts$", qual):
+            n = len(m) if isinstance(m, (nn.ModuleList, nn.ModuleDict, nn.Sequential)) else \
+                getattr(m, "num_experts", None)
+            if n is None or (isinstance(n, int) and n > 1):
+                return f"{n} experts in {qual}" if n else f"experts in {qual}"
+    return None
 
 
 def _last(x: Any) -> int | None:
@@ -353,6 +374,10 @@ def from_torch(module: nn.Module, example_inputs: Any, *, name: str | None = Non
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
         raise WorkloadError(f"batch must be a positive integer, got {batch!r}")
     cls = type(module).__name__
+    moe = _experts(module)
+    if moe is not None:
+        raise WorkloadError(f"{cls} is a mixture-of-experts model ({moe}); mksim does not simulate MoE yet, and "
+                            "tracing it would run every token through one expert's shapes as a dense model")
     try:
         mod = _meta_copy(module).eval()
     except Exception as exc:

@@ -126,7 +126,12 @@ def _spec(wl: Workload, gpu: GPUSpec) -> dict[str, Any]:
 def _hf_dict(cfg: Any) -> dict[str, Any]:
     if cfg is None:
         raise ScheduleError("this workload has no model config (from_torch?); it cannot be saved as a schedule")
-    return {"model_type": cfg.model_type, "hidden_size": cfg.hidden_size,
+    window: dict[str, Any] = {}
+    if getattr(cfg, "sliding_window", None) is not None:  # as Hugging Face writes it, read back the same
+        window = {"sliding_window": cfg.sliding_window}
+        if cfg.model_type in ("qwen2", "qwen3"):
+            window.update(use_sliding_window=True, max_window_layers=cfg.full_attention_layers)
+    return {**window, "model_type": cfg.model_type, "hidden_size": cfg.hidden_size,
             "intermediate_size": cfg.intermediate_size, "num_hidden_layers": cfg.num_layers,
             "num_attention_heads": cfg.num_heads, "num_key_value_heads": cfg.num_kv_heads,
             "head_dim": cfg.head_dim, "vocab_size": cfg.vocab_size,

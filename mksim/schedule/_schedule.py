@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from collections.abc import Mapping
@@ -13,15 +14,27 @@ import pydantic
 
 import hwmodels
 from hwmodels import GPUSpec
+from hwmodels.files import parse_json
 from mksim import models
 from mksim.errors import DeadlockError, ScheduleError, WorkloadError
-from mksim.workload import DTYPE_BYTES, TaskGraph, Tiling, Workload, expand_kernels, kernels_per_op
+from mksim.workload import (
+    DTYPE_BYTES,
+    KINDS,
+    TaskGraph,
+    Tiling,
+    Workload,
+    build_llm_workload,
+    expand_kernels,
+    kernels_per_op,
+)
 
 from ._designs import active_designs, get_sync, registered_designs
 from ._modes import PERSISTENT_MODES, get_mode
+from ._policies import ORDERS, get_policy
 
 FORMAT = "mksim-schedule"
 VERSION = 1  # the schedule file format this code reads and writes
+SCHEDULE_LIMIT_B = 256 << 20  # a schedule file holds a few MB at most (its queues); past this it is not one
 WORKLOAD_KEYS = ("batch", "kv_len", "phase", "prefill_tokens", "weight_dtype", "kv_splits", "fuse_norm", "fuse_rope",
                  "fuse_silu", "fuse_reduce", "split_qkv", "split_gate_up")
 
@@ -181,6 +194,14 @@ class Schedule:
         if len(self.queues) > n_sms:
             raise ScheduleError(f"{len(self.queues)} queues for {n_sms} SMs on {self.gpu.name}; "
                                 "one queue per SM at most")
+        placed = sum(map(len, self.queues))
+        if placed and abs(placed - n) > 1 and min(map(min, filter(None, self.queues))) == 0 \
+                and max(map(max, filter(None, self.queues))) == placed - 1 \
+                and len({t for q in self.queues for t in q}) == placed:
+            # the queues place tasks 0..placed-1 each once: whole, but for a graph of another size
+            lost = f"{n - placed} never placed" if placed < n else f"{placed - n} beyond its last task"
+            raise ScheduleError(f"this schedule's queues are for a different workload or tiling ({placed} tasks, the "
+                                f"workload has {n}: {lost}); build it again with mksim simulate --save")
         where: dict[int, int] = {}
         for sm, q in enumerate(self.queues):
             for t in q:
@@ -222,20 +243,13 @@ class Schedule:
     def from_json(cls, text_or_path: str | Path) -> Schedule:
         """Read a schedule written by :meth:`to_json` (a JSON string or a file path)."""
         text = str(text_or_path)
-        if not text.lstrip().startswith("{"):
-            p = Path(text)
-            if not p.is_file():
-                raise ScheduleError(f"{p}: no such schedule file")
-            try:
-                text = p.read_text()
-            except UnicodeDecodeError as exc:
-                raise ScheduleError(f"{p}: schedule is not valid JSON (not UTF-8 text: {exc.reason})") from None
-            except OSError as exc:
-                raise ScheduleError(f"{p}: cannot read the schedule ({exc.strerror})") from None
-        try:
-            d = json.loads(text)
-        except ValueError as exc:  # JSONDecodeError, or a number too long to convert
-            raise ScheduleError(f"schedule is not valid JSON ({exc})") from None
+        if not text.lstrip("\ufeff \t\r\n").startswith("{"):
+            data: str | bytes = models.read_user_file(text, "", limit=SCHEDULE_LIMIT_B, error=ScheduleError,
+                                                      missing="no such schedule file")
+            what = f"schedule {text if len(text) <= 120 else text[:60] + '…'}"
+        else:
+            data, what = text, "schedule"
+        d = parse_json(data, what, error=ScheduleError)
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ScheduleError(f"not a mksim schedule (expected \"format\": \"{FORMAT}\")")
         try:
@@ -247,12 +261,38 @@ class Schedule:
         if f.mode not in PERSISTENT_MODES:  # as build_schedule does: a stack's op of k kernels is k kernels
             wl = expand_kernels(wl, kernels_per_op(gpu.kernels.per_kind))
         tl = f.tiling
+        _check_tiling_names(tl.per_kind, tl.per_op, wl)
         tiling = Tiling(default=tl.default, per_kind=tl.per_kind, per_op=tl.per_op)
+        if f.policy is not None:  # a label of how the queues were made: it must name a policy and its options
+            get_policy(f.policy, **f.policy_options)
+            order = f.policy_options.get("order")
+            if order is not None and order not in ORDERS:
+                raise ScheduleError(f"schedule policy_options.order must be one of {', '.join(ORDERS)}, got "
+                                    f"{order!r}")
+        elif f.policy_options:
+            raise ScheduleError("schedule policy_options are given without a policy; name the policy or drop them")
         opts = Options.checked(f.options)
         check_fits(wl, gpu)
         s = cls(mode=f.mode, gpu=gpu, workload=wl, graph=TaskGraph(wl, tiling), options=opts,
                 queues=f.queues, policy=f.policy, policy_options=f.policy_options, workload_spec=f.workload)
         return s.validate()
+
+
+def _check_tiling_names(per_kind: Mapping[str, Any], per_op: Mapping[str, Any], wl: Workload) -> None:
+    """A hand-edited tiling names only op kinds mksim knows and ops the workload has: a typo in a name
+    would otherwise change nothing, without a word."""
+    known_kinds = sorted(set(KINDS) | {op.kind for op in wl.ops})
+    for kind in per_kind:
+        if kind not in known_kinds:
+            raise ScheduleError(f"schedule tiling.per_kind names op kind {kind!r}, which mksim does not know; "
+                                f"known: {', '.join(known_kinds)}")
+    names = wl.index
+    for name in per_op:
+        if name not in names:
+            layers = sum(1 for op in wl.ops if op.kind == "attn_partial")
+            raise ScheduleError(f"schedule tiling.per_op names op {name!r}, which the workload does not have (its "
+                                f"{len(names)} ops run from {wl.ops[0].name} to {wl.ops[-1].name}, layers L0 to "
+                                f"L{max(layers - 1, 0)}, e.g. L0.qkv_proj)")
 
 
 class _FileTiling(pydantic.BaseModel):
@@ -266,7 +306,7 @@ class _ScheduleFile(pydantic.BaseModel):
     """The fields of a schedule file (what :meth:`Schedule.to_dict` writes), checked by type; the
     workload, tiling counts and options are then checked by their own readers."""
 
-    model_config = pydantic.ConfigDict(strict=True)
+    model_config = pydantic.ConfigDict(strict=True, extra="forbid")
     format: Literal["mksim-schedule"]
     version: Literal[1] = 1  # VERSION
     mode: str
@@ -308,6 +348,10 @@ _FIELD_NEEDS = {
 def _file_error(exc: pydantic.ValidationError) -> str:
     err = exc.errors()[0]
     key = str(err["loc"][0]) if err["loc"] else ""
+    if err["type"] == "extra_forbidden":
+        where = ".".join(map(str, err["loc"]))
+        known = _FileTiling.model_fields if len(err["loc"]) > 1 else _ScheduleFile.model_fields
+        return f"schedule has unknown key {where!r}; known: {', '.join(known)}"
     if err["type"] == "missing":
         where = ".".join(map(str, err["loc"]))
         return f"schedule is missing key {where!r}"
@@ -374,6 +418,10 @@ def workload_from_spec(spec: dict[str, Any]) -> Workload:
     """Rebuild a workload from the spec stored in a schedule file."""
     if not isinstance(spec, dict) or "model" not in spec:
         raise ScheduleError("schedule workload must be an object with a 'model' (name or HF config)")
+    known = ["model", *(k for k in inspect.signature(build_llm_workload).parameters if k != "cfg")]
+    for key in spec:
+        if key not in known:
+            raise ScheduleError(f"schedule workload has unknown key {key!r}; known: {', '.join(known)}")
     params = {k: spec[k] for k in WORKLOAD_KEYS if k in spec and spec[k] is not None}
     # options a workload records beyond these (Workload.options) go back to its builder as they are
     params.update((k, v) for k, v in spec.items() if k not in (*WORKLOAD_KEYS, "model", "n_sms") and v is not None)

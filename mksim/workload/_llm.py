@@ -64,7 +64,7 @@ def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = 
             raise WorkloadError(f"{key} must be true or false, got {val!r}")
     _check_fusions(cfg, fuse_rope=fuse_rope, fuse_silu=fuse_silu, split_qkv=split_qkv, split_gate_up=split_gate_up)
     _check(batch=batch, kv_len=kv_len, phase=phase, prefill_tokens=prefill_tokens,
-           weight_dtype=weight_dtype, kv_splits=kv_splits)
+           weight_dtype=weight_dtype, kv_splits=kv_splits, n_sms=n_sms)
     if isinstance(logit_softcap, bool) or not isinstance(logit_softcap, (int, float)) or not logit_softcap >= 0:
         raise WorkloadError(f"logit_softcap must be a number >= 0 (0: no soft-capping), got {logit_softcap!r}")
     if not 1 <= cfg.num_layers <= MAX_LAYERS:  # before making ops: a few per layer, all in memory
@@ -80,11 +80,15 @@ def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = 
     H, I, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
     hd, nq, nkv = cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
     Q, KV, G = cfg.q_size, cfg.kv_size, nq // nkv
-    C = kv_splits or default_kv_splits(nkv, batch, kv_total, n_sms)
-    C = min(C, kv_total)
+    windows = {w for w in map(_layer_window(cfg), range(cfg.num_layers))}
+    # tokens a layer attends to at most: a sliding window (Mistral, Qwen2) caps it in every layer that has one
+    kv_attn = kv_total if None in windows else min(kv_total, max(w for w in windows if w is not None))
+    C = kv_splits or default_kv_splits(nkv, batch, kv_attn, n_sms)
+    C = min(C, kv_attn)
     # attention FLOPs: QK^T and PV, 2 FLOP per multiply-add; causal for the new tokens
     attended = batch * (new * kv_len + new * (new + 1) / 2)
     attn_flops = 4.0 * nq * hd * attended
+    kv_read = batch * kv_len * 2 * KV * ACT_BYTES
 
     ops: list[Op] = []
 
@@ -153,12 +157,18 @@ def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = 
                          epilogue="rope_kv" if fuse_rope else None)
             rope = qkv if fuse_rope else rope_kv(l, (Input(qkv),))  # fused: qkv_proj wrote the rotated [q; k; v]
         # partials over (kv head g, sequence b, split c), g-major so a head's partials are adjacent
+        window = _layer_window(cfg)(l)
+        flops, kv_bytes, attrs = attn_flops, kv_read, {"kv_splits": C, "kv_total": kv_total, "group": G}
+        if window is not None and window < kv_total:  # a sliding window: the last `window` tokens only
+            flops = 4.0 * nq * hd * batch * _windowed_attended(kv_len, new, window)
+            kv_bytes = batch * min(kv_len, window) * 2 * KV * ACT_BYTES
+            attrs["window"] = window
         part = add(name=p + "attn_partial", kind="attn_partial", out_size=nkv * batch * C,
-                   elem_bytes=G * new * (hd + 2) * PARTIAL_BYTES, flops=attn_flops,
-                   kv_read_bytes=batch * kv_len * 2 * KV * ACT_BYTES,
+                   elem_bytes=G * new * (hd + 2) * PARTIAL_BYTES, flops=flops,
+                   kv_read_bytes=kv_bytes,
                    inputs=(Input(rope, group=batch * C,
                                  segments=((0, G * hd, G * hd), (Q, hd, hd), (Q + KV, hd, hd))),),
-                   layer=l, attrs={"kv_splits": C, "kv_total": kv_total, "group": G})
+                   layer=l, attrs=attrs)
         if fuse_reduce:  # o_proj merges the partials of each of its input rows while it loads them
             o = matmul(p + "o_proj", part, Q, H, l, residual=resid, prologue="attn_reduce")
         else:
@@ -195,6 +205,21 @@ def build_llm_workload(cfg, *, batch: int = 1, kv_len: int = 1024, phase: str = 
                     options=(("logit_softcap", float(logit_softcap)),) if logit_softcap else ())
 
 
+def _layer_window(cfg):
+    """``layer -> window in tokens or None`` of ``cfg`` (an object without :meth:`ModelConfig.window`, such
+    as a test's stand-in, has no window)."""
+    window = getattr(cfg, "window", None)
+    return window if callable(window) else (lambda layer: None)
+
+
+def _windowed_attended(kv_len: int, new: int, window: int) -> float:
+    """Keys attended to by ``new`` tokens after ``kv_len`` cached ones, each token seeing at most the
+    last ``window`` positions (itself included): the sum over j = kv_len+1 .. kv_len+new of min(j, window)."""
+    first = kv_len + 1
+    below = max(0, min(kv_len + new, window) - first + 1)  # tokens whose causal span is shorter than the window
+    return below * first + below * (below - 1) / 2 + (new - below) * window
+
+
 def _check_fusions(cfg, *, fuse_rope: bool, fuse_silu: bool, split_qkv: bool, split_gate_up: bool) -> None:
     """Refuse the fusions whose epilogue has nothing to work on, in one line."""
     if fuse_rope and split_qkv:
@@ -208,7 +233,7 @@ def _check_fusions(cfg, *, fuse_rope: bool, fuse_silu: bool, split_qkv: bool, sp
                             "cannot go with split_gate_up (choose one)")
 
 
-def _check(*, batch, kv_len, phase, prefill_tokens, weight_dtype, kv_splits) -> None:
+def _check(*, batch, kv_len, phase, prefill_tokens, weight_dtype, kv_splits, n_sms) -> None:
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise WorkloadError(f"batch must be a positive integer, got {batch!r}")
     if isinstance(kv_len, bool) or not isinstance(kv_len, int) or kv_len < 0:
@@ -220,5 +245,7 @@ def _check(*, batch, kv_len, phase, prefill_tokens, weight_dtype, kv_splits) -> 
         raise WorkloadError("prefill needs prefill_tokens >= 1 (new tokens per sequence)")
     if weight_dtype not in ("bf16", "fp16", "fp8"):
         raise WorkloadError(f"weight dtype must be bf16, fp16 or fp8, got {weight_dtype!r}")
-    if kv_splits is not None and (not isinstance(kv_splits, int) or kv_splits < 1):
+    if kv_splits is not None and (isinstance(kv_splits, bool) or not isinstance(kv_splits, int) or kv_splits < 1):
         raise WorkloadError(f"kv_splits must be a positive integer, got {kv_splits!r}")
+    if isinstance(n_sms, bool) or not isinstance(n_sms, int) or n_sms < 1:
+        raise WorkloadError(f"n_sms (SMs the workload is tiled for) must be a positive integer, got {n_sms!r}")

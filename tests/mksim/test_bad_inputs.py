@@ -220,7 +220,7 @@ CLI_CASES: list[tuple[str, list[str], str]] = [
         ("negbw", "negative"), ("stringbw", "not a number"), ("nanbw", "not a number"),
         ("hugebw", "implausible"), ("intname", "name = 7"), ("empty", "missing key 'name'"),
         ("truncated", "not valid TOML"), ("garbage", "not valid TOML"), ("binary-utf16", "UTF-8"),
-        ("dir", "no such hardware file")]],
+        ("dir", "a folder, not a regular file")]],
     ("hw-nonexistent", ["hw", "show", "/nonexistent/x.toml"], "no such hardware file"),
     *[(f"hw-{n}", ["hw", "show", f"{{d}}/hw-{n}.toml"], frag) for n, frag in [
         ("zerosms", "chip.sm.count = 0"), ("cycle-a", "forms a cycle"),
@@ -247,7 +247,7 @@ CLI_CASES: list[tuple[str, list[str], str]] = [
         ("deadlock-self", "deadlock"), ("cycle", "deadlock"), ("fewqueues", "never placed"),
         ("tiling-zero", "never placed")]],
     ("sched-nonexistent", ["simulate", "--schedule", "/nonexistent.json"], "no such schedule file"),
-    ("sched-dir", ["simulate", "--schedule", "{d}/a-dir"], "no such schedule file"),
+    ("sched-dir", ["simulate", "--schedule", "{d}/a-dir"], "a folder, not a regular file"),
     # HF configs
     *[(f"hf-{n}", ["workload", "--model", f"{{d}}/hf-{n}.json"], frag) for n, frag in [
         ("missing", "missing key 'hidden_size'"), ("zero-heads", "num_attention_heads = 0"),
@@ -262,7 +262,7 @@ CLI_CASES: list[tuple[str, list[str], str]] = [
     ("compare-hf-hidden-1e9", ["compare", "--model", "{d}/hf-hidden-1e9.json"], "GB"),
     ("compare-hf-nondiv", ["compare", "--model", "{d}/hf-nondiv.json"], "hidden_size"),
     ("hf-nonexistent", ["workload", "--model", "/nonexistent/config.json"], "no such config file"),
-    ("hf-dir", ["workload", "--model", "{d}/a-dir"], "unknown model"),
+    ("hf-dir", ["workload", "--model", "{d}/a-dir"], "a folder without a config.json"),
     # memory: a step that cannot fit the GPU is refused with its sizes, before any graph is built
     ("mem-batch-1e6", ["workload", "-m", "llama-3.2-1b", "--batch", "1000000"], "GB"),
     ("mem-batch-1e9", ["workload", "-m", "llama-3.2-1b", "--batch", "1000000000"], "GB"),

@@ -19,8 +19,10 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import hwmodels
+from hwmodels.files import parse_json, read_bytes
 from mksim.errors import MksimError
 from validation.mechanisms.analysis import RawError
 from validation.mechanisms.runner import BuildError, run_all
@@ -28,6 +30,9 @@ from validation.mechanisms.runner import BuildError, run_all
 from ._gpu import Gpu, launch_harness
 from ._params import Param, base_model, combine, overlay_text, params, run_to_run
 from .plots import write_plots
+
+T = TypeVar("T")
+RAW_LIMIT_B = 256 << 20  # a raw calibration file holds a few MB of timings; past this it is not one
 
 __all__ = ["NoGPUError", "base_model", "calibrate", "driver_string", "finish"]
 
@@ -139,14 +144,15 @@ def finish(raw_paths: list[Path], out: Path, *, base: str | None = None, results
     ``poll``: mech_bench's poll sweep (default: ``mechanisms/poll.json`` where there is one)."""
     raws = []
     for p in raw_paths:
-        try:
-            raw = json.loads(Path(p).read_text())
-            if not isinstance(raw, dict) or not isinstance(raw.get("meta"), dict) or "device" not in raw["meta"]:
-                raise ValueError("no meta.device")
-            raws.append(raw)
-        except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            raise MksimError(f"{p}: cannot read raw calibration results ({exc}); give a .raw.json that "
-                             "mksim calibrate wrote") from None
+        hint = "give a .raw.json that mksim calibrate wrote"
+        try:  # regular files only (a FIFO would block), bounded, nesting checked
+            raw = parse_json(read_bytes(p, limit=RAW_LIMIT_B, missing="no such file"), str(p))
+        except MksimError as exc:
+            raise MksimError(f"{p}: cannot read raw calibration results ({str(exc).removeprefix(f'{p}: ')}); "
+                             f"{hint}") from None
+        if not isinstance(raw, dict) or not isinstance(raw.get("meta"), dict) or "device" not in raw["meta"]:
+            raise MksimError(f"{p}: cannot read raw calibration results (no meta.device); {hint}")
+        raws.append(raw)
     devices = {r["meta"]["device"] for r in raws}
     if len(devices) > 1:
         raise MksimError(f"raw results come from different GPUs ({', '.join(sorted(devices))}); combine runs "
@@ -166,23 +172,32 @@ def finish(raw_paths: list[Path], out: Path, *, base: str | None = None, results
         when = mechanism_date(Path(mechanisms))
         mech_source = (when if when != "undated" else meta["date"][:10], _relative(Path(mechanisms)))
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    _written(lambda: out.parent.mkdir(parents=True, exist_ok=True), out, "--out")
     date = meta["date"][:10]
     text = overlay_text(combined, base=base, name=out.stem, full_name=f"{spec.full_name} (calibrated {date})",
                         device=meta["device"], driver=meta.get("driver", str(meta.get("driver_version"))),
                         date=date, raw_files=[Path(p).name for p in raw_paths], mechanisms=mech_source)
-    out.write_text(text)
+    _written(lambda: out.write_text(text), out, "--out")
     hwmodels.load(out)  # the overlay must load: a value out of its range is reported here, once
     summary = {"overlay": out.name, "runs": [Path(p).name for p in raw_paths], "meta": meta,
                "params": {p.key: {"value": p.value, "spread": p.spread} for p in combined},
                "run_to_run": spread, "fits": [f[1] for f in fitted],
                "datasheet": {p.key: _base_value(spec, p.key) for p in combined}}
     results = Path(results_dir) if results_dir else out.parent
-    results.mkdir(parents=True, exist_ok=True)
-    (results / f"{out.stem}.fits.json").write_text(json.dumps(summary, indent=1) + "\n")
-    made = write_plots(raws, [f[1] for f in fitted], results, out.stem)
+    fits = results / f"{out.stem}.fits.json"
+    _written(lambda: results.mkdir(parents=True, exist_ok=True), results, "--results")
+    _written(lambda: fits.write_text(json.dumps(summary, indent=1) + "\n"), fits, "--results")
+    made = _written(lambda: write_plots(raws, [f[1] for f in fitted], results, out.stem), results, "--results")
     say(f"wrote {out}" + (f" and {len(made)} plots" if made else " (no plots: matplotlib is not installed)"))
     return combined, spread
+
+
+def _written(write: Callable[[], T], path: Path, flag: str) -> T:
+    """``write()``, whose OS error (a read-only file system, a full disk) becomes one line naming ``flag``."""
+    try:
+        return write()
+    except OSError as exc:
+        raise MksimError(f"{flag} {path}: cannot write ({exc.strerror or exc}); choose another path") from None
 
 
 def _reachable_GBps(ps: list[Param], spec) -> float:

@@ -25,13 +25,35 @@ from typing import Any
 import numpy as np
 
 import mksim
-from mksim.errors import ScheduleError
+from mksim.errors import MksimError, ScheduleError
 from mksim.schedule import MODE_DEFAULTS
 from mksim.workload import Op
 
 from .encode import OPCODES, Program, encode, encode_queues, weight_rows_per_output
 
-CONSUMERS = int(os.environ.get("MKSIM_WORKER_WARPS", 8))  # worker warps per block (MK_CONSUMERS in mk_kernel.cu)
+MAX_WORKER_WARPS = 28  # a block holds at most 32 warps: the workers and the 4 others
+
+
+def worker_warps(text: str | None) -> int:
+    """Worker warps per block from ``MKSIM_WORKER_WARPS`` (default 8): a whole number from 1 to
+    :data:`MAX_WORKER_WARPS`, else :class:`~mksim.errors.MksimError` in one line.
+
+    >>> worker_warps(None), worker_warps("4")
+    (8, 4)
+    """
+    if text is None:
+        return 8
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_WORKER_WARPS:
+        raise MksimError(f"MKSIM_WORKER_WARPS={text!r}: worker warps per block must be a whole number from 1 to "
+                         f"{MAX_WORKER_WARPS}; unset it for the default 8")
+    return n
+
+
+CONSUMERS = worker_warps(os.environ.get("MKSIM_WORKER_WARPS"))  # worker warps per block (MK_CONSUMERS in mk_kernel.cu)
 THREADS = (CONSUMERS + 4) * 32   # + the producer, publisher, waiter and L2 prefetcher warps
 SLOT_B = 224                     # a task slot the waiter fills: the op description and the task row
 SMEM_MAX_B = 227 * 1024          # opt-in shared memory per block on sm_90
