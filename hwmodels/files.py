@@ -11,14 +11,14 @@ raising ``RecursionError``. Outputs are checked against the inputs of the same c
 It sits in the lowest layer (hwmodels) because the hardware loader needs it and hwmodels imports
 nothing of mksim; the errors are the caller's class (any :class:`InputError`).
 
->>> input_file("/dev/null", "trace")
+>>> input_file("/dev/null", "x")
 Traceback (most recent call last):
 ...
-hwmodels.errors.InputError: trace /dev/null: a character device, not a regular file; save it to a file and give that file
->>> parse_json("[" * 100_000, "schedule x.json")
+hwmodels.errors.InputError: x /dev/null: a character device, not a regular file; save it to a file and give that file
+>>> parse_json("[" * 100_000, "x")
 Traceback (most recent call last):
 ...
-hwmodels.errors.InputError: schedule x.json: JSON nested more than 1000 levels deep; this is not a file mksim wrote or reads
+hwmodels.errors.InputError: x: JSON nested more than 1000 levels deep; this is not a file mksim wrote or reads
 """
 
 from __future__ import annotations

@@ -32,8 +32,8 @@ def _console_examples():
             for line in [*m.group(2).splitlines(), "$ "]:
                 if line.startswith("$ "):
                     if cmd:
-                        yield pytest.param(cmd, None if kind == "console-nocheck" else expected, kind == "console-error",
-                                           id=f"{page.name}:{cmd[:40]}")
+                        check = None if kind == "console-nocheck" else expected
+                        yield pytest.param(cmd, check, kind == "console-error", id=f"{page.name}:{cmd[:40]}")
                     cmd, expected = line[2:], []
                 else:
                     expected.append(line)
