@@ -33,7 +33,7 @@ from typing import Any
 
 from hwmodels.errors import InputError
 
-__all__ = ["MAX_DEPTH", "check_outputs", "input_file", "parse_json", "read_bytes", "same_file"]
+__all__ = ["MAX_DEPTH", "check_outputs", "input_file", "parse_json", "read_bytes", "same_file", "size_text"]
 
 #: JSON deeper than this is refused (Python's decoder raises RecursionError near 1000 levels).
 MAX_DEPTH = 1000
@@ -90,11 +90,16 @@ def read_bytes(path: str | Path, what: str = "", *, limit: int, error: type[Inpu
     except OSError as exc:
         raise error(f"{label}: cannot read it ({exc.strerror or exc})") from None
     if len(data) > limit:
-        raise error(f"{label}: larger than {_size(limit)}; this is not a file mksim reads")
+        raise error(f"{label}: larger than {size_text(limit)}; this is not a file mksim reads")
     return data
 
 
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
+    """``n`` bytes for a message.
+
+    >>> size_text(2 << 30), size_text(16 << 20), size_text(100)
+    ('2 GiB', '16 MiB', '100 bytes')
+    """
     for unit, k in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if n >= 1 << k:
             return f"{n / (1 << k):g} {unit}"

@@ -36,7 +36,7 @@ from typing import Any, BinaryIO, cast
 
 import numpy as np
 
-from hwmodels.files import MAX_DEPTH, input_file
+from hwmodels.files import MAX_DEPTH, input_file, size_text
 from mksim.errors import MksimError
 
 __all__ = ["ALL_EVENTS_PER_KEPT", "CATEGORIES", "GPU_CATEGORIES", "GRAPH_LAUNCHES", "KERNEL", "MAX_BYTES",
@@ -66,18 +66,6 @@ _HINT = "give a Chrome trace from prof.export_chrome_trace()"
 
 class TraceError(MksimError, ValueError):
     """A trace file that cannot be imported (not JSON, no kernels, several GPUs, too large, ...)."""
-
-
-def size_text(n: int) -> str:
-    """``n`` bytes for a message.
-
-    >>> size_text(2 << 30), size_text(16 << 20), size_text(100)
-    ('2 GiB', '16 MiB', '100 bytes')
-    """
-    for unit, k in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << k:
-            return f"{n / (1 << k):g} {unit}"
-    return f"{n} bytes"
 
 
 def _shown(v: Any) -> str:
