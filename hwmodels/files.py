@@ -26,14 +26,17 @@ from __future__ import annotations
 import errno
 import json
 import os
+import select
 import stat
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from hwmodels.errors import InputError
 
-__all__ = ["MAX_DEPTH", "check_outputs", "input_file", "parse_json", "read_bytes", "same_file", "size_text"]
+__all__ = ["MAX_DEPTH", "PIPE_TIMEOUT_S", "check_outputs", "input_file", "is_pipe_name", "parse_json", "read_bytes",
+           "same_file", "size_text"]
 
 #: JSON deeper than this is refused (Python's decoder raises RecursionError near 1000 levels).
 MAX_DEPTH = 1000
@@ -78,12 +81,31 @@ def input_file(path: str | Path, what: str = "", *, error: type[InputError] = In
     return Path(path)
 
 
+def is_pipe_name(path: str | Path) -> bool:
+    """Whether ``path`` names a shell's process substitution (``<(cat config.json)`` is ``/dev/fd/63``):
+    a pipe that has a writer, read with a size and time limit, where any other FIFO is refused.
+
+    >>> is_pipe_name("/dev/fd/63"), is_pipe_name("/proc/self/fd/3"), is_pipe_name("fifo.json")
+    (True, True, False)
+    """
+    text = str(path)
+    return text.startswith(("/dev/fd/", "/proc/self/fd/")) and text.rsplit("/", 1)[1].isdigit()
+
+
 def read_bytes(path: str | Path, what: str = "", *, limit: int, error: type[InputError] = InputError,
                missing: str = "no such file") -> bytes:
-    """The bytes of the regular file ``path`` (:func:`input_file`), refused in one line when it holds
-    more than ``limit`` bytes; never reads more than ``limit + 1``."""
-    p = input_file(path, what, error=error, missing=missing)
+    """The bytes of the regular file ``path`` (:func:`input_file`), or of a process substitution's pipe
+    (:func:`is_pipe_name`, read without blocking for more than :data:`PIPE_TIMEOUT_S`), refused in one
+    line when it holds more than ``limit`` bytes; never reads more than ``limit + 1``."""
     label = _label(what, path)
+    if is_pipe_name(path):
+        try:
+            fifo = stat.S_ISFIFO(os.stat(path).st_mode)
+        except OSError:
+            fifo = False
+        if fifo:
+            return _read_pipe(path, label, limit, error)
+    p = input_file(path, what, error=error, missing=missing)
     try:
         with open(p, "rb") as fh:
             data = fh.read(limit + 1)
@@ -92,6 +114,38 @@ def read_bytes(path: str | Path, what: str = "", *, limit: int, error: type[Inpu
     if len(data) > limit:
         raise error(f"{label}: larger than {size_text(limit)}; this is not a file mksim reads")
     return data
+
+
+#: A process substitution's pipe that gives no end of data within this many seconds is refused.
+PIPE_TIMEOUT_S = 30.0
+
+
+def _read_pipe(path: str | Path, label: str, limit: int, error: type[InputError]) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # opening a FIFO for reading never blocks so
+    except OSError as exc:
+        raise error(f"{label}: cannot read it ({exc.strerror})") from None
+    chunks: list[bytes] = []
+    size, deadline = 0, time.monotonic() + PIPE_TIMEOUT_S
+    try:
+        while size <= limit:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise error(f"{label}: the pipe gave no end of data within {PIPE_TIMEOUT_S:g} s; save it to a "
+                            "file and give that file")
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise error(f"{label}: larger than {size_text(limit)}; this is not a file mksim reads")
+    return b"".join(chunks)
 
 
 def size_text(n: int) -> str:

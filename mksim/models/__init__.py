@@ -14,10 +14,10 @@ from typing import Any
 from mksim.extras import require
 from mksim.workload import Workload, build_llm_workload
 
-from ._config import ModelConfig, builtin_names, config_from_hf, get, is_config_path, moe_experts, read_user_file
+from ._config import ModelConfig, builtin_names, config_from_hf, get, is_config_path, moe_experts
 
 __all__ = ["ModelConfig", "config_from_hf", "from_hf_config", "from_torch", "get", "is_config_path", "moe_experts",
-           "names", "read_user_file", "workload"]
+           "names", "workload"]
 
 
 def names() -> list[str]:

@@ -16,15 +16,12 @@ from __future__ import annotations
 import errno
 import math
 import os
-import select
-import stat
-import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hwmodels.files import parse_json, read_bytes
+from hwmodels.files import is_pipe_name, parse_json, read_bytes
 from mksim.errors import UnknownNameError, WorkloadError
 
 _CONFIGS = Path(__file__).resolve().parent / "configs"
@@ -39,7 +36,6 @@ MOE_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 #: a config file is a few KiB; anything past this is not one
 CONFIG_LIMIT_B = 16 << 20
 #: how long a pipe (``<(cat config.json)``) may take to deliver its bytes
-PIPE_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -139,54 +135,6 @@ def is_config_path(name: str) -> bool:
     return True
 
 
-def is_pipe_name(path: str | Path) -> bool:
-    """Whether ``path`` is a shell's process substitution (``<(cat config.json)`` is ``/dev/fd/63``): a
-    pipe that has a writer, read with a size and time limit, where any other FIFO is refused."""
-    text = str(path)
-    return text.startswith(("/dev/fd/", "/proc/self/fd/")) and text.rsplit("/", 1)[1].isdigit()
-
-
-def read_user_file(path: str | Path, what: str, *, limit: int, error: type[WorkloadError] | Any = WorkloadError,
-                   missing: str = "no such file") -> bytes:
-    """The bytes of a file a user names (:func:`hwmodels.files.read_bytes`: regular files only), or of a
-    process substitution's pipe (:func:`is_pipe_name`), read without blocking for more than
-    :data:`PIPE_TIMEOUT_S` and refused past ``limit`` bytes."""
-    if not is_pipe_name(path):
-        return read_bytes(path, what, limit=limit, error=error, missing=missing)
-    label = f"{what} {path}".strip()
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return read_bytes(path, what, limit=limit, error=error, missing=missing)  # its one-line answer
-    if not stat.S_ISFIFO(mode):
-        return read_bytes(path, what, limit=limit, error=error, missing=missing)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # opening a FIFO for reading never blocks so
-    except OSError as exc:
-        raise error(f"{label}: cannot read it ({exc.strerror})") from None
-    chunks: list[bytes] = []
-    size, deadline = 0, time.monotonic() + PIPE_TIMEOUT_S
-    try:
-        while size <= limit:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise error(f"{label}: the pipe gave no end of data within {PIPE_TIMEOUT_S:g} s; save it to a "
-                            "file and give that file")
-            try:
-                chunk = os.read(fd, 1 << 16)
-            except BlockingIOError:
-                continue
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
-        os.close(fd)
-    if size > limit:
-        raise error(f"{label}: more than {limit >> 20} MiB; this is not a file mksim reads")
-    return b"".join(chunks)
-
-
 def moe_experts(raw: Mapping[str, Any]) -> tuple[int, str] | None:
     """``(experts, key)`` when a Hugging Face config describes a mixture-of-experts model (more than one
     expert, or more than one expert per token), else None."""
@@ -212,8 +160,8 @@ def config_from_hf(path_or_dict: str | Path | Mapping[str, Any], *, name: str | 
                 raise WorkloadError(f"{where}: a folder without a config.json; give the path of a Hugging Face "
                                     "config.json")
             path = path / "config.json"
-        data = read_user_file(path, "", limit=CONFIG_LIMIT_B,
-                              missing="no such config file; give the path of a Hugging Face config.json")
+        data = read_bytes(path, "", limit=CONFIG_LIMIT_B, error=WorkloadError,
+                          missing="no such config file; give the path of a Hugging Face config.json")
         raw = parse_json(data, f"{where}: not a readable JSON config", error=WorkloadError)
         if not isinstance(raw, dict):
             raise WorkloadError(f"{where}: a config.json must hold a JSON object")

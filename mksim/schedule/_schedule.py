@@ -14,7 +14,7 @@ import pydantic
 
 import hwmodels
 from hwmodels import GPUSpec
-from hwmodels.files import parse_json
+from hwmodels.files import parse_json, read_bytes
 from mksim import models
 from mksim.errors import DeadlockError, ScheduleError, WorkloadError
 from mksim.workload import (
@@ -244,7 +244,7 @@ class Schedule:
         """Read a schedule written by :meth:`to_json` (a JSON string or a file path)."""
         text = str(text_or_path)
         if not text.lstrip("\ufeff \t\r\n").startswith("{"):
-            data: str | bytes = models.read_user_file(text, "", limit=SCHEDULE_LIMIT_B, error=ScheduleError,
+            data: str | bytes = read_bytes(text, "", limit=SCHEDULE_LIMIT_B, error=ScheduleError,
                                                       missing="no such schedule file")
             what = f"schedule {text if len(text) <= 120 else text[:60] + '…'}"
         else:
