@@ -74,8 +74,8 @@ def check_gpu(gpu: object) -> str:
         name, _, profile = gpu.partition("+")
         if name in gpus() and (not profile or profile in hwmodels.profiles()):
             return gpu
-    raise MksimError(f"unknown GPU {_shown(gpu)}: choose one of {', '.join(gpus())} (optionally +PROFILE, PROFILE one of "
-                     f"{', '.join(hwmodels.profiles())})")
+    raise MksimError(f"unknown GPU {_shown(gpu)}: choose one of {', '.join(gpus())} (optionally +PROFILE, PROFILE "
+                     f"one of {', '.join(hwmodels.profiles())})")
 
 
 def check_schedule_text(text: str) -> None:
