@@ -303,7 +303,8 @@ def test_callback_rows(server, output, values, changed, verdict, text):
     assert server.serving()
 
 
-def test_B11_B25_uploads_write_nothing_outside_their_folders(server):
+@pytest.mark.parametrize("row", ["B11-B25-uploads-write-nothing-outside"])
+def test_uploads_write_nothing_outside_their_folders(server, row):
     """Rows B11 and B25 ran above (module order): the names they gave wrote nothing where they point."""
     assert not Path("/tmp/pwned.json").exists() and not Path("/tmp/x.json.gz").exists()
 
@@ -322,12 +323,14 @@ def test_followed_storage_is_the_servers(server, job):
     assert "no study 's'" in shown or "no study storage at" in shown
 
 
-def test_B36_study_list_is_the_servers(server):
+@pytest.mark.parametrize("row", ["B36-search-study-list-is-the-servers"])
+def test_study_list_is_the_servers(server, row):
     status, raw = server.callback("search-studies.options", {"search-job.data": {"storage": "/etc/passwd"}})
     assert status == 200 and json.loads(raw)["response"]["search-studies"]["options"] == []
 
 
-def test_B34_trace_download_of_a_hostile_schedule(server):
+@pytest.mark.parametrize("row", ["B34-tl-trace-download-hostile-schedule"])
+def test_trace_download_of_a_hostile_schedule(server, row):
     status, raw = server.callback("timeline-trace-file.data", {"timeline-trace.n_clicks": 1,
                                                                "timeline-schedule.data": _sched(gpu="/etc/passwd")})
     assert status in (200, 204) and b"passwd" not in raw  # no download, no error page
@@ -336,14 +339,17 @@ def test_B34_trace_download_of_a_hostile_schedule(server):
 
 @pytest.mark.parametrize("study", [
     pytest.param("../../../tmp/made-by-b59.db", id="B59-search-study-is-a-path"),
-    pytest.param("sqlite:////tmp/made-by-b59.db", id="B60-search-study-is-a-url"),
+    pytest.param("sqlite:////tmp/made-by-b59.db", id="B59-search-study-is-a-url"),
+    pytest.param("VICTIM", id="B60-search-study-is-an-existing-file"),
 ])
-def test_search_cannot_write_outside_its_folder(server, study):
-    page = {**SEARCH, "search-trials.value": 26, "search-study.value": study}
+def test_search_cannot_write_outside_its_folder(server, study, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    page = {**SEARCH, "search-trials.value": 26, "search-study.value": study.replace("VICTIM", str(victim))}
     status, raw = server.callback(SEARCH_OUT, page)
     got = json.loads(raw)["response"]["search-job"]["data"]
     assert status == 200 and "give a name of letters" in got["error"]
-    assert not Path("/tmp/made-by-b59.db").exists()
+    assert not Path("/tmp/made-by-b59.db").exists() and victim.read_text() == "keep me"
 
 
 # -- Dash's routes ---------------------------------------------------------------------------------
@@ -386,12 +392,16 @@ def test_gets(server, path, status):
     assert server.serving()
 
 
-def test_B49_B54_dash_assets_fine(server):
-    """A script Dash registered is served (B49: plotly's, found in the page), and Dash's reload hash (B54)."""
-    page = server.get("/")[1].decode()
-    script = re.search(r'src="(/_dash-component-suites/[^"]+\.js[^"]*)"', page)
-    assert script and server.get(script.group(1))[0] == 200
-    assert server.get("/_reload-hash")[0] in (200, 404)  # Dash serves it in debug mode only in some versions
+@pytest.mark.parametrize("row", ["B49-registered-script-fine", "B54-reload-hash-fine"])
+def test_dash_assets_fine(server, row):
+    """A script Dash registered is served (B49: one the page names), and Dash's reload hash (B54)."""
+    if row.startswith("B49"):
+        page = server.get("/")[1].decode()
+        script = re.search(r'src="(/_dash-component-suites/[^"]+\.js[^"]*)"', page)
+        assert script and server.get(script.group(1))[0] == 200
+    else:
+        assert server.get("/_reload-hash")[0] in (200, 404)  # some Dash versions serve it in debug mode only
+    assert server.serving()
 
 
 @pytest.mark.parametrize("size", [pytest.param(200 << 20, id="B4-200mb-post")])
@@ -437,7 +447,8 @@ def _bomb(path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_B27_gz_bomb_is_refused_fast_in_bounded_memory(server, tmp_path_factory):
+@pytest.mark.parametrize("row", ["B27-gz-bomb-19MB-of-500MiB"])
+def test_gz_bomb_is_refused_fast_in_bounded_memory(server, tmp_path_factory, row):
     bomb = _bomb(tmp_path_factory.getbasetemp() / "bomb-500MiB.json.gz")
     assert 15e6 < bomb.stat().st_size < 25e6
     values = {**COMPARE, "compare-trace-upload.contents": _upload(bomb.read_bytes(), "application/gzip"),
@@ -454,7 +465,8 @@ def test_B27_gz_bomb_is_refused_fast_in_bounded_memory(server, tmp_path_factory)
 
 
 @pytest.mark.slow
-def test_B58_flood_of_compares(server):
+@pytest.mark.parametrize("row", ["B58-flood-12-compares-fine"])
+def test_flood_of_compares(server, row):
     """12 distinct comparisons at once all answer (the note: all 200 in 9 s)."""
     results: list[int] = []
 
@@ -470,7 +482,8 @@ def test_B58_flood_of_compares(server):
 
 
 @pytest.mark.slow
-def test_B61_cancel_a_running_search(server):
+@pytest.mark.parametrize("row", ["B61-search-cancel-fine"])
+def test_cancel_a_running_search(server, row):
     """A search started from the page (bounded trials) is cancelled from the page."""
     page = {**SEARCH, "search-trials.value": 2000, "search-study.value": "b61"}
     status, raw = server.callback(SEARCH_OUT, page)
@@ -697,7 +710,8 @@ def _explore(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=timeout)
 
 
-def test_A184_search_with_a_missing_registry_folder(tmp_path, monkeypatch):
+@pytest.mark.parametrize("row", ["A184-registry-folder-missing"])
+def test_search_with_a_missing_registry_folder(tmp_path, monkeypatch, row):
     """A registry folder that does not exist yet is made (0700); a search's bad input still answers in one line."""
     monkeypatch.setenv("MKSIM_EXPLORER_JOBS", str(tmp_path / "new" / "jobs"))
     with pytest.raises(MksimError, match="trials must be at least"):
@@ -720,19 +734,22 @@ def test_cache_folder_unusable(tmp_path, monkeypatch, kind):
     assert open_best(1, {"job": None, "storage": "x", "study": "s", "trials": None})[1].startswith("error: ")
 
 
-def test_A187_tmpdir_missing_is_fine(tmp_path, monkeypatch):
+@pytest.mark.parametrize("row", ["A187-tmpdir-missing-fine"])
+def test_tmpdir_missing_is_fine(tmp_path, monkeypatch, row):
     monkeypatch.setenv("TMPDIR", str(tmp_path / "missing"))
     monkeypatch.setenv("MKSIM_EXPLORER_CACHE", str(tmp_path / "home"))
     assert store.get_schedule(store.put_schedule("{}")) == "{}"
 
 
-def test_A192_debug_refused_off_loopback():
+@pytest.mark.parametrize("row", ["A192-debug-refused-off-loopback"])
+def test_debug_refused_off_loopback(row):
     r = _explore("--host", "0.0.0.0", "--port", str(_free_port()), "--debug")
     assert r.returncode == 2 and r.stderr.startswith("error: --debug") and r.stderr.count("\n") == 1
 
 
 @pytest.mark.slow
-def test_A192_debug_serves(tmp_path):
+@pytest.mark.parametrize("row", ["A192-debug-serves"])
+def test_debug_serves(tmp_path, row):
     """``mksim explore --debug`` serves (the reloader's child no longer finds its own port in use)."""
     s = Server(tmp_path, "--debug")
     try:
@@ -743,7 +760,8 @@ def test_A192_debug_serves(tmp_path):
 
 
 @pytest.mark.slow
-def test_A192_host_off_loopback_warns(tmp_path):
+@pytest.mark.parametrize("row", ["A192-host-off-loopback-warns"])
+def test_host_off_loopback_warns(tmp_path, row):
     """Listening on every address prints a warning that the server has no authentication."""
     s = Server(tmp_path, "--host", "0.0.0.0")
     try:
