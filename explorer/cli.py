@@ -59,10 +59,9 @@ def explore_cmd(
     for module in ("dash", "plotly"):
         require(module, "explorer", "mksim explore")
     app_module = require("explorer.app", "explorer", "mksim explore")
-    if storage is not None:
-        from explorer.data import storage_url
-
-        os.environ["MKSIM_EXPLORER_STORAGE"] = storage_url(storage)  # the server's and its searches'
+    if storage is not None:  # the server's and its searches'
+        data = require("explorer.data", "explorer", "mksim explore")
+        os.environ["MKSIM_EXPLORER_STORAGE"] = data.storage_url(storage)
     store = require("explorer.store", "explorer", "mksim explore")
     store.home()  # the explorer's own folder: refused now, in one line, if another user could plant files in it
     if not reloader_child:

@@ -18,6 +18,9 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from flask import Response, request
+from werkzeug.exceptions import HTTPException
+
 from mksim.errors import MksimError
 
 log = logging.getLogger("explorer")
@@ -95,7 +98,7 @@ def bad_callback_request(body: Any, callback_map: dict[str, Any]) -> str | None:
     n = _n_outputs(output)
     if outputs is not None:
         if isinstance(outputs, dict):
-            ok = n == 1 and _is_prop(outputs, False) or _is_prop(outputs, True)
+            ok = (n == 1 and _is_prop(outputs, False)) or _is_prop(outputs, True)
         else:
             ok = isinstance(outputs, list) and len(outputs) == n and all(
                 _is_prop(o, False) or _is_prop(o, True) or isinstance(o, list) for o in outputs)
@@ -112,9 +115,6 @@ def install(app: Any, max_request_bytes: int) -> None:
     413, a body that is not one of the app's callbacks 400 (:func:`bad_callback_request`), an unknown
     script package or file under ``/_dash-component-suites/`` 404, and any other exception of a callback
     request 400, each with one short line in the answer and one in the log, never the request's body."""
-    from flask import Response, request
-    from werkzeug.exceptions import HTTPException
-
     server = app.server
     server.config["MAX_CONTENT_LENGTH"] = max_request_bytes
 

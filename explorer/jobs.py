@@ -352,8 +352,8 @@ def worker_group(job: str, record: Any) -> int | None:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return None
-    folder = str(jobs_dir() / job).encode()
-    if b"explorer.worker" not in argv or folder not in argv:
+    folder = os.path.realpath(jobs_dir() / job)
+    if b"explorer.worker" not in argv or not any(os.path.realpath(os.fsdecode(a)) == folder for a in argv if a):
         return None
     return pid
 

@@ -64,10 +64,10 @@ def private_dir(path: Path, what: str) -> Path:
     if not stat.S_ISDIR(st.st_mode):
         raise MksimError(f"{what} {path}: not a folder; set MKSIM_EXPLORER_CACHE to a folder of your own")
     uid = os.getuid()
-    if st.st_uid != uid or link.st_uid != uid:
-        raise MksimError(f"{what} {path} belongs to another user (uid {st.st_uid if st.st_uid != uid else link.st_uid}"
-                         "), who could plant files the explorer reads; set MKSIM_EXPLORER_CACHE to a folder of "
-                         "your own")
+    other = next((o for o in (st.st_uid, link.st_uid) if o != uid), None)
+    if other is not None:
+        raise MksimError(f"{what} {path} belongs to another user (uid {other}), who could plant files the explorer "
+                         "reads; set MKSIM_EXPLORER_CACHE to a folder of your own")
     if st.st_mode & 0o022:
         raise MksimError(f"{what} {path} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}); "
                          f"chmod 700 {path}, or set MKSIM_EXPLORER_CACHE to a folder of your own")
