@@ -17,7 +17,7 @@ import zlib
 from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import hwmodels
 import mksim.models
@@ -189,9 +189,9 @@ def trace_data(contents: str, filename: str | None, model: str, gpu: str, batch:
     ``assumes`` (what the prediction assumes: :func:`mksim.compare.assumptions` of its GPU).
     ``config``: an uploaded Hugging Face config, with ``model`` its name; else ``model`` is a built-in
     model's name and ``gpu`` a GPU name (never a path: :func:`explorer.data.check_model`, ``check_gpu``).
-    The last :data:`KEEP_TRACES` imports are remembered by the upload's digest and the inputs, so *Run*
-    with the same inputs does not import the trace again. Raises :class:`mksim.errors.MksimError` with one
-    line naming the file.
+    The last :data:`KEEP_TRACES` imports (and refusals) are remembered by the upload's digest and the
+    inputs, so *Run* with the same inputs does not import the trace again. Raises
+    :class:`mksim.errors.MksimError` with one line naming the file.
     """
     name = upload_name(filename, "trace.json")
     if config is None:
@@ -203,20 +203,27 @@ def trace_data(contents: str, filename: str | None, model: str, gpu: str, batch:
         raise MksimError(f"{name}: not an uploaded file (expected a data: URL); upload the file again")
     key = (hashlib.sha256(contents.encode()).hexdigest(), name, model, gpu, int(batch), int(kv_len),
            None if config is None else json.dumps(config, sort_keys=True))
+    hit: tuple[bool, Any] | None
     with _TRACES_LOCK:
         hit = _TRACES.get(key)
         if hit is not None:
             _TRACES.move_to_end(key)
     if hit is None:
-        hit = _trace_data(contents, name, model, gpu, int(batch), int(kv_len), config)
+        try:
+            hit = (True, _trace_data(contents, name, model, gpu, int(batch), int(kv_len), config))
+        except MksimError as exc:  # a refusal is remembered too: Run does not inflate a refused upload again
+            hit = (False, str(exc))
         with _TRACES_LOCK:
             _TRACES[key] = hit
             while len(_TRACES) > KEEP_TRACES:
                 _TRACES.popitem(last=False)
-    return copy.deepcopy(hit)
+    ok, value = hit[0], cast(Any, hit[1])
+    if not ok:
+        raise MksimError(str(value))
+    return cast(dict[str, Any], copy.deepcopy(value))
 
 
-_TRACES: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
+_TRACES: OrderedDict[tuple, tuple[bool, Any]] = OrderedDict()
 _TRACES_LOCK = threading.Lock()
 
 

@@ -464,6 +464,30 @@ def test_gz_bomb_is_refused_fast_in_bounded_memory(server, tmp_path_factory, row
     assert server.serving()
 
 
+@pytest.mark.parametrize("row", ["B27-run-does-not-import-again"])
+def test_run_does_not_import_again(monkeypatch, row):
+    """Run re-imports the page's trace with its inputs: the same upload and inputs are remembered by digest,
+    an import and a refusal alike, so a refused bomb is not inflated again at each Run."""
+    from collections import OrderedDict
+
+    from explorer import stacks
+
+    calls = []
+    real = stacks._trace_data
+    monkeypatch.setattr(stacks, "_TRACES", OrderedDict())
+    monkeypatch.setattr(stacks, "_trace_data", lambda *a: calls.append(a[1]) or real(*a))
+    good = _upload(TRACE.read_bytes(), "application/gzip")
+    first = stacks.trace_data(good, "t.json.gz", "llama-3.2-1b", "h200")
+    assert stacks.trace_data(good, "t.json.gz", "llama-3.2-1b", "h200") == first
+    bad = _upload(gzip.compress(b" " * (65 << 20), 1), "application/gzip")
+    for _ in range(2):
+        with pytest.raises(MksimError, match=r"^b\.json\.gz: over 64\.0 MiB uncompressed"):
+            stacks.trace_data(bad, "b.json.gz", "llama-3.2-1b", "h200")
+    assert calls == ["t.json.gz", "b.json.gz"]
+    stacks.trace_data(good, "t.json.gz", "llama-3.2-1b", "h200", kv_len=2048)  # other inputs: imported again
+    assert calls == ["t.json.gz", "b.json.gz", "t.json.gz"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("row", ["B58-flood-of-compares-fine"])
 def test_flood_of_compares(server, row):
