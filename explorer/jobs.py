@@ -110,13 +110,17 @@ def default_storage() -> str:
     return storage_url(env) if env else storage_url(str(store.home() / "studies.db"))
 
 
-def check_study_name(name: object) -> str:
-    """A study name typed on the page, checked (a name in the storage, never a path or a URL)."""
-    if not isinstance(name, str) or not _STUDY.fullmatch(name.strip()):
-        shown = repr(name)[:60] if isinstance(name, str) else type(name).__name__
+def check_study_name(name: object, new: bool = True) -> str:
+    """A study name from the page, checked: a name in the explorer's storage, never a path or a URL. A ``new``
+    study's name (a search to start) is letters, digits and ``._+,=@:-`` (at most 128); a study to open
+    may be any name ``mksim search --study`` gave (printable, at most 256 characters): it is only looked up."""
+    ok = isinstance(name, str) and (_STUDY.fullmatch(name.strip()) if new else
+                                    0 < len(name.strip()) <= 256 and name.isprintable())
+    if not ok:
+        shown = repr(name)[:60] if isinstance(name, str) else f"a {type(name).__name__}"
         raise MksimError(f"study name {shown}: give a name of letters, digits and ._+,=@:- (at most 128), "
                          "not a path")
-    return name.strip()
+    return str(name).strip()
 
 
 def check_job_name(job: object) -> str | None:

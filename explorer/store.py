@@ -25,6 +25,7 @@ import hashlib
 import os
 import re
 import stat
+import threading
 from pathlib import Path
 
 from mksim.errors import MksimError
@@ -86,7 +87,7 @@ def is_token(token: object) -> bool:
 def write_private(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` whole (a temporary file, mode 0600, renamed): a reader sees the old file or
     the new one, never a part."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(text)

@@ -96,9 +96,9 @@ def _study_to_open(storage: str, typed: str | None, chosen: str | None) -> str:
     only study."""
     for name in (typed, chosen):
         if isinstance(name, str) and name.strip():
-            return jobs.check_study_name(name)
+            return jobs.check_study_name(name, new=False)
         if name is not None and not isinstance(name, str):
-            jobs.check_study_name(name)  # says what is wrong with it
+            jobs.check_study_name(name, new=False)  # says what is wrong with it
     names = data.study_names(storage)
     if len(names) == 1:
         return names[0]
@@ -142,7 +142,7 @@ def followed(job: Any) -> tuple[str | None, str, str, int | None]:
     name = jobs.check_job_name(job.get("job"))
     if job.get("job") is not None and name is None:
         raise MksimError("the page's followed search is not one of the registry; follow it from the list again")
-    study = jobs.check_study_name(job.get("study"))
+    study = jobs.check_study_name(job.get("study"), new=False)
     trials = job.get("trials")
     if trials is not None and (type(trials) is not int or trials < 0):
         raise MksimError("the page's followed study is not one it made; start a search or open a study again")

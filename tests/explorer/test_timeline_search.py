@@ -376,7 +376,7 @@ def test_open_study_errors(study, tmp_path, monkeypatch):
         in start_or_open("search-open", None, None, None, None, None, None, " ")["error"]
     for storage, name, match in ((str(tmp_path / "none.db"), "x", "no study storage at"),
                                  (str(study["db"]), "nope", "no study 'nope' in sqlite:///"),
-                                 (str(study["db"]), "../../x.db", "study name '../../x.db': give a name")):
+                                 (str(study["db"]), "../../x.db", "no study '../../x.db' in sqlite:///")):
         monkeypatch.setenv("MKSIM_EXPLORER_STORAGE", storage)
         msg = poll(start_or_open("search-open", None, None, None, None, None, None, name))[0]
         assert msg.startswith("error: ") and match in msg and "\n" not in msg
