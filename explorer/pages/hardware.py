@@ -165,6 +165,7 @@ def _on_gpus(names):
 
 
 @callback(*(Output(s, "value") for s in SLIDERS), Input("hardware-reset", "n_clicks"), prevent_initial_call=True)
+@guarded(lambda line: tuple(DEFAULTS[s] for s in SLIDERS))
 def _on_reset(_):
     return tuple(DEFAULTS[s] for s in SLIDERS)
 

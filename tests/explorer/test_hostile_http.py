@@ -368,6 +368,15 @@ def test_raw_posts(server, body, status):
     assert server.serving()
 
 
+@pytest.mark.parametrize("value", [pytest.param(5, id="B3-dash-own-callback-number"),
+                                   pytest.param({"a": 1}, id="B3-dash-own-callback-dict")])
+def test_dashs_own_callback_type_confused(server, value):
+    """Dash's own page-routing callback given a pathname no browser sends: 400 and one line, not 500."""
+    status, raw = server.callback("_pages_content.children", {"_pages_location.pathname": value})
+    assert status == 400 and raw.startswith(b"error: ") and raw.count(b"\n") == 1
+    assert server.serving()
+
+
 @pytest.mark.parametrize("path,status", [
     pytest.param("/_dash-component-suites/dash/../../../../../../etc/passwd", 404, id="B41-suites-dotdot"),
     pytest.param("/_dash-component-suites/dash/..%2f..%2f..%2f..%2f..%2fetc%2fpasswd", 404, id="B42-suites-2f"),
