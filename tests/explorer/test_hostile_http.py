@@ -653,6 +653,19 @@ def test_S4_foreign_or_open_folder_is_refused(tmp_path, monkeypatch, bad):
         jobs.jobs_dir()
 
 
+def test_S8_cache_keeps_the_recently_used_within_its_limit(tmp_path, monkeypatch):
+    monkeypatch.setenv("MKSIM_EXPLORER_CACHE", str(tmp_path / "h"))
+    monkeypatch.setattr(store, "SIZE_LIMIT_BYTES", 250)
+    a = store.put_schedule('{"a": "' + "a" * 90 + '"}')
+    time.sleep(0.02)
+    b = store.put_schedule('{"b": "' + "b" * 90 + '"}')
+    time.sleep(0.02)
+    assert store.get_schedule(a) is not None  # used now: b is the least recently used
+    time.sleep(0.02)
+    c = store.put_schedule('{"c": "' + "c" * 90 + '"}')
+    assert store.get_schedule(b) is None and store.get_schedule(a) and store.get_schedule(c)
+
+
 def test_S5_token_validated_before_any_lookup(monkeypatch, tmp_path):
     monkeypatch.setenv("MKSIM_EXPLORER_CACHE", str(tmp_path / "h"))
     for token in ("../../etc/passwd", "DEADBEEF" * 4, "a" * 31, "a" * 33, 5, None, ["a"], {"a": 1}):
