@@ -1,7 +1,11 @@
 """The explorer's Dash app: ``create_app()`` registers the pages and a navigation bar.
 
 Dash serves its page for any path; an unknown path still shows a "page not found" page, but with
-HTTP status 404 (so links checkers and scripts see it), decided in :func:`is_page_path`.
+HTTP status 404 (so links checkers and scripts see it), decided in :func:`is_page_path`. Requests the
+pages would never send answer one short line (:func:`explorer.guard.install`): a body larger than
+:data:`MAX_REQUEST_BYTES` 413, a body that is not one of the app's callbacks 400, an unknown script
+package 404; the callbacks themselves answer bad values with the page's one-line error
+(:func:`explorer.guard.guarded`).
 """
 
 from __future__ import annotations
@@ -10,9 +14,14 @@ import dash
 from dash import Dash, dcc, html
 from flask import Response, request
 
+from explorer import guard, stacks
 from explorer.pages import compare, hardware, search, timeline, validation
 
 PAGES = (compare, timeline, search, validation, hardware)
+
+#: A request body larger than this is refused (413) before it is read: the largest trace upload, base64-encoded,
+#: and room for the callback's other values.
+MAX_REQUEST_BYTES = stacks.MAX_UPLOAD_BYTES * 4 // 3 + (4 << 20)
 
 #: Dash's catch-all view, which serves the page for every path that is not one of Dash's own routes.
 _CATCH_ALL = "/<path:path>"
@@ -45,6 +54,7 @@ def create_app() -> Dash:
     dash.register_page("not_found_404", path="/404", name="Page not found", title="Page not found",
                        layout=not_found_layout)
     app.server.after_request(_status_404)
+    guard.install(app, MAX_REQUEST_BYTES)
     app.layout = html.Div([
         html.Nav([dcc.Link(p.NAME, href=p.PATH, style={"marginRight": "1em"}) for p in PAGES]
                  + [html.Span("mksim explorer", style={"float": "right", "color": "grey"})],

@@ -18,6 +18,7 @@ import hwmodels
 import mksim.models
 import validation
 from explorer.hwdata import WhatIf, whatif_changes
+from hwmodels.files import parse_json
 from mksim.compare import absent_rows, assumptions, compare_modes, compare_workload, make_workload
 from mksim.errors import MksimError, UnknownNameError
 from mksim.extras import require
@@ -37,6 +38,64 @@ def models() -> list[str]:
 def gpus() -> list[str]:
     """GPU names (built-in and calibrated), as ``mksim hw list`` knows them."""
     return list(hwmodels.available())
+
+
+def whole_number(value: object, what: str) -> int:
+    """``value`` as an int if it is a whole number (an int, a float without a fraction, or its text);
+    else MksimError in one line (``batch must be a whole number, got 1.5``)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and len(value) < 20 and value.strip().lstrip("+-").isdigit():
+        return int(value.strip())
+    shown = repr(value)[:30] if isinstance(value, str | float) else ("nothing" if value is None else
+                                                                      f"a {type(value).__name__}")
+    raise MksimError(f"{what} must be a whole number, got {shown}")
+
+
+def _shown(value: object) -> str:
+    return repr(value)[:60] if isinstance(value, str) else f"a {type(value).__name__}"
+
+
+def check_model(model: object) -> str:
+    """``model`` if it is a built-in model's name (:func:`models`); else MksimError in one line. The explorer
+    never takes a path from the browser: a config of one's own goes through the upload box."""
+    if not isinstance(model, str) or model not in models():
+        raise MksimError(f"unknown model {_shown(model)}: choose one of {', '.join(models())}, or upload a config.json")
+    return model
+
+
+def check_gpu(gpu: object) -> str:
+    """``gpu`` if it is a GPU name of :func:`gpus`, or ``NAME+PROFILE`` with a profile of
+    ``hwmodels.profiles()``; else MksimError in one line (never a path: the explorer opens no file the
+    browser names)."""
+    if isinstance(gpu, str):
+        name, _, profile = gpu.partition("+")
+        if name in gpus() and (not profile or profile in hwmodels.profiles()):
+            return gpu
+    raise MksimError(f"unknown GPU {_shown(gpu)}: choose one of {', '.join(gpus())} (optionally +PROFILE, PROFILE "
+                     f"one of {', '.join(hwmodels.profiles())})")
+
+
+def check_schedule_text(text: str) -> None:
+    """Check a schedule file's JSON before :meth:`mksim.schedule.Schedule.from_json` reads it: a JSON object
+    (nested no deeper than a schedule is) whose ``gpu`` is a GPU name (:func:`check_gpu`) and whose
+    ``workload.model`` a built-in model name or an embedded config, never a path on this machine."""
+    d = parse_json(text, "schedule", error=MksimError)
+    if not isinstance(d, dict):
+        raise MksimError("not a schedule file: expected the JSON object that mksim simulate --save writes")
+    if "gpu" in d:
+        try:
+            check_gpu(d["gpu"])
+        except MksimError as exc:
+            raise MksimError(f"schedule {exc}; the explorer reads GPU names only") from None
+    wl = d.get("workload")
+    if isinstance(wl, dict) and "model" in wl and not isinstance(wl["model"], dict):
+        try:
+            check_model(wl["model"])
+        except MksimError as exc:
+            raise MksimError(f"schedule workload {exc}") from None
 
 
 def compare_data(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase: str = "decode") -> dict[str, Any]:
@@ -111,13 +170,18 @@ def timeline_schedule(model: str = "llama-3.2-1b", gpu: str = "h200", batch: int
     Raises :class:`mksim.errors.MksimError` on bad input.
     """
     if schedule is not None:
-        if not schedule.lstrip().startswith("{"):  # from_json would take other text for a path on this machine
-            raise MksimError("not a schedule file: expected the JSON that mksim simulate --save writes")
-        return Schedule.from_json(schedule)
+        if not isinstance(schedule, str) or not schedule.lstrip().startswith("{"):  # from_json would take other
+            raise MksimError("not a schedule file: expected the JSON that mksim simulate --save writes")  # a path
+        check_schedule_text(schedule)
+        try:
+            return Schedule.from_json(schedule)
+        except (TypeError, ValueError) as exc:  # a key the workload's builder does not take, say
+            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            raise MksimError(f"not a schedule this mksim reads ({first})") from None
 
-    g = hwmodels.load(gpu)
-    wl = mksim.models.workload(model, batch=batch, kv_len=kv_len, phase=phase, prefill_tokens=prefill_tokens,
-                               n_sms=g.sm.count)
+    g = hwmodels.load(check_gpu(gpu))
+    wl = mksim.models.workload(check_model(model), batch=batch, kv_len=kv_len, phase=phase,
+                               prefill_tokens=prefill_tokens, n_sms=g.sm.count)
     return build_schedule(wl, g, mode, policy=policy or None)
 
 
@@ -319,8 +383,40 @@ def compare_run(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase:
     The last 32 comparisons are remembered (a comparison is deterministic), so asking again, or
     moving a what-if slider back, answers at once. Raises :class:`mksim.errors.MksimError` on bad input.
     """
+    if config is None:
+        check_model(model)
+    elif not isinstance(config, dict) or not isinstance(model, str):
+        raise MksimError("the uploaded config is gone; upload it again")
+    check_gpu(gpu)
+    if phase not in ("decode", "prefill"):
+        raise MksimError("phase: choose decode or prefill")
     key = None if config is None else json.dumps(config, sort_keys=True)
     return copy.deepcopy(_compare_run(model, gpu, int(batch), int(kv_len), phase, key, whatif or WhatIf()))
+
+
+#: An uploaded config or schedule larger than this is refused before it is decoded.
+MAX_TEXT_UPLOAD_BYTES = 16 << 20
+
+
+def upload_bytes(contents: object, name: str, limit: int = MAX_TEXT_UPLOAD_BYTES) -> bytes:
+    """The bytes of a ``dcc.Upload``'s contents (a ``data:...;base64,...`` URL), refused in one line
+    (MksimError, naming the file ``name``) when it is not such a URL or holds more than ``limit`` bytes."""
+    if not isinstance(contents, str) or not contents.startswith("data:") or "," not in contents:
+        raise MksimError(f"{name}: not an uploaded file (expected a data: URL); upload the file again")
+    b64 = contents.split(",", 1)[1]
+    if len(b64) // 4 * 3 > limit + 3:
+        raise MksimError(f"{name}: larger than {limit >> 20} MiB; this is not a file the explorer reads")
+    try:
+        return base64.b64decode(b64, validate=True)
+    except ValueError:
+        raise MksimError(f"{name}: not a readable upload (bad base64); upload the file again") from None
+
+
+def upload_name(filename: object, default: str) -> str:
+    """An upload's file name as shown (only its last part, at most 100 characters); ``default`` if none."""
+    if not isinstance(filename, str) or not filename.strip():
+        return default
+    return Path(filename.replace("\\", "/")).name[:100] or default
 
 
 def parse_config_upload(contents: str, filename: str | None) -> dict[str, Any]:
@@ -329,13 +425,8 @@ def parse_config_upload(contents: str, filename: str | None) -> dict[str, Any]:
     (the parsed dict, to pass to :func:`compare_run`) and ``summary`` (one line). A file mksim cannot
     read raises :class:`mksim.errors.MksimError` with mksim's one-line message, naming the file.
     """
-
-
-    fname = filename or "config.json"
-    try:
-        raw = json.loads(base64.b64decode(contents.split(",", 1)[-1], validate=False).decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise MksimError(f"{fname}: not a readable JSON config ({exc})") from None
+    fname = upload_name(filename, "config.json")
+    raw = parse_json(upload_bytes(contents, fname), f"{fname}: not a readable JSON config", error=MksimError)
     if not isinstance(raw, dict):
         raise MksimError(f"{fname}: a config.json must hold a JSON object")
     stem = Path(fname).stem
@@ -380,7 +471,8 @@ def whatif_data(model: str, gpu: str, whatif: WhatIf, batch: int = 1, kv_len: in
                 phase: str = "decode") -> dict[str, Any]:
     """The comparison on ``gpu`` as specified (``base``) and with ``whatif`` applied (``whatif``), and
     the numbers the what-if changed (``changes``: ``key unit base new``)."""
-    spec = hwmodels.load(gpu)
+    spec = hwmodels.load(check_gpu(gpu))
+    check_model(model)
     changes = whatif_changes(spec, whatif.apply(spec))
     return {"base": compare_run(model, gpu, batch, kv_len, phase),
             "whatif": compare_run(model, gpu, batch, kv_len, phase, whatif=whatif), "changes": changes}

@@ -85,7 +85,11 @@ def hardware_table(names: list[str] | None = None) -> dict[str, Any]:
     file has no such number; ``overlay`` marks a number a calibrated overlay changed from its
     base). ``sources``: ``ref gpu kind date title url note``, numbered as the cells cite them.
     """
-    gpus = [hwmodels.load(n) for n in (names or hwmodels.available())]
+    known = hwmodels.available()
+    if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) and n in known
+                                                                      for n in names)):
+        raise MksimError(f"GPUs: choose among {', '.join(known)}")
+    gpus = [hwmodels.load(n) for n in dict.fromkeys(names or known)]
     bases = {g.name: hwmodels.load(g.extends).numbers() if g.extends else {} for g in gpus}
     numbers = {g.name: g.numbers() for g in gpus}
     refs: dict[tuple[str, str], int] = {}

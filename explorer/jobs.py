@@ -14,12 +14,16 @@ Why a registry on disk and detached workers, not Dash background callbacks (``Di
 a background callback's job belongs to the browser page whose callback started it, so a restarted
 server (or another tab) has no list of the jobs, nothing to re-attach to and nothing to cancel; it
 would also need two more packages (``multiprocess``, ``psutil``). Here every search is a folder of
-:func:`jobs_dir` (``MKSIM_EXPLORER_JOBS``; default under the temporary folder) holding small files,
-each written whole (a temporary file renamed) by one writer only, so no file is ever read half
-written and no two processes update the same one:
+:func:`jobs_dir` (``MKSIM_EXPLORER_JOBS``; default ``jobs/`` in the explorer's own folder,
+:func:`explorer.store.home`, mode 0700 and checked to be this user's) holding small files, each written
+whole (a temporary file renamed) by one writer only, so no file is ever read half written and no two
+processes update the same one:
 
-- ``job.json``: what was asked (model, GPU, study, storage, trials) and the worker's pid; the server
-  writes it when it starts the worker;
+- ``job.json``: what was asked (model, GPU, study, storage, trials) and the worker's pid with its start time
+  (``/proc/<pid>/stat``); the server writes it when it starts the worker. Cancel signals that pid's process
+  group only after checking that the process is still that worker: the same start time, this user's, the
+  leader of its own group, running ``explorer.worker`` on this folder (:func:`worker_group`). A ``job.json``
+  naming any other process (a reused pid, a planted file) is never signalled;
 - ``outcome.json``: ``{"state": "done"}`` or ``{"state": "failed", "error": one line}``; the worker
   writes it as it ends;
 - ``cancelled``: the server's note that it cancelled the search;
@@ -39,11 +43,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -51,7 +55,8 @@ from pathlib import Path
 from typing import Any
 
 import hwmodels
-from explorer.data import storage_url
+from explorer import store
+from explorer.data import check_gpu, check_model, storage_url
 from mksim.errors import MksimError
 from mksim.search import Problem, baseline_params, default_study_name
 
@@ -71,6 +76,14 @@ MAX_RUNNING = 2
 #: (their studies stay in their storage).
 KEEP_JOBS = 20
 
+#: A search takes at most this many trials from the page (``mksim search`` takes any number).
+MAX_TRIALS = 2000
+
+#: A search's name in the registry.
+_JOB = re.compile(r"search-[0-9]{1,9}")
+#: A study name the page takes: letters, digits and ``._+,=@:-``, as mksim search's default names are.
+_STUDY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+,=@:-]{0,127}")
+
 #: Why a search without an answer and without a process stopped.
 STOPPED = ("its process ended before the search finished (killed, or the machine restarted); the study keeps "
            "every finished trial")
@@ -80,26 +93,54 @@ _CHILDREN: dict[str, subprocess.Popen[bytes]] = {}  # the workers this server st
 
 
 def jobs_dir() -> Path:
-    """The registry's folder: ``MKSIM_EXPLORER_JOBS``, else ``mksim-explorer/jobs`` in the temporary folder."""
-    return Path(os.environ.get("MKSIM_EXPLORER_JOBS") or Path(tempfile.gettempdir()) / "mksim-explorer" / "jobs")
+    """The registry's folder: ``MKSIM_EXPLORER_JOBS``, else ``jobs/`` in the explorer's own folder
+    (:func:`explorer.store.home`); made with mode 0700, and refused in one line (MksimError) if it is another
+    user's or writable by others (:func:`explorer.store.private_dir`)."""
+    env = os.environ.get("MKSIM_EXPLORER_JOBS")
+    if env:
+        return store.private_dir(Path(env).expanduser(), "MKSIM_EXPLORER_JOBS")
+    return store.private_dir(store.home() / "jobs", "the explorer's search registry")
 
 
 def default_storage() -> str:
-    """The SQLite file the Search page keeps its studies in unless told otherwise."""
-    d = Path(tempfile.gettempdir()) / "mksim-explorer"
-    d.mkdir(parents=True, exist_ok=True)
-    return str(d / "studies.db")
+    """The storage URL the Search page keeps its studies in: ``MKSIM_EXPLORER_STORAGE`` (what ``mksim
+    explore --storage`` sets: the server's owner chooses it, the browser cannot), else ``studies.db`` in the
+    explorer's own folder."""
+    env = os.environ.get("MKSIM_EXPLORER_STORAGE")
+    return storage_url(env) if env else storage_url(str(store.home() / "studies.db"))
+
+
+def check_study_name(name: object, new: bool = True) -> str:
+    """A study name from the page, checked: a name in the explorer's storage, never a path or a URL. A ``new``
+    study's name (a search to start) is letters, digits and ``._+,=@:-`` (at most 128); a study to open
+    may be any name ``mksim search --study`` gave (printable, at most 256 characters): it is only looked up."""
+    ok = isinstance(name, str) and (_STUDY.fullmatch(name.strip()) if new else
+                                    0 < len(name.strip()) <= 256 and name.isprintable())
+    if not ok:
+        shown = repr(name)[:60] if isinstance(name, str) else f"a {type(name).__name__}"
+        raise MksimError(f"study name {shown}: give a name of letters, digits and ._+,=@:- (at most 128), "
+                         "not a path")
+    return str(name).strip()
+
+
+def check_job_name(job: object) -> str | None:
+    """``job`` if it names a search of the registry's form (``search-N``), else ``None``."""
+    return job if isinstance(job, str) and _JOB.fullmatch(job) else None
 
 
 def check_search(model: str, gpu: str, batch: int, kv_len: int, trials: int, objectives: str) -> str:
     """Check a search's inputs as :func:`mksim.search.search` would (one-line MksimError); returns the
-    default study name."""
+    default study name. The model and GPU must be names the page lists (:func:`explorer.data.check_model`,
+    :func:`explorer.data.check_gpu`), the trials at most :data:`MAX_TRIALS`."""
     if objectives not in OBJECTIVE_CHOICES:
         raise MksimError(f"objectives: give {' or '.join(repr(o) for o in OBJECTIVE_CHOICES)}")
-    spec = hwmodels.load(gpu)
+    check_model(model)
+    spec = hwmodels.load(check_gpu(gpu))
     first = len(baseline_params(spec))
     if trials < first:
         raise MksimError(f"trials must be at least {first} (the baselines run first)")
+    if trials > MAX_TRIALS:
+        raise MksimError(f"trials must be at most {MAX_TRIALS} from the explorer; run mksim search for more")
     problem = Problem(model=model, gpu=spec, batch=batch, kv_len=kv_len)
     problem.workload()  # unknown model or impossible shape
     return default_study_name(problem, tuple(objectives.split(",")))
@@ -108,15 +149,14 @@ def check_search(model: str, gpu: str, batch: int, kv_len: int, trials: int, obj
 # -- the registry's files ---------------------------------------------------------------------
 def write_json(path: Path, value: Any) -> None:
     """Write ``value`` to ``path`` whole: a reader sees the old file or the new one, never a part."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(value))
-    os.replace(tmp, path)
+    store.write_private(path, json.dumps(value))
 
 
 def _read_json(path: Path) -> Any:
+    text = store.read_private(path, 1 << 20)
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return None if text is None else json.loads(text)
+    except (ValueError, RecursionError):
         return None
 
 
@@ -185,8 +225,10 @@ def _state(folder: Path) -> tuple[str, str]:
 def job_state(job: str | None) -> tuple[str, str]:
     """``(state, message)``: ``running``, ``done``, ``failed`` (message: the one-line error), ``cancelled``,
     ``stopped`` (message: why) or ``none`` (no such search in the registry: an opened study)."""
-    folder = jobs_dir() / (job or "")
-    if not job or "/" in job or not (folder / "job.json").is_file():
+    if check_job_name(job) is None:
+        return "none", ""
+    folder = jobs_dir() / str(job)
+    if not (folder / "job.json").is_file():
         return "none", ""
     with _THREAD_LOCK:
         _reap()
@@ -214,9 +256,9 @@ def running_jobs() -> list[str]:
 
 def follow(job: str) -> dict[str, Any]:
     """What the page follows for a search of the registry: ``{"job", "storage", "study", "trials"}``."""
-    record = _read_json(jobs_dir() / job / "job.json") if job and "/" not in job else None
+    record = _read_json(jobs_dir() / job / "job.json") if check_job_name(job) else None
     if not isinstance(record, dict):
-        raise MksimError(f"no search {job!r} in {jobs_dir()}")
+        raise MksimError(f"no search {str(job)[:60]!r} in {jobs_dir()}")
     return {k: record[k] for k in ("job", "storage", "study", "trials")}
 
 
@@ -228,13 +270,13 @@ def _forget_old() -> None:
 
 
 def start_search(model: str, gpu: str, batch: int, kv_len: int, trials: int, objectives: str = "latency",
-                 storage: str | None = None, study: str | None = None, seed: int = 0) -> dict[str, Any]:
-    """Start a search in a worker process; returns ``{"job", "storage", "study", "trials"}`` (the study's
-    storage URL and name, to follow it). Raises MksimError on bad input, or when :data:`MAX_RUNNING`
-    searches run already, before any process starts."""
+                 study: str | None = None, seed: int = 0) -> dict[str, Any]:
+    """Start a search in a worker process, its study in :func:`default_storage`; returns ``{"job",
+    "storage", "study", "trials"}`` (the study's storage URL and name, to follow it). Raises MksimError on
+    bad input, or when :data:`MAX_RUNNING` searches run already, before any process starts."""
     default_name = check_search(model, gpu, batch, kv_len, trials, objectives)
-    name = (study or "").strip() or default_name
-    url = storage_url(storage or default_storage())
+    name = check_study_name(study) if (study or "").strip() else default_name
+    url = default_storage()
     kwargs = dict(model=model, gpu=gpu, batch=batch, kv_len=kv_len, trials=trials, seed=seed, storage=url,
                   study_name=name, objectives=objectives)
     if fcntl is None:
@@ -255,7 +297,7 @@ def _start_locked(kwargs: dict[str, Any]) -> dict[str, Any]:
     job = f"search-{(_number(dirs[0].name) if dirs else 0) + 1}"
     folder = jobs_dir() / job
     folder.mkdir()
-    lock = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    lock = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)  # held from now on: the search reads as running from the start
         package_root = str(Path(__file__).resolve().parents[1])
@@ -272,7 +314,9 @@ def _start_locked(kwargs: dict[str, Any]) -> dict[str, Any]:
     finally:
         os.close(lock)  # the worker's copy keeps the lock
     _CHILDREN[job] = proc
-    record = {"job": job, "pid": proc.pid, "model": kwargs["model"], "gpu": kwargs["gpu"],
+    ident = _identity(proc.pid)
+    record = {"job": job, "pid": proc.pid, "pid_start": ident[0] if ident else None, "uid": os.getuid(),
+              "model": kwargs["model"], "gpu": kwargs["gpu"],
               "study": kwargs["study_name"], "storage": kwargs["storage"], "trials": kwargs["trials"],
               "objectives": kwargs["objectives"], "started": time.time()}
     write_json(folder / "job.json", record)
@@ -280,23 +324,66 @@ def _start_locked(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: record[k] for k in ("job", "storage", "study", "trials")}
 
 
+def _identity(pid: int) -> tuple[int, int] | None:
+    """``(start time, uid)`` of process ``pid`` (its start in clock ticks since boot, from ``/proc/<pid>/stat``),
+    ``None`` where it cannot be read (no such process, no ``/proc``)."""
+    try:
+        stat_text = Path(f"/proc/{pid}/stat").read_text()
+        uid = os.stat(f"/proc/{pid}").st_uid
+        return int(stat_text.rsplit(")", 1)[1].split()[19]), uid  # field 22; the name in () may hold spaces
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def worker_group(job: str, record: Any) -> int | None:
+    """The process group to signal to cancel ``job``: the worker's pid, if the process is the worker this
+    registry started (this server's own child still running, or the process ``record`` names with the same
+    start time, this user's, the leader of its group and running ``explorer.worker`` on the job's folder);
+    ``None`` otherwise (a pid reused by another process, or a ``job.json`` that names one)."""
+    child = _CHILDREN.get(job)
+    if child is not None and child.poll() is None:  # not reaped: its pid cannot be another process's yet
+        return child.pid
+    if not isinstance(record, dict):
+        return None
+    pid, start = record.get("pid"), record.get("pid_start")
+    if type(pid) is not int or type(start) is not int or pid <= 1 or pid == os.getpid():
+        return None
+    if _identity(pid) != (start, os.getuid()):
+        return None
+    try:
+        if os.getpgid(pid) != pid:
+            return None
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    folder = os.path.realpath(jobs_dir() / job)
+    if b"explorer.worker" not in argv or not any(os.path.realpath(os.fsdecode(a)) == folder for a in argv if a):
+        return None
+    return pid
+
+
 def cancel(job: str | None) -> str:
-    """Stop a running search, whichever server started it: its worker is terminated. Returns one line."""
+    """Stop a running search, whichever server started it: its worker is terminated. Returns one line.
+    Only the worker is ever signalled (:func:`worker_group`)."""
     if job_state(job)[0] != "running":
         return "no running search to cancel"
     folder = jobs_dir() / str(job)
-    record = _read_json(folder / "job.json")
+    with _THREAD_LOCK:
+        pid = worker_group(str(job), _read_json(folder / "job.json"))
+    if pid is None:
+        return (f"cannot cancel {job}: its process is not a search worker this explorer started (job.json names "
+                "another process); stop it from the shell")
     try:
         (folder / "cancelled").touch()
         for sig in (signal.SIGTERM, signal.SIGKILL):
             if not _alive(folder):  # the lock says the worker (the leader of process group ``pid``) still lives
                 break
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(int(record["pid"]), sig)
+                os.killpg(pid, sig)
             deadline = time.monotonic() + 10
             while _alive(folder) and time.monotonic() < deadline:
                 time.sleep(0.05)
-    except OSError as exc:  # another user's search, in a shared registry
+    except OSError as exc:
         return f"cannot cancel {job}: {exc.strerror or exc}"
     with _THREAD_LOCK:
         child = _CHILDREN.pop(str(job), None)

@@ -7,16 +7,21 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
+import hashlib
 import json
 import re
 import tempfile
+import threading
 import zlib
+from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import hwmodels
 import mksim.models
+from explorer.data import check_gpu, check_model, upload_name
 from mksim.compare import (
     assumptions,
     interval_basis,
@@ -36,8 +41,11 @@ NONE = "none"
 STACK_ORDER = ("torch", "inductor", "cublas", "mksim")
 #: An uploaded trace larger than this (as uploaded, gzipped or not) is refused before it is read.
 MAX_UPLOAD_BYTES = 32 << 20
-#: ... and one that decompresses to more than this.
-MAX_TRACE_BYTES = 512 << 20
+#: ... and one that decompresses to more than this (far below ``mksim trace import``'s cap: the server
+#: parses it in memory, about 10 bytes per byte of JSON). The gzip stream is inflated only up to it.
+MAX_TRACE_BYTES = 64 << 20
+#: Imported traces remembered (by the upload's digest and the inputs), so *Run* does not import again.
+KEEP_TRACES = 4
 
 
 def profiles() -> list[str]:
@@ -115,12 +123,38 @@ def size_text(n: float) -> str:
     return f"{n:.0f} B"
 
 
+def _gunzip(raw: bytes, name: str, max_trace: int) -> bytes:
+    """The members of a gzip file inflated one after another, never more than ``max_trace`` bytes of output
+    (refused in one line past it, before more is inflated)."""
+    parts: list[bytes] = []
+    size, data = 0, raw
+    while data:
+        d = zlib.decompressobj(wbits=31)
+        try:
+            out = d.decompress(data, max_trace + 1 - size)
+        except zlib.error as exc:
+            raise MksimError(f"{name}: not a readable gzip file ({exc})") from None
+        size += len(out)
+        if size > max_trace:
+            raise MksimError(f"{name}: over {size_text(max_trace)} uncompressed; keep one step with mksim trace cut "
+                             "(the explorer takes traces up to that; mksim trace import reads larger ones)")
+        if not d.eof:
+            raise MksimError(f"{name}: a truncated gzip file")
+        parts.append(out)
+        data = d.unused_data
+        if not data.strip(b"\0"):  # padding after the last member
+            break
+    return b"".join(parts)
+
+
 def read_trace_upload(contents: str, filename: str | None, max_upload: int = MAX_UPLOAD_BYTES,
                       max_trace: int = MAX_TRACE_BYTES) -> bytes:
     """The JSON bytes of an uploaded trace (a ``data:...;base64,`` URL, as ``dcc.Upload`` gives it; plain
     or gzipped). A file over ``max_upload`` bytes, over ``max_trace`` once decompressed, or not a readable
     upload raises :class:`mksim.errors.MksimError` with one line naming the file."""
     name = filename or "trace.json"
+    if not isinstance(contents, str):
+        raise MksimError(f"{name}: not an uploaded file (expected a data: URL); upload the file again")
     b64 = contents.split(",", 1)[-1]
     if len(b64) * 3 // 4 > max_upload + 3:  # refuse before decoding what is too large anyway
         raise MksimError(f"{name}: {size_text(len(b64) * 3 // 4)}; the explorer takes traces up to "
@@ -133,17 +167,10 @@ def read_trace_upload(contents: str, filename: str | None, max_upload: int = MAX
         raise MksimError(f"{name}: {size_text(len(raw))}; the explorer takes traces up to "
                          f"{size_text(max_upload)}: gzip it, or keep one step with mksim trace cut")
     if raw[:2] == b"\x1f\x8b":
-        d = zlib.decompressobj(wbits=31)
-        try:
-            out = d.decompress(raw, max_trace + 1)
-        except zlib.error as exc:
-            raise MksimError(f"{name}: not a readable gzip file ({exc})") from None
-        if len(out) > max_trace:
-            raise MksimError(f"{name}: over {size_text(max_trace)} uncompressed; keep one step with "
-                             "mksim trace cut")
-        if not d.eof:
-            raise MksimError(f"{name}: a truncated gzip file")
-        raw = out
+        raw = _gunzip(raw, name, max_trace)
+    elif len(raw) > max_trace:
+        raise MksimError(f"{name}: over {size_text(max_trace)}; the explorer takes traces up to that: keep one "
+                         "step with mksim trace cut")
     if not raw.strip():
         raise MksimError(f"{name}: an empty file; give a Chrome trace from prof.export_chrome_trace()")
     return raw
@@ -160,10 +187,48 @@ def trace_data(contents: str, filename: str | None, model: str, gpu: str, batch:
     --json`` prints without the kernels (``step_us replay_us replay_error n_kernels busy_us gaps_us
     mapped_fraction by_kind unmapped warnings prediction``...), with ``path`` the file's name, and
     ``assumes`` (what the prediction assumes: :func:`mksim.compare.assumptions` of its GPU).
-    ``config``: an uploaded Hugging Face config, with ``model`` its name. Raises
+    ``config``: an uploaded Hugging Face config, with ``model`` its name; else ``model`` is a built-in
+    model's name and ``gpu`` a GPU name (never a path: :func:`explorer.data.check_model`, ``check_gpu``).
+    The last :data:`KEEP_TRACES` imports (and refusals) are remembered by the upload's digest and the
+    inputs, so *Run* with the same inputs does not import the trace again. Raises
     :class:`mksim.errors.MksimError` with one line naming the file.
     """
-    name = filename or "trace.json"
+    name = upload_name(filename, "trace.json")
+    if config is None:
+        check_model(model)
+    elif not isinstance(config, dict) or not isinstance(model, str):
+        raise MksimError("the uploaded config is gone; upload it again")
+    check_gpu(gpu)
+    if not isinstance(contents, str):
+        raise MksimError(f"{name}: not an uploaded file (expected a data: URL); upload the file again")
+    key = (hashlib.sha256(contents.encode()).hexdigest(), name, model, gpu, int(batch), int(kv_len),
+           None if config is None else json.dumps(config, sort_keys=True))
+    hit: tuple[bool, Any] | None
+    with _TRACES_LOCK:
+        hit = _TRACES.get(key)
+        if hit is not None:
+            _TRACES.move_to_end(key)
+    if hit is None:
+        try:
+            hit = (True, _trace_data(contents, name, model, gpu, int(batch), int(kv_len), config))
+        except MksimError as exc:  # a refusal is remembered too: Run does not inflate a refused upload again
+            hit = (False, str(exc))
+        with _TRACES_LOCK:
+            _TRACES[key] = hit
+            while len(_TRACES) > KEEP_TRACES:
+                _TRACES.popitem(last=False)
+    ok, value = hit[0], cast(Any, hit[1])
+    if not ok:
+        raise MksimError(str(value))
+    return cast(dict[str, Any], copy.deepcopy(value))
+
+
+_TRACES: OrderedDict[tuple, tuple[bool, Any]] = OrderedDict()
+_TRACES_LOCK = threading.Lock()
+
+
+def _trace_data(contents: str, name: str, model: str, gpu: str, batch: int, kv_len: int,
+                config: dict[str, Any] | None) -> dict[str, Any]:
     raw = read_trace_upload(contents, name)
     with tempfile.TemporaryDirectory(prefix="mksim-trace-") as tmp:
         path = Path(tmp) / _safe_name(name)
@@ -177,6 +242,10 @@ def trace_data(contents: str, filename: str | None, model: str, gpu: str, batch:
         except MksimError as exc:  # name the file as the user knows it, not our temporary copy
             msg = str(exc).replace(str(path), name).replace(tmp + "/", "")
             raise MksimError(msg.removeprefix("trace ") if msg.startswith(f"trace {name}:") else msg) from None
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError, RecursionError) as exc:
+            first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
+            raise MksimError(f"{name}: not a trace mksim reads ({type(exc).__name__}: {first}); give a Chrome "
+                             "trace from prof.export_chrome_trace()") from None
     d = t.to_dict(kernels=False)
     d["path"] = name
     if config is not None:

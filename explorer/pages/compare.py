@@ -14,6 +14,7 @@ import hwmodels
 import mksim.schedule  # noqa: F401  (the simulator, imported once with the page, not on the first Run)
 import mksim.sim  # noqa: F401
 from explorer import data, figures, stacks
+from explorer.guard import guarded
 from mksim.compare import interval_basis
 from mksim.errors import MksimError
 
@@ -175,16 +176,20 @@ def page_inputs(model: str | None, gpu: str | None, batch: Any, kv_len: Any, pha
     the uploaded config when ``model`` is :data:`UPLOADED` + its name. Raises MksimError on bad input."""
     if not model or not gpu or not phase:
         raise MksimError("choose a model, a GPU and a phase")
-    try:
-        b, kv = int(batch), int(kv_len)
-    except (TypeError, ValueError):
-        raise MksimError("batch and KV length must be whole numbers") from None
+    if phase not in ("decode", "prefill"):
+        raise MksimError("phase: choose decode or prefill")
+    b, kv = data.whole_number(batch, "batch"), data.whole_number(kv_len, "KV length")
     cfg = None
-    if model.startswith(UPLOADED):
-        if not config or config.get("name") != model.removeprefix(UPLOADED):
+    if isinstance(model, str) and model.startswith(UPLOADED):
+        if (not isinstance(config, dict) or config.get("name") != model.removeprefix(UPLOADED)
+                or not isinstance(config.get("config"), dict)):
             raise MksimError("the uploaded config is gone; upload it again")
         model, cfg = config["name"], config["config"]
-    return model, stacks.megakernel_gpu(gpu, profile), b, kv, cfg
+    else:
+        data.check_model(model)
+    if profile is not None and not isinstance(profile, str):
+        raise MksimError("the modes' kernels: choose none or a profile of the list")
+    return model, data.check_gpu(stacks.megakernel_gpu(data.check_gpu(gpu), profile)), b, kv, cfg
 
 
 def run_compare(n_clicks: int | None, model: str | None, gpu: str | None, batch: Any, kv_len: Any,
@@ -221,7 +226,7 @@ def upload_config(contents: str | None, filename: str | None) -> tuple:
     try:
         up = data.parse_config_upload(contents, filename)
     except MksimError as exc:
-        return html.Span(f"error: {exc}", style={"color": "#b00020"}), None, data.models(), no_update
+        return _error_span(f"error: {exc}"), None, data.models(), no_update
     label = UPLOADED + up["name"]
     return f"loaded {up['summary']}", up, [*data.models(), label], label
 
@@ -281,13 +286,13 @@ def import_trace_upload(contents: str | None, filename: str | None, model: str |
         model, gpu_name, b, kv, cfg = page_inputs(model, gpu, batch, kv_len, phase, config, profile)
         t = stacks.trace_data(contents, filename, model, gpu_name, b, kv, config=cfg)
     except MksimError as exc:
-        return html.Span(f"error: {exc}", style={"color": "#b00020"}), None
+        return _error_span(f"error: {exc}"), None
     return f"imported {t['path']}", trace_view(t)
 
 
 def roofline(result: dict[str, Any] | None, mode: str | None) -> go.Figure:
     """The roofline figure of a stored comparison in ``mode`` (empty before the first good Run)."""
-    if not result or mode is None or mode not in result.get("modes", {}):
+    if not isinstance(result, dict) or not isinstance(mode, str) or mode not in (result.get("modes") or {}):
         return _empty()
     return figures.roofline_figure(data.roofline_data(result, mode))
 
@@ -295,13 +300,19 @@ def roofline(result: dict[str, Any] | None, mode: str | None) -> go.Figure:
 def roofline_modes(result: dict[str, Any] | None, mode: str | None) -> tuple[list[str], str]:
     """The roofline's mode choices (those the comparison ran, in :data:`ROOFLINE_MODES`' order) and its
     value (``mode``, or the first choice where the GPU lacks ``mode``)."""
-    ran = (result or {}).get("modes")
+    ran = result.get("modes") if isinstance(result, dict) else None
+    ran = ran if isinstance(ran, dict) else None
     choices = [m for m in ROOFLINE_MODES if ran is None or m in ran]
     return choices, mode if mode in choices else choices[0]
 
 
+def _error_span(line: str) -> html.Span:
+    return html.Span(line, style={"color": "#b00020"})
+
+
 @callback(Output("compare-roofline-mode", "options"), Output("compare-roofline-mode", "value"),
           Input("compare-result", "data"), State("compare-roofline-mode", "value"))
+@guarded(lambda line: (list(ROOFLINE_MODES), ROOFLINE_MODES[0]))
 def _on_result(result, mode):
     return roofline_modes(result, mode)
 
@@ -311,6 +322,7 @@ def _on_result(result, mode):
           Input("compare-run", "n_clicks"), State("compare-model", "value"), State("compare-gpu", "value"),
           State("compare-batch", "value"), State("compare-kv-len", "value"), State("compare-phase", "value"),
           State("compare-config", "data"), State("compare-profile", "value"), State("compare-stack", "value"))
+@guarded(lambda line: (line, *(_empty() for _ in GRAPHS), None, None))
 def _on_run(n_clicks, model, gpu, batch, kv_len, phase, config, profile, stack):
     return run_compare(n_clicks, model, gpu, batch, kv_len, phase, config, profile, stack)
 
@@ -320,6 +332,7 @@ def _on_run(n_clicks, model, gpu, batch, kv_len, phase, config, profile, stack):
           State("compare-trace-upload", "filename"), State("compare-model", "value"), State("compare-gpu", "value"),
           State("compare-batch", "value"), State("compare-kv-len", "value"), State("compare-phase", "value"),
           State("compare-config", "data"), State("compare-profile", "value"))
+@guarded(lambda line: (_error_span(line), None))
 def _on_trace(contents, n_clicks, filename, model, gpu, batch, kv_len, phase, config, profile):
     # on Run too: the trace is imported again with the page's inputs as they are now
     return import_trace_upload(contents, filename, model, gpu, batch, kv_len, phase, config, profile)
@@ -328,11 +341,13 @@ def _on_trace(contents, n_clicks, filename, model, gpu, batch, kv_len, phase, co
 @callback(Output("compare-upload-message", "children"), Output("compare-config", "data"),
           Output("compare-model", "options"), Output("compare-model", "value"),
           Input("compare-upload", "contents"), State("compare-upload", "filename"), prevent_initial_call=True)
+@guarded(lambda line: (_error_span(line), None, data.models(), no_update))
 def _on_upload(contents, filename):
     return upload_config(contents, filename)
 
 
 @callback(Output("compare-roofline", "figure"), Input("compare-result", "data"),
           Input("compare-roofline-mode", "value"))
+@guarded(lambda line: _empty())
 def _on_roofline(result, mode):
     return roofline(result, mode)

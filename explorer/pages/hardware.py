@@ -10,6 +10,7 @@ from dash import Input, Output, callback, dcc, html
 
 import hwmodels
 from explorer import data, figures
+from explorer.guard import guarded
 from explorer.hwdata import WhatIf, hardware_table
 from mksim.errors import MksimError
 
@@ -130,13 +131,16 @@ def run_whatif(model: str | None, gpu: str | None, batch: Any, kv_len: Any, laun
     try:
         if not model or not gpu:
             raise MksimError("choose a model and a GPU")
-        try:
-            b, kv = int(batch), int(kv_len)
-        except (TypeError, ValueError):
-            raise MksimError("batch and KV length must be whole numbers") from None
-        base_sms = hwmodels.load(gpu).sm.count
+        b, kv = data.whole_number(batch, "batch"), data.whole_number(kv_len, "KV length")
+        data.check_model(model)
+        base_sms = hwmodels.load(data.check_gpu(gpu)).sm.count
+
         def num(v: Any) -> float:
-            return 1.0 if v is None else float(v)  # a slider's box left empty: as specified
+            if v is None:  # a slider's box left empty: as specified
+                return 1.0
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1e6:
+                raise MksimError("a what-if slider's value must be a number between its ends")
+            return float(v)
 
         w = WhatIf(launch_scale=num(launch), hbm_scale=num(hbm), sync_scale=num(sync),
                    sm_count=max(1, round(base_sms * num(sms))))
@@ -155,11 +159,13 @@ def run_whatif(model: str | None, gpu: str | None, batch: Any, kv_len: Any, laun
 
 @callback(Output("hardware-table", "children"), Output("hardware-sources", "children"),
           Input("hardware-gpus", "value"))
+@guarded(lambda line: (html.P(line, role="alert", style={"color": "#b00020"}), []))
 def _on_gpus(names):
     return gpu_table(names)
 
 
 @callback(*(Output(s, "value") for s in SLIDERS), Input("hardware-reset", "n_clicks"), prevent_initial_call=True)
+@guarded(lambda line: tuple(DEFAULTS[s] for s in SLIDERS))
 def _on_reset(_):
     return tuple(DEFAULTS[s] for s in SLIDERS)
 
@@ -168,5 +174,6 @@ def _on_reset(_):
           Output("hardware-whatif-table", "children"), Output("hardware-whatif", "figure"),
           Input("hardware-model", "value"), Input("hardware-gpu", "value"), Input("hardware-batch", "value"),
           Input("hardware-kv-len", "value"), *(Input(s, "value") for s in SLIDERS))
+@guarded(lambda line: (line, None, None, go.Figure()))
 def _on_whatif(model, gpu, batch, kv_len, launch, hbm, sync, sms):
     return run_whatif(model, gpu, batch, kv_len, launch, hbm, sync, sms)

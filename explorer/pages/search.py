@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 from dash import ALL, Input, Output, State, callback, ctx, dcc, html, no_update
 
 from explorer import data, figures, jobs, store
+from explorer.guard import guarded, one_line
 from explorer.pages.timeline import PATH as TIMELINE_PATH
 from mksim.errors import MksimError
 
@@ -42,13 +43,13 @@ def layout(**_query: Any) -> html.Div:
             html.Span(id="search-cancel-message", style={"marginLeft": "1em", "color": "grey"}),
         ]),
         html.Div([
-            field("storage ", dcc.Input(id="search-storage", value=jobs.default_storage(), style={"width": "28em"})),
             field("study ", dcc.Input(id="search-study", placeholder="default: model-GPU-batch-KV-objectives",
                                       style={"width": "20em"})),
             field("or existing ", dcc.Dropdown(id="search-studies", placeholder="studies in the storage",
                                                style={"width": "18em"})),
             html.Button("Open study", id="search-open", n_clicks=0),
         ], style={"margin": "0.5em 0"}),
+        html.P(storage_note(), id="search-storage", style={"color": "grey", "margin": "0.3em 0"}),
         html.Div(id="search-jobs", style={"margin": "0.5em 0"}),
         dcc.Store(id="search-job"), dcc.Store(id="search-seen"), dcc.Store(id="search-jobs-seen"),
         dcc.Interval(id="search-poll", interval=POLL_MS, disabled=True),
@@ -68,17 +69,23 @@ def layout(**_query: Any) -> html.Div:
 
 
 def _int(value: Any, what: str) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise MksimError(f"{what} must be a whole number") from None
+    return data.whole_number(value, what)
 
 
-def study_choices(storage: str | None) -> tuple[list[str], str | None]:
-    """``(options, value)`` of the list of existing studies: the studies in ``storage``, the only one
-    chosen when there is one. Empty when the storage cannot be read (opening it says why). Never raises."""
+def storage_note() -> str:
+    """Where the studies are kept (the explorer's own storage: the browser does not choose it)."""
     try:
-        names = data.study_names(storage or "")
+        return (f"studies are kept in {jobs.default_storage()} (mksim explore --storage chooses another; "
+                "open it with mksim search --storage too)")
+    except MksimError as exc:
+        return f"error: {exc}"
+
+
+def study_choices() -> tuple[list[str], str | None]:
+    """``(options, value)`` of the list of existing studies: the studies in the explorer's storage, the only
+    one chosen when there is one. Empty when the storage cannot be read (opening it says why). Never raises."""
+    try:
+        names = data.study_names(jobs.default_storage())
     except MksimError:
         return [], None
     return names, names[0] if len(names) == 1 else None
@@ -87,38 +94,60 @@ def study_choices(storage: str | None) -> tuple[list[str], str | None]:
 def _study_to_open(storage: str, typed: str | None, chosen: str | None) -> str:
     """The study "Open study" opens: the typed name, else the one chosen in the list, else the storage's
     only study."""
-    name = (typed or "").strip() or (chosen or "").strip()
-    if name:
-        return name
+    for name in (typed, chosen):
+        if isinstance(name, str) and name.strip():
+            return jobs.check_study_name(name, new=False)
+        if name is not None and not isinstance(name, str):
+            jobs.check_study_name(name, new=False)  # says what is wrong with it
     names = data.study_names(storage)
     if len(names) == 1:
         return names[0]
     if not names:
-        raise MksimError(f"no study in {data.storage_url(storage)} yet: start a search first")
-    raise MksimError(f"choose the study to open in the list ({len(names)} studies in {data.storage_url(storage)})")
+        raise MksimError(f"no study in {storage} yet: start a search first")
+    raise MksimError(f"choose the study to open in the list ({len(names)} studies in {storage})")
 
 
 def start_or_open(trigger: str | None, model: str | None, gpu: str | None, batch: Any, kv_len: Any, trials: Any,
-                  objectives: str | None, storage: str | None, study: str | None,
-                  chosen: str | None = None) -> dict[str, Any] | None:
+                  objectives: str | None, study: str | None, chosen: str | None = None) -> dict[str, Any] | None:
     """What the page follows: ``{"job", "storage", "study", "trials"}`` (``job`` ``None`` for an opened
     study), or ``{"error": one line}``; ``None`` before a button is pressed. "Open study" opens the
     typed ``study``, else the ``chosen`` one of the list, else the storage's only study; a *Follow* button
-    of the list of searches (``{"type": "search-follow", "job": ...}``) follows that search. Never raises."""
+    of the list of searches (``{"type": "search-follow", "job": ...}``) follows that search. The storage is
+    the explorer's own (:func:`explorer.jobs.default_storage`). Never raises."""
     try:
         if trigger == "search-start":
             if not model or not gpu:
                 raise MksimError("choose a model and a GPU")
+            if objectives is not None and not isinstance(objectives, str):
+                raise MksimError(f"objectives: give {' or '.join(repr(o) for o in jobs.OBJECTIVE_CHOICES)}")
             return jobs.start_search(model, gpu, _int(batch, "batch"), _int(kv_len, "KV length"),
-                                     _int(trials, "trials"), objectives or "latency", storage, study)
+                                     _int(trials, "trials"), objectives or "latency", study)
         if trigger == "search-open":
-            name = _study_to_open(storage or "", study, chosen)
-            return {"job": None, "storage": data.storage_url(storage or ""), "study": name, "trials": None}
+            storage = jobs.default_storage()
+            name = _study_to_open(storage, study, chosen)
+            return {"job": None, "storage": storage, "study": name, "trials": None}
         if isinstance(trigger, dict) and trigger.get("type") == "search-follow":
-            return jobs.follow(str(trigger.get("job")))
+            return jobs.follow(str(trigger.get("job"))[:60])
     except MksimError as exc:
         return {"error": str(exc)}
     return None
+
+
+def followed(job: Any) -> tuple[str | None, str, str, int | None]:
+    """``(job, storage, study, trials)`` of what the page follows (``start_or_open``'s dict, as the browser
+    sends it back), checked: the job a search of the registry (its storage then the registry's record, not
+    the browser's), or none and the study one of the explorer's storage. Raises MksimError in one line."""
+    if not isinstance(job, dict):
+        raise MksimError("the page's followed study is not one it made; start a search or open a study again")
+    name = jobs.check_job_name(job.get("job"))
+    if job.get("job") is not None and name is None:
+        raise MksimError("the page's followed search is not one of the registry; follow it from the list again")
+    study = jobs.check_study_name(job.get("study"), new=False)
+    trials = job.get("trials")
+    if trials is not None and (type(trials) is not int or trials < 0):
+        raise MksimError("the page's followed study is not one it made; start a search or open a study again")
+    storage = jobs.follow(name)["storage"] if name else jobs.default_storage()
+    return name, storage, study, trials
 
 
 def _empty() -> tuple[go.Figure, ...]:
@@ -158,11 +187,16 @@ def poll(job: dict[str, Any] | None, seen: Any = None) -> tuple:
     """
     if not job:
         return ("", "", *_empty(), True, None)
-    if "error" in job:
-        return (f"error: {job['error']}", "", *_empty(), True, None)
-    state, err = jobs.job_state(job.get("job"))
+    if isinstance(job, dict) and "error" in job:
+        return (f"error: {one_line(job['error'])}", "", *_empty(), True, None)
     try:
-        d = data.study_data(job["storage"], job["study"])
+        name, storage, study, trials = followed(job)
+    except MksimError as exc:
+        return (f"error: {exc}", "", *_empty(), True, None)
+    job = {"job": name, "storage": storage, "study": study, "trials": trials}
+    state, err = jobs.job_state(name)
+    try:
+        d = data.study_data(storage, study)
     except MksimError as exc:
         if state == "running":  # the worker has not made the study yet
             return ("", f"starting the search of {job['study']}…", *(no_update for _ in GRAPHS), False, seen)
@@ -212,9 +246,10 @@ def cancel_search(n_clicks: int | None, job: dict[str, Any] | None) -> str:
     """The line the Cancel button answers with: the followed search of this server is stopped."""
     if not n_clicks:
         return ""
-    if not job or not job.get("job"):
+    name = jobs.check_job_name(job.get("job")) if isinstance(job, dict) else None
+    if name is None:
         return "no running search to cancel"
-    return jobs.cancel(job["job"])
+    return jobs.cancel(name)
 
 
 def figures_shown(seen: Any) -> tuple[dict[str, str], str]:
@@ -227,10 +262,11 @@ def open_best(n_clicks: int | None, job: dict[str, Any] | None) -> tuple[Any, st
     """``(Timeline link, message)``: keep the followed study's best schedule, link to it on Timeline."""
     if not n_clicks:
         return no_update, ""
-    if not job or "error" in job:
+    if not job or not isinstance(job, dict) or "error" in job:
         return no_update, "start a search or open a study first"
     try:
-        token = store.put_schedule(data.best_schedule_json(job["storage"], job["study"]))
+        _name, storage, study, _trials = followed(job)
+        token = store.put_schedule(data.best_schedule_json(storage, study))
     except MksimError as exc:
         return no_update, f"error: {exc}"
     return f"{TIMELINE_PATH}?schedule={token}", ""
@@ -240,27 +276,29 @@ def open_best(n_clicks: int | None, job: dict[str, Any] | None) -> tuple[Any, st
           Input({"type": "search-follow", "job": ALL}, "n_clicks"), State("search-model", "value"),
           State("search-gpu", "value"), State("search-batch", "value"), State("search-kv-len", "value"),
           State("search-trials", "value"), State("search-objectives", "value"),
-          State("search-storage", "value"), State("search-study", "value"), State("search-studies", "value"),
-          prevent_initial_call=True)
-def _on_start(n_start, n_open, n_follow, model, gpu, batch, kv_len, trials, objectives, storage, study, chosen):
+          State("search-study", "value"), State("search-studies", "value"), prevent_initial_call=True)
+@guarded(lambda line: {"error": line.removeprefix("error: ")})
+def _on_start(n_start, n_open, n_follow, model, gpu, batch, kv_len, trials, objectives, study, chosen):
     if isinstance(ctx.triggered_id, dict) and not ctx.triggered[0]["value"]:
         return no_update  # a Follow button drawn anew, not pressed
-    return start_or_open(ctx.triggered_id, model, gpu, batch, kv_len, trials, objectives, storage, study, chosen)
+    return start_or_open(ctx.triggered_id, model, gpu, batch, kv_len, trials, objectives, study, chosen)
 
 
-@callback(Output("search-studies", "options"), Output("search-studies", "value"),
-          Input("search-storage", "value"), Input("search-job", "data"))
-def _on_storage(storage, _job):
-    return study_choices(storage)
+@callback(Output("search-studies", "options"), Output("search-studies", "value"), Input("search-job", "data"))
+@guarded(lambda line: ([], None))
+def _on_studies(_job):
+    return study_choices()
 
 
 @callback(Output("search-cancel-message", "children"), Input("search-cancel", "n_clicks"),
           State("search-job", "data"), prevent_initial_call=True)
+@guarded(lambda line: line)
 def _on_cancel(n_clicks, job):
     return cancel_search(n_clicks, job)
 
 
 @callback(Output("search-figures", "style"), Output("search-hint", "children"), Input("search-seen", "data"))
+@guarded(lambda line: (HIDDEN, NO_STUDY))
 def _on_seen(seen):
     return figures_shown(seen)
 
@@ -268,6 +306,7 @@ def _on_seen(seen):
 @callback(Output("search-message", "children"), Output("search-progress", "children"),
           *(Output(g, "figure") for g in GRAPHS), Output("search-poll", "disabled"), Output("search-seen", "data"),
           Input("search-poll", "n_intervals"), Input("search-job", "data"), State("search-seen", "data"))
+@guarded(lambda line: (line, "", *_empty(), True, None))
 def _on_poll(n_intervals, job, seen):
     if ctx.triggered_id == "search-job":
         seen = None  # a new study: draw it
@@ -276,6 +315,7 @@ def _on_poll(n_intervals, job, seen):
 
 @callback(Output("search-location", "href"), Output("search-best-message", "children"),
           Input("search-best", "n_clicks"), State("search-job", "data"), prevent_initial_call=True)
+@guarded(lambda line: (no_update, line))
 def _on_best(n_clicks, job):
     return open_best(n_clicks, job)
 
@@ -283,6 +323,7 @@ def _on_best(n_clicks, job):
 @callback(Output("search-jobs", "children"), Output("search-jobs-seen", "data"),
           Input("search-jobs-poll", "n_intervals"), Input("search-job", "data"),
           Input("search-cancel-message", "children"), State("search-jobs-seen", "data"))
+@guarded(lambda line: (html.P(line, style={"color": "#b00020"}), None))
 def _on_jobs(_n, _job, _cancelled, seen):
     rows = jobs_rows()
     if rows == seen:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import Any
 
 import plotly.graph_objects as go
@@ -11,6 +9,7 @@ from dash import Input, Output, State, callback, ctx, dcc, html, no_update
 
 import hwmodels
 from explorer import data, figures, store
+from explorer.guard import guarded
 from mksim.errors import MksimError
 from mksim.schedule import POLICIES, modes_on
 
@@ -58,10 +57,7 @@ def layout(schedule: str | None = None, **_query: Any) -> html.Div:
 
 
 def _int(value: Any, what: str) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise MksimError(f"{what} must be a whole number") from None
+    return data.whole_number(value, what)
 
 
 def mode_options(gpu: str | None, current: str | None = None) -> tuple[list[dict[str, Any]], str, str]:
@@ -69,7 +65,7 @@ def mode_options(gpu: str | None, current: str | None = None) -> tuple[list[dict
     it cannot run are shown disabled with the reason (hover, and ``note``); ``value`` keeps ``current``
     where the GPU runs it, else the megakernel. An unknown GPU offers every mode (running says why)."""
     try:
-        _avail, why = modes_on(hwmodels.load(gpu or ""))
+        _avail, why = modes_on(hwmodels.load(data.check_gpu(gpu)))
     except MksimError:
         why = {}
     options = [{"label": m, "value": m} if m not in why
@@ -80,10 +76,11 @@ def mode_options(gpu: str | None, current: str | None = None) -> tuple[list[dict
 
 def _uploaded(contents: str, filename: str | None) -> str:
     """The text of a dcc.Upload's ``data:...;base64,...`` contents."""
+    name = data.upload_name(filename, "the upload")
     try:
-        return base64.b64decode(contents.split(",", 1)[1], validate=True).decode("utf-8")
-    except (IndexError, binascii.Error, UnicodeDecodeError):
-        raise MksimError(f"cannot read {filename or 'the upload'}: not a text file") from None
+        return data.upload_bytes(contents, name).decode("utf-8")
+    except UnicodeDecodeError:
+        raise MksimError(f"cannot read {name}: not a text file (not UTF-8)") from None
 
 
 def show_timeline(trigger: str | None, model: str | None, gpu: str | None, batch: Any, kv_len: Any,
@@ -97,17 +94,21 @@ def show_timeline(trigger: str | None, model: str | None, gpu: str | None, batch
     """
     try:
         if trigger == "timeline-upload" and upload:
-            source = f"schedule file {filename or ''}".strip()
+            source = f"schedule file {data.upload_name(filename, '')}".strip()
             d = data.timeline_data(schedule=_uploaded(upload, filename))
         elif token and trigger in (None, "timeline-token"):
             text = store.get_schedule(token)
             if text is None:
-                raise MksimError(f"no schedule kept under {token!r} on this server; open it again from Search")
+                shown = repr(token)[:60] if isinstance(token, str) else f"a {type(token).__name__}"
+                raise MksimError(f"no schedule kept under {shown} on this server; open it again from Search")
             source = "schedule from Search"
             d = data.timeline_data(schedule=text)
         else:
             if not model or not gpu or not phase or not mode:
                 raise MksimError("choose a model, a GPU, a phase and a mode")
+            if phase not in ("decode", "prefill") or mode not in MODES or not (policy is None or policy in POLICIES):
+                raise MksimError(f"choose a phase (decode, prefill), a mode ({', '.join(MODES)}) and a policy "
+                                 f"({', '.join(sorted(POLICIES))}) of the lists")
             source = "default schedule"
             new = _int(prefill_tokens, "prefill tokens") if phase == "prefill" else 0
             d = data.timeline_data(model, gpu, _int(batch, "batch"), _int(kv_len, "KV length"), phase, mode,
@@ -124,14 +125,14 @@ def show_timeline(trigger: str | None, model: str | None, gpu: str | None, batch
 
 def schedule_download(n_clicks: int | None, schedule_json: str | None) -> Any:
     """The schedule file for dcc.Download (what ``mksim simulate --schedule`` reads); nothing before a run."""
-    if not n_clicks or not schedule_json:
+    if not n_clicks or not isinstance(schedule_json, str):
         return no_update
     return {"content": schedule_json, "filename": "schedule.json", "type": "application/json"}
 
 
 def trace_download(n_clicks: int | None, schedule_json: str | None) -> Any:
     """The schedule's Chrome trace for dcc.Download (opens in https://ui.perfetto.dev); nothing before a run."""
-    if not n_clicks or not schedule_json:
+    if not n_clicks or not isinstance(schedule_json, str):
         return no_update
     try:
         trace = data.perfetto_trace(schedule_json)
@@ -147,6 +148,7 @@ def trace_download(n_clicks: int | None, schedule_json: str | None) -> Any:
           State("timeline-kv-len", "value"), State("timeline-phase", "value"), State("timeline-mode", "value"),
           State("timeline-policy", "value"), State("timeline-upload", "filename"),
           State("timeline-prefill-tokens", "value"))
+@guarded(lambda line: (line, "", go.Figure(), None))
 def _on_run(n_clicks, upload, token, model, gpu, batch, kv_len, phase, mode, policy, filename, prefill_tokens):
     return show_timeline(ctx.triggered_id, model, gpu, batch, kv_len, phase, mode, policy, upload, filename, token,
                          prefill_tokens)
@@ -154,17 +156,20 @@ def _on_run(n_clicks, upload, token, model, gpu, batch, kv_len, phase, mode, pol
 
 @callback(Output("timeline-mode", "options"), Output("timeline-mode", "value"),
           Output("timeline-mode-note", "children"), Input("timeline-gpu", "value"), State("timeline-mode", "value"))
+@guarded(lambda line: (no_update, no_update, line))
 def _on_gpu(gpu, mode):
     return mode_options(gpu, mode)
 
 
 @callback(Output("timeline-save-file", "data"), Input("timeline-save", "n_clicks"),
           State("timeline-schedule", "data"), prevent_initial_call=True)
+@guarded(lambda line: no_update)
 def _on_save(n_clicks, schedule_json):
     return schedule_download(n_clicks, schedule_json)
 
 
 @callback(Output("timeline-trace-file", "data"), Input("timeline-trace", "n_clicks"),
           State("timeline-schedule", "data"), prevent_initial_call=True)
+@guarded(lambda line: no_update)
 def _on_trace(n_clicks, schedule_json):
     return trace_download(n_clicks, schedule_json)

@@ -6,6 +6,7 @@ import plotly.graph_objects as go
 from dash import Input, Output, callback, dcc, html
 
 from explorer import data, figures
+from explorer.guard import guarded
 from mksim.errors import MksimError
 
 PATH, NAME = "/validation", "Validation"
@@ -27,7 +28,7 @@ def layout() -> html.Div:
 def show_set(name: str | None) -> tuple:
     """``(metrics line, scatter, per-mode errors)`` of one committed result set; an error line if unknown."""
     try:
-        d = data.validation_data(name or "")
+        d = data.validation_data(name if isinstance(name, str) else "")
     except MksimError as exc:
         return f"error: {exc}", go.Figure(), go.Figure()
     head = f"{d['gpu']}, {d['date']}, predicted with {d['predicted_with']}: "
@@ -36,5 +37,6 @@ def show_set(name: str | None) -> tuple:
 
 @callback(Output("validation-metrics", "children"), Output("validation-scatter", "figure"),
           Output("validation-errors", "figure"), Input("validation-set", "value"))
+@guarded(lambda line: (line, go.Figure(), go.Figure()))
 def _on_set(name):
     return show_set(name)

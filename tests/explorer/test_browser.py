@@ -67,13 +67,15 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def _explore(port: int, log: Path, stop=signal.SIGTERM):
-    """``mksim explore --port PORT`` as a user starts it, until it answers; stopped with ``stop`` on exit
-    (SIGINT: Ctrl-C) sent to its process group, as a terminal does; its log goes to the artifacts."""
+def _explore(port: int, log: Path, stop=signal.SIGTERM, storage: Path | None = None):
+    """``mksim explore --port PORT`` (with ``--storage STORAGE``) as a user starts it, until it answers;
+    stopped with ``stop`` on exit (SIGINT: Ctrl-C) sent to its process group, as a terminal does; its log goes
+    to the artifacts."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    more = ["--storage", str(storage)] if storage else []
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "mksim", "explore", "--port", str(port)], cwd=ROOT, env=env,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen([sys.executable, "-m", "mksim", "explore", "--port", str(port), *more], cwd=ROOT,
+                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + WAIT_S
@@ -101,8 +103,9 @@ def _explore(port: int, log: Path, stop=signal.SIGTERM):
 
 @pytest.fixture(scope="module")
 def server(browser, tmp_path_factory):
-    """``mksim explore`` on a free port, as a user starts it."""
-    with _explore(_free_port(), tmp_path_factory.mktemp("explore") / "explore.log") as url:
+    """``mksim explore`` on a free port, as a user starts it (its studies in a storage of the module's own)."""
+    folder = tmp_path_factory.mktemp("explore")
+    with _explore(_free_port(), folder / "explore.log", storage=folder / "studies.db") as url:
         yield url
 
 
@@ -341,6 +344,42 @@ def test_compare_your_stack_and_an_imported_trace(browser, server, tmp_path):
     assert msg and _text(browser, "compare-trace") == ""
 
 
+def test_hostile_uploads_answer_with_one_line(browser, server, tmp_path_factory):
+    """Files no page expects, uploaded as a user would (table B of the 2026-12-02 note, through the browser):
+    each answers with the page's one-line error beside its box, and the server keeps serving. The 19 MB gzip
+    of a 500 MiB trace (B27) is refused at once (the bound on time and memory: test_hostile_http.py)."""
+    from selenium.webdriver.common.by import By
+
+    from tests.explorer.test_hostile_http import SCHEDULE, _bomb
+
+    tmp = tmp_path_factory.mktemp("hostile-uploads")
+    browser.get(server + "/")
+    _wait(browser, lambda d: _text(d, "compare-results"), "the first comparison")
+    nested = tmp / "nested.json"  # B9
+    nested.write_text("[" * 50000 + "]" * 50000)
+    browser.find_element(By.CSS_SELECTOR, "#compare-upload input[type=file]").send_keys(str(nested))
+    msg = _wait(browser, lambda d: _text(d, "compare-upload-message"), "the nested config's error")
+    assert msg.startswith("error: nested.json: ") and "nested more than" in msg and "\n" not in msg
+    bomb = _bomb(tmp_path_factory.getbasetemp() / "bomb-500MiB.json.gz")  # B27
+    t0 = time.monotonic()
+    browser.find_element(By.CSS_SELECTOR, "#compare-trace-upload input[type=file]").send_keys(str(bomb))
+    msg = _wait(browser, lambda d: _text(d, "compare-trace-message").startswith("error") and
+                _text(d, "compare-trace-message"), "the bomb's refusal")
+    assert msg.startswith("error: bomb-500MiB.json.gz: over 64.0 MiB uncompressed") and "\n" not in msg
+    assert time.monotonic() - t0 < 60  # the browser reads and sends 19 MB; the server refuses in under 5 s
+    _type(browser, "compare-batch", "2")  # the server still answers
+    browser.find_element(By.ID, "compare-run").click()
+    _wait(browser, lambda d: " b2 " in _text(d, "compare-results"), "a good run after the hostile uploads")
+
+    browser.get(server + "/timeline")  # B28: a schedule naming a server file as its GPU
+    _wait(browser, lambda d: _text(d, "timeline-summary"), "the first timeline")
+    sched = tmp / "s.json"
+    sched.write_text(json.dumps({**SCHEDULE, "gpu": "/etc/passwd"}))
+    browser.find_element(By.CSS_SELECTOR, "#timeline-upload input[type=file]").send_keys(str(sched))
+    msg = _wait(browser, lambda d: _text(d, "timeline-message"), "the schedule's error")
+    assert msg.startswith("error: schedule unknown GPU '/etc/passwd'") and "\n" not in msg
+
+
 def test_validation_page(browser, server):
 
     browser.get(server + "/")
@@ -427,7 +466,6 @@ def test_search_runs_live_and_opens_its_best_in_timeline(browser, server, tmp_pa
     assert not browser.find_element(By.ID, "search-figures").is_displayed()  # no empty axes before a study
     _type(browser, "search-trials", "26")
     _pick(browser, "search-objectives", "latency,smem")
-    _type(browser, "search-storage", str(tmp_path / "studies.db"))
     browser.find_element(By.ID, "search-start").click()
     _wait(browser, lambda d: "running" in _text(d, "search-progress") or "starting" in _text(d, "search-progress"),
           "the search to run")
@@ -446,7 +484,6 @@ def test_search_runs_live_and_opens_its_best_in_timeline(browser, server, tmp_pa
     # the study opens again from the list of the storage's studies, no name typed
     browser.get(server + "/search")
     _wait(browser, lambda d: d.find_elements(By.ID, "search-open"), "the search page")
-    _type(browser, "search-storage", str(tmp_path / "studies.db"))
     _wait(browser, lambda d: "latency+smem" in _text(d, "search-studies"), "the study in the list")
     browser.find_element(By.ID, "search-open").click()
     _wait(browser, lambda d: _text(d, "search-progress").startswith("26 trials finished"), "the opened study")
@@ -473,7 +510,6 @@ def test_search_cancel(browser, server, tmp_path):
     browser.get(server + "/search")
     _wait(browser, lambda d: d.find_elements(By.ID, "search-start"), "the search page")
     _type(browser, "search-trials", "2000")
-    _type(browser, "search-storage", str(tmp_path / "cancel.db"))
     browser.find_element(By.ID, "search-start").click()
     _wait(browser, lambda d: "running" in _text(d, "search-progress"), "the search to run")
     browser.find_element(By.ID, "search-cancel").click()
@@ -502,11 +538,11 @@ def test_search_survives_a_restart(browser, tmp_path):
     os.environ["MKSIM_EXPLORER_JOBS"] = str(tmp_path / "jobs")  # a registry of its own: the searches below only
     port = _free_port()
     try:
-        with _explore(port, tmp_path / "explore-before-restart.log", stop=signal.SIGINT) as url:
+        with _explore(port, tmp_path / "explore-before-restart.log", stop=signal.SIGINT,
+                      storage=tmp_path / "restart.db") as url:
             browser.get(url + "/search")
             _wait(browser, lambda d: d.find_elements(By.ID, "search-start"), "the search page")
-            _type(browser, "search-trials", "5000")
-            _type(browser, "search-storage", str(tmp_path / "restart.db"))
+            _type(browser, "search-trials", "2000")
             for name in ("kept", "killed", "third"):
                 _type(browser, "search-study", name)
                 browser.find_element(By.ID, "search-start").click()
@@ -526,7 +562,7 @@ def test_search_survives_a_restart(browser, tmp_path):
             time.sleep(0.1)
         assert jobs.running_jobs() == ["search-1"]
 
-        with _explore(port, tmp_path / "explore-after-restart.log") as url:
+        with _explore(port, tmp_path / "explore-after-restart.log", storage=tmp_path / "restart.db") as url:
             browser.get(url + "/search")
             states = _wait(browser, lambda d: len(_job_states(d)) == 2 and _job_states(d), "the list after restart")
             assert states == {"search-2": "stopped", "search-1": "running"}

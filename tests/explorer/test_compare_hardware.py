@@ -72,7 +72,7 @@ def test_uploaded_config_compares_as_the_built_in_model(run):
 
 
 @pytest.mark.parametrize("content,filename,message", [
-    (b"{oops", "bad.json", "bad.json: not a readable JSON config ("),
+    (b"{oops", "bad.json", "bad.json: not a readable JSON config: not valid JSON ("),
     (b"[1, 2]", "list.json", "list.json: a config.json must hold a JSON object"),
     ({"model_type": "llama"}, "config.json", "config.json: missing key 'hidden_size' in the config"),
     ({"model_type": "gpt2", "hidden_size": 8}, "gpt2.json", "gpt2.json: model_type 'gpt2' is not supported"),

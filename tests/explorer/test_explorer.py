@@ -117,7 +117,7 @@ def test_compare_callback_good_input(cmp):
 @pytest.mark.parametrize("batch,kv_len,match", [
     (0, 1024, "batch must be a positive integer"),
     (1, 10_000_000, "exceeds llama-3.2-1b's context"),
-    (None, 1024, "whole numbers"),
+    (None, 1024, "batch must be a whole number"),
 ])
 def test_compare_callback_bad_input_returns_the_message(batch, kv_len, match):
     from explorer.pages.compare import run_compare

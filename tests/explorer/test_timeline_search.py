@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import time
 
 import pytest
@@ -18,11 +19,6 @@ from explorer import data, figures, jobs, store  # noqa: E402
 from mksim.errors import MksimError  # noqa: E402
 
 EPS_US = 1e-9
-
-
-@pytest.fixture(autouse=True)
-def _own_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("MKSIM_EXPLORER_CACHE", str(tmp_path_factory.getbasetemp() / "explorer-cache"))
 
 
 @pytest.fixture(scope="module")
@@ -194,7 +190,7 @@ def test_timeline_callback_upload(mk):
     msg, summary, fig, sched = show_timeline("timeline-upload", None, None, None, None, None, None, None,
                                              _upload(mk["schedule_json"].encode()), "s.json")
     assert msg == "" and summary.startswith("schedule file s.json: ") and sched == mk["schedule_json"]
-    for contents, match in ((_upload(b"\xff\xfe\x00"), "not a text file"), ("garbage", "not a text file"),
+    for contents, match in ((_upload(b"\xff\xfe\x00"), "not a text file"), ("garbage", "not an uploaded file"),
                             (_upload(b"[1, 2]"), "not a schedule file"),
                             (_upload(b'{"format": "mksim-schedule"}'), "missing key")):
         msg, _, fig, sched = show_timeline("timeline-upload", None, None, None, None, None, None, None,
@@ -231,8 +227,10 @@ def study(tmp_path_factory):
     from explorer.pages.search import poll, start_or_open
 
     db = tmp_path_factory.mktemp("search") / "studies.db"
+    old = os.environ.get("MKSIM_EXPLORER_STORAGE")
+    os.environ["MKSIM_EXPLORER_STORAGE"] = str(db)  # the module's storage (mksim explore --storage)
     t0 = time.monotonic()
-    job = start_or_open("search-start", "llama-3.2-1b", "h200", 1, 1024, 26, "latency,smem", str(db), "")
+    job = start_or_open("search-start", "llama-3.2-1b", "h200", 1, 1024, 26, "latency,smem", "")
     started_s = time.monotonic() - t0
     polls = []
     while time.monotonic() - t0 < 180:
@@ -241,7 +239,11 @@ def study(tmp_path_factory):
         if out[5]:  # polling disabled: the search ended
             break
         time.sleep(0.5)
-    return {"job": job, "polls": polls, "started_s": started_s, "db": db}
+    yield {"job": job, "polls": polls, "started_s": started_s, "db": db}
+    if old is None:
+        del os.environ["MKSIM_EXPLORER_STORAGE"]
+    else:
+        os.environ["MKSIM_EXPLORER_STORAGE"] = old
 
 
 def test_search_starts_in_the_background_and_is_followed_live(study):
@@ -303,7 +305,7 @@ def test_open_best_in_timeline(study):
 def test_open_existing_study(study):
     from explorer.pages.search import poll, start_or_open
 
-    job = start_or_open("search-open", None, None, None, None, None, None, str(study["db"]), study["job"]["study"])
+    job = start_or_open("search-open", None, None, None, None, None, None, study["job"]["study"])
     assert job["job"] is None
     msg, progress, hist, par, pf, disabled, seen = poll(job)
     assert msg == "" and disabled and progress.startswith("26 trials finished") and len(hist.data) > 0
@@ -311,23 +313,25 @@ def test_open_existing_study(study):
     assert poll(job, seen)[2] is no_update
 
 
-def test_open_study_from_the_list_or_the_only_one(tmp_path):
+def test_open_study_from_the_list_or_the_only_one(tmp_path, monkeypatch):
     """"Open study" without a typed name: the study chosen in the list, else the storage's only study."""
     import optuna
 
     from explorer.pages.search import start_or_open, study_choices
 
     db = tmp_path / "s.db"
-    assert study_choices(str(db)) == ([], None)  # no file yet: nothing to list, no error
-    assert "no study in sqlite:///" in start_or_open("search-open", *[None] * 6, str(db), "")["error"]
+    monkeypatch.setenv("MKSIM_EXPLORER_STORAGE", str(db))
+    assert study_choices() == ([], None)  # no file yet: nothing to list, no error
+    assert "no study in sqlite:///" in start_or_open("search-open", *[None] * 6, "")["error"]
     optuna.create_study(storage=f"sqlite:///{db}", study_name="only")
-    assert study_choices(str(db)) == (["only"], "only")
-    assert start_or_open("search-open", *[None] * 6, str(db), "")["study"] == "only"
+    assert study_choices() == (["only"], "only")
+    assert start_or_open("search-open", *[None] * 6, "")["study"] == "only"
     optuna.create_study(storage=f"sqlite:///{db}", study_name="another")
-    assert study_choices(str(db)) == (["another", "only"], None)
-    assert start_or_open("search-open", *[None] * 6, str(db), " ", "another")["study"] == "another"
-    assert start_or_open("search-open", *[None] * 6, str(db), "only", "another")["study"] == "only"  # typed wins
-    assert study_choices("") == ([], None) and study_choices(str(tmp_path)) == ([], None)  # unreadable storage
+    assert study_choices() == (["another", "only"], None)
+    assert start_or_open("search-open", *[None] * 6, " ", "another")["study"] == "another"
+    assert start_or_open("search-open", *[None] * 6, "only", "another")["study"] == "only"  # typed wins
+    monkeypatch.setenv("MKSIM_EXPLORER_STORAGE", str(tmp_path))
+    assert study_choices() == ([], None)  # unreadable storage
 
 
 def test_figures_hidden_until_a_study_is_drawn(study):
@@ -346,17 +350,20 @@ def test_figures_hidden_until_a_study_is_drawn(study):
     (("gpt-9", "h200", 1, 1024, 30, "latency"), "unknown model"),
     (("llama-3.2-1b", "h200", "x", 1024, 30, "latency"), "batch must be a whole number"),
     (("llama-3.2-1b", "h200", 1, 1024, 30, "smem"), "objectives"),
+    (("llama-3.2-1b", "h200", 1, 1024, 10**12, "latency"), "trials must be at most 2000"),
+    (("llama-3.2-1b", "/etc/passwd", 1, 1024, 30, "latency"), "unknown GPU '/etc/passwd': choose one of"),
 ])
-def test_search_bad_input_answers_at_once(args, match, tmp_path):
+def test_search_bad_input_answers_at_once(args, match, tmp_path, monkeypatch):
     from explorer.pages.search import poll, start_or_open
 
-    job = start_or_open("search-start", *args, str(tmp_path / "s.db"), "")
+    monkeypatch.setenv("MKSIM_EXPLORER_STORAGE", str(tmp_path / "s.db"))
+    job = start_or_open("search-start", *args, "")
     assert set(job) == {"error"} and match in job["error"]
     msg, progress, *figs, disabled, _ = poll(job)
     assert msg.startswith("error: ") and "\n" not in msg and disabled and all(len(f.data) == 0 for f in figs)
 
 
-def test_open_study_errors(study, tmp_path):
+def test_open_study_errors(study, tmp_path, monkeypatch):
     import optuna
 
     from explorer.pages.search import poll, start_or_open
@@ -364,11 +371,14 @@ def test_open_study_errors(study, tmp_path):
     empty = tmp_path / "empty.db"
     optuna.create_study(storage=f"sqlite:///{empty}", study_name="a")
     optuna.create_study(storage=f"sqlite:///{empty}", study_name="b")
+    monkeypatch.setenv("MKSIM_EXPLORER_STORAGE", str(empty))
     assert "choose the study to open in the list (2 studies in sqlite:///" \
-        in start_or_open("search-open", None, None, None, None, None, None, str(empty), " ")["error"]
+        in start_or_open("search-open", None, None, None, None, None, None, " ")["error"]
     for storage, name, match in ((str(tmp_path / "none.db"), "x", "no study storage at"),
-                                 (str(study["db"]), "nope", "no study 'nope' in sqlite:///")):
-        msg = poll(start_or_open("search-open", None, None, None, None, None, None, storage, name))[0]
+                                 (str(study["db"]), "nope", "no study 'nope' in sqlite:///"),
+                                 (str(study["db"]), "../../x.db", "no study '../../x.db' in sqlite:///")):
+        monkeypatch.setenv("MKSIM_EXPLORER_STORAGE", storage)
+        msg = poll(start_or_open("search-open", None, None, None, None, None, None, name))[0]
         assert msg.startswith("error: ") and match in msg and "\n" not in msg
     assert poll(None)[5] is True
 
@@ -377,8 +387,7 @@ def test_failed_search_shows_its_error(study):
     """A study named for another problem: the worker's search refuses to resume it; the page says why."""
     from explorer.pages.search import poll, start_or_open
 
-    job = start_or_open("search-start", "llama-3.2-1b", "h200", 2, 1024, 26, "latency,smem", str(study["db"]),
-                        study["job"]["study"])
+    job = start_or_open("search-start", "llama-3.2-1b", "h200", 2, 1024, 26, "latency,smem", study["job"]["study"])
     assert "error" not in job
     t0 = time.monotonic()
     while jobs.job_state(job["job"])[0] == "running" and time.monotonic() - t0 < 120:
@@ -419,7 +428,8 @@ def test_search_limit_and_cancel(tmp_path, monkeypatch):
     from explorer.pages.search import cancel_search, poll, start_or_open
 
     monkeypatch.setattr(jobs, "MAX_RUNNING", 1)
-    args = ("llama-3.2-1b", "h200", 1, 1024, 5000, "latency", str(tmp_path / "s.db"))
+    monkeypatch.setenv("MKSIM_EXPLORER_STORAGE", str(tmp_path / "s.db"))
+    args = ("llama-3.2-1b", "h200", 1, 1024, 2000, "latency")
     first = start_or_open("search-start", *args, "first")
     assert jobs.running_jobs() == [first["job"]]
     refused = start_or_open("search-start", *args, "second")
@@ -438,7 +448,7 @@ def test_search_limit_and_cancel(tmp_path, monkeypatch):
     assert jobs.running_jobs() == []
 
 
-def test_search_survives_a_restart_and_is_cancelled_by_the_next_server(tmp_path):
+def test_search_survives_a_restart_and_is_cancelled_by_the_next_server(tmp_path, monkeypatch):
     """A search goes on when its server stops: another server process (the same registry) lists it as
     running, follows it and cancels it; its finished trials stay in the study."""
     import subprocess
@@ -446,8 +456,8 @@ def test_search_survives_a_restart_and_is_cancelled_by_the_next_server(tmp_path)
 
     from explorer.pages.search import start_or_open
 
-    job = start_or_open("search-start", "llama-3.2-1b", "h200", 1, 1024, 5000, "latency",
-                        str(tmp_path / "s.db"), "restart")
+    monkeypatch.setenv("MKSIM_EXPLORER_STORAGE", str(tmp_path / "s.db"))
+    job = start_or_open("search-start", "llama-3.2-1b", "h200", 1, 1024, 2000, "latency", "restart")
     _until_trials(job)
     code = """if True:
         import json, sys
@@ -465,14 +475,14 @@ def test_search_survives_a_restart_and_is_cancelled_by_the_next_server(tmp_path)
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["listed"][job["job"]] == "running" and got["followed"] == job
     assert "running…" in got["progress"] and got["cancel"] == "search cancelled"
-    assert [row for row in got["rows"] if row[0] == job["job"]][0][1:3] == ["restart", "5000"]
+    assert [row for row in got["rows"] if row[0] == job["job"]][0][1:3] == ["restart", "2000"]
     assert got["after"] == ["cancelled", "the search was cancelled"]
     assert jobs.job_state(job["job"]) == ("cancelled", "the search was cancelled")  # here too
     d = data.study_data(job["storage"], job["study"])
     assert d["finished"] >= 1  # the trials it finished are kept
 
 
-def test_a_search_whose_process_died_is_stopped(tmp_path):
+def test_a_search_whose_process_died_is_stopped(tmp_path, monkeypatch):
     """A worker killed without a word (kill -9, out of memory) reads as stopped, not running nor failed;
     its finished trials stay in the study and the page says so."""
     import os
@@ -480,8 +490,8 @@ def test_a_search_whose_process_died_is_stopped(tmp_path):
 
     from explorer.pages.search import cancel_search, poll, start_or_open
 
-    job = start_or_open("search-start", "llama-3.2-1b", "h200", 1, 1024, 5000, "latency",
-                        str(tmp_path / "s.db"), "killed")
+    monkeypatch.setenv("MKSIM_EXPLORER_STORAGE", str(tmp_path / "s.db"))
+    job = start_or_open("search-start", "llama-3.2-1b", "h200", 1, 1024, 2000, "latency", "killed")
     _until_trials(job)
     pid = _pid(job["job"])
     os.killpg(pid, signal.SIGKILL)
@@ -506,7 +516,7 @@ def test_jobs_list_and_follow(study, tmp_path, monkeypatch):
     assert jobs.list_jobs() == [] and jobs_table(jobs_rows()) == ""
     made = []
     for _ in range(3):  # searches that fail in their worker at once: the study was made for batch 1
-        job = start_or_open("search-start", "llama-3.2-1b", "h200", 2, 1024, 26, "latency,smem", str(study["db"]),
+        job = start_or_open("search-start", "llama-3.2-1b", "h200", 2, 1024, 26, "latency,smem",
                             study["job"]["study"])
         made.append(job["job"])
         t0 = time.monotonic()
@@ -521,9 +531,9 @@ def test_jobs_list_and_follow(study, tmp_path, monkeypatch):
     assert all(r[4].startswith("failed: ") and "pick another --study name" in r[4] for r in rows)
     table = jobs_table(rows)
     assert "at most 2 run at once" in table.children[0].children
-    assert start_or_open({"type": "search-follow", "job": "search-3"}, *(None,) * 9) == {
+    assert start_or_open({"type": "search-follow", "job": "search-3"}, *(None,) * 8) == {
         "job": "search-3", "storage": study["job"]["storage"], "study": study["job"]["study"], "trials": 26}
-    assert start_or_open({"type": "search-follow", "job": "search-99"}, *(None,) * 9) == {
+    assert start_or_open({"type": "search-follow", "job": "search-99"}, *(None,) * 8) == {
         "error": f"no search 'search-99' in {jobs.jobs_dir()}"}
     assert jobs.job_state("search-99") == ("none", "") and jobs.job_state("../x") == ("none", "")
 
