@@ -22,6 +22,7 @@ from typing import Any, cast
 import hwmodels
 import mksim.models
 from explorer.data import check_gpu, check_model, upload_name
+from hwmodels.files import size_text
 from mksim.compare import (
     assumptions,
     interval_basis,
@@ -41,9 +42,11 @@ NONE = "none"
 STACK_ORDER = ("torch", "inductor", "cublas", "mksim")
 #: An uploaded trace larger than this (as uploaded, gzipped or not) is refused before it is read.
 MAX_UPLOAD_BYTES = 32 << 20
-#: ... and one that decompresses to more than this (far below ``mksim trace import``'s cap: the server
-#: parses it in memory, about 10 bytes per byte of JSON). The gzip stream is inflated only up to it.
+#: ... and one that decompresses to more than this (far below ``mksim trace import``'s cap: a server takes
+#: uploads from anyone who reaches it). The gzip stream is inflated only up to it.
 MAX_TRACE_BYTES = 64 << 20
+#: ... and one of more GPU activities than this (a decode step has a few thousand).
+MAX_TRACE_EVENTS = 400_000
 #: Imported traces remembered (by the upload's digest and the inputs), so *Run* does not import again.
 KEEP_TRACES = 4
 
@@ -111,18 +114,6 @@ def stack_data(run: dict[str, Any], impl: str, config: dict[str, Any] | None = N
 
 
 # -- an uploaded torch.profiler trace ------------------------------------------------------------
-def size_text(n: float) -> str:
-    """A size in bytes as people say it.
-
-    >>> size_text(56), size_text(12_500), size_text(40 << 20)
-    ('56 B', '12.2 KiB', '40.0 MiB')
-    """
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):.1f} {unit}"
-    return f"{n:.0f} B"
-
-
 def _gunzip(raw: bytes, name: str, max_trace: int) -> bytes:
     """The members of a gzip file inflated one after another, never more than ``max_trace`` bytes of output
     (refused in one line past it, before more is inflated)."""
@@ -238,7 +229,8 @@ def _trace_data(contents: str, name: str, model: str, gpu: str, batch: int, kv_l
             spec = str(Path(tmp) / f"{_safe_name(model).removesuffix('.json')}.json")
             Path(spec).write_text(json.dumps(config))
         try:
-            t = import_trace(path, model=spec, batch=int(batch), kv_len=int(kv_len), gpu=gpu)
+            t = import_trace(path, model=spec, batch=int(batch), kv_len=int(kv_len), gpu=gpu,
+                             max_bytes=MAX_TRACE_BYTES, max_events=MAX_TRACE_EVENTS)
         except MksimError as exc:  # name the file as the user knows it, not our temporary copy
             msg = str(exc).replace(str(path), name).replace(tmp + "/", "")
             raise MksimError(msg.removeprefix("trace ") if msg.startswith(f"trace {name}:") else msg) from None

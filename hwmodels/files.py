@@ -151,12 +151,12 @@ def _read_pipe(path: str | Path, label: str, limit: int, error: type[InputError]
 def size_text(n: int) -> str:
     """``n`` bytes for a message.
 
-    >>> size_text(2 << 30), size_text(16 << 20), size_text(100)
-    ('2 GiB', '16 MiB', '100 bytes')
+    >>> size_text(2 << 30), size_text(16 << 20), size_text(12_500), size_text(100)
+    ('2 GiB', '16 MiB', '12.2 KiB', '100 bytes')
     """
     for unit, k in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if n >= 1 << k:
-            return f"{n / (1 << k):g} {unit}"
+            return f"{n / (1 << k):.1f}".removesuffix(".0") + f" {unit}"
     return f"{n} bytes"
 
 
