@@ -134,7 +134,10 @@ def storage_for(url: str | None, study_name: str):
         kw["engine_kwargs"] = {"connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}}
     for attempt in range(6):
         try:
-            return url, optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S, **kw)
+            st = optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S, **kw)
+            if url.startswith("sqlite"):
+                _immediate_transactions(st.engine)
+            return url, st
         except Exception as exc:  # sqlalchemy's own errors: bad URL, server down, missing driver
             # workers that start together on a new database race to create its tables: the
             # loser's CREATE fails once the winner's exists, and a retry finds them made
@@ -145,6 +148,33 @@ def storage_for(url: str | None, study_name: str):
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise MksimError(f"cannot open study storage {url!r}: {first}") from None
     raise MksimError(f"cannot open study storage {url!r}: its tables could not be created; try again")
+
+
+def _immediate_transactions(engine) -> None:
+    """Make every transaction on an SQLite ``engine`` take the database's write lock when it begins
+    (``BEGIN IMMEDIATE``), so that optuna's read-then-write steps are atomic between processes.
+
+    pysqlite begins a transaction only at the first write, so a read before it runs outside any lock:
+    two processes popping the same waiting trial both read it WAITING, both mark it RUNNING and both
+    evaluate it, and the second to finish fails with "Cannot tell a COMPLETE trial" (two searches on one
+    study, or a worker beside another run). A database that cannot be written (opened read-only) begins
+    plain transactions, as before."""
+    import sqlalchemy
+
+    @sqlalchemy.event.listens_for(engine, "connect")
+    def _no_implicit_begin(dbapi_connection, connection_record) -> None:
+        dbapi_connection.isolation_level = None  # pysqlite emits no BEGIN of its own
+
+    @sqlalchemy.event.listens_for(engine, "begin")
+    def _begin_immediate(conn) -> None:
+        try:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        except sqlalchemy.exc.OperationalError as exc:
+            if "readonly" not in str(exc) and "read-only" not in str(exc):
+                raise
+            conn.exec_driver_sql("BEGIN")
+
+    engine.dispose()  # connections made before the listeners (the tables' creation) are not reused
 
 
 def sqlite_file(url: str | None) -> str | None:
@@ -458,7 +488,7 @@ def _sigint_noted(also_term: bool = False) -> Iterator[list[int]]:
     if threading.current_thread() is not threading.main_thread():
         yield got
         return
-    olds = {}
+    olds: dict[int, Any] = {}
     for sig in (signal.SIGINT, signal.SIGTERM) if also_term else (signal.SIGINT,):
         old = signal.getsignal(sig)
         if old is not signal.SIG_IGN:
@@ -468,13 +498,13 @@ def _sigint_noted(also_term: bool = False) -> Iterator[list[int]]:
         got.append(signum)
         signal.signal(signum, olds[signum])
 
-    for sig in olds:
-        signal.signal(sig, note)
+    for signum in olds:
+        signal.signal(signum, note)
     try:
         yield got
     finally:
-        for sig, old in olds.items():
-            signal.signal(sig, old)
+        for signum, old in olds.items():
+            signal.signal(signum, old)
 
 
 def _interrupted(url: str) -> Interrupted:
@@ -501,7 +531,7 @@ def _work_in_child(parent: int, *args: Any) -> None:
     and no traceback; the parent reports it."""
     _die_with_parent(parent)
     try:
-        _work(*args, parent=parent)
+        _work(*args, parent=parent)  # type: ignore[misc]  # args end before ``storage``
     except Interrupted:
         sys.exit(130)
 
