@@ -299,9 +299,9 @@ def _open_study_unchecked(problem: Problem, objectives: tuple[str, ...], storage
         want["designs"] = list(problem.designs)
     have = None if created else _recorded_problem(study)
     if have is None:
-        # First write wins: a study's user attribute is inserted once (optuna ignores a second insert of
-        # the same key), so of two processes that both find none, the one that reads back another problem
-        # stops here, before it adds anything to the study.
+        # The creator writes it; another process only when the creator died before it could. Read back:
+        # optuna ignores a second insert of one key, so of two that both take over, the one that finds
+        # another problem stops here, before it adds anything to the study.
         study.set_user_attr("problem", want)
         have = study.user_attrs.get("problem", want)
     if have.get("space") != SPACE_VERSION:
@@ -450,7 +450,7 @@ def _fail_orphaned_trials(study, wait: bool = True) -> list[int]:
         if not isinstance(w, str):
             return None
         h, _, pid = w.rpartition(":")
-        return h == host and pid.isdigit() and (int(pid) == os.getpid() or not _alive(int(pid)))
+        return h == host and pid.isdigit() and not _alive(int(pid))
 
     failed: list[int] = []
 
