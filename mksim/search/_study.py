@@ -405,12 +405,16 @@ def _await_baselines(study, timeout_s: float = 60.0) -> None:
     has exited is failed (:func:`_fail_orphaned_trials`) and run by the next run; after ``timeout_s``
     the report goes without the rest."""
     TS = _optuna().trial.TrialState
-    deadline = time.monotonic() + timeout_s
+    start = time.monotonic()
+    looked_at_ownerless = False
     while True:
         _fail_orphaned_trials(study, wait=False)
         running = [t for t in study.get_trials(deepcopy=False, states=(TS.RUNNING,)) if "baseline" in t.user_attrs]
-        if not running or time.monotonic() > deadline:
+        if not running or time.monotonic() > start + timeout_s:
             return
+        if not looked_at_ownerless and time.monotonic() > start + OWNERLESS_WAIT_S:  # one taken by a process
+            _fail_orphaned_trials(study)  # that died before it named itself
+            looked_at_ownerless = True
         time.sleep(0.1)
 
 
