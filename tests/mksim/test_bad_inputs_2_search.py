@@ -11,7 +11,7 @@ trials), then runs the same command again, and checks that no baseline and no fi
 the best equals an uninterrupted run's (the trials are the same: ``--trials`` is the least allowed, so every trial
 is an enqueued one). A small GPU (16 SMs) with the chain options fixed keeps a search at 10 trials and about
 2 s. One repetition of the table runs in the slow tests; ``MKSIM_C_TABLE_REPEATS=20`` runs it 20 times in a row
-(``test_C_table_many_times_in_a_row``, about 45 minutes on 2 cores: 2-4 minutes a repetition).
+(``test_C_table_many_times_in_a_row``: 27 minutes on 2 cores, 80 s a repetition, more under load).
 """
 
 from __future__ import annotations
@@ -596,7 +596,7 @@ def test_C_table(case: str, tmp_path: Path, gpu_file: Path, reference: Callable[
 
 @pytest.mark.slow
 @pytest.mark.skipif(C_TABLE_REPEATS == 0, reason="MKSIM_C_TABLE_REPEATS=20 runs the table 20 times in a row "
-                                                 "(about 45 minutes on 2 cores)")
+                                                 "(27 minutes on 2 cores)")
 def test_C_table_many_times_in_a_row(tmp_path: Path, gpu_file: Path,
                                      reference: Callable[[int], dict[str, Any]]) -> None:
     for rep in range(C_TABLE_REPEATS):
