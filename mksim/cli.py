@@ -229,7 +229,7 @@ def search_cmd(
     kv_len: int = typer.Option(1024, "--kv-len"),
     trials: int = typer.Option(100, "--trials", help="Finished trials the study should hold (baselines included)."),
     timeout: float | None = typer.Option(None, "--timeout", help="Stop this run after so many seconds."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="Sampler seed, 0 to 2**32 - 1 (worker i of --workers uses seed + i)."),
     storage: str | None = typer.Option(None, "--storage",
                                           help="Optuna RDB URL (default: sqlite:///<study>.db here); a "
                                                "postgresql:// URL lets several machines fill one study; 'memory' "

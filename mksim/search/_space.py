@@ -44,6 +44,7 @@ megakernel baselines keep as many of their four 32 KiB pages as still fit.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -51,7 +52,9 @@ from hwmodels import GPUSpec
 from mksim import costs, models
 from mksim.errors import MksimError, ScheduleError, WorkloadError
 from mksim.schedule import (
+    DISPATCHES,
     MODE_DEFAULTS,
+    MOVEMENTS,
     ORDERS,
     Options,
     build_schedule,
@@ -60,6 +63,7 @@ from mksim.schedule import (
     get_design,
     modes_on,
 )
+from mksim.schedule.modes.graph_pdl import TRIGGERS
 from mksim.workload import KINDS, Tiling, default_kv_splits
 
 SPACE_VERSION = 5  # bump when a parameter is added or changes meaning: old studies cannot be resumed
@@ -77,6 +81,7 @@ MAX_PREFETCH = 16  # 8 KiB pages: 16 fit beside a 44 KiB reserve
 L2_PREFETCH_KiB = (0.0, 256.0, 512.0)  # the L2 prefetcher's lead per SM (0: off)
 SYNCS = ("counter", "flag")  # sampled; a study may fix any of ALL_SYNCS
 ALL_SYNCS = ("counter", "flag", "sentinel")
+FIXED_CHOICES = {"sync": ALL_SYNCS, "dispatch": DISPATCHES, "movement": MOVEMENTS, "pdl_trigger": TRIGGERS}
 # Megakernel designs a study may add to the space (``designs``); without them the space is the one
 # above, so that a study's seeded trials are what they always were:
 # - sentinel: ``sync`` may also be ``sentinel`` (data as its own flag);
@@ -160,19 +165,66 @@ def check_fixed(fixed: dict[str, Any] | None) -> dict[str, Any]:
         try:
             if want is str:
                 val: Any = str(v)
+            elif want is bool:
+                val = {"true": True, "false": False, "1": True, "0": False}[str(v).lower()]
             elif want is int:
                 val = int(float(v))
                 if val != float(v):
                     raise ValueError
             else:
                 val = float(v)
-        except (TypeError, ValueError):
-            need = "an integer" if want is int else "a number"
+        except (TypeError, ValueError, OverflowError, KeyError):  # OverflowError: int(inf)
+            need = {int: "an integer", bool: "true or false"}.get(want, "a number")
             raise MksimError(f"fixed option {k} needs {need}, got {v!r}") from None
-        if k == "sync" and val not in ALL_SYNCS:
-            raise MksimError(f"fixed option sync must be one of {', '.join(ALL_SYNCS)}, got {val!r}")
+        if isinstance(val, float) and not math.isfinite(val):
+            raise MksimError(f"fixed option {k} needs a finite number, got {v!r}")
+        if k in FIXED_CHOICES and val not in FIXED_CHOICES[k]:
+            raise MksimError(f"fixed option {k} must be one of {', '.join(FIXED_CHOICES[k])}, got {val!r}")
         out[k] = val
     return out
+
+
+def check_fixed_on(gpu: GPUSpec, fixed: dict[str, Any]) -> None:
+    """Refuse, in one line naming the option, fixed values (:func:`check_fixed`'s output) that no
+    candidate can run with on ``gpu``: counts below their least, more blocks than an SM holds, or a
+    loader that cannot fit one page beside the reserve in a block's shared memory (a search would
+    otherwise prune every megakernel and report a chain with an absurd shared memory).
+
+    >>> import hwmodels
+    >>> try:
+    ...     check_fixed_on(hwmodels.load("h200"), {"page_KiB": 1e9})
+    ... except MksimError as exc:
+    ...     print(str(exc).split(": ")[0], "->", str(exc).split("; ")[-1])
+    --fix page_KiB=1e+09 -> give page_KiB <= 195
+    """
+    def text(k: str) -> str:
+        v = fixed[k]
+        return f"--fix {k}={v:g}" if isinstance(v, float) else f"--fix {k}={v}"
+
+    least = {"tasks_per_sm": (0.0, False), "blocks_per_sm": (1, True), "prefetch_depth": (1, True),
+             "page_KiB": (0.0, False), "smem_reserve_KiB": (0.0, True), "l2_prefetch_KiB": (0.0, True),
+             "schedulers": (0, True), "prelaunch": (0, True)}
+    for k, (low, inclusive) in least.items():
+        if k in fixed and (fixed[k] < low or (not inclusive and fixed[k] == low)):
+            raise MksimError(f"{text(k)}: {k} must be {'at least' if inclusive else 'above'} {low:g}; "
+                             "give another value or drop the --fix")
+    most = gpu.sm.max_blocks_per_sm_count
+    if fixed.get("blocks_per_sm", 1) > most:
+        raise MksimError(f"{text('blocks_per_sm')}: an SM of {gpu.name} holds at most {most} blocks; give "
+                         f"blocks_per_sm <= {most}")
+    budget = gpu.sm.shared_memory_per_block_KiB
+    reserve = fixed.get("smem_reserve_KiB", DEFAULT_RESERVE_KiB)
+    page = fixed.get("page_KiB", min(PAGES_KiB))
+    depth = fixed.get("prefetch_depth", 1)
+    if depth * page + reserve > budget:
+        named = [k for k in ("prefetch_depth", "page_KiB", "smem_reserve_KiB") if k in fixed]
+        pages = f"{depth} page{'s' if depth > 1 else ''} of {page:g} KiB"
+        room = budget - reserve
+        hint = (f"give smem_reserve_KiB <= {budget - depth * page:g}" if named == ["smem_reserve_KiB"] or room < 0
+                else f"give page_KiB <= {room // depth:g}" if "page_KiB" in fixed
+                else f"give prefetch_depth <= {max(0, room // page):g}")
+        raise MksimError(f"{', '.join(text(k) for k in named)}: {pages} + {reserve:g} KiB reserved exceed the "
+                         f"{budget:g} KiB of shared memory a block may use on {gpu.name}; {hint}")
 
 
 def check_designs(designs: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...]:

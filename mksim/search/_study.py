@@ -6,14 +6,21 @@ fill one study. ``trials`` counts finished trials (complete or pruned) of the wh
 same command run again stops when the study holds that many; with several workers each stops
 once the study holds that many, so it can end with up to (workers - 1) more, finished by workers
 that were mid-trial.
+
+A run that is interrupted at any moment loses nothing for good: every run enqueues the baselines
+the study lacks (:func:`_enqueue_baselines`, not a flag set once), a trial left running by a
+killed process is failed when the next run starts (:func:`_fail_orphaned_trials`) and its
+baseline enqueued again, and a run does not stop while enqueued trials wait.
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import math
 import multiprocessing as mp
 import os
+import re
 import signal
 import socket
 import sys
@@ -28,6 +35,7 @@ from types import ModuleType
 from typing import Any
 
 import hwmodels
+from hwmodels.files import check_outputs
 from mksim.errors import (
     DeadlockError,
     Interrupted,
@@ -54,6 +62,7 @@ from ._space import (
     candidate_from_params,
     check_designs,
     check_fixed,
+    check_fixed_on,
     is_baseline,
     ring_fixed,
     suggest,
@@ -64,6 +73,9 @@ HEARTBEAT_S = 2
 MEMORY = "memory"  # --storage memory: a one-off study in this process (nothing kept, one worker)
 GRACE_S = 10
 CONNECT_TIMEOUT_S = 10  # a PostgreSQL server that does not answer within this is reported, not waited on
+SEED_MAX = 2**32 - 1  # numpy's (and so the samplers') largest seed
+OWNERLESS_WAIT_S = 5.0  # a live process names itself on its trial within this of taking it (_fail_orphaned_trials)
+PROBLEM_WAIT_S = 10.0  # a study's creator records its problem within this of creating it (_open_study)
 
 
 def _optuna() -> ModuleType:
@@ -122,7 +134,10 @@ def storage_for(url: str | None, study_name: str):
         kw["engine_kwargs"] = {"connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}}
     for attempt in range(6):
         try:
-            return url, optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S, **kw)
+            st = optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S, **kw)
+            if url.startswith("sqlite"):
+                _immediate_transactions(st.engine)
+            return url, st
         except Exception as exc:  # sqlalchemy's own errors: bad URL, server down, missing driver
             # workers that start together on a new database race to create its tables: the
             # loser's CREATE fails once the winner's exists, and a retry finds them made
@@ -133,6 +148,53 @@ def storage_for(url: str | None, study_name: str):
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise MksimError(f"cannot open study storage {url!r}: {first}") from None
     raise MksimError(f"cannot open study storage {url!r}: its tables could not be created; try again")
+
+
+def _immediate_transactions(engine) -> None:
+    """Make every transaction on an SQLite ``engine`` take the database's write lock when it begins
+    (``BEGIN IMMEDIATE``), so that optuna's read-then-write steps are atomic between processes.
+
+    pysqlite begins a transaction only at the first write, so a read before it runs outside any lock:
+    two processes popping the same waiting trial both read it WAITING, both mark it RUNNING and both
+    evaluate it, and the second to finish fails with "Cannot tell a COMPLETE trial" (two searches on one
+    study, or a worker beside another run). A database that cannot be written (opened read-only) begins
+    plain transactions, as before."""
+    import sqlalchemy
+
+    @sqlalchemy.event.listens_for(engine, "connect")
+    def _no_implicit_begin(dbapi_connection, connection_record) -> None:
+        dbapi_connection.isolation_level = None  # pysqlite emits no BEGIN of its own
+
+    @sqlalchemy.event.listens_for(engine, "begin")
+    def _begin_immediate(conn) -> None:
+        try:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        except sqlalchemy.exc.OperationalError as exc:
+            if "readonly" not in str(exc) and "read-only" not in str(exc):
+                raise
+            conn.exec_driver_sql("BEGIN")
+
+    engine.dispose()  # connections made before the listeners (the tables' creation) are not reused
+
+
+def sqlite_file(url: str | None) -> str | None:
+    """The database file of an SQLite storage URL (``sqlite:///v.db`` -> ``v.db``), None for any other.
+
+    >>> sqlite_file("sqlite:////tmp/v.db"), sqlite_file("sqlite:///file:v.db?mode=ro&uri=true"), sqlite_file("memory")
+    ('/tmp/v.db', 'v.db', None)
+    """
+    m = re.match(r"sqlite(\+\w+)?:///", url or "")
+    if not m or url is None:
+        return None
+    path = url[m.end():].split("?", 1)[0]
+    path = path[len("file:"):] if path.startswith("file:") else path
+    return path if path and path != ":memory:" else None
+
+
+def _gpu_file(gpu: str) -> str | None:
+    """The hardware file a ``--gpu`` value names (``x.toml`` or ``x.toml+mksim``), None for a GPU name."""
+    path = gpu.split("+", 1)[0]
+    return path if path.endswith(".toml") or os.sep in path else None
 
 
 def _parse_objectives(text: str | tuple[str, ...]) -> tuple[str, ...]:
@@ -151,6 +213,8 @@ class _Objective:
 
     def __call__(self, trial) -> float | tuple[float, ...]:
         optuna = _optuna()
+        # first, so that a run after a kill can tell this trial's process is gone (_fail_orphaned_trials)
+        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
         cand = suggest(trial, self.problem.gpu, trial.user_attrs.get("mode", "megakernel"), self.problem.fixed,
                        self.problem.designs)
         try:
@@ -163,7 +227,6 @@ class _Objective:
         trial.set_user_attr("latency_us", res.latency_us)
         trial.set_user_attr("smem_KiB", vals["smem_KiB"])
         trial.set_user_attr("hbm_util", res.hbm_util)
-        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
         out = tuple(vals[OBJECTIVES[o][0]] for o in self.objectives)
         return out[0] if len(out) == 1 else out
 
@@ -211,13 +274,19 @@ def _open_study(problem: Problem, objectives: tuple[str, ...], storage, study_na
 
 def _open_study_unchecked(problem: Problem, objectives: tuple[str, ...], storage, study_name: str, seed: int):
     optuna = _optuna()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # errors only: a trial failed by a second Ctrl-C is logged by optuna as a warning with a traceback, and
+    # the interrupted run already says what happened in one line
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     directions = [OBJECTIVES[o][1] for o in objectives]
     sampler = (optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True)
                if len(objectives) == 1 else optuna.samplers.NSGAIISampler(seed=seed))
-    study = optuna.create_study(study_name=study_name, storage=storage, directions=directions, sampler=sampler,
-                                load_if_exists=True)
+    try:  # the one process that creates the study records its problem; the others read it
+        study = optuna.create_study(study_name=study_name, storage=storage, directions=directions, sampler=sampler)
+        created = True
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(study_name=study_name, storage=storage, sampler=sampler)
+        created = False
     want: dict[str, Any] = {"model": problem.model, "gpu": problem.gpu.name, "batch": problem.batch,
                             "kv_len": problem.kv_len, "phase": problem.phase, "objectives": list(objectives),
                             "space": SPACE_VERSION}
@@ -228,12 +297,14 @@ def _open_study_unchecked(problem: Problem, objectives: tuple[str, ...], storage
         want["ring"] = ring
     if problem.designs:  # likewise
         want["designs"] = list(problem.designs)
-    have = study.user_attrs.get("problem")
-    if study.metric_names is None:  # optuna-dashboard and the plots show these names
-        study.set_metric_names([OBJECTIVES[o][0] for o in objectives])
+    have = None if created else _recorded_problem(study)
     if have is None:
+        # The creator writes it; another process only when the creator died before it could. Read back:
+        # optuna ignores a second insert of one key, so of two that both take over, the one that finds
+        # another problem stops here, before it adds anything to the study.
         study.set_user_attr("problem", want)
-    elif have.get("space") != SPACE_VERSION:
+        have = study.user_attrs.get("problem", want)
+    if have.get("space") != SPACE_VERSION:
         raise MksimError(f"study {study_name!r} in this storage was made with another version of the search space "
                          f"({have.get('space', 1)}, this mksim has {SPACE_VERSION}); pick another --study name or "
                          "--storage")
@@ -249,9 +320,31 @@ def _open_study_unchecked(problem: Problem, objectives: tuple[str, ...], storage
                          f"{', '.join(have.get('designs', [])) or 'none'}, not "
                          f"{', '.join(want.get('designs', [])) or 'none'}; pick another --study name or --storage")
     elif have != want:
-        raise MksimError(f"study {study_name!r} in this storage searches {have}, not {want}; "
-                         "pick another --study name")
+        raise MksimError(f"study {study_name!r} in this storage searches {_problem_text(have)}, not "
+                         f"{_problem_text(want)}; pick another --study name")
+    if study.metric_names is None:  # optuna-dashboard and the plots show these names
+        study.set_metric_names([OBJECTIVES[o][0] for o in objectives])
     return study
+
+
+def _recorded_problem(study) -> dict[str, Any] | None:
+    """The problem a study's creator recorded; waits a little for a creator that is recording it right
+    now (another process that started at the same moment). None if it never comes: the creator was
+    killed before it wrote anything, and this process takes the study over."""
+    deadline = time.monotonic() + PROBLEM_WAIT_S
+    while True:
+        have = study.user_attrs.get("problem")
+        if have is not None or time.monotonic() > deadline:
+            return have if isinstance(have, dict) or have is None else {"problem": have}
+        time.sleep(0.05)
+
+
+def _problem_text(p: dict[str, Any]) -> str:
+    """A study's problem in words: ``llama-3.2-1b on h200, batch 1, KV 1024, latency`` and what differs."""
+    words = (f"{p.get('model')} on {p.get('gpu')}, batch {p.get('batch')}, KV {p.get('kv_len')}, "
+             f"{'+'.join(p.get('objectives') or [])}")
+    rest = {k: v for k, v in p.items() if k not in ("model", "gpu", "batch", "kv_len", "objectives", "space")}
+    return words + "".join(f", {k} {v}" for k, v in rest.items())
 
 
 def fused_kv_split(problem: Problem, params: dict[str, Any]) -> dict[str, Any]:
@@ -275,41 +368,147 @@ def fused_kv_split(problem: Problem, params: dict[str, Any]) -> dict[str, Any]:
     return best
 
 
-def _enqueue_baselines(study, problem: Problem) -> None:
-    """Seed a new study with the baselines, once, so the best can never be worse than them (the
-    fused trial at the KV split the model prefers: :func:`fused_kv_split`)."""
-    if study.user_attrs.get("baselines_enqueued"):
-        return
-    study.set_user_attr("baselines_enqueued", True)
-    for name, params in baseline_params(problem.gpu, problem.fixed, problem.designs).items():
-        if name == FUSED_MEGAKERNEL:
-            params = fused_kv_split(problem, params)
-        study.enqueue_trial(params, user_attrs={"baseline": name, "mode": params.get("mode", "megakernel")},
-                            skip_if_exists=True)
+def _held_baselines(study) -> set[str]:
+    """Names of the enqueued trials (:func:`baseline_params`) the study holds waiting, running or
+    finished; a failed one (its process was killed) is not held."""
+    TS = _optuna().trial.TrialState
+    trials = study.get_trials(deepcopy=False, states=(TS.WAITING, TS.RUNNING, TS.COMPLETE, TS.PRUNED))
+    return {b for t in trials if isinstance(b := t.user_attrs.get("baseline"), str)}
+
+
+def _enqueue_baselines(study, problem: Problem) -> list[str]:
+    """Enqueue the trials every study starts with (the baselines, so that the best can never be worse
+    than them, and the fused trial at the KV split the model prefers: :func:`fused_kv_split`) that the
+    study does not hold (:func:`_held_baselines`); returns their names.
+
+    Every run does this, not only the first: a run killed while enqueueing, or while a baseline ran,
+    leaves the study without some, and the next run puts them back. The fused trial's split is found
+    before the first enqueue, so the enqueues follow each other closely; a name is looked up again
+    just before it is enqueued, so that two runs starting together rarely enqueue one twice (and if
+    they do, it is run twice: nothing is lost)."""
+    todo = {name: params for name, params in baseline_params(problem.gpu, problem.fixed, problem.designs).items()
+            if name not in _held_baselines(study)}
+    if FUSED_MEGAKERNEL in todo:
+        todo[FUSED_MEGAKERNEL] = fused_kv_split(problem, todo[FUSED_MEGAKERNEL])
+    done = []
+    for i, (name, params) in enumerate(todo.items()):
+        if i and name in _held_baselines(study):
+            continue
+        study.enqueue_trial(params, user_attrs={"baseline": name, "mode": params.get("mode", "megakernel")})
+        done.append(name)
+    return done
+
+
+def _await_baselines(study, timeout_s: float = 60.0) -> None:
+    """Wait for the baselines that other processes are running on this study (two runs that started
+    together share them out), so that the report compares the best with every baseline. One whose process
+    has exited is failed (:func:`_fail_orphaned_trials`) and run by the next run; after ``timeout_s``
+    the report goes without the rest."""
+    TS = _optuna().trial.TrialState
+    start = time.monotonic()
+    looked_at_ownerless = False
+    while True:
+        _fail_orphaned_trials(study, wait=False)
+        running = [t for t in study.get_trials(deepcopy=False, states=(TS.RUNNING,)) if "baseline" in t.user_attrs]
+        if not running or time.monotonic() > start + timeout_s:
+            return
+        if not looked_at_ownerless and time.monotonic() > start + OWNERLESS_WAIT_S:  # one taken by a process
+            _fail_orphaned_trials(study)  # that died before it named itself
+            looked_at_ownerless = True
+        time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine runs (a zombie, killed but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[:1] not in ([b"Z"], [b"X"])
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc (macOS): ask the kernel
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _fail_orphaned_trials(study, wait: bool = True) -> list[int]:
+    """Fail the study's running trials whose process is gone, and return their numbers: a process
+    killed mid-trial (SIGKILL, a power cut) leaves its trial running, and optuna fails such a trial only
+    when its heartbeat is ``GRACE_S`` old, so a run started sooner would keep it running for good and
+    never run the baseline it held. A trial names its process first thing (``worker``,
+    ``host:pid``); one of this machine whose process has exited is failed at once. One that names no
+    process yet was just taken (its process names it within milliseconds) or its process died before
+    it could: it is looked at again ``OWNERLESS_WAIT_S`` later (not with ``wait`` false). Trials of
+    other machines are left to the heartbeat."""
+    TS = _optuna().trial.TrialState
+    host = socket.gethostname()
+
+    def gone(t) -> bool | None:
+        """True: its process has exited; False: it runs, or is on another machine; None: not named yet."""
+        w = t.user_attrs.get("worker")
+        if not isinstance(w, str):
+            return None
+        h, _, pid = w.rpartition(":")
+        return h == host and pid.isdigit() and not _alive(int(pid))
+
+    failed: list[int] = []
+
+    def fail(t) -> None:
+        try:
+            if study._storage.set_trial_state_values(t._trial_id, state=TS.FAIL):
+                failed.append(t.number)
+        except Exception as exc:  # another process finished or failed it meanwhile
+            if type(exc).__name__ != "UpdateFinishedTrialError":
+                raise
+
+    ownerless = []
+    for t in study.get_trials(deepcopy=False, states=(TS.RUNNING,)):
+        verdict = gone(t)
+        if verdict:
+            fail(t)
+        elif verdict is None:
+            ownerless.append(t.number)
+    if ownerless and wait:
+        time.sleep(OWNERLESS_WAIT_S)
+        for t in study.get_trials(deepcopy=False, states=(TS.RUNNING,)):
+            if t.number in ownerless and gone(t) in (None, True):
+                fail(t)
+    return failed
 
 
 @contextmanager
-def _sigint_noted() -> Iterator[list[int]]:
+def _sigint_noted(also_term: bool = False) -> Iterator[list[int]]:
     """Inside, Ctrl-C (SIGINT) is noted in the yielded list instead of raising KeyboardInterrupt in the
     middle of a trial, which optuna logs with a traceback and records as a failed trial; the caller stops
     after the current trial. A second Ctrl-C interrupts at once. Only the main thread takes signals: in
-    another thread, or where SIGINT is ignored, this changes nothing."""
+    another thread, or where SIGINT is ignored, this changes nothing. ``also_term`` (a worker process)
+    notes SIGTERM too, which a worker gets when its parent dies (:func:`_die_with_parent`)."""
     got: list[int] = []
-    old = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or old is signal.SIG_IGN:
+    if threading.current_thread() is not threading.main_thread():
         yield got
         return
-    restore = old if old is not None else signal.SIG_DFL
+    olds: dict[int, Any] = {}
+    for sig in (signal.SIGINT, signal.SIGTERM) if also_term else (signal.SIGINT,):
+        old = signal.getsignal(sig)
+        if old is not signal.SIG_IGN:
+            olds[sig] = old if old is not None else signal.SIG_DFL
 
     def note(signum: int, frame: Any) -> None:
         got.append(signum)
-        signal.signal(signal.SIGINT, restore)
+        signal.signal(signum, olds[signum])
 
-    signal.signal(signal.SIGINT, note)
+    for signum in olds:
+        signal.signal(signum, note)
     try:
         yield got
     finally:
-        signal.signal(signal.SIGINT, restore)
+        for signum, old in olds.items():
+            signal.signal(signum, old)
 
 
 def _interrupted(url: str) -> Interrupted:
@@ -319,34 +518,63 @@ def _interrupted(url: str) -> Interrupted:
                        "again to resume")
 
 
-def _work_in_child(*args: Any) -> None:
-    """A worker process: Ctrl-C ends it with status 130 and no traceback; the parent reports it."""
+def _die_with_parent(parent: int) -> None:
+    """Have the kernel send this worker SIGTERM when its parent dies (Linux), so that a search whose
+    parent is killed does not go on filling the study; elsewhere the worker checks between trials."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # it died before the line above
+        sys.exit(130)
+
+
+def _work_in_child(parent: int, *args: Any) -> None:
+    """A worker process: Ctrl-C, SIGTERM or its parent's death ends it after its trial, with status 130
+    and no traceback; the parent reports it."""
+    _die_with_parent(parent)
     try:
-        _work(*args)
+        _work(*args, parent=parent)  # type: ignore[misc]  # args end before ``storage``
     except Interrupted:
         sys.exit(130)
 
 
 def _work(problem: Problem, objectives, url: str, study_name: str, seed: int, trials: int,
-          timeout: float | None, progress: bool, storage=None) -> None:
-    """One worker: run trials until the study holds ``trials`` finished ones (or time runs out).
-    ``storage`` is given for the in-memory storage, which a URL cannot reopen."""
+          timeout: float | None, progress: bool, storage=None, parent: int | None = None) -> None:
+    """One worker: run trials until the study holds ``trials`` finished ones and no enqueued trial
+    waits (or time runs out). ``storage`` is given for the in-memory storage, which a URL cannot
+    reopen; ``parent``, in a worker process, is the pid of the search that started it."""
     optuna = _optuna()
-    if storage is None:
-        _, storage = storage_for(url, study_name)
-    study = _open_study(problem, objectives, storage, study_name, seed)
-    if url != MEMORY:
-        optuna.storages.fail_stale_trials(study)
-    left = trials - _counted(study)
-    if left <= 0:
-        return
-    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    with _sigint_noted() as interrupted:
-        study.optimize(_Objective(problem, objectives), n_trials=left, timeout=timeout,
-                       callbacks=[optuna.study.MaxTrialsCallback(trials, states=states),
-                                  lambda st, _: st.stop() if interrupted else None],
-                       show_progress_bar=progress, gc_after_trial=False)
-    if interrupted:
+    TS = optuna.trial.TrialState
+    try:
+        if storage is None:
+            _, storage = storage_for(url, study_name)
+        study = _open_study(problem, objectives, storage, study_name, seed)
+        if url != MEMORY:
+            optuna.storages.fail_stale_trials(study)
+
+        def waiting() -> int:
+            return len(study.get_trials(deepcopy=False, states=(TS.WAITING,)))
+
+        left = trials - _counted(study)
+        if left <= 0 and not waiting():
+            return
+
+        def enough(st, _) -> None:
+            # optuna's MaxTrialsCallback, but a trial that waits (a baseline enqueued by another run
+            # that started at the same moment) is run before stopping
+            if _counted(st) >= trials and not waiting():
+                st.stop()
+
+        with _sigint_noted(also_term=parent is not None) as interrupted:
+            study.optimize(_Objective(problem, objectives), n_trials=None, timeout=timeout,
+                           callbacks=[enough, lambda st, _: st.stop() if interrupted else None,
+                                      lambda st, _: st.stop() if parent and os.getppid() != parent else None],
+                           show_progress_bar=progress, gc_after_trial=False)
+    except KeyboardInterrupt:  # before the trials, while the study is opened
+        raise _interrupted(url) from None
+    if interrupted or (parent is not None and os.getppid() != parent):
         raise _interrupted(url)
 
 
@@ -377,8 +605,11 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
         check_writable(report, "--report")
     if timeout is not None and not 0 < timeout < float("inf"):
         raise MksimError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
+        raise MksimError(f"--seed must be a whole number from 0 to {SEED_MAX} (2**32 - 1), got {seed!r}")
     spec = hwmodels.load(gpu)
     fixed = check_fixed(fixed)
+    check_fixed_on(spec, fixed)
     designs_t = check_designs(designs)
     n_first = len(baseline_params(spec, fixed, designs_t))
     if trials < n_first:
@@ -390,43 +621,57 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
     name = study_name or default_study_name(problem, objs)
     if storage == MEMORY and workers > 1:
         raise MksimError("--storage memory runs in one process; give a sqlite:/// or postgresql:// URL for --workers")
-    if storage is None and say is not None and not Path(f"{name}.db").exists():
-        say(f"creating study storage sqlite:///{name}.db in {Path.cwd()} (--storage puts it elsewhere)")
-    url, st = storage_for(storage, name)
-    study = _open_study(problem, objs, st, name, seed)
-    _enqueue_baselines(study, problem)
-    if workers == 1:
-        _work(problem, objs, url, name, seed, trials, timeout, progress, storage=st if url == MEMORY else None)
-    else:
-        # Enqueued trials (the baselines) run here first: SQLite cannot hand a waiting trial to
-        # exactly one of several processes, so two could evaluate the same one.
-        optuna = _optuna()
-        waiting = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
-        if waiting:
-            _work(problem, objs, url, name, seed, min(trials, _counted(study) + waiting), timeout, progress)
-        ctx = mp.get_context("fork") if os.name == "posix" else mp.get_context("spawn")
-        procs = [ctx.Process(target=_work_in_child, args=(problem, objs, url, name, seed + i, trials, timeout,
-                                                  progress and i == 0)) for i in range(workers)]
-        for p in procs:
-            p.start()
-        with _sigint_noted() as interrupted:  # Ctrl-C reaches the workers too: wait for them to stop
+    # before the study is opened: an output that is the study's own file (or the GPU file) would destroy it
+    check_outputs({"--out": out, "--report": report},
+                  [("study storage", sqlite_file(storage or f"sqlite:///{name}.db")),
+                   ("hardware file", _gpu_file(gpu))])
+    new_default = storage is None and not Path(f"{name}.db").exists()
+    url = storage or f"sqlite:///{name}.db"
+    try:  # Ctrl-C at any moment, before the first trial or after the last, says how to resume
+        url, st = storage_for(storage, name)
+        if new_default and say is not None:  # once it could be made: a refusal stays one line
+            say(f"creating study storage sqlite:///{name}.db in {Path.cwd()} (--storage puts it elsewhere)")
+        study = _open_study(problem, objs, st, name, seed)
+        if url != MEMORY:  # a process killed mid-trial left it running: fail it, and run its baseline again
+            _fail_orphaned_trials(study)
+        _enqueue_baselines(study, problem)
+        if workers == 1:
+            _work(problem, objs, url, name, seed, trials, timeout, progress, storage=st if url == MEMORY else None)
+        else:
+            # Enqueued trials (the baselines) run here first: SQLite cannot hand a waiting trial to
+            # exactly one of several processes, so two could evaluate the same one.
+            optuna = _optuna()
+            waiting = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+            if waiting:
+                _work(problem, objs, url, name, seed, min(trials, _counted(study) + waiting), timeout, progress)
+            ctx = mp.get_context("fork") if os.name == "posix" else mp.get_context("spawn")
+            procs = [ctx.Process(target=_work_in_child, args=(os.getpid(), problem, objs, url, name,
+                                                              (seed + i) % (SEED_MAX + 1), trials, timeout,
+                                                              progress and i == 0)) for i in range(workers)]
             for p in procs:
-                p.join()
-        if interrupted or any(p.exitcode == 130 for p in procs):
-            raise _interrupted(url)
-        if any(p.exitcode for p in procs):
-            raise MksimError(f"{sum(1 for p in procs if p.exitcode)} search worker(s) failed; the study keeps "
-                             "every finished trial: run the same command again to resume")
-    result = summarize(study, problem, objs, url, best_mode)
-    for path, flag, write in ((out, "--out", lambda p: save_best(result, problem, p)),
-                              (report, "--report", lambda p: write_report(study, result, p))):
-        if path:
-            try:
-                write(path)
-            except OSError as exc:  # the folder went away during the search: keep the result for the caller
-                raise OutputError(f"{flag} {path}: cannot write the result ({exc.strerror}); the study keeps every "
-                                  "trial: run the same command again with another path", result) from None
-    return result
+                p.start()
+            with _sigint_noted() as interrupted:  # Ctrl-C reaches the workers too: wait for them to stop
+                for p in procs:
+                    p.join()
+            if interrupted or any(p.exitcode == 130 for p in procs):
+                raise _interrupted(url)
+            if any(p.exitcode for p in procs):
+                raise MksimError(f"{sum(1 for p in procs if p.exitcode)} search worker(s) failed; the study keeps "
+                                 "every finished trial: run the same command again to resume")
+        if url != MEMORY:
+            _await_baselines(study)
+        result = summarize(study, problem, objs, url, best_mode)
+        for path, flag, write in ((out, "--out", lambda p: save_best(result, problem, p)),
+                                  (report, "--report", lambda p: write_report(study, result, p))):
+            if path:
+                try:
+                    write(path)
+                except OSError as exc:  # the folder went away during the search: keep the result for the caller
+                    raise OutputError(f"{flag} {path}: cannot write the result ({exc.strerror}); the study keeps every "
+                                      "trial: run the same command again with another path", result) from None
+        return result
+    except KeyboardInterrupt:
+        raise _interrupted(url) from None
 
 
 def summarize(study, problem: Problem, objectives: tuple[str, ...], url: str,
@@ -437,6 +682,13 @@ def summarize(study, problem: Problem, objectives: tuple[str, ...], url: str,
     TS = optuna.trial.TrialState
     trials = study.get_trials(deepcopy=False)
     done = [t for t in trials if t.state == TS.COMPLETE]
+    pruned = [t for t in trials if t.state == TS.PRUNED]
+    if not done and pruned and problem.fixed:  # nothing runs with the fixed options: say so, not "run more"
+        fixed = " ".join(f"--fix {k}={v:g}" if isinstance(v, float) else f"--fix {k}={v}"
+                         for k, v in problem.fixed.items())
+        why = pruned[0].user_attrs.get("pruned_reason", "")
+        raise MksimError(f"every trial of study {study.study_name!r} was pruned: no schedule runs with {fixed} on "
+                         f"{problem.gpu.name}" + (f" ({why})" if why else "") + "; change or drop the --fix")
     if not done:
         raise MksimError(f"study {study.study_name!r} has no completed trial yet; run more trials")
     pool = [t for t in done if best_mode is None or t.params.get("mode", "megakernel") == best_mode]
