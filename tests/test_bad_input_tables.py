@@ -21,7 +21,7 @@ ROW_ID = re.compile(r"[\[_-]([ABC])(\d+)(?=[-_\]])")
 
 
 def test_every_row_of_the_second_table_has_a_test() -> None:
-    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *FILES],
+    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-p", "no:cacheprovider", *FILES],
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     seen = {(m[0], int(m[1])) for line in r.stdout.splitlines() if "::" in line for m in ROW_ID.findall(line)}

@@ -159,7 +159,8 @@ def test_bad_trace_uploads_give_one_line(raw, name, match):
 
 def test_trace_upload_size_bounds():
     raw = gzip.compress(b'{"traceEvents": []}' + b" " * 5000)
-    with pytest.raises(MksimError, match=rf"^big\.json\.gz: \d+ bytes; the explorer takes traces up to {len(raw) - 10} bytes: "
+    cap = len(raw) - 10
+    with pytest.raises(MksimError, match=rf"^big\.json\.gz: \d+ bytes; the explorer takes traces up to {cap} bytes: "
                                          "gzip it, or keep one step with mksim trace cut$"):
         stacks.read_trace_upload(_upload(raw), "big.json.gz", max_upload=len(raw) - 10)
     with pytest.raises(MksimError, match=r"^big\.json\.gz: over 1000 bytes uncompressed; keep one step"):
