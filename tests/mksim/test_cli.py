@@ -247,3 +247,21 @@ def test_a_trace_that_cannot_be_written_is_one_line_after_the_result():
     assert "Traceback" not in r.stderr
     if os.geteuid() == 0:  # the check let it through: the result came first
         assert " µs, " in r.stdout and "tokens/s" in r.stdout
+
+
+def test_ctrl_c_while_the_command_line_loads(monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A Ctrl-C during ``mksim``'s own imports ends with one line and 130, as one during a run does."""
+    from mksim.__main__ import run  # importing it runs nothing
+
+    class CtrlC:
+        def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+            if name == "mksim.cli":
+                raise KeyboardInterrupt
+
+    monkeypatch.delitem(sys.modules, "mksim.cli", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [CtrlC(), *sys.meta_path])
+    with pytest.raises(SystemExit) as exc:
+        run()
+    assert exc.value.code == 130
+    assert capsys.readouterr().err == "error: interrupted while mksim was starting\n"
