@@ -21,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("hwmodels", "mksim", "explorer", "validation")
-HEAVY = ("torch", "cupy", "dash", "optuna", "plotly", "matplotlib", "selenium", "diskcache", "scipy", "pandas",
+HEAVY = ("torch", "cupy", "dash", "optuna", "plotly", "matplotlib", "selenium", "scipy", "pandas",
          "sqlalchemy", "psycopg2", "typer._click", "click", "cupyx", "triton", "transformers")
 
 

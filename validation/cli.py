@@ -160,9 +160,8 @@ def validate_cmd(
         raise MksimError("give --schedule FILE, or --model NAME --mode MODE, not both")
     if schedule:  # the schedule fixes its workload; --gpu stays: the model the prediction comes from
         schedule_conflict(ctx, schedule, ("gpu", "out_dir", "reps", "watchdog_s", "force", "dry_run", "as_json"))
-    if dry_run and out_dir:
-        raise MksimError(f"--dry-run measures nothing and writes nothing, so --out {out_dir} would stay empty; drop "
-                         "--out, or drop --dry-run to measure into it")
+    if dry_run and out_dir:  # the command as it will run, previewed: say what --out does not get
+        typer.echo(f"warning: --dry-run measures nothing and writes nothing: {out_dir} stays as it is", err=True)
     if schedule:
         s = Schedule.from_json(schedule)
         name = s.workload_spec["model"] if isinstance(s.workload_spec["model"], str) else "custom"

@@ -261,8 +261,6 @@ REFUSED: list[tuple[str, list[str], str]] = [
     ("A167-schedule-long-path", ["simulate", "--schedule", LONG_S], "too long for a file name (5000 characters)"),
     ("A172-cal-from-raw-trace", ["calibrate", "--from-raw", str(TRACE), "--out", "{d}/o.toml"],
      "cannot read raw calibration results"),
-    ("A183-val-dry-run-out", ["validate", "--model", "llama-3.2-1b", "--mode", "megakernel", "--dry-run", "--out",
-                              "{d}/vout"], "--dry-run measures nothing"),
 ]
 
 
@@ -582,3 +580,14 @@ def test_A136_sweep_html_is_the_hardware_file(row: str, tmp_path: Path, capsys: 
     monkeypatch.setattr(mksim.report, "compare_modes", lambda *a: _fake_compare_modes(*a))
     code, _, err = run_cli(["sweep", "--batch", "1", "--html", "h200"], capsys)
     assert code == 0 and (tmp_path / "h200").stat().st_size > 0, err
+
+
+def test_A183_validate_dry_run_out_warns(bad: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``validate --dry-run --out DIR`` previews the run that --out would take: it predicts, says in one
+    warning line that DIR gets nothing, and leaves DIR as it was (here: absent)."""
+    code, out, err = run_cli(["validate", "--model", "llama-3.2-1b", "--mode", "megakernel", "--dry-run", "--out",
+                              str(bad / "vout")], capsys)
+    assert code == 0 and out
+    warning = f"warning: --dry-run measures nothing and writes nothing: {bad / 'vout'} stays as it is"
+    assert err.splitlines() == [warning]
+    assert not (bad / "vout").exists()

@@ -10,6 +10,8 @@ from mksim.errors import ScheduleError
 from validation.megakernel import OPCODES, decode, encode
 from validation.megakernel.encode import DEP_OP, DEP_TILES, TASK_FIELDS, waits_on_flags
 
+from . import nvcc_builds
+
 
 @pytest.mark.parametrize("policy,sync", [("dag", "counter"), ("rr", "flag"), ("pool", "counter")])
 def test_encode_decode_round_trip(policy, sync):
@@ -55,25 +57,9 @@ def test_chain_tables_list_every_task_in_id_order():
     assert list(prog.op_tiles) == [int(n) for n in s.graph.n_tiles]
 
 
-NVCC = __import__("shutil").which("nvcc")
-
-
-@pytest.mark.skipif(NVCC is None, reason="nvcc not installed (CI has none; the device machine compiles)")
-@pytest.mark.parametrize("source,extra", [("validation/megakernel/mk_kernel.cu", []),
-                                          ("validation/megakernel/mk_kernel.cu", ["-DMK_CONSUMERS=16"]),
-                                          ("validation/megakernel/mk_kernel.cu", ["-DMK_L2PF_KIND=1"]),
-                                          ("validation/megakernel/mk_kernel.cu", ["-DMK_L2PF_KIND=2"]),
-                                          ("validation/calibrate/kernels.cu", []),
-                                          ("validation/calibrate/launch_bench.cu", [])])
+@pytest.mark.skipif(nvcc_builds.NVCC is None, reason="nvcc not installed")
+@pytest.mark.parametrize("name", ["mk", "mk-consumers16", "mk-l2pf1", "mk-l2pf2", "calibrate-kernels", "launch-bench"])
 @pytest.mark.slow
-def test_cuda_sources_compile_for_sm90(source, extra, tmp_path):
-    import subprocess
-    from pathlib import Path
-
-    from validation.megakernel.gpu import compile_options
-
-    root = Path(__file__).resolve().parents[2]
-    flags = [f for f in compile_options() if not f.startswith("-DMK_CONSUMERS")]  # as the runner passes them
-    r = subprocess.run([NVCC, "-arch=sm_90", *flags, "-c", str(root / source), "-o", str(tmp_path / "out.o"),
-                        *extra], capture_output=True, text=True, timeout=300)
+def test_cuda_sources_compile_for_sm90(name):
+    r = nvcc_builds.build(name)  # compiled once per run (two at a time) and kept between runs
     assert r.returncode == 0, r.stderr

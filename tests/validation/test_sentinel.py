@@ -22,6 +22,8 @@ from validation.megakernel import program as P
 from validation.megakernel import syncs
 from validation.megakernel.encode import DEP_OP, DEP_TILES, waits_on_flags
 
+from . import nvcc_builds
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -282,25 +284,16 @@ def test_the_syncs_runner_refuses_bad_arguments(capsys):
 
 
 # -- the kernel's sentinel experiments compile without spilling ------------------------------------
-NVCC = __import__("shutil").which("nvcc")
-
-
 # The persistent kernel sits at the 168 registers that 384 threads allow. With the tensor-core
 # attention (MK_ATTN=2, the default) its head-size-128 partials leave 4 bytes of spills; that build
 # measured 4-13 % faster than the CUDA-core one, which spills nothing
 # (validation/results/evidence/h200-mk18-noinline): at most one register's spill (8 bytes) is let
 # through, none at MK_ATTN=1; the 472-byte spills that slowed every task would fail.
-@pytest.mark.skipif(NVCC is None, reason="nvcc not installed (CI has none; the device machine compiles)")
-@pytest.mark.parametrize("extra, spill_B", [([], 8), (["-DMK_SENTINEL_FENCE=0", "-DMK_POLL_SLEEP_NS=100",
-                                                       "-DMK_POLL_BATCH=8"], 8), (["-DMK_ATTN=1"], 0)])
+@pytest.mark.skipif(nvcc_builds.NVCC is None, reason="nvcc not installed")
+@pytest.mark.parametrize("name, spill_B", [("mk", 8), ("mk-sentinel-nofence", 8), ("mk-attn1", 0)])
 @pytest.mark.slow
-def test_the_sentinel_kernel_compiles_without_spills(extra, spill_B, tmp_path):
-    from validation.megakernel.gpu import compile_options
-
-    flags = [f for f in compile_options() if not f.startswith("-DMK_CONSUMERS")]
-    r = subprocess.run([NVCC, "-arch=sm_90", *flags, "-DMK_CONSUMERS=8", "-Xptxas", "-v", "-c",
-                        str(ROOT / "validation/megakernel/mk_kernel.cu"), "-o", str(tmp_path / "out.o"), *extra],
-                       capture_output=True, text=True, timeout=300)
+def test_the_sentinel_kernel_compiles_without_spills(name, spill_B):
+    r = nvcc_builds.build(name)  # the default build is the one test_megakernel_encode checks
     assert r.returncode == 0, r.stderr
     persistent = r.stderr.split("Function properties for mk_persistent")[1].splitlines()[1]
     stores = int(re.search(r"(\d+) bytes spill stores", persistent).group(1))

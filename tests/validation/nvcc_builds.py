@@ -1,0 +1,102 @@
+"""The CUDA builds the tests check, compiled once per run, two at a time, and kept between runs.
+
+Each build of ``mk_kernel.cu`` takes ~20 s of one core with nvcc (it is single-threaded). The tests that
+check a build (it compiles for sm_90; the persistent kernel does not spill) ask :func:`build` for it by
+name: the first ask starts every build of :data:`BUILDS` on a pool of :data:`WORKERS` threads, and a
+build whose inputs were built before (same nvcc, flags and sources: a SHA-256 over them) is read back
+from ``$MKSIM_TEST_CACHE`` (default ``~/.cache/mksim/test-nvcc``) instead of compiled again. What is
+kept is nvcc's exit status and its messages (``-Xptxas -v``: registers and spills), as JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+NVCC = shutil.which("nvcc")
+WORKERS = max(1, min(4, os.cpu_count() or 1))
+MK = "validation/megakernel/mk_kernel.cu"
+#: name -> (source, flags beyond the runner's own): every build a test checks
+BUILDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "mk": (MK, ()),
+    "mk-consumers16": (MK, ("-DMK_CONSUMERS=16",)),
+    "mk-l2pf1": (MK, ("-DMK_L2PF_KIND=1",)),
+    "mk-l2pf2": (MK, ("-DMK_L2PF_KIND=2",)),
+    "mk-sentinel-nofence": (MK, ("-DMK_SENTINEL_FENCE=0", "-DMK_POLL_SLEEP_NS=100", "-DMK_POLL_BATCH=8")),
+    "mk-attn1": (MK, ("-DMK_ATTN=1",)),
+    "calibrate-kernels": ("validation/calibrate/kernels.cu", ()),
+    "launch-bench": ("validation/calibrate/launch_bench.cu", ()),
+}
+
+
+@dataclass(frozen=True)
+class Build:
+    returncode: int
+    stderr: str
+
+
+def _flags(extra: tuple[str, ...]) -> list[str]:
+    from validation.megakernel.gpu import compile_options
+
+    # as the runner passes them, with the worker warps left to the kernel's default unless a build sets them
+    return ["-arch=sm_90", *(f for f in compile_options() if not f.startswith("-DMK_CONSUMERS")), "-Xptxas", "-v",
+            *extra]
+
+
+def _key(source: str, flags: list[str]) -> str:
+    h = hashlib.sha256()
+    h.update(subprocess.run([NVCC or "nvcc", "--version"], capture_output=True, text=True).stdout.encode())
+    h.update("\0".join([source, *flags]).encode())
+    for p in sorted(ROOT.joinpath("validation").rglob("*")):  # the source and everything it may include
+        if p.suffix in (".cu", ".cuh", ".h", ".hpp") and p.is_file():
+            h.update(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("MKSIM_TEST_CACHE") or Path.home() / ".cache" / "mksim" / "test-nvcc")
+
+
+def _compile(name: str) -> Build:
+    source, extra = BUILDS[name]
+    flags = _flags(extra)
+    kept = _cache_dir() / f"{name}-{_key(source, flags)}.json"
+    try:
+        d = json.loads(kept.read_text())
+        return Build(int(d["returncode"]), str(d["stderr"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    with tempfile.TemporaryDirectory() as tmp:
+        r = subprocess.run([NVCC or "nvcc", *flags, "-c", str(ROOT / source), "-o", str(Path(tmp) / "out.o")],
+                           capture_output=True, text=True, timeout=600)
+    got = Build(r.returncode, r.stderr)
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        tmp_file = kept.with_suffix(f".{os.getpid()}.tmp")
+        tmp_file.write_text(json.dumps({"returncode": got.returncode, "stderr": got.stderr}))
+        tmp_file.replace(kept)
+    except OSError:
+        pass  # no cache: the next run compiles again
+    return got
+
+
+_pool: ThreadPoolExecutor | None = None
+_futures: dict[str, Future[Build]] = {}
+
+
+def build(name: str) -> Build:
+    """The build ``name`` of :data:`BUILDS` (nvcc's exit status and messages); the first call starts them all."""
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="nvcc")
+        for n in BUILDS:
+            _futures[n] = _pool.submit(_compile, n)
+    return _futures[name].result()
