@@ -338,9 +338,9 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     return code, cap.out, cap.err
 
 
-def assert_one_line(code: int, err: str, fragment: str) -> None:
+def assert_one_line(code: int, err: str, fragment: str, status: int = 2) -> None:
     lines = err.splitlines()
-    assert code == 2, f"exit {code}, stderr: {err[-2000:]}"
+    assert code == status, f"exit {code}, stderr: {err[-2000:]}"
     assert len(lines) == 1 and lines[0].startswith("error: "), err[-2000:]
     assert "Traceback" not in err
     assert fragment in lines[0], lines[0]

@@ -23,22 +23,12 @@ import pytest
 
 from mksim import build_schedule, models
 from mksim.errors import MksimError, UnknownNameError
-from tests.mksim.test_bad_inputs import HF, ROOT, assert_one_line, run_cli
+from tests.mksim.test_bad_inputs import HF, ROOT, _hf, assert_one_line, run_cli
 
 H200_TOML = ROOT / "hwmodels/data/h200.toml"
 RAW = ROOT / "validation/results/h200-2026-11-29/quick.raw.json"
 TRACE = ROOT / "tests/data/trace-llama-3.2-1b-b1-step.json.gz"
 NESTED = "[" * 100_000  # deeper than any decoder's recursion limit
-
-
-def _hf(**change: Any) -> dict[str, Any]:
-    d = dict(HF)
-    for k, v in change.items():
-        if v is ...:
-            d.pop(k, None)
-        else:
-            d[k] = v
-    return d
 
 
 HF_FILES: dict[str, Any] = {

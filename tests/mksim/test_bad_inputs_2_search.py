@@ -33,12 +33,11 @@ import pytest
 optuna = pytest.importorskip("optuna")
 
 import hwmodels  # noqa: E402
-from mksim.cli import main  # noqa: E402
 from mksim.search import baseline_params, search  # noqa: E402
 from mksim.search._space import check_fixed  # noqa: E402
+from tests.mksim.test_bad_inputs import assert_one_line, run_cli  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-ONE_LINE_S = 20  # an in-process refusal must answer within this many seconds
 CHILD_S = 240  # a search child must end within this (a resumed search takes about 2 s alone)
 C_TABLE_REPEATS = int(os.environ.get("MKSIM_C_TABLE_REPEATS", "0"))  # the 20-in-a-row test runs when set
 SMALL_GPU = """extends = "h200"
@@ -90,34 +89,6 @@ main(sys.argv[1:])
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
-def _alarm(signum: int, frame: Any) -> None:
-    raise TimeoutError(f"no answer within {ONE_LINE_S} s")
-
-
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """``mksim argv`` in this process: (exit status, stdout, stderr)."""
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(ONE_LINE_S)
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
-
-
-def assert_one_line(code: int, err: str, fragment: str, status: int = 2) -> None:
-    lines = err.splitlines()
-    assert code == status, f"exit {code}, stderr: {err[-2000:]}"
-    assert len(lines) == 1 and lines[0].startswith("error: "), err[-2000:]
-    assert "Traceback" not in err
-    assert fragment in lines[0], lines[0]
-
-
 @pytest.fixture(scope="module")
 def gpu_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     p = tmp_path_factory.mktemp("gpu") / "h200-16sm.toml"

@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 
 from mksim import trace_read
-from mksim.cli import main
 from mksim.trace import import_trace
+from tests.mksim.test_bad_inputs import assert_one_line, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 STEP = ROOT / "tests/data/trace-llama-3.2-1b-b1-step.json.gz"
@@ -160,26 +160,6 @@ def bad(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    started = time.monotonic()
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    assert time.monotonic() - started < 20
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
-
-
-def assert_one_line(code: int, err: str, fragment: str) -> None:
-    lines = err.splitlines()
-    assert code == 2, f"exit {code}, stderr: {err[-2000:]}"
-    assert len(lines) == 1 and lines[0].startswith("error: "), err[-2000:]
-    assert "Traceback" not in err
-    assert fragment in lines[0], lines[0]
-
-
 LONG = "a" * 5000
 M = ["--model", "llama-3.2-1b"]
 
@@ -233,7 +213,7 @@ def test_trace_import_bad_input_is_one_line(argv: list[str], fragment: str, bad:
         cfg.update(model_type="mixtral", num_local_experts=8, num_experts_per_tok=2)
         (bad / "hf-mixtral.json").write_text(json.dumps(cfg))
     args = [a.format(d=bad, T=STEP) for a in argv]
-    code, out, err = run(["trace", "import", *args], capsys)
+    code, out, err = run_cli(["trace", "import", *args], capsys)
     assert_one_line(code, err, fragment)
     assert out == ""
 
@@ -242,7 +222,7 @@ def test_A43_process_substitution_is_a_pipe(capsys: pytest.CaptureFixture[str]) 
     """``mksim trace import <(zcat t.gz)`` names ``/dev/fd/63``, a pipe: refused as one, not as "no such file"."""
     r, w = os.pipe()
     try:
-        code, _, err = run(["trace", "import", f"/dev/fd/{r}"], capsys)
+        code, _, err = run_cli(["trace", "import", f"/dev/fd/{r}"], capsys)
     finally:
         os.close(r)
         os.close(w)
@@ -258,7 +238,7 @@ def test_A43_process_substitution_is_a_pipe(capsys: pytest.CaptureFixture[str]) 
 ])
 def test_trace_cut_bad_input_is_one_line(argv: list[str], fragment: str, bad: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(["trace", "cut", *[a.format(d=bad, T=STEP) for a in argv]], capsys)
+    code, out, err = run_cli(["trace", "cut", *[a.format(d=bad, T=STEP) for a in argv]], capsys)
     assert_one_line(code, err, fragment)
     assert not (bad / "one.json").exists()
 
@@ -281,14 +261,14 @@ ACCEPTED = [
 
 @pytest.mark.parametrize("argv,fragment", [pytest.param(a, f, id=i) for i, a, f in ACCEPTED])
 def test_trace_import_accepted(argv: list[str], fragment: str, bad: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(["trace", "import", *[a.format(d=bad, T=STEP) for a in argv]], capsys)
+    code, out, err = run_cli(["trace", "import", *[a.format(d=bad, T=STEP) for a in argv]], capsys)
     assert code == 0 and err == "", err
     assert fragment in out, out[:3000]
 
 
 def test_A18_device_0_and_string_0_are_one_gpu(bad: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Device ids written as digits are numbers: kernels on 0 and "0" ran on one GPU, which --device 0 picks."""
-    code, out, err = run(["trace", "import", str(bad / "t-device-mixed.json"), "--device", "0", "--json", "-"],
+    code, out, err = run_cli(["trace", "import", str(bad / "t-device-mixed.json"), "--device", "0", "--json", "-"],
                          capsys)
     assert code == 0, err
     d = json.loads(out)
@@ -306,7 +286,7 @@ def test_A35_batch_64_on_a_batch_1_trace_warns(capsys: pytest.CaptureFixture[str
     """The traced attention kernels ran ~105 µs; batch 64 x KV 1024 of llama-3.2-1b is 2.15 GB of KV cache,
     at least 447 µs at the H200's 4.8 TB/s: the trace cannot be that step, and one warning line says so
     (exit 0: a quantized KV cache would read fewer bytes)."""
-    code, out, err = run(["trace", "import", str(STEP), *M, "--batch", "64", "--json", "-"], capsys)
+    code, out, err = run_cli(["trace", "import", str(STEP), *M, "--batch", "64", "--json", "-"], capsys)
     assert code == 0 and err == ""
     d = json.loads(out)
     assert len(d["warnings"]) == 1
@@ -316,7 +296,7 @@ def test_A35_batch_64_on_a_batch_1_trace_warns(capsys: pytest.CaptureFixture[str
 
 
 def test_A174_json_to_stdout_with_a_model(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(["trace", "import", str(STEP), *M, "--json", "-"], capsys)
+    code, out, err = run_cli(["trace", "import", str(STEP), *M, "--json", "-"], capsys)
     assert code == 0 and err == ""
     assert json.loads(out)["prediction"]["gpu"] == "h200-calibrated"
 
@@ -337,7 +317,7 @@ def test_an_output_that_is_the_trace_is_refused(argv: list[str], tmp_path: Path,
     (tmp_path / "link.json.gz").symlink_to(victim)
     before = victim.read_bytes()
     args = [a.format(v=victim, name=victim.name, link=tmp_path / "link.json.gz") for a in argv]
-    code, out, err = run(["trace", *args], capsys)
+    code, out, err = run_cli(["trace", *args], capsys)
     flag = "--json" if argv[0] == "import" else "DEST"
     assert_one_line(code, err, f"{flag} ")
     assert "is the trace this command reads; writing it would destroy it" in err
@@ -346,7 +326,7 @@ def test_an_output_that_is_the_trace_is_refused(argv: list[str], tmp_path: Path,
 
 def test_A133_cut_a_multi_step_trace_to_another_file_still_works(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(["trace", "cut", str(STEP), str(tmp_path / "one.json")], capsys)
+    code, out, err = run_cli(["trace", "cut", str(STEP), str(tmp_path / "one.json")], capsys)
     assert code == 0 and err == "" and "events written to" in out
     assert json.loads((tmp_path / "one.json").read_text())["traceEvents"]
 
@@ -363,7 +343,7 @@ def test_folder_that_cannot_be_written(argv: list[str], fragment: str, tmp_path:
     ro.mkdir()
     ro.chmod(0o555)
     try:
-        code, _, err = run(["trace", *[a.format(T=STEP, ro=ro) for a in argv]], capsys)
+        code, _, err = run_cli(["trace", *[a.format(T=STEP, ro=ro) for a in argv]], capsys)
     finally:
         ro.chmod(0o755)
     assert_one_line(code, err, fragment)
