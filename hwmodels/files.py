@@ -48,7 +48,7 @@ _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (s
 def _label(what: str, path: str | Path) -> str:
     shown = str(path)
     if len(shown) > 120:
-        shown = shown[:60] + f"…({len(shown)} characters)"
+        shown = shown[:60] + "…"
     return f"{what} {shown}".strip()
 
 
