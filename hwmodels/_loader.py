@@ -138,7 +138,7 @@ def load(name_or_path: str | Path, profile: str | None = None) -> GPUSpec:
         4800
         >>> g = hwmodels.load("h200-calibrated+mksim")
         >>> g.name, g.profile, g.kernels.per_kind["matmul"].task_fixed_us
-        ('h200-calibrated+mksim', 'mksim', 4.367)
+        ('h200-calibrated+mksim', 'mksim', 3.159)
     """
     text = str(name_or_path)
     if profile is None:

@@ -198,9 +198,9 @@ def interval_basis(g: GPUSpec) -> dict[str, Any]:
 
     >>> import hwmodels
     >>> interval_basis(hwmodels.load("h200-calibrated+torch"))["half_width_pct"]
-    15.7
+    13.0
     >>> interval_basis(hwmodels.load("h100+torch"))["half_width_pct"]
-    31.4
+    26.0
     >>> interval_basis(hwmodels.load("h200"))["text"][:40]
     'interval unknown: no implementation prof'
     """

@@ -120,7 +120,7 @@ def pages_costed(gpu: GPUSpec) -> bool:
     through the pages (:func:`mksim.costs.ring_page_us`).
 
     >>> import hwmodels
-    >>> pages_costed(hwmodels.load("h200")), pages_costed(hwmodels.load("h200-calibrated+mksim"))
+    >>> pages_costed(hwmodels.load("h200")), pages_costed(hwmodels.load("h200-calibrated+mksim-mm1"))
     (True, False)
     """
     if costs.ring_page_us(1.0, costs.rates(gpu)) <= 0:
@@ -136,7 +136,7 @@ def ring_fixed(gpu: GPUSpec, fixed: dict[str, Any] | None = None) -> dict[str, A
     ``fixed`` itself where it does, or where it fixes both.
 
     >>> import hwmodels
-    >>> ring_fixed(hwmodels.load("h200-calibrated+mksim"), {"smem_reserve_KiB": 137.0})
+    >>> ring_fixed(hwmodels.load("h200-calibrated+mksim-mm1"), {"smem_reserve_KiB": 137.0})
     {'smem_reserve_KiB': 137.0, 'page_KiB': 32.0, 'prefetch_depth': 2}
     >>> ring_fixed(hwmodels.load("h200"), {"smem_reserve_KiB": 137.0})
     {'smem_reserve_KiB': 137.0}

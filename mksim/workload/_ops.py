@@ -98,7 +98,7 @@ class Workload:
         >>> from mksim import models
         >>> wl = models.workload("llama-3.2-1b", batch=1, kv_len=1024)
         >>> len(wl.ops), round(wl.weight_bytes / 1e9, 2)
-        (180, 2.47)
+        (163, 2.47)
     """
     name: str
     ops: tuple[Op, ...]
