@@ -207,6 +207,23 @@ def _parse_objectives(text: str | tuple[str, ...]) -> tuple[str, ...]:
     return objs
 
 
+class DuplicateBaseline(Exception):
+    """A baseline another trial of the study already ran or runs (two runs that started together each
+    enqueued it): failed at once, so it neither runs twice nor counts as a trial."""
+
+
+def _duplicate_baseline(trial) -> bool:
+    name = trial.user_attrs.get("baseline")
+    if not isinstance(name, str):
+        return False
+    TS = _optuna().trial.TrialState
+    for t in trial.study.get_trials(deepcopy=False, states=(TS.COMPLETE, TS.PRUNED, TS.RUNNING)):
+        if t.number != trial.number and t.user_attrs.get("baseline") == name and (
+                t.state != TS.RUNNING or t.number < trial.number):
+            return True
+    return False
+
+
 class _Objective:
     def __init__(self, problem: Problem, objectives: tuple[str, ...]):
         self.problem, self.objectives = problem, objectives
@@ -215,6 +232,8 @@ class _Objective:
         optuna = _optuna()
         # first, so that a run after a kill can tell this trial's process is gone (_fail_orphaned_trials)
         trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+        if _duplicate_baseline(trial):
+            raise DuplicateBaseline(trial.user_attrs["baseline"])
         cand = suggest(trial, self.problem.gpu, trial.user_attrs.get("mode", "megakernel"), self.problem.fixed,
                        self.problem.designs)
         try:
@@ -571,7 +590,7 @@ def _work(problem: Problem, objectives, url: str, study_name: str, seed: int, tr
             study.optimize(_Objective(problem, objectives), n_trials=None, timeout=timeout,
                            callbacks=[enough, lambda st, _: st.stop() if interrupted else None,
                                       lambda st, _: st.stop() if parent and os.getppid() != parent else None],
-                           show_progress_bar=progress, gc_after_trial=False)
+                           show_progress_bar=progress, gc_after_trial=False, catch=(DuplicateBaseline,))
     except KeyboardInterrupt:  # before the trials, while the study is opened
         raise _interrupted(url) from None
     if interrupted or (parent is not None and os.getppid() != parent):
