@@ -9,9 +9,7 @@ file, the key and what is expected.
 
 from __future__ import annotations
 
-import errno
 import math
-import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import fields
@@ -33,7 +31,7 @@ from ._schema import (
     unit_of,
 )
 from .errors import HardwareFileError, UnknownGPUError
-from .files import input_file, read_bytes
+from .files import input_file, names_a_file, read_bytes
 
 _HERE = Path(__file__).resolve().parent
 SEARCH_DIRS = (_HERE / "data", _HERE / "calibrated")
@@ -58,20 +56,6 @@ def available() -> list[str]:
     """Names of every built-in and calibrated hardware model, sorted."""
     names = {p.stem for d in SEARCH_DIRS if d.is_dir() for p in d.glob("*.toml")}
     return sorted(names)
-
-
-def _is_path(text: str) -> bool:
-    """Whether a GPU or profile name is a file's path: it ends in ``.toml``, holds a ``/``, or names
-    something that exists (a folder, a FIFO), a link loop or a name too long for a file."""
-    if text.endswith(".toml") or "/" in text or os.sep in text:
-        return True
-    try:
-        os.stat(text)
-    except OSError as exc:
-        return exc.errno in (errno.ENAMETOOLONG, errno.ELOOP, errno.EACCES)
-    except ValueError:  # a NUL character
-        return True
-    return True
 
 
 def _is_file(p: Path) -> bool:
@@ -105,7 +89,7 @@ def resolve(name_or_path: str | Path) -> Path:
     text = str(name_or_path)
     if not text.strip():
         raise HardwareFileError(f"the GPU name is empty; give one of: {', '.join(available())} (or a .toml path)")
-    if _is_path(text):
+    if names_a_file(text, ".toml"):
         return input_file(text, error=HardwareFileError,
                           missing=f"no such hardware file; give a path to a .toml file or one of: "
                                   f"{', '.join(available())}")

@@ -35,8 +35,8 @@ from typing import Any
 
 from hwmodels.errors import InputError
 
-__all__ = ["MAX_DEPTH", "PIPE_TIMEOUT_S", "check_outputs", "input_file", "is_pipe_name", "parse_json", "read_bytes",
-           "same_file", "size_text"]
+__all__ = ["MAX_DEPTH", "PIPE_TIMEOUT_S", "check_outputs", "input_file", "is_pipe_name", "names_a_file", "parse_json",
+           "read_bytes", "same_file", "size_text"]
 
 #: JSON deeper than this is refused (Python's decoder raises RecursionError near 1000 levels).
 MAX_DEPTH = 1000
@@ -90,6 +90,25 @@ def is_pipe_name(path: str | Path) -> bool:
     """
     text = str(path)
     return text.startswith(("/dev/fd/", "/proc/self/fd/")) and text.rsplit("/", 1)[1].isdigit()
+
+
+def names_a_file(text: str, suffix: str) -> bool:
+    """Whether a name given where a built-in name or a path may stand (``--gpu``, ``--model``) is a path:
+    it ends in ``suffix``, holds a path separator, or names something that exists (a folder, a FIFO), a
+    link loop or a name too long for a file (:func:`input_file` then says which, in one line).
+
+    >>> names_a_file("h200", ".toml"), names_a_file("my/h200", ".toml"), names_a_file("x.toml", ".toml")
+    (False, True, True)
+    """
+    if text.endswith(suffix) or "/" in text or os.sep in text:
+        return True
+    try:
+        os.stat(text)
+    except OSError as exc:
+        return exc.errno in (errno.ENAMETOOLONG, errno.ELOOP, errno.EACCES)
+    except ValueError:  # a NUL character
+        return True
+    return True
 
 
 def read_bytes(path: str | Path, what: str = "", *, limit: int, error: type[InputError] = InputError,

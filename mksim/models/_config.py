@@ -13,7 +13,6 @@ mksim.errors.WorkloadError: config: tie_word_embeddings = 'false'; expected JSON
 
 from __future__ import annotations
 
-import errno
 import math
 import os
 from collections.abc import Mapping
@@ -21,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hwmodels.files import is_pipe_name, parse_json, read_bytes
+from hwmodels.files import is_pipe_name, names_a_file, parse_json, read_bytes
 from mksim.errors import UnknownNameError, WorkloadError
 
 _CONFIGS = Path(__file__).resolve().parent / "configs"
@@ -124,15 +123,7 @@ def is_config_path(name: str) -> bool:
     FIFO, a link loop, a name too long for a file: the reader then says which in one line)."""
     if name.lower() in builtin_names():
         return False
-    if name.endswith(".json") or "/" in name or os.sep in name:
-        return True
-    try:
-        os.stat(name)
-    except OSError as exc:
-        return exc.errno in (errno.ENAMETOOLONG, errno.ELOOP, errno.EACCES)
-    except ValueError:  # a NUL character: the reader says so
-        return True
-    return True
+    return names_a_file(name, ".json")
 
 
 def moe_experts(raw: Mapping[str, Any]) -> tuple[int, str] | None:
