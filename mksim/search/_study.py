@@ -35,7 +35,7 @@ from types import ModuleType
 from typing import Any
 
 import hwmodels
-from hwmodels.files import check_outputs
+from hwmodels.files import check_outputs, names_a_file
 from mksim.errors import (
     DeadlockError,
     Interrupted,
@@ -193,8 +193,8 @@ def sqlite_file(url: str | None) -> str | None:
 
 def _gpu_file(gpu: str) -> str | None:
     """The hardware file a ``--gpu`` value names (``x.toml`` or ``x.toml+mksim``), None for a GPU name."""
-    path = gpu.split("+", 1)[0]
-    return path if path.endswith(".toml") or os.sep in path else None
+    path = hwmodels.split_profile(gpu)[0]
+    return path if names_a_file(path, ".toml") else None
 
 
 def _parse_objectives(text: str | tuple[str, ...]) -> tuple[str, ...]:
