@@ -14,6 +14,7 @@ registered (docs/extending.md: how to add one).
 from importlib import import_module
 
 from mksim.costs import task_costs
+from mksim.registry import Names  # re-exported: the registries' live name lists
 
 from ._build import build_schedule, check_fits, gc_paused
 from ._designs import (
@@ -37,7 +38,6 @@ from ._modes import (
     PERSISTENT_MODES,
     BaseMode,
     ChainMode,
-    Names,
     PersistentMode,
     get_mode,
     modes_on,

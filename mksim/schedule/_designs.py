@@ -38,8 +38,9 @@ from hwmodels import GPUSpec
 from mksim import costs
 from mksim.costs import Rates
 from mksim.errors import ScheduleError, UnknownNameError
+from mksim.registry import Names
 
-from ._modes import Names, check_available, get_mode
+from ._modes import check_available, get_mode
 
 if TYPE_CHECKING:
     from ._schedule import Options, Schedule

@@ -47,13 +47,14 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from hwmodels import GPUSpec
 from mksim.costs import Rates
-from mksim.errors import ScheduleError, UnknownNameError
+from mksim.errors import ScheduleError
+from mksim.registry import Registry
 
 from ._policies import BasePolicy
 
@@ -164,87 +165,51 @@ def modes_on(gpu: GPUSpec, names: Sequence[str] | None = None) -> tuple[tuple[st
     return tuple(have), absent
 
 
-_REGISTRY: dict[str, BaseMode] = {}
+def _check_mode(mode: BaseMode) -> None:
+    if mode.kind not in KINDS:
+        raise ValueError(f"mode {mode.name!r} needs a kind in {KINDS}, got {mode.kind!r}")
+    if isinstance(mode, PersistentMode) and mode.waits_for not in WAITS:
+        raise ValueError(f"mode {mode.name}: waits_for must be one of {WAITS}, got {mode.waits_for!r}")
+
+
+REGISTRY: Registry[BaseMode] = Registry("mode", check=_check_mode)
+"""Every execution mode, by name, in registration order (:mod:`mksim.schedule.modes`)."""
 M = TypeVar("M", bound=type[BaseMode])
 
 
 def register_mode(cls: M) -> M:
     """Class decorator: register an execution mode under ``cls.name`` (a later one of the same name
     replaces it). Returns the class."""
-    if not cls.name or cls.kind not in KINDS:
-        raise ValueError(f"a mode needs a name and a kind in {KINDS}, got {cls.name!r}, {cls.kind!r}")
-    if issubclass(cls, PersistentMode) and cls.waits_for not in WAITS:
-        raise ValueError(f"mode {cls.name}: waits_for must be one of {WAITS}, got {cls.waits_for!r}")
-    _REGISTRY[cls.name] = cls()
-    return cls
+    return REGISTRY.add(cls)
 
 
 def unregister_mode(name: str) -> None:
     """Remove mode ``name`` from the registry (tests that register a mode of their own)."""
-    _REGISTRY.pop(name, None)
+    REGISTRY.remove(name)
 
 
 def get_mode(name: str) -> BaseMode:
     """The registered mode ``name``; :class:`UnknownNameError` (one line) otherwise."""
-    mode = _REGISTRY.get(name)
-    if mode is None:
-        raise UnknownNameError("mode", name, tuple(_REGISTRY))
-    return mode
-
-
-class Names(Sequence[str]):
-    """The names a registry holds (``names()`` reads them), in registration order: a live view that
-    reads like a tuple, so a mode or design registered later (a plug-in, a test) is in it too."""
-
-    def __init__(self, names: Callable[[], tuple[str, ...]]):
-        self._names = names
-
-    def __getitem__(self, i):  # type: ignore[override]
-        return self._names()[i]
-
-    def __len__(self) -> int:
-        return len(self._names())
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names())
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._names()
-
-    def __eq__(self, other: object) -> bool:
-        return self._names() == (tuple(other) if isinstance(other, (tuple, list, Names)) else other)
-
-    def __hash__(self) -> int:
-        return hash(self._names())
-
-    def __add__(self, other: Sequence[str]) -> tuple[str, ...]:
-        return self._names() + tuple(other)
-
-    def __repr__(self) -> str:
-        return repr(self._names())
-
-
-def _of_kind(kind: str | None) -> Callable[[], tuple[str, ...]]:
-    return lambda: tuple(n for n, m in _REGISTRY.items() if kind is None or m.kind == kind)
+    return REGISTRY.get(name)
 
 
 class ModeDefaults(Mapping[str, dict[str, Any]]):
     """``{mode name: its Options defaults}``, read from the registry."""
 
     def __getitem__(self, name: str) -> dict[str, Any]:
-        if name not in _REGISTRY:
+        if name not in REGISTRY:
             raise KeyError(name)
-        return dict(_REGISTRY[name].defaults)
+        return dict(REGISTRY[name].defaults)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(tuple(_REGISTRY))
+        return iter(REGISTRY)
 
     def __len__(self) -> int:
-        return len(_REGISTRY)
+        return len(REGISTRY)
 
 
-MODES = Names(_of_kind(None))
-CHAIN_MODES = Names(_of_kind("chain"))
-PERSISTENT_MODES = Names(_of_kind("persistent"))
+MODES = REGISTRY.view()
+CHAIN_MODES = REGISTRY.view(lambda m: m.kind == "chain")
+PERSISTENT_MODES = REGISTRY.view(lambda m: m.kind == "persistent")
 MODE_DEFAULTS = ModeDefaults()
 
