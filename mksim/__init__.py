@@ -18,8 +18,9 @@ __version__ = "0.1.0"
 
 from . import errors, models, workload  # noqa: E402  (light modules)
 from .errors import DeadlockError, MksimError  # noqa: E402
+from .workload import Step  # noqa: E402
 
-__all__ = ["DeadlockError", "MODES", "MksimError", "POLICIES", "Schedule", "SimResult", "__version__",
+__all__ = ["DeadlockError", "MODES", "MksimError", "POLICIES", "Schedule", "SimResult", "Step", "__version__",
            "build_schedule", "errors", "models", "simulate", "workload"]
 
 _LAZY: dict[str, str] = {
