@@ -14,17 +14,18 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import hwmodels
 import mksim.models
 import validation
 from explorer.hwdata import WhatIf, whatif_changes
 from hwmodels.files import parse_json
-from mksim.compare import absent_rows, assumptions, compare_modes, compare_workload, make_workload
+from mksim.compare import compare
 from mksim.errors import MksimError, UnknownNameError
 from mksim.extras import require
 from mksim.schedule import Schedule, build_schedule
 from mksim.search import Problem, build, candidate_from_params
 from mksim.sim import CATEGORIES, simulate
+from mksim.target import GPUS, PROFILES, Target, gpu_spec
+from mksim.workload import Step
 
 #: Validation result sets committed under ``validation/results/``, in display order.
 VALIDATION_SETS = ("h200", "h200-heldout")
@@ -37,7 +38,7 @@ def models() -> list[str]:
 
 def gpus() -> list[str]:
     """GPU names (built-in and calibrated), as ``mksim hw list`` knows them."""
-    return list(hwmodels.available())
+    return list(GPUS)
 
 
 def whole_number(value: object, what: str) -> int:
@@ -72,10 +73,10 @@ def check_gpu(gpu: object) -> str:
     browser names)."""
     if isinstance(gpu, str):
         name, _, profile = gpu.partition("+")
-        if name in gpus() and (not profile or profile in hwmodels.profiles()):
+        if name in gpus() and (not profile or profile in PROFILES):
             return gpu
     raise MksimError(f"unknown GPU {_shown(gpu)}: choose one of {', '.join(gpus())} (optionally +PROFILE, PROFILE "
-                     f"one of {', '.join(hwmodels.profiles())})")
+                     f"one of {', '.join(PROFILES)})")
 
 
 def check_schedule_text(text: str) -> None:
@@ -105,7 +106,7 @@ def compare_data(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase
     :class:`mksim.errors.MksimError` on bad input (batch 0, a KV length past the model's context, ...).
     A mode the GPU cannot run is not in ``modes``: ``absent`` maps it to the reason.
     """
-    d = compare_modes(model, gpu, batch, kv_len, phase)
+    d = compare(Step(model, batch, kv_len, phase), Target.parse(check_gpu(gpu))).to_dict()
     return {**d, "categories": list(CATEGORIES)}
 
 
@@ -179,7 +180,7 @@ def timeline_schedule(model: str = "llama-3.2-1b", gpu: str = "h200", batch: int
             first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
             raise MksimError(f"not a schedule this mksim reads ({first})") from None
 
-    g = hwmodels.load(check_gpu(gpu))
+    g = gpu_spec(check_gpu(gpu))
     wl = mksim.models.workload(check_model(model), batch=batch, kv_len=kv_len, phase=phase,
                                prefill_tokens=prefill_tokens, n_sms=g.sm.count)
     return build_schedule(wl, g, mode, policy=policy or None)
@@ -341,7 +342,7 @@ def best_schedule_json(storage: str, study: str, trial: int | None = None) -> st
     if not done:
         raise MksimError(f"study {study!r} has no complete trial" + (f" {trial}" if trial is not None else " yet"))
     best = min(done, key=lambda t: (t.user_attrs["latency_us"], t.number))
-    problem = Problem(model=p["model"], gpu=hwmodels.load(p["gpu"]), batch=p["batch"], kv_len=p["kv_len"],
+    problem = Problem(model=p["model"], gpu=gpu_spec(p["gpu"]), batch=p["batch"], kv_len=p["kv_len"],
                       phase=p.get("phase", "decode"), fixed=p.get("fixed", {}), designs=tuple(p.get("designs", ())))
     return build(candidate_from_params(best.params, problem.gpu, problem.fixed, problem.designs), problem).to_json()
 
@@ -350,23 +351,12 @@ def best_schedule_json(storage: str, study: str, trial: int | None = None) -> st
 @lru_cache(maxsize=32)
 def _compare_run(model: str, gpu: str, batch: int, kv_len: int, phase: str, config_json: str | None,
                  whatif: WhatIf) -> dict[str, Any]:
-    g = whatif.apply(hwmodels.load(gpu))
+    t = Target.parse(gpu)
+    target = Target(t.hardware, t.profile, whatif.apply(t.spec))
     spec = model if config_json is None else mksim.models.config_from_hf(json.loads(config_json), name=model)
-    wl = make_workload(spec, batch, kv_len, phase, n_sms=g.sm.count)  # what `mksim compare` simulates
-    done = compare_workload(wl, g)  # the modes the GPU can run; absent_rows(g) says why not the others
-    base = (done["stream"] if "stream" in done else next(iter(done.values()))).latency_us
-    modes = {mode: {**r.row(base), "op_time_us": r.op_time_us} for mode, r in done.items()}
-    c = g.compute
-    return {"model": model, "gpu": g.name, "workload": wl.name, "batch": batch, "kv_len": kv_len, "phase": phase,
-            "bandwidth_floor_us": wl.bandwidth_floor_us(g.dram.bandwidth_spec_GBps * 1e9), "modes": modes,
-            "absent": absent_rows(g), "categories": list(CATEGORIES), "assumes": assumptions(g),
-            "ops": [{"op": op.name, "kind": op.kind, "unit": op.unit, "dtype": op.dtype, "flops": op.flops,
-                     "bytes": op.weight_bytes + op.kv_read_bytes + op.kv_write_bytes + op.out_bytes}
-                    for op in wl.ops],
-            "roofs": {"hbm_spec_GBps": g.dram.bandwidth_spec_GBps, "hbm_reachable_GBps": g.hbm_bandwidth_Bps / 1e9,
-                      "tensor_TFLOPs": {"bf16": c.tensor_bf16_dense_TFLOPs, "fp16": c.tensor_fp16_dense_TFLOPs,
-                                        "fp8": c.tensor_fp8_dense_TFLOPs or c.tensor_bf16_dense_TFLOPs},
-                      "vector_TFLOPs": c.vector_fp32_TFLOPs}}
+    d = compare(Step(spec, batch, kv_len, phase), target).to_dict(detail=True)  # what `mksim compare` simulates
+    d["model"] = model  # the name the user gave an uploaded config
+    return d
 
 
 def compare_run(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase: str = "decode", *,
@@ -471,7 +461,7 @@ def whatif_data(model: str, gpu: str, whatif: WhatIf, batch: int = 1, kv_len: in
                 phase: str = "decode") -> dict[str, Any]:
     """The comparison on ``gpu`` as specified (``base``) and with ``whatif`` applied (``whatif``), and
     the numbers the what-if changed (``changes``: ``key unit base new``)."""
-    spec = hwmodels.load(check_gpu(gpu))
+    spec = gpu_spec(check_gpu(gpu))
     check_model(model)
     changes = whatif_changes(spec, whatif.apply(spec))
     return {"base": compare_run(model, gpu, batch, kv_len, phase),

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-import hwmodels
 from hwmodels import UNITS, unit_of
 from mksim.errors import MksimError
+from mksim.target import GPUS, gpu_spec
 
 
 @dataclass(frozen=True)
@@ -85,12 +85,12 @@ def hardware_table(names: list[str] | None = None) -> dict[str, Any]:
     file has no such number; ``overlay`` marks a number a calibrated overlay changed from its
     base). ``sources``: ``ref gpu kind date title url note``, numbered as the cells cite them.
     """
-    known = hwmodels.available()
+    known = GPUS
     if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) and n in known
                                                                       for n in names)):
         raise MksimError(f"GPUs: choose among {', '.join(known)}")
-    gpus = [hwmodels.load(n) for n in dict.fromkeys(names or known)]
-    bases = {g.name: hwmodels.load(g.extends).numbers() if g.extends else {} for g in gpus}
+    gpus = [gpu_spec(n) for n in dict.fromkeys(names or known)]
+    bases = {g.name: gpu_spec(g.extends).numbers() if g.extends else {} for g in gpus}
     numbers = {g.name: g.numbers() for g in gpus}
     refs: dict[tuple[str, str], int] = {}
     rows = []

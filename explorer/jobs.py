@@ -54,11 +54,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import hwmodels
 from explorer import store
 from explorer.data import check_gpu, check_model, storage_url
 from mksim.errors import MksimError
 from mksim.search import Problem, baseline_params, default_study_name
+from mksim.target import gpu_spec
 
 try:  # POSIX: the registry's locks; elsewhere the page refuses to start a search, in one line
     import fcntl
@@ -135,7 +135,7 @@ def check_search(model: str, gpu: str, batch: int, kv_len: int, trials: int, obj
     if objectives not in OBJECTIVE_CHOICES:
         raise MksimError(f"objectives: give {' or '.join(repr(o) for o in OBJECTIVE_CHOICES)}")
     check_model(model)
-    spec = hwmodels.load(check_gpu(gpu))
+    spec = gpu_spec(check_gpu(gpu))
     first = len(baseline_params(spec))
     if trials < first:
         raise MksimError(f"trials must be at least {first} (the baselines run first)")

@@ -25,15 +25,14 @@ from explorer.data import check_gpu, check_model, upload_name
 from hwmodels.files import size_text
 from mksim.compare import (
     assumptions,
-    interval_basis,
     latency_interval,
     make_workload,
     speedup_interval,
     stack_row,
     verdict,
 )
-from mksim.console import with_impl
 from mksim.errors import MksimError
+from mksim.target import PROFILES, gpu_spec, with_impl
 from mksim.trace import import_trace
 
 #: The value of the profile and stack choices that names no implementation profile.
@@ -53,7 +52,7 @@ KEEP_TRACES = 4
 
 def profiles() -> list[str]:
     """Implementation profiles, in :data:`STACK_ORDER` first."""
-    known = list(hwmodels.profiles())
+    known = list(PROFILES)
     return [p for p in STACK_ORDER if p in known] + [p for p in known if p not in STACK_ORDER]
 
 
@@ -85,7 +84,7 @@ def megakernel_gpu(gpu: str, profile: str | None) -> str:
 @lru_cache(maxsize=32)
 def _stack(model: str, gpu: str, batch: int, kv_len: int, phase: str, config_json: str | None,
            impl: str) -> dict[str, Any]:
-    g = hwmodels.load(gpu)
+    g = gpu_spec(gpu)
     spec = model if config_json is None else mksim.models.config_from_hf(json.loads(config_json), name=model)
     wl = make_workload(spec, batch, kv_len, phase, n_sms=g.sm.count)  # the workload the modes were compared on
     return stack_row(wl, gpu, impl, None)
@@ -98,14 +97,14 @@ def stack_data(run: dict[str, Any], impl: str, config: dict[str, Any] | None = N
     ``speedup_vs_stream``. ``config`` is the uploaded config the run compared, if any. Remembered per
     inputs, as the comparison is. Raises :class:`mksim.errors.MksimError` on an unknown profile.
     """
-    if impl not in hwmodels.profiles():
+    if impl not in PROFILES:
         raise MksimError(f"unknown stack {impl!r}; known: {', '.join(profiles())}")
     key = None if config is None else json.dumps(config, sort_keys=True)
     row = dict(_stack(run["model"], run["gpu"], int(run["batch"]), int(run["kv_len"]), run["phase"], key, impl))
     mk = run["modes"].get("megakernel")
     row["megakernel_speedup"] = row["latency_us"] / mk["latency_us"] if mk else None
     if mk:  # how sure: the speed-up's interval from both latencies' (mksim.compare), and the verdict
-        mk_iv = latency_interval(mk["latency_us"], interval_basis(hwmodels.load(run["gpu"]))["half_width_pct"])
+        mk_iv = latency_interval(mk["latency_us"], run["interval"]["half_width_pct"])
         row["speedup_interval"] = speedup_interval(row["interval_us"], mk_iv)
         row["verdict"] = verdict(row["megakernel_speedup"], row["speedup_interval"])
     stream = run["modes"].get("stream")
@@ -243,7 +242,7 @@ def _trace_data(contents: str, name: str, model: str, gpu: str, batch: int, kv_l
     if config is not None:
         d["model"] = model
     pred = d["prediction"]
-    d["assumes"] = assumptions(hwmodels.load(gpu))["text"] if pred else None
+    d["assumes"] = assumptions(gpu_spec(gpu))["text"] if pred else None
     if pred and pred["hardware_file"]:  # hwmodels/data/h200.toml, as the docs name it, where it is ours
         hw, root = Path(pred["hardware_file"]), Path(hwmodels.__file__).resolve().parents[1]
         pred["hardware_file"] = str(hw.relative_to(root)) if hw.is_relative_to(root) else str(hw)

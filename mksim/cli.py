@@ -14,9 +14,8 @@ import sys
 
 import typer
 
-import hwmodels
 from mksim import __version__, models, tables
-from mksim.compare import compare_modes, make_workload
+from mksim.compare import compare, make_workload
 from mksim.console import (
     LazyGroup,
     check_output_paths,
@@ -27,7 +26,6 @@ from mksim.console import (
     run_app,
     say,
     schedule_conflict,
-    with_impl,
     write_output,
 )
 from mksim.errors import MksimError, OutputError
@@ -35,6 +33,8 @@ from mksim.report import sweep_figure_html, sweep_rows
 from mksim.schedule import Schedule, build_schedule, check_fits
 from mksim.search import SearchResult, search
 from mksim.sim import simulate
+from mksim.target import Target, with_impl
+from mksim.workload import Step
 
 app = typer.Typer(cls=LazyGroup, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None, help="Simulate GPU megakernels and kernel chains.")
@@ -79,7 +79,7 @@ def hw_list(as_json: bool = JSON) -> None:
 def hw_show(name: str = typer.Argument(..., help="GPU name (mksim hw list) or a .toml path."),
             as_json: bool = JSON) -> None:
     """Show every number of a GPU model with its unit and source."""
-    g = hwmodels.load(name)
+    g = Target.parse(name).spec
     if as_json:
         return emit_json(tables.gpu_numbers(g))
     out.print(tables.gpu_numbers_table(g))
@@ -110,8 +110,8 @@ def workload_cmd(
     as_json: bool = JSON,
 ) -> None:
     """Summarise a workload: bytes, FLOPs, ops, tasks and the bandwidth floor on a GPU."""
-    g = hwmodels.load(gpu)
-    wl = make_workload(model, batch, kv_len, phase, prefill_tokens, dtype, n_sms=g.sm.count)
+    g = Target.parse(gpu).spec
+    wl = make_workload(Step(model, batch, kv_len, phase, prefill_tokens, dtype), n_sms=g.sm.count)
     check_fits(wl, g)
     summary, graph = tables.workload_summary(wl, g, tasks_per_sm)
     if as_json:
@@ -134,13 +134,15 @@ def compare_cmd(
     opt: list[str] = MK_OPTS,
     designs: str | None = typer.Option(None, "--designs", help="Add a megakernel row per design, comma-separated: "
                                                                   "sentinel, dynamic (or all)."),
-    impl: str | None = typer.Option(None, "--impl", help="A kernel library's profile (torch, inductor, cublas, "
-                                    "mksim): predict its kernels in a CUDA graph, your stack, next to the megakernel."),
+    impl: str | None = IMPL,
+    stack: str | None = typer.Option(None, "--stack", help="A kernel library's profile (mksim hw profiles): predict "
+                                     "its kernels in a CUDA graph, your stack, next to the megakernel."),
     as_json: bool = JSON,
 ) -> None:
     """Every execution mode side by side: latency, tokens/s, HBM utilisation, breakdown."""
-    d = compare_modes(model, gpu, batch, kv_len, phase, prefill_tokens, dtype, policy, designs, parse_options(opt),
-                      impl)
+    step = Step(model, batch, kv_len, phase, prefill_tokens, dtype)
+    d = compare(step, Target.parse(gpu, impl), policy=policy, designs=designs, opts=parse_options(opt),
+                stack=stack).to_dict()
     if as_json:
         return emit_json(d)
     out.print(tables.compare_table(d))
@@ -167,14 +169,13 @@ def simulate_cmd(
     as_json: bool = JSON,
 ) -> None:
     """Simulate one mode (or a schedule file) and show where the time went."""
-    gpu = with_impl(gpu, impl)
     check_output_paths({"--save": save, "--trace": trace}, [("schedule", schedule)])
     if schedule:
         schedule_conflict(ctx, schedule, ("save", "trace", "as_json"))
         sched = Schedule.from_json(schedule)
     else:
-        g = hwmodels.load(gpu)
-        wl = make_workload(model, batch, kv_len, phase, prefill_tokens, dtype, n_sms=g.sm.count)
+        g = Target.parse(gpu, impl).spec
+        wl = make_workload(Step(model, batch, kv_len, phase, prefill_tokens, dtype), n_sms=g.sm.count)
         opts = parse_options(opt)
         if "policy" in opts:  # --opt policy=die is --policy die
             if policy and opts["policy"] != policy:
@@ -206,11 +207,11 @@ def sweep_cmd(
     html: str | None = typer.Option(None, "--html", help="Write a plotly chart here."),
 ) -> None:
     """Each mode's latency and the megakernel's speed-up over graph_pdl as batch (or context) grows."""
-    gpu = with_impl(gpu, impl)
+    target = Target.parse(gpu, impl)
+    gpu = with_impl(gpu, impl)  # as the user named it, for the table's title
     if html:
-        hw_file = hwmodels.split_profile(gpu)[0]
-        check_output_paths({"--html": html}, [("model config", model), ("hardware file", hw_file)])
-    rows = sweep_rows(model, gpu, parse_ints(batch, "--batch"), parse_ints(kv_len, "--kv-len"))
+        check_output_paths({"--html": html}, [("model config", model), ("hardware file", target.hardware)])
+    rows = sweep_rows(model, target, parse_ints(batch, "--batch"), parse_ints(kv_len, "--kv-len"))
     if as_json:
         emit_json({"model": model, "gpu": gpu, "rows": rows})
     else:

@@ -26,16 +26,17 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import hwmodels
-from hwmodels import GPUSpec
+from hwmodels import GPUSpec, profile_info
 from mksim import models
 from mksim.errors import UnknownNameError
 from mksim.models import ModelConfig
 from mksim.schedule import build_schedule, design_rows, get_design, modes_on
-from mksim.sim import SimResult, simulate
-from mksim.workload import Workload
+from mksim.sim import CATEGORIES, SimResult, simulate
+from mksim.target import PROFILES, Target
+from mksim.workload import Step, Workload
 
-__all__ = ["TRANSFER_WIDENING", "ModeSummary", "absent_rows", "assumptions", "compare_modes", "compare_workload",
+__all__ = ["TRANSFER_WIDENING", "Comparison", "ModeSummary", "absent_rows", "assumptions", "compare", "compare_modes",
+           "compare_workload",
            "interval_basis", "latency_interval", "make_workload", "parallel_map", "parse_designs",
            "simulate_summary", "speedup_interval", "stack_row", "verdict"]
 
@@ -66,15 +67,17 @@ def parse_designs(text: str | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def make_workload(model: str | ModelConfig, batch: int = 1, kv_len: int = 1024, phase: str = "decode",
+def make_workload(model: str | ModelConfig | Step, batch: int = 1, kv_len: int = 1024, phase: str = "decode",
                   prefill_tokens: int = 0, dtype: str = "bf16", *, n_sms: int) -> Workload:
-    """The workload of a built-in model name, a Hugging Face ``config.json`` path or a :class:`ModelConfig`,
-    tiled for ``n_sms`` SMs, as every ``mksim`` command builds it."""
-    params = dict(batch=batch, kv_len=kv_len, phase=phase, prefill_tokens=prefill_tokens, weight_dtype=dtype,
-                  n_sms=n_sms)
-    if isinstance(model, str) and models.is_config_path(model):
-        return models.from_hf_config(model, **params)
-    return models.workload(model, **params)
+    """The workload of a :class:`~mksim.Step` (or of a built-in model name, a Hugging Face ``config.json``
+    path or a :class:`ModelConfig` with the step's fields), tiled for ``n_sms`` SMs, as every ``mksim``
+    command builds it."""
+    step = model if isinstance(model, Step) else Step(model, batch, kv_len, phase, prefill_tokens, dtype)
+    params = dict(batch=step.batch, kv_len=step.kv_len, phase=step.phase, prefill_tokens=step.prefill_tokens,
+                  weight_dtype=step.weight_dtype, n_sms=n_sms)
+    if isinstance(step.model, str) and models.is_config_path(step.model):
+        return models.from_hf_config(step.model, **params)
+    return models.workload(step.model, **params)
 
 
 @dataclass(frozen=True)
@@ -182,8 +185,8 @@ def assumptions(g: GPUSpec) -> dict[str, Any]:
     if not g.profile:
         return {"hardware": hw, "profile": None,
                 "text": f"assumes: hardware {hw}; no implementation profile: the best kernels the chip allows, "
-                        f"not a particular library (GPU+PROFILE names one: {', '.join(hwmodels.profiles())})"}
-    info = hwmodels.profile_info(g.profile)
+                        f"not a particular library (GPU+PROFILE names one: {', '.join(PROFILES)})"}
+    info = profile_info(g.profile)
     moved = "" if info["measured_on"] in (hw, g.extends) else f", transferred to {hw}: unvalidated there"
     return {"hardware": hw, "profile": g.profile, "measured_on": info["measured_on"],
             "text": f"assumes: hardware {hw}; implementation profile {g.profile} ({info['full_name']}, measured on "
@@ -209,7 +212,7 @@ def interval_basis(g: GPUSpec) -> dict[str, Any]:
         return {"half_width_pct": None, "transfer": False, "cases": 0,
                 "text": "interval unknown: no implementation profile, so no validation (the best kernels the chip "
                         "allows, never measured)"}
-    rec = hwmodels.profile_info(g.profile)["validation"]
+    rec = profile_info(g.profile)["validation"]
     if rec is None:
         return {"half_width_pct": None, "transfer": False, "cases": 0,
                 "text": f"interval unknown: profile {g.profile} has no validation record"}
@@ -273,41 +276,102 @@ def verdict(speedup: float, interval: list[float | None] | None) -> str:
     return "tie"
 
 
-def compare_modes(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase: str = "decode",
-                  prefill_tokens: int = 0, dtype: str = "bf16", policy: str | None = None,
-                  designs: str | None = None, opts: dict[str, Any] | None = None,
-                  impl: str | None = None) -> dict[str, Any]:
-    """Simulate every mode on one workload; returns ``{"modes": {...}, ...}`` as ``mksim compare --json`` prints.
+@dataclass(frozen=True)
+class Comparison:
+    """Every execution mode (and a megakernel row per design asked for) on one step and target: what
+    ``mksim compare`` prints as tables, ``--json`` as :meth:`to_dict`, and the explorer's Compare page
+    draws (the one assembly of them all).
+
+    ``results`` holds a :class:`ModeSummary` per row (the modes the target can run, in
+    :data:`~mksim.schedule.MODES`' order, then the design rows); ``absent`` says why the others are
+    left out; ``stack`` is the user's stack beside them (:func:`stack_row`), if asked for.
+    """
+
+    step: Step
+    target: Target
+    workload: Workload
+    results: dict[str, ModeSummary]
+    absent: dict[str, str]
+    stack: dict[str, Any] | None = None
+
+    @property
+    def base_latency_us(self) -> float:
+        """The stream row's latency (the first row's without one): what ``speedup_vs_stream`` divides."""
+        r = self.results
+        return (r["stream"] if "stream" in r else next(iter(r.values()))).latency_us
+
+    def to_dict(self, detail: bool = False) -> dict[str, Any]:
+        """``mksim compare --json``. With ``detail`` (the explorer), each mode's ``op_time_us``, the
+        workload's ``ops`` (``op kind unit dtype flops bytes``), the GPU's ``roofs`` and the breakdown's
+        ``categories`` too."""
+        g, wl, base = self.target.spec, self.workload, self.base_latency_us
+        basis = interval_basis(g)
+        modes = {}
+        for mode, r in self.results.items():
+            modes[mode] = {**r.row(base), "interval_us": latency_interval(r.latency_us, basis["half_width_pct"])}
+            if detail:
+                modes[mode]["op_time_us"] = r.op_time_us
+        d: dict[str, Any] = {"model": self.step.model_name, "gpu": g.name, "workload": wl.name,
+                             "batch": self.step.batch, "kv_len": self.step.kv_len, "phase": self.step.phase,
+                             "bandwidth_floor_us": wl.bandwidth_floor_us(g.dram.bandwidth_spec_GBps * 1e9),
+                             "modes": modes, "absent": dict(self.absent), "assumes": assumptions(g),
+                             "interval": basis}
+        if self.stack is not None:
+            d["stack"] = dict(self.stack)
+        if detail:
+            c = g.compute
+            d["categories"] = list(CATEGORIES)
+            d["ops"] = [{"op": op.name, "kind": op.kind, "unit": op.unit, "dtype": op.dtype, "flops": op.flops,
+                         "bytes": op.weight_bytes + op.kv_read_bytes + op.kv_write_bytes + op.out_bytes}
+                        for op in wl.ops]
+            d["roofs"] = {"hbm_spec_GBps": g.dram.bandwidth_spec_GBps, "hbm_reachable_GBps": g.hbm_bandwidth_Bps / 1e9,
+                          "tensor_TFLOPs": {"bf16": c.tensor_bf16_dense_TFLOPs, "fp16": c.tensor_fp16_dense_TFLOPs,
+                                            "fp8": c.tensor_fp8_dense_TFLOPs or c.tensor_bf16_dense_TFLOPs},
+                          "vector_TFLOPs": c.vector_fp32_TFLOPs}
+        return d
+
+
+def compare(step: Step, target: Target | str, *, policy: str | None = None, designs: str | None = None,
+            opts: dict[str, Any] | None = None, stack: str | None = None) -> Comparison:
+    """Simulate every mode the target can run on ``step`` (:func:`compare_workload`), and the user's
+    stack ``stack`` (an implementation profile, :data:`mksim.target.PROFILES`) beside them where asked.
 
     ``opts`` are schedule options of the megakernel rows; ``designs`` (``"sentinel,dynamic"``, ``"all"``)
     adds a megakernel row per design (:func:`mksim.schedule.design_rows`).
-    ``"absent"`` maps each mode the GPU cannot run (left out of ``"modes"``) to the reason.
-    ``impl`` (an implementation profile, ``hwmodels.profiles()``) adds ``"stack"``: the user's stack —
-    that library's kernels in one CUDA graph (``graph`` mode on ``gpu`` with the profile) — with the
-    megakernel row's predicted speed-up over it.
+    Raises :class:`mksim.errors.MksimError` on bad input.
+
+    >>> c = compare(Step("llama-3.2-1b"), "h200")
+    >>> list(c.results)[-1], c.to_dict()["modes"]["stream"]["speedup_vs_stream"]
+    ('megakernel', 1.0)
+    """
+    t = Target.of(target)
+    g = t.spec
+    wl = make_workload(step, n_sms=g.sm.count)
+    results = compare_workload(wl, g, policy, designs, opts)
+    row = stack_row(wl, t, stack, results.get("megakernel")) if stack is not None else None
+    return Comparison(step, t, wl, results, absent_rows(g, designs), row)
+
+
+def compare_modes(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase: str = "decode",
+                  prefill_tokens: int = 0, dtype: str = "bf16", *, policy: str | None = None,
+                  designs: str | None = None, opts: dict[str, Any] | None = None,
+                  stack: str | None = None) -> dict[str, Any]:
+    """:func:`compare` of ``model``'s step on ``gpu``, as the dict ``mksim compare --json`` prints
+    (``{"modes": {...}, "absent": ..., "stack": ...}``). ``stack`` (an implementation profile) adds
+    ``"stack"``: the user's stack — that library's kernels in one CUDA graph (``graph`` mode on
+    ``gpu``'s hardware with the profile) — with the megakernel row's predicted speed-up over it.
     Raises :class:`mksim.errors.MksimError` on bad input.
     """
-    g = hwmodels.load(gpu)
-    wl = make_workload(model, batch, kv_len, phase, prefill_tokens, dtype, n_sms=g.sm.count)
-    results = compare_workload(wl, g, policy, designs, opts)
-    base = results["stream"].latency_us if "stream" in results else next(iter(results.values())).latency_us
-    basis = interval_basis(g)
-    d: dict[str, Any] = {"model": model, "gpu": g.name, "workload": wl.name, "batch": batch, "kv_len": kv_len,
-         "phase": phase, "bandwidth_floor_us": wl.bandwidth_floor_us(g.dram.bandwidth_spec_GBps * 1e9),
-         "modes": {mode: r.row(base) for mode, r in results.items()}, "absent": absent_rows(g, designs),
-         "assumes": assumptions(g), "interval": basis}
-    for row in d["modes"].values():
-        row["interval_us"] = latency_interval(row["latency_us"], basis["half_width_pct"])
-    if impl is not None:
-        d["stack"] = stack_row(wl, gpu, impl, results.get("megakernel"))
-    return d
+    step = Step(model, batch, kv_len, phase, prefill_tokens, dtype)
+    return compare(step, gpu, policy=policy, designs=designs, opts=opts, stack=stack).to_dict()
 
 
-def stack_row(wl: Workload, gpu: str, impl: str, megakernel: ModeSummary | None) -> dict[str, Any]:
-    """The user's stack on ``gpu``'s hardware (a profile ``gpu`` names is the megakernel's, not the
-    stack's): the kernels of profile ``impl`` in one CUDA graph (``graph`` mode), and the megakernel's
-    speed-up over it (``None`` where the GPU has no megakernel row)."""
-    sg = hwmodels.load(hwmodels.split_profile(gpu)[0], profile=impl)
+def stack_row(wl: Workload, target: Target | str, impl: str, megakernel: ModeSummary | None) -> dict[str, Any]:
+    """The user's stack on ``target``'s hardware (a profile ``target`` names is the megakernel's, not
+    the stack's): the kernels of profile ``impl`` in one CUDA graph (``graph`` mode), and the
+    megakernel's speed-up over it (``None`` where the target has no megakernel row)."""
+    t = Target.of(target)
+    sg = t.with_profile(impl).spec
     r = simulate_summary((wl, sg, "graph", {}))
     basis = interval_basis(sg)
     iv = latency_interval(r.latency_us, basis["half_width_pct"])
@@ -316,7 +380,6 @@ def stack_row(wl: Workload, gpu: str, impl: str, megakernel: ModeSummary | None)
                            "interval_us": iv, "megakernel_speedup": None, "speedup_interval": None, "verdict": None}
     if megakernel:
         speedup = r.latency_us / megakernel.latency_us
-        siv = speedup_interval(iv, latency_interval(megakernel.latency_us,
-                                                    interval_basis(hwmodels.load(gpu))["half_width_pct"]))
+        siv = speedup_interval(iv, latency_interval(megakernel.latency_us, interval_basis(t.spec)["half_width_pct"]))
         out.update(megakernel_speedup=speedup, speedup_interval=siv, verdict=verdict(speedup, siv))
     return out

@@ -22,7 +22,6 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
-import hwmodels
 from hwmodels.files import check_outputs
 from mksim.errors import MksimError, OutputError, check_writable
 
@@ -60,20 +59,6 @@ class LazyGroup(TyperGroup):
             cmd.name = cmd_name
             self.add_command(cmd, cmd_name)
         return super().get_command(ctx, cmd_name)
-
-
-def with_impl(gpu: str, impl: str | None) -> str:
-    """``gpu`` with the implementation profile ``impl`` applied (``"h200-calibrated+torch"``); ``gpu`` itself
-    when ``impl`` is None. A GPU named with a profile already takes no second one.
-
-    >>> with_impl("h200-calibrated", "torch"), with_impl("h200", None), with_impl("data/h200.toml", "torch")
-    ('h200-calibrated+torch', 'h200', 'data/h200.toml+torch')
-    """
-    if impl is None:
-        return gpu
-    if hwmodels.split_profile(gpu)[1] is not None:
-        raise MksimError(f"--gpu {gpu} already names a profile; give --impl {impl} with a GPU without one")
-    return f"{gpu}+{impl}"
 
 
 def check_output_paths(outputs: dict[str, str | None], inputs: Iterable[tuple[str, str | None]] = ()) -> None:

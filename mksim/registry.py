@@ -39,15 +39,22 @@ class Registry(Mapping[str, T], Generic[T]):
 
     ``check`` (optional) is called with each thing as it is registered and raises ``ValueError``
     for one that breaks the kind's contract; a later registration of the same name replaces the
-    earlier one (a plug-in overriding a built-in) unless ``unique`` is set.
+    earlier one (a plug-in overriding a built-in) unless ``unique`` is set. ``source`` (optional)
+    gives things that live as files (implementation profiles): it is read on every lookup, so a
+    file added later is there at once, and what is registered in code comes after it.
     """
 
-    def __init__(self, kind: str, *, check: Callable[[T], None] | None = None, unique: bool = False):
+    def __init__(self, kind: str, *, check: Callable[[T], None] | None = None, unique: bool = False,
+                 source: Callable[[], Mapping[str, T]] | None = None):
         self.kind = kind
         self._items: dict[str, T] = {}
         self._check = check
         self._unique = unique
+        self._source = source
         _ALL.append(self)
+
+    def _all(self) -> Mapping[str, T]:
+        return self._items if self._source is None else {**self._source(), **self._items}
 
     # -- registering ---------------------------------------------------------------------
     def register(self, name: str, thing: T) -> T:
@@ -74,31 +81,32 @@ class Registry(Mapping[str, T], Generic[T]):
     def get(self, name: str, default: Any = ...) -> T:  # type: ignore[override]
         """The thing called ``name``; :class:`UnknownNameError` (one line listing the known names)
         otherwise, or ``default`` where one is given."""
+        items = self._all()
         try:
-            return self._items[name]
+            return items[name]
         except (KeyError, TypeError):  # TypeError: an unhashable name from a hand-edited file
             if default is not ...:
                 return default
-            raise UnknownNameError(self.kind, name, tuple(self._items)) from None
+            raise UnknownNameError(self.kind, name, tuple(items)) from None
 
     def __getitem__(self, name: str) -> T:
         return self.get(name)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(tuple(self._items))
+        return iter(tuple(self._all()))
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._all())
 
     def __contains__(self, name: object) -> bool:
         try:
-            return name in self._items
+            return name in self._all()
         except TypeError:
             return False
 
     def names(self, where: Callable[[T], bool] | None = None) -> tuple[str, ...]:
         """The registered names (those whose thing passes ``where``), in registration order."""
-        return tuple(n for n, t in self._items.items() if where is None or where(t))
+        return tuple(n for n, t in self._all().items() if where is None or where(t))
 
     def view(self, where: Callable[[T], bool] | None = None) -> Names:
         """A live :class:`Names` of :meth:`names` (``where``): reads like a tuple, and a thing
@@ -106,7 +114,7 @@ class Registry(Mapping[str, T], Generic[T]):
         return Names(lambda: self.names(where))
 
     def __repr__(self) -> str:
-        return f"Registry({self.kind!r}: {', '.join(self._items)})"
+        return f"Registry({self.kind!r}: {', '.join(self._all())})"
 
     @staticmethod
     def every() -> tuple[Registry[Any], ...]:

@@ -21,6 +21,7 @@ from mksim.console import make_table, si
 from mksim.schedule import modes_on
 from mksim.search import SearchResult, report_rows
 from mksim.sim import CATEGORIES, SimResult
+from mksim.target import GPUS, gpu_spec
 from mksim.workload import TaskGraph, Tiling, Workload
 
 __all__ = ["SHORT_CATEGORIES", "TABLE_WIDTH", "absent_lines", "assumes_line", "breakdown_table", "compare_table",
@@ -33,8 +34,8 @@ __all__ = ["SHORT_CATEGORIES", "TABLE_WIDTH", "absent_lines", "assumes_line", "b
 def gpu_rows() -> list[dict[str, Any]]:
     """One summary row per known GPU model (``mksim hw list --json``)."""
     rows = []
-    for name in hwmodels.available():
-        g = hwmodels.load(name)
+    for name in GPUS:
+        g = gpu_spec(name)
         rows.append({"name": name, "full_name": g.full_name, "architecture": g.architecture,
                      "sms": g.sm.count, "clock_MHz": g.sm.clock_boost_MHz,
                      "bf16_dense_TFLOPs": g.compute.tensor_bf16_dense_TFLOPs,
@@ -163,7 +164,7 @@ def gpu_absent_lines(gpu: str | GPUSpec, width: int = TABLE_WIDTH) -> list[str]:
     >>> gpu_absent_lines("h200"), len(gpu_absent_lines("l40s"))
     ([], 2)
     """
-    g = hwmodels.load(gpu) if isinstance(gpu, str) else gpu
+    g = gpu_spec(gpu)
     return absent_lines({"absent": modes_on(g)[1]}, width)
 
 
@@ -287,7 +288,7 @@ def assumes_line(gpu: str | GPUSpec) -> str:
     """What a prediction on ``gpu`` assumes (:func:`mksim.compare.assumptions`), wrapped at 80 columns;
     empty for a GPU built in code that no file describes."""
     try:
-        g = hwmodels.load(gpu) if isinstance(gpu, str) else gpu
+        g = gpu_spec(gpu)
     except hwmodels.HardwareError:
         return ""
     return textwrap.fill(assumptions(g)["text"], TABLE_WIDTH)

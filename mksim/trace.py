@@ -45,11 +45,11 @@ from typing import Any
 
 import numpy as np
 
-import hwmodels
 from hwmodels.files import check_outputs
 from mksim.compare import make_workload
 from mksim.schedule import build_schedule, check_fits
 from mksim.sim import simulate
+from mksim.target import GPUS, gpu_spec
 from mksim.trace_map import align, kernel_hint
 from mksim.trace_read import (
     CATEGORIES,
@@ -393,7 +393,7 @@ def _default_gpu(name: str | None) -> str:
     else the datasheet model."""
     if not name:
         raise TraceError("the trace does not name its GPU; give --gpu (mksim hw list)")
-    found = [n for n in hwmodels.available() if gpu_key(hwmodels.load(n).full_name) == gpu_key(name)]
+    found = [n for n in GPUS if gpu_key(gpu_spec(n).full_name) == gpu_key(name)]
     if not found:
         raise TraceError(f"no mksim hardware file for the trace's GPU {name!r}; give --gpu (mksim hw list)")
     return sorted(found, key=lambda n: (not n.endswith("-calibrated"), len(n)))[0]
@@ -457,7 +457,7 @@ def import_trace(path: str | Path, *, model: str | None = None, batch: int = 1, 
             replace(k, kind="matmul" if k.hint == "epilogue" else k.hint if k.hint in op_kinds else None)
             for k in kernels))
     gpu = gpu or _default_gpu(gpu_name)
-    g = hwmodels.load(gpu)
+    g = gpu_spec(gpu)
     wl = make_workload(model, batch, kv_len, n_sms=g.sm.count)
     idx = align([k.hint for k in kernels], wl.ops)
     mapped = tuple(replace(k, op=wl.ops[j].name, kind=wl.ops[j].kind) if j is not None else k

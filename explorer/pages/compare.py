@@ -10,13 +10,12 @@ from typing import Any
 import plotly.graph_objects as go
 from dash import Input, Output, State, callback, dcc, html, no_update
 
-import hwmodels
 import mksim.schedule  # noqa: F401  (the simulator, imported once with the page, not on the first Run)
 import mksim.sim  # noqa: F401
 from explorer import data, figures, stacks
 from explorer.guard import guarded
-from mksim.compare import interval_basis
 from mksim.errors import MksimError
+from mksim.workload.step import PHASES
 
 PATH, NAME = "/", "Compare"
 GRAPHS = ("compare-latency", "compare-tokens", "compare-hbm", "compare-breakdown")
@@ -41,7 +40,7 @@ def layout() -> html.Div:
                                        style={"width": "14em"})),
             field("batch ", dcc.Input(id="compare-batch", type="number", value=1, step=1)),
             field("KV length ", dcc.Input(id="compare-kv-len", type="number", value=1024, step=1)),
-            field("phase ", dcc.Dropdown(["decode", "prefill"], "decode", id="compare-phase", clearable=False,
+            field("phase ", dcc.Dropdown(list(PHASES), "decode", id="compare-phase", clearable=False,
                                          style={"width": "8em"})),
             html.Button("Run", id="compare-run", n_clicks=0),
         ]),
@@ -114,7 +113,7 @@ def _how_sure(basis: dict[str, Any]) -> str:
 def assumes_note(d: dict[str, Any]) -> html.Ul:
     """What each prediction shown assumes (hardware file, implementation profile): the modes', and your
     stack's where there is one; a profile-less prediction says it is the best kernels the chip allows."""
-    basis = interval_basis(hwmodels.load(d["gpu"]))
+    basis = d["interval"]
     items = [html.Li(["the modes assume ", _assumed(d["assumes"]["text"]), "; ", _how_sure(basis)],
                      **_data("of", "modes"))]
     st = d.get("stack")
@@ -176,8 +175,8 @@ def page_inputs(model: str | None, gpu: str | None, batch: Any, kv_len: Any, pha
     the uploaded config when ``model`` is :data:`UPLOADED` + its name. Raises MksimError on bad input."""
     if not model or not gpu or not phase:
         raise MksimError("choose a model, a GPU and a phase")
-    if phase not in ("decode", "prefill"):
-        raise MksimError("phase: choose decode or prefill")
+    if phase not in PHASES:
+        raise MksimError(f"phase: choose {' or '.join(PHASES)}")
     b, kv = data.whole_number(batch, "batch"), data.whole_number(kv_len, "KV length")
     cfg = None
     if isinstance(model, str) and model.startswith(UPLOADED):

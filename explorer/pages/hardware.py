@@ -8,11 +8,11 @@ from typing import Any
 import plotly.graph_objects as go
 from dash import Input, Output, callback, dcc, html
 
-import hwmodels
 from explorer import data, figures
 from explorer.guard import guarded
 from explorer.hwdata import WhatIf, hardware_table
 from mksim.errors import MksimError
+from mksim.target import gpu_spec
 
 PATH, NAME = "/hardware", "Hardware"
 #: What-if sliders: id -> (label, min, max, step, marks); each value multiplies the GPU's numbers.
@@ -133,7 +133,7 @@ def run_whatif(model: str | None, gpu: str | None, batch: Any, kv_len: Any, laun
             raise MksimError("choose a model and a GPU")
         b, kv = data.whole_number(batch, "batch"), data.whole_number(kv_len, "KV length")
         data.check_model(model)
-        base_sms = hwmodels.load(data.check_gpu(gpu)).sm.count
+        base_sms = gpu_spec(data.check_gpu(gpu)).sm.count
 
         def num(v: Any) -> float:
             if v is None:  # a slider's box left empty: as specified

@@ -7,14 +7,14 @@ from typing import Any
 import plotly.graph_objects as go
 from dash import Input, Output, State, callback, ctx, dcc, html, no_update
 
-import hwmodels
 from explorer import data, figures, store
 from explorer.guard import guarded
 from mksim.errors import MksimError
-from mksim.schedule import POLICIES, modes_on
+from mksim.schedule import MODES, POLICIES, modes_on
+from mksim.target import gpu_spec
+from mksim.workload.step import PHASES
 
 PATH, NAME = "/timeline", "Timeline"
-MODES = ("stream", "graph", "graph_pdl", "persistent_barrier", "megakernel")
 
 
 def layout(schedule: str | None = None, **_query: Any) -> html.Div:
@@ -32,7 +32,7 @@ def layout(schedule: str | None = None, **_query: Any) -> html.Div:
             field("GPU ", dropdown(data.gpus(), "h200", "timeline-gpu", clearable=False)),
             field("batch ", dcc.Input(id="timeline-batch", type="number", value=1, step=1)),
             field("KV length ", dcc.Input(id="timeline-kv-len", type="number", value=1024, step=1)),
-            field("phase ", dropdown(["decode", "prefill"], "decode", "timeline-phase", "8em", clearable=False)),
+            field("phase ", dropdown(list(PHASES), "decode", "timeline-phase", "8em", clearable=False)),
             field("prefill tokens ", dcc.Input(id="timeline-prefill-tokens", type="number", value=128, step=1,
                                                style={"width": "5em"})),
             field("mode ", dropdown(mode_options("h200")[0], "megakernel", "timeline-mode", "12em",
@@ -65,12 +65,12 @@ def mode_options(gpu: str | None, current: str | None = None) -> tuple[list[dict
     it cannot run are shown disabled with the reason (hover, and ``note``); ``value`` keeps ``current``
     where the GPU runs it, else the megakernel. An unknown GPU offers every mode (running says why)."""
     try:
-        _avail, why = modes_on(hwmodels.load(data.check_gpu(gpu)))
+        _avail, why = modes_on(gpu_spec(data.check_gpu(gpu)))
     except MksimError:
         why = {}
     options = [{"label": m, "value": m} if m not in why
                else {"label": f"{m} (not on {gpu})", "value": m, "disabled": True, "title": why[m]} for m in MODES]
-    value = current if current in MODES and current not in why else "megakernel"
+    value = current if current is not None and current in MODES and current not in why else "megakernel"
     return options, value, "; ".join(f"{m}: {r}" for m, r in why.items() if m in MODES)
 
 
@@ -106,8 +106,8 @@ def show_timeline(trigger: str | None, model: str | None, gpu: str | None, batch
         else:
             if not model or not gpu or not phase or not mode:
                 raise MksimError("choose a model, a GPU, a phase and a mode")
-            if phase not in ("decode", "prefill") or mode not in MODES or not (policy is None or policy in POLICIES):
-                raise MksimError(f"choose a phase (decode, prefill), a mode ({', '.join(MODES)}) and a policy "
+            if phase not in PHASES or mode not in MODES or not (policy is None or policy in POLICIES):
+                raise MksimError(f"choose a phase ({', '.join(PHASES)}), a mode ({', '.join(MODES)}) and a policy "
                                  f"({', '.join(sorted(POLICIES))}) of the lists")
             source = "default schedule"
             new = _int(prefill_tokens, "prefill tokens") if phase == "prefill" else 0

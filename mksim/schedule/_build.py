@@ -7,11 +7,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import hwmodels
 from hwmodels import GPUSpec
 from mksim import models
 from mksim.costs import rates
 from mksim.errors import ScheduleError, WorkloadError
+from mksim.target import gpu_spec
 from mksim.workload import TaskGraph, Tiling, Workload, expand_kernels, kernels_per_op
 
 from ._designs import active_designs, with_defaults
@@ -61,7 +61,7 @@ def _build(workload: Workload | str, gpu: GPUSpec | str, mode_name: str, policy:
            policy_options: dict[str, Any] | None, tiling: Tiling | None, queues: list[list[int]] | None,
            options: dict[str, Any]) -> Schedule:
     mode = get_mode(mode_name)  # UnknownNameError
-    g = hwmodels.load(gpu) if isinstance(gpu, str) else gpu
+    g = gpu_spec(gpu)
     if isinstance(workload, str):
         workload = models.workload(workload, n_sms=g.sm.count)
     opts = with_defaults(Options.checked(options, MODE_DEFAULTS[mode_name]), g, mode_name, set(options))

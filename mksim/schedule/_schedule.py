@@ -12,11 +12,11 @@ from typing import Any, Literal
 
 import pydantic
 
-import hwmodels
 from hwmodels import GPUSpec
 from hwmodels.files import parse_json, read_bytes
 from mksim import models
 from mksim.errors import DeadlockError, ScheduleError, WorkloadError
+from mksim.target import gpu_spec
 from mksim.workload import (
     DTYPE_BYTES,
     KINDS,
@@ -256,7 +256,7 @@ class Schedule:
             f = _ScheduleFile.model_validate(d)
         except pydantic.ValidationError as exc:
             raise ScheduleError(_file_error(exc)) from None
-        gpu = hwmodels.load(f.gpu)
+        gpu = gpu_spec(f.gpu)
         wl = workload_from_spec(f.workload)
         if f.mode not in PERSISTENT_MODES:  # as build_schedule does: a stack's op of k kernels is k kernels
             wl = expand_kernels(wl, kernels_per_op(gpu.kernels.per_kind))

@@ -34,7 +34,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import hwmodels
 from hwmodels.files import check_outputs, names_a_file
 from mksim.errors import (
     DeadlockError,
@@ -49,6 +48,7 @@ from mksim.errors import (
 from mksim.extras import require
 from mksim.schedule import check_fits
 from mksim.sim import simulate
+from mksim.target import Target
 
 from ._report import write_report
 from ._space import (
@@ -191,10 +191,9 @@ def sqlite_file(url: str | None) -> str | None:
     return path if path and path != ":memory:" else None
 
 
-def _gpu_file(gpu: str) -> str | None:
-    """The hardware file a ``--gpu`` value names (``x.toml`` or ``x.toml+mksim``), None for a GPU name."""
-    path = hwmodels.split_profile(gpu)[0]
-    return path if names_a_file(path, ".toml") else None
+def _gpu_file(target: Target) -> str | None:
+    """The hardware file a target names (``--gpu x.toml`` or ``x.toml+mksim``), None for a GPU name."""
+    return target.hardware if names_a_file(target.hardware, ".toml") else None
 
 
 def _parse_objectives(text: str | tuple[str, ...]) -> tuple[str, ...]:
@@ -626,7 +625,8 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
         raise MksimError(f"--timeout must be a positive number of seconds, got {timeout:g}")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
         raise MksimError(f"--seed must be a whole number from 0 to {SEED_MAX} (2**32 - 1), got {seed!r}")
-    spec = hwmodels.load(gpu)
+    target = Target.parse(gpu)
+    spec = target.spec
     fixed = check_fixed(fixed)
     check_fixed_on(spec, fixed)
     designs_t = check_designs(designs)
@@ -643,7 +643,7 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
     # before the study is opened: an output that is the study's own file (or the GPU file) would destroy it
     check_outputs({"--out": out, "--report": report},
                   [("study storage", sqlite_file(storage or f"sqlite:///{name}.db")),
-                   ("hardware file", _gpu_file(gpu))])
+                   ("hardware file", _gpu_file(target))])
     new_default = storage is None and not Path(f"{name}.db").exists()
     url = storage or f"sqlite:///{name}.db"
     try:  # Ctrl-C at any moment, before the first trial or after the last, says how to resume
