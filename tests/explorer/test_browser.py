@@ -280,7 +280,7 @@ def test_compare_your_stack_and_an_imported_trace(browser, server, tmp_path):
     from selenium.webdriver.common.by import By
 
     r = subprocess.run([sys.executable, "-m", "mksim", "compare", "--model", "llama-3.2-1b", "--gpu", "h200",
-                        "--impl", "torch", "--json"], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                        "--stack", "torch", "--json"], capture_output=True, text=True, cwd=ROOT, timeout=300,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr
     ref = json.loads(r.stdout)

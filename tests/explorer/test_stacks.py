@@ -34,7 +34,7 @@ def trace_upload() -> str:
 
 @pytest.fixture(scope="module")
 def ref():
-    return compare_modes("llama-3.2-1b", "h200", impl="torch")
+    return compare_modes("llama-3.2-1b", "h200", stack="torch")
 
 
 # -- choices -------------------------------------------------------------------------------------
@@ -67,7 +67,7 @@ def test_stack_of_a_profiled_megakernel_runs_on_the_same_hardware():
     st = stacks.stack_data(run, "inductor")
     assert run["gpu"] == "h200-calibrated+mksim" and run["assumes"]["profile"] == "mksim"
     assert st["gpu"] == "h200-calibrated+inductor" and st["assumes"]["hardware"] == "h200-calibrated"
-    ref = compare_modes("llama-3.2-1b", "h200-calibrated+mksim", impl="inductor")["stack"]
+    ref = compare_modes("llama-3.2-1b", "h200-calibrated+mksim", stack="inductor")["stack"]
     assert st["latency_us"] == ref["latency_us"]
     assert st["megakernel_speedup"] == pytest.approx(ref["megakernel_speedup"], rel=1e-12)
 

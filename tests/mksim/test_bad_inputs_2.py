@@ -193,8 +193,8 @@ REFUSED: list[tuple[str, list[str], str]] = [
     ("A88-impl-gpu-empty-profile", ["compare", "--gpu", "h200+"], "unknown implementation profile ''"),
     ("A89-impl-gpu-empty-name", ["compare", "--gpu", "+torch"], "the GPU name is empty"),
     ("A90-impl-gpu-two-profiles", ["compare", "--gpu", "h200+torch+torch"], "profile 'torch+torch'"),
-    ("A91-impl-nope", ["compare", "--impl", "nope"], "unknown implementation profile 'nope'"),
-    ("A92-impl-empty", ["compare", "--impl", ""], "unknown implementation profile ''"),
+    ("A91-impl-nope", ["compare", "--stack", "nope"], "unknown implementation profile 'nope'"),
+    ("A92-impl-empty", ["compare", "--stack", ""], "unknown implementation profile ''"),
     ("A98-impl-hw-show-empty-profile", ["hw", "show", "h200+"], "unknown implementation profile ''"),
     ("A99-impl-sweep-nope", ["sweep", "--batch", "1", "--impl", "nope"], "unknown implementation profile 'nope'"),
     ("A100-impl-search-nope", ["search", "--impl", "nope", "--storage", "memory", "--trials", "25"],
@@ -269,17 +269,17 @@ WORKS: list[Any] = [
     ("A73-hf-textcfg-llama", _wl("textcfg-llama")),
     ("A50-hf-one-expert-is-dense", _wl("experts-one")),
     ("A86-hf-model-uppercase", ["workload", "--model", "LLAMA-3.2-1B"]),
-    ("A93-impl-uppercase", ["compare", "--impl", "TORCH"]),
-    ("A94-impl-gpu-and-impl", ["compare", "--gpu", "h200+torch", "--impl", "torch"]),
+    ("A93-impl-uppercase", ["compare", "--stack", "TORCH"]),
+    ("A94-impl-gpu-and-impl", ["compare", "--gpu", "h200+torch", "--stack", "torch"]),
     ("A95-impl-simulate-toml", ["simulate", "--gpu", str(H200_TOML), "--impl", "torch"]),
     ("A95-impl-simulate-toml-plus", ["simulate", "--gpu", f"{H200_TOML}+torch"]),
-    ("A96-impl-compare-toml", ["compare", "--gpu", str(H200_TOML), "--impl", "torch"]),
+    ("A96-impl-compare-toml", ["compare", "--gpu", str(H200_TOML), "--stack", "torch"]),
     ("A97-impl-hw-show-profile", ["hw", "show", "h200+torch"]),
-    ("A101-impl-profile-on-a100", ["compare", "--gpu", "a100", "--impl", "mksim-fd0"]),
-    ("A102-impl-mi300x-torch", ["compare", "--gpu", "mi300x", "--impl", "torch"]),
+    ("A101-impl-profile-on-a100", ["compare", "--gpu", "a100", "--stack", "mksim-fd0"]),
+    ("A102-impl-mi300x-torch", ["compare", "--gpu", "mi300x", "--stack", "torch"]),
     ("A110-sched-graph-mode", _sim("graph-mode")),
     ("A127-sched-alone", [*_sim("good"), "--json"]),
-    pytest.param(["compare", "--designs", "all", "--impl", "torch"], id="A163-compare-designs-all-impl",
+    pytest.param(["compare", "--designs", "all", "--stack", "torch"], id="A163-compare-designs-all-impl",
                  marks=pytest.mark.slow),
     ("A191-env-hw-list", ["hw", "list"]),
 ]
@@ -441,9 +441,14 @@ def test_A136_sweep_html_is_the_model_config(row: str, tmp_path: Path, capsys: p
     assert json.loads(cfg.read_text()) == HF
 
 
-def _fake_compare_modes(model: str, gpu: str, batch: int, kv_len: int) -> dict[str, Any]:
-    modes = ("stream", "graph", "graph_pdl", "persistent_barrier", "megakernel")
-    return {"modes": {m: {"latency_us": 100.0 + batch} for m in modes}}
+class _FakeComparison:
+    def __init__(self, step: Any, target: Any) -> None:
+        self.batch = step.batch
+
+    def to_dict(self) -> dict[str, Any]:
+        from mksim.schedule import MODES
+
+        return {"modes": {m: {"latency_us": 100.0 + self.batch} for m in MODES}}
 
 
 @pytest.mark.parametrize("batches,rows", [pytest.param(",".join(map(str, range(1, 41))), 40, id="A161-sweep-40"),
@@ -453,7 +458,7 @@ def test_sweep_takes_many_and_repeated_batches(batches: str, rows: int, capsys: 
     """The CLI's side of the rows (the simulations stubbed: 40 batches take 23 s for real)."""
     import mksim.report
 
-    monkeypatch.setattr(mksim.report, "compare_modes", lambda *a: _fake_compare_modes(*a))
+    monkeypatch.setattr(mksim.report, "compare", _FakeComparison)
     assert len(_json(["sweep", "--batch", batches], capsys)["rows"]) == rows
 
 
@@ -567,7 +572,7 @@ def test_A136_sweep_html_is_the_hardware_file(row: str, tmp_path: Path, capsys: 
     monkeypatch.chdir(tmp_path)
     import mksim.report
 
-    monkeypatch.setattr(mksim.report, "compare_modes", lambda *a: _fake_compare_modes(*a))
+    monkeypatch.setattr(mksim.report, "compare", _FakeComparison)
     code, _, err = run_cli(["sweep", "--batch", "1", "--html", "h200"], capsys)
     assert code == 0 and (tmp_path / "h200").stat().st_size > 0, err
 

@@ -69,7 +69,7 @@ def test_no_profile_means_no_validation_and_says_so():
 
 @pytest.fixture(scope="module")
 def compared():
-    return {gpu: compare_modes("llama-3.2-1b", gpu, impl="inductor")
+    return {gpu: compare_modes("llama-3.2-1b", gpu, stack="inductor")
             for gpu in ("h200-calibrated+mksim", "h200-calibrated")}
 
 

@@ -164,7 +164,7 @@ def test_without_a_profile_no_kind_has_task_costs():
 def test_compare_predicts_the_stack_next_to_the_megakernel():
     from mksim.compare import compare_modes
 
-    d = compare_modes("llama-3.2-1b", "h200-calibrated+mksim", impl="torch")
+    d = compare_modes("llama-3.2-1b", "h200-calibrated+mksim", stack="torch")
     st = d["stack"]
     assert st["gpu"] == "h200-calibrated+torch" and st["mode"] == "graph"
     assert st["assumes"]["profile"] == "torch" and d["assumes"]["profile"] == "mksim"
