@@ -37,8 +37,6 @@ from mksim.trace import import_trace
 
 #: The value of the profile and stack choices that names no implementation profile.
 NONE = "none"
-#: Stacks in the order users meet them (then any other profile ``hwmodels.profiles()`` knows).
-STACK_ORDER = ("torch", "inductor", "cublas", "mksim")
 #: An uploaded trace larger than this (as uploaded, gzipped or not) is refused before it is read.
 MAX_UPLOAD_BYTES = 32 << 20
 #: ... and one that decompresses to more than this (far below ``mksim trace import``'s cap: a server takes
@@ -51,9 +49,9 @@ KEEP_TRACES = 4
 
 
 def profiles() -> list[str]:
-    """Implementation profiles, in :data:`STACK_ORDER` first."""
-    known = list(PROFILES)
-    return [p for p in STACK_ORDER if p in known] + [p for p in known if p not in STACK_ORDER]
+    """Implementation profiles: the stacks people run first, then the megakernels' (each profile's
+    ``kind``), by name within each."""
+    return sorted(PROFILES, key=lambda p: (hwmodels.profile_info(p)["kind"] != "stack", p))
 
 
 def profile_options() -> list[dict[str, str]]:

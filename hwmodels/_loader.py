@@ -38,7 +38,10 @@ SEARCH_DIRS = (_HERE / "data", _HERE / "calibrated")
 PROFILE_DIR = _HERE / "profiles"
 
 _TOP_KEYS = set(IDENTITY_KEYS) | {"extends", "sources", "chip", "memory", "runtime", "schema_version", "profile"}
-_PROFILE_KEYS = {"schema_version", "profile", "full_name", "measured_on", "runtime", "sources", "validation"}
+_PROFILE_KEYS = {"schema_version", "profile", "full_name", "measured_on", "kind", "runtime", "sources", "validation"}
+#: what a profile describes: a library people run as their stack (its kernels in a CUDA graph), or the
+#: device functions of a megakernel (mksim's generated one); the explorer lists stacks first
+PROFILE_KINDS = ("stack", "megakernel")
 # a profile's optional [validation] table: how its predictions held against measurements (issue 17);
 # written by `python -m validation.stacks records`, read by mksim.compare for its intervals
 _VALIDATION_NUMBERS = {"cases": int, "mape_pct": float, "bias_pct": float, "p90_abs_pct": float,
@@ -141,7 +144,8 @@ def load(name_or_path: str | Path, profile: str | None = None) -> GPUSpec:
 
 
 def profile_info(name_or_path: str | Path) -> dict[str, Any]:
-    """A profile's identity, ``{"profile", "full_name", "measured_on"}`` (strings), and
+    """A profile's identity, ``{"profile", "full_name", "measured_on", "kind"}`` (strings; ``kind``: a
+    ``stack`` people run or a ``megakernel``'s device functions), and
     ``"validation"``: its ``[validation]`` table — how its predictions held against measured cases
     on ``gpu`` (``cases``, ``mape_pct``, ``bias_pct``, ``p90_abs_pct``, ``max_abs_pct`` of the signed
     errors (predicted - measured) / measured in %, and the ``source`` summary and ``command`` that
@@ -155,8 +159,17 @@ def profile_info(name_or_path: str | Path) -> dict[str, Any]:
     path = resolve_profile(name_or_path)
     prof = _read(path)
     info: dict[str, Any] = {k: str(prof.get(k, "")) for k in ("profile", "full_name", "measured_on")}
+    info["kind"] = _profile_kind(prof, path)
     info["validation"] = _validation(prof.get("validation"), path)
     return info
+
+
+def _profile_kind(prof: dict[str, Any], path: Path) -> str:
+    """A profile's ``kind`` (:data:`PROFILE_KINDS`; ``stack`` where it says none)."""
+    kind = prof.get("kind", "stack")
+    if kind not in PROFILE_KINDS:
+        raise HardwareFileError(f"{path}: kind must be one of {', '.join(PROFILE_KINDS)}, got {kind!r}")
+    return str(kind)
 
 
 def _validation(table: Any, path: Path) -> dict[str, Any] | None:
@@ -216,6 +229,7 @@ def _with_profile(raw: dict[str, Any], name: str, gpu_path: Path) -> dict[str, A
     for key in ("profile", "full_name", "measured_on"):
         if not isinstance(prof.get(key), str) or not prof[key]:
             raise HardwareFileError(f"{path}: missing key {key!r} (a non-empty string)")
+    _profile_kind(prof, path)
     _validation(prof.get("validation"), path)
     kernels = prof.get("runtime", {}).get("kernels")
     if not isinstance(kernels, dict) or set(prof.get("runtime", {})) - {"kernels"}:

@@ -15,13 +15,14 @@ import mksim.sim  # noqa: F401
 from explorer import data, figures, stacks
 from explorer.guard import guarded
 from mksim.errors import MksimError
+from mksim.schedule import MODES
 from mksim.workload.step import PHASES
 
 PATH, NAME = "/", "Compare"
 GRAPHS = ("compare-latency", "compare-tokens", "compare-hbm", "compare-breakdown")
 #: The model dropdown's value for an uploaded config: this prefix and the config's name.
 UPLOADED = "uploaded: "
-ROOFLINE_MODES = ("graph", "stream", "graph_pdl", "persistent_barrier", "megakernel")
+ROOFLINE_DEFAULT = "graph"  # the roofline first shows the ops as one CUDA graph runs them
 DROP_STYLE = {"display": "inline-block", "marginRight": "1em", "padding": "0.4em 1em", "border": "1px dashed #999",
               "borderRadius": "4px", "cursor": "pointer"}
 
@@ -74,7 +75,7 @@ def layout() -> html.Div:
         ]),
         html.Div([
             html.Label(["roofline of the ops as simulated in ",
-                        dcc.Dropdown(list(ROOFLINE_MODES), "graph", id="compare-roofline-mode", clearable=False,
+                        dcc.Dropdown(list(MODES), ROOFLINE_DEFAULT, id="compare-roofline-mode", clearable=False,
                                      style={"width": "14em", "display": "inline-block", "verticalAlign": "middle"})]),
             dcc.Graph(id="compare-roofline", style={"height": "520px"}),
         ]),
@@ -297,12 +298,14 @@ def roofline(result: dict[str, Any] | None, mode: str | None) -> go.Figure:
 
 
 def roofline_modes(result: dict[str, Any] | None, mode: str | None) -> tuple[list[str], str]:
-    """The roofline's mode choices (those the comparison ran, in :data:`ROOFLINE_MODES`' order) and its
-    value (``mode``, or the first choice where the GPU lacks ``mode``)."""
+    """The roofline's mode choices (those the comparison ran, in :data:`mksim.schedule.MODES`' order) and
+    its value (``mode``, or :data:`ROOFLINE_DEFAULT` (else the first choice) where the GPU lacks ``mode``)."""
     ran = result.get("modes") if isinstance(result, dict) else None
     ran = ran if isinstance(ran, dict) else None
-    choices = [m for m in ROOFLINE_MODES if ran is None or m in ran]
-    return choices, mode if mode in choices else choices[0]
+    choices = [m for m in MODES if ran is None or m in ran]
+    if mode in choices:
+        return choices, str(mode)
+    return choices, ROOFLINE_DEFAULT if ROOFLINE_DEFAULT in choices else choices[0]
 
 
 def _error_span(line: str) -> html.Span:
@@ -311,7 +314,7 @@ def _error_span(line: str) -> html.Span:
 
 @callback(Output("compare-roofline-mode", "options"), Output("compare-roofline-mode", "value"),
           Input("compare-result", "data"), State("compare-roofline-mode", "value"))
-@guarded(lambda line: (list(ROOFLINE_MODES), ROOFLINE_MODES[0]))
+@guarded(lambda line: (list(MODES), ROOFLINE_DEFAULT))
 def _on_result(result, mode):
     return roofline_modes(result, mode)
 

@@ -295,5 +295,5 @@ def test_compare_page_leaves_out_what_the_gpu_lacks_with_a_note():
     assert note.id == "compare-absent" and note.children[0].children[0].children == "graph_pdl"
     assert note.children[0].children[1] == f" left out: {result['absent']['graph_pdl']}"
     assert "no programmatic dependent launch" in result["absent"]["graph_pdl"]
-    assert roofline_modes(result, "graph_pdl") == (["graph", "stream", "persistent_barrier", "megakernel"], "graph")
+    assert roofline_modes(result, "graph_pdl") == (["stream", "graph", "persistent_barrier", "megakernel"], "graph")
     assert roofline_modes(None, "graph_pdl")[1] == "graph_pdl"

@@ -41,7 +41,7 @@ def ref():
 def test_choices_name_every_profile_and_none():
     values = [o["value"] for o in stacks.stack_options()]
     assert values[0] == stacks.NONE and sorted(values[1:]) == sorted(hwmodels.profiles())
-    assert values[1:5] == ["torch", "inductor", "cublas", "mksim"]
+    assert values[1:5] == ["cublas", "inductor", "torch", "mksim"]  # stacks first, then the megakernels
     prof = stacks.profile_options()
     assert prof[0] == {"label": "none: the best kernels the chip allows", "value": "none"}
     assert [o["value"] for o in prof[1:]] == values[1:]
@@ -73,7 +73,7 @@ def test_stack_of_a_profiled_megakernel_runs_on_the_same_hardware():
 
 
 def test_stack_unknown_profile():
-    with pytest.raises(MksimError, match="unknown stack 'tensorrt'; known: torch, inductor"):
+    with pytest.raises(MksimError, match="unknown stack 'tensorrt'; known: cublas, inductor, torch, mksim"):
         stacks.stack_data(data.compare_run("llama-3.2-1b", "h200"), "tensorrt")
 
 

@@ -205,6 +205,7 @@ def profile_toml(fit: Fit, raw: dict, raw_path: str, gpu: str = GPU) -> str:
         'profile = "cublas"',
         'full_name = "cuBLAS (torch F.linear) matmuls"',
         f'measured_on = "{gpu}"',
+        'kind = "stack"',
         "",
         "[runtime.kernels.matmul]",
         f'task_fixed_us = {{ value = {c.task_fixed_us:g}, source = "singles", note = "{how}" }}',

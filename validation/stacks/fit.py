@@ -329,7 +329,8 @@ def to_toml(fit: Fit, run: Path, gpu: str = "h200-calibrated") -> str:
              f"#   python -m validation.stacks profile {run} --stack {fit.stack} --out hwmodels/profiles/{name}.toml",
              "# never to whole steps. How: validation/stacks/fit.py and docs/stacks.md (\"The profiles\").",
              "# Apply it with --gpu h200-calibrated+" + name + " (chain modes: an op of k kernels runs as k kernels).",
-             "schema_version = 1", f'profile = "{name}"', f'full_name = "{full}"', f'measured_on = "{gpu}"', ""]
+             "schema_version = 1", f'profile = "{name}"', f'full_name = "{full}"', f'measured_on = "{gpu}"',
+             'kind = "stack"', ""]
     order = ["embed", "rmsnorm", "matmul", "rope_kv", "attn_partial", "attn_reduce", "silu_mul", CONTINUATION_KIND]
     for kind in sorted(fit.tables, key=lambda k: order.index(k) if k in order else 99):
         lines.append(f"[runtime.kernels.{kind}]")
