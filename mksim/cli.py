@@ -30,10 +30,10 @@ from mksim.console import (
 )
 from mksim.errors import MksimError, OutputError
 from mksim.report import sweep_figure_html, sweep_rows
-from mksim.schedule import Schedule, build_schedule, check_fits
+from mksim.schedule import POLICIES, Schedule, build_schedule, check_fits, design_names
 from mksim.search import SearchResult, search
 from mksim.sim import simulate
-from mksim.target import Target, with_impl
+from mksim.target import PROFILES, Target, with_impl
 from mksim.workload import Step
 
 app = typer.Typer(cls=LazyGroup, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -56,8 +56,9 @@ JSON = typer.Option(False, "--json", help="Print JSON.")
 MODEL = typer.Option("llama-3.2-1b", "--model", "-m", help="Built-in model name or a HF config.json.")
 GPU = typer.Option("h200", "--gpu", "-g", help="GPU name (mksim hw list) or a .toml path; GPU+PROFILE applies a "
                                                 "kernel library's profile (e.g. h200-calibrated+mksim).")
-IMPL = typer.Option(None, "--impl", help="Implementation profile to apply to --gpu (mksim, torch, inductor, cublas).")
-POLICY = typer.Option(None, "--policy", help="Megakernel placement policy.")
+IMPL = typer.Option(None, "--impl", help=f"Implementation profile to apply to --gpu ({', '.join(PROFILES)}).")
+POLICY = typer.Option(None, "--policy", help=f"Megakernel placement policy ({', '.join(POLICIES)}).")
+DESIGNS = f"comma-separated: {', '.join(design_names())} (or all)."  # the registered designs
 # Options with a list default, made once (a list in a signature's default would be shared anyway)
 OPTS = typer.Option([], "--opt", help="Schedule option key=value (repeatable).")
 MK_OPTS = typer.Option([], "--opt", help="Schedule option key=value of the megakernel rows (repeatable).")
@@ -132,11 +133,10 @@ def compare_cmd(
     dtype: str = typer.Option("bf16", "--dtype"),
     policy: str | None = POLICY,
     opt: list[str] = MK_OPTS,
-    designs: str | None = typer.Option(None, "--designs", help="Add a megakernel row per design, comma-separated: "
-                                                                  "sentinel, dynamic (or all)."),
+    designs: str | None = typer.Option(None, "--designs", help=f"Add a megakernel row per design, {DESIGNS}"),
     impl: str | None = IMPL,
-    stack: str | None = typer.Option(None, "--stack", help="A kernel library's profile (mksim hw profiles): predict "
-                                     "its kernels in a CUDA graph, your stack, next to the megakernel."),
+    stack: str | None = typer.Option(None, "--stack", help=f"A kernel library's profile ({', '.join(PROFILES)}): "
+                                     "predict its kernels in a CUDA graph, your stack, next to the megakernel."),
     as_json: bool = JSON,
 ) -> None:
     """Every execution mode side by side: latency, tokens/s, HBM utilisation, breakdown."""
@@ -241,9 +241,7 @@ def search_cmd(
     out_file: str | None = typer.Option(None, "--out", "-o", help="Write the best schedule (JSON) here."),
     report: str | None = typer.Option(None, "--report", help="Write an HTML report with Optuna's figures."),
     fix: list[str] = FIX,
-    designs: str | None = typer.Option(None, "--designs", help="Add megakernel designs to the space, "
-                                                                  "comma-separated: sentinel, dynamic, dies, "
-                                                                  "movement (or all)."),
+    designs: str | None = typer.Option(None, "--designs", help=f"Add megakernel designs to the space, {DESIGNS}"),
     as_json: bool = JSON,
 ) -> None:
     """Search megakernel schedules with Optuna; report the best against every baseline."""
