@@ -67,6 +67,12 @@ class ModelConfig:
     sliding_window: int | None = None
     #: the first this many layers attend to the whole context even with a window (Qwen2's max_window_layers)
     full_attention_layers: int = 0
+    #: the blocks the model is composed of (``mksim.workload.BLOCKS``, one per role): embed + num_layers x
+    #: (attention + ffn) + head
+    embed_block: str = "embed"
+    attention_block: str = "gqa"
+    ffn_block: str = "gated_mlp"
+    head_block: str = "lm_head"
 
     @property
     def q_size(self) -> int:

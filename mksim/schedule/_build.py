@@ -12,7 +12,15 @@ from hwmodels import GPUSpec
 from mksim import models
 from mksim.costs import rates
 from mksim.errors import ScheduleError, WorkloadError
-from mksim.workload import TaskGraph, Tiling, Workload, expand_kernels, kernels_per_op
+from mksim.workload import (
+    SWITCHES,
+    TaskGraph,
+    Tiling,
+    Workload,
+    expand_kernels,
+    kernels_per_op,
+    resolved_kv_splits,
+)
 
 from ._designs import active_designs, with_defaults
 from ._modes import MODE_DEFAULTS, PersistentMode, get_mode
@@ -111,16 +119,20 @@ def _task_graph(workload: Workload, tiling: Tiling) -> TaskGraph:
 
 
 def _spec(wl: Workload, gpu: GPUSpec) -> dict[str, Any]:
+    """What a schedule file stores to rebuild ``wl``: its model, step and build choices, with the KV split
+    it resolved (:func:`~mksim.workload.resolved_kv_splits`), so the rebuilt one needs no GPU."""
     cfg = wl.model
     builtin = cfg is not None and cfg.name in models.names() and models.get(cfg.name) == cfg
     model: Any = cfg.name if builtin else _hf_dict(cfg)
-    attn = next((op for op in wl.ops if op.kind == "attn_partial"), None)
+    kv_splits: int | None
+    if wl.step is not None and wl.build is not None:
+        kv_splits = resolved_kv_splits(cfg, wl.step, wl.build)
+    else:  # made by hand around a config: what its attention ops say
+        attn = next((op for op in wl.ops if op.kind == "attn_partial"), None)
+        kv_splits = attn.attrs["kv_splits"] if attn else None
     return {"model": model, "batch": wl.batch, "kv_len": wl.kv_len, "phase": wl.phase,
-            "prefill_tokens": wl.prefill_tokens or None, "weight_dtype": wl.weight_dtype,
-            "kv_splits": attn.attrs["kv_splits"] if attn else None, "fuse_norm": wl.fuse_norm,
-            "fuse_rope": wl.fuse_rope, "fuse_silu": wl.fuse_silu, "fuse_reduce": wl.fuse_reduce,
-            "split_qkv": wl.split_qkv,
-            "split_gate_up": wl.split_gate_up, **dict(wl.options)}
+            "prefill_tokens": wl.prefill_tokens or None, "weight_dtype": wl.weight_dtype, "kv_splits": kv_splits,
+            **{k: getattr(wl, k) for k in SWITCHES}, **dict(wl.options)}
 
 
 def _hf_dict(cfg: Any) -> dict[str, Any]:
