@@ -22,6 +22,7 @@ from typing import Any
 
 from hwmodels.files import is_pipe_name, names_a_file, parse_json, read_bytes
 from mksim.errors import UnknownNameError, WorkloadError
+from mksim.workload import BLOCKS, ROLES
 
 _CONFIGS = Path(__file__).resolve().parent / "configs"
 
@@ -256,12 +257,33 @@ def config_from_hf(path_or_dict: str | Path | Mapping[str, Any], *, name: str | 
         model_type=model_type,
         sliding_window=window,
         full_attention_layers=full_layers,
+        **_blocks(raw, where),
     )
 
 
 def _short(v: Any) -> str:
     text = repr(v)
     return text if len(text) <= 80 else text[:60] + f"…({len(text)} characters)"
+
+
+def _blocks(raw: Mapping[str, Any], where: str) -> dict[str, str]:
+    """The ``<role>_block`` fields a config names in ``mksim_blocks`` (``{"ffn": "gated_mlp"}``: what a
+    schedule file writes for a model whose blocks are not the defaults), each a registered block of its role."""
+    given = raw.get("mksim_blocks")
+    if given is None:
+        return {}
+    if not isinstance(given, Mapping):
+        raise WorkloadError(f"{where}: mksim_blocks = {_short(given)}; expected an object of role: block name")
+    out = {}
+    for role, name in given.items():
+        if role not in ROLES:
+            raise WorkloadError(f"{where}: mksim_blocks names the role {_short(role)}; give some of {', '.join(ROLES)}")
+        known = [n for n in BLOCKS if BLOCKS[n].role == role]
+        if name not in known:
+            raise WorkloadError(f"{where}: mksim_blocks: {_short(name)} is not a {role} block; known: "
+                                f"{', '.join(known)}")
+        out[f"{role}_block"] = name
+    return out
 
 
 def _window(raw: Mapping[str, Any], model_type: str, layers: int, flag: Any, where: str) -> tuple[int | None, int]:

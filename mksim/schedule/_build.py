@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import fields
 from typing import Any
 
 import hwmodels
@@ -13,6 +14,7 @@ from mksim import models
 from mksim.costs import rates
 from mksim.errors import ScheduleError, WorkloadError
 from mksim.workload import (
+    ROLES,
     SWITCHES,
     TaskGraph,
     Tiling,
@@ -143,7 +145,11 @@ def _hf_dict(cfg: Any) -> dict[str, Any]:
         window = {"sliding_window": cfg.sliding_window}
         if cfg.model_type in ("qwen2", "qwen3"):
             window.update(use_sliding_window=True, max_window_layers=cfg.full_attention_layers)
-    return {**window, "model_type": cfg.model_type, "hidden_size": cfg.hidden_size,
+    # blocks other than a config's defaults, under mksim's own key (the importer reads it back)
+    chosen = {role: getattr(cfg, f"{role}_block") for role in ROLES}
+    default = {role: f.default for role in ROLES for f in fields(models.ModelConfig) if f.name == f"{role}_block"}
+    blocks = {"mksim_blocks": {r: n for r, n in chosen.items() if n != default[r]}} if chosen != default else {}
+    return {**window, **blocks, "model_type": cfg.model_type, "hidden_size": cfg.hidden_size,
             "intermediate_size": cfg.intermediate_size, "num_hidden_layers": cfg.num_layers,
             "num_attention_heads": cfg.num_heads, "num_key_value_heads": cfg.num_kv_heads,
             "head_dim": cfg.head_dim, "vocab_size": cfg.vocab_size,

@@ -254,7 +254,7 @@ class Problem:
     >>> p.step.rows, p.workload(kv_split_mult=2.0).build.kv_splits
     (4, 10)
     """
-    model: str
+    model: Any  # a built-in model's name (a ModelConfig builds workloads too; a study names the model)
     gpu: GPUSpec
     batch: int = 1
     kv_len: int = 1024
@@ -277,7 +277,7 @@ class Problem:
         build = Build(fuse_norm=fuse_norm, fuse_rope=fuse_rope, fuse_silu=fuse_silu, split_qkv=split_qkv,
                       split_gate_up=split_gate_up, n_sms=self.gpu.sm.count)
         if kv_split_mult != 1.0:
-            cfg = models.get(self.model)
+            cfg = models.get(self.model) if isinstance(self.model, str) else self.model
             default = resolved_kv_splits(cfg, step, build)
             build = replace(build, kv_splits=max(1, min(attended_tokens(cfg, step), round(default * kv_split_mult))))
         return models.workload(step, **asdict(build))
