@@ -22,7 +22,7 @@ from typing import Any
 
 from hwmodels.files import is_pipe_name, names_a_file, parse_json, read_bytes
 from mksim.errors import UnknownNameError, WorkloadError
-from mksim.workload import BLOCKS, ROLES
+from mksim.workload import BLOCKS, ROLES, blocks_of
 
 _CONFIGS = Path(__file__).resolve().parent / "configs"
 
@@ -84,16 +84,11 @@ class ModelConfig:
         return self.num_kv_heads * self.head_dim
 
     def param_count(self) -> int:
-        """Parameters, counted as the model's state dict does (tied embeddings once)."""
-        h, i = self.hidden_size, self.intermediate_size
-        attn = h * (self.q_size + 2 * self.kv_size) + self.q_size * h
-        if self.attention_bias:
-            attn += self.q_size + 2 * self.kv_size
-        mlp = 3 * h * i
-        norms = 2 * h + (2 * self.head_dim if self.qk_norm else 0)
-        embed = self.vocab_size * h
-        head = 0 if self.tie_word_embeddings else self.vocab_size * h
-        return embed + self.num_layers * (attn + mlp + norms) + h + head
+        """Parameters, counted as the model's state dict does (tied embeddings once): what its blocks
+        hold (``BaseBlock.params``)."""
+        blocks = blocks_of(self)
+        per_layer = sum(blocks[r].params(self, layer) for layer in range(self.num_layers) for r in ("attention", "ffn"))
+        return blocks["embed"].params(self, None) + per_layer + blocks["head"].params(self, None)
 
     def window(self, layer: int) -> int | None:
         """The attention window of ``layer`` in tokens, or None where it attends to the whole context."""

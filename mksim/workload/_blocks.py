@@ -22,6 +22,10 @@ The hooks, and when :func:`~mksim.workload.build_llm_workload` calls them:
   block shares (and honour ``fuse_norm``), ``b.add`` any other. An op's kind must be in
   :data:`~mksim.workload.KINDS`; a block that needs a new kind registers it in its own file.
 
+- :meth:`BaseBlock.params` ``(cfg, layer)`` — called as :meth:`~mksim.models.ModelConfig.param_count`
+  is, with the same ``layer`` as :meth:`~BaseBlock.ops`: the parameters the block holds (its share of
+  the model's state dict; tied embeddings are the embedding's).
+
 Ops are named ``L<layer>.<what>`` inside a layer; a block that varies per layer (a mixture of experts
 with dense layers among the sparse ones) reads the layer from ``layer`` and the per-layer facts from
 ``cfg``, and may call another block's :meth:`~BaseBlock.ops` for the layers it leaves alone.
@@ -57,6 +61,10 @@ class BaseBlock:
     def ops(self, b: Builder, layer: int | None, x: str) -> str:
         """Add this block's ops to ``b`` after the op ``x``; return the op holding the residual stream."""
         raise NotImplementedError
+
+    def params(self, cfg: Any, layer: int | None) -> int:
+        """Parameters this block holds in ``layer`` (None: embed, head); default none."""
+        return 0
 
 
 def _check_block(block: BaseBlock) -> None:

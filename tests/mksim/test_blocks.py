@@ -47,6 +47,9 @@ class PlainMLP(BaseBlock):
         act = b.add(name=p + "gelu", kind="elementwise", out_size=I, elem_bytes=b.rows * 2,
                     flops=8.0 * b.rows * I, inputs=(Input(up),), layer=layer, align=64)
         return b.matmul(p + "down_proj", act, I, H, layer, residual=x)
+
+    def params(self, cfg, layer):
+        return 2 * cfg.hidden_size * cfg.intermediate_size + cfg.hidden_size
 '''
 
 
@@ -72,6 +75,8 @@ def test_a_registered_block_builds_the_ffn_of_every_layer(plain_mlp):
     # the gate's weights are gone from every layer: 16 x 2048 x 8192 bf16 weights
     assert dense.weight_bytes - plain.weight_bytes == 16 * 2048 * 8192 * 2
     assert [o.name for o in plain.ops if o.layer is None] == ["embed", "final_norm", "lm_head"]
+    # the model's parameters are what its blocks hold: the gates are gone
+    assert LLAMA.param_count() - replace(LLAMA, ffn_block="plain_mlp").param_count() == 16 * 2048 * 8192
 
 
 def test_a_registered_block_round_trips_through_a_schedule_file(plain_mlp):

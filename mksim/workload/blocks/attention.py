@@ -80,6 +80,11 @@ class GroupedQueryAttention(BaseBlock):
                     inputs=(Input(part, group=1, segments=((0, C, C),)),), layer=layer, attrs={"kv_splits": C})
         return b.matmul(p + "o_proj", red, Q, H, layer, residual=x)
 
+    def params(self, cfg: Any, layer: int | None) -> int:  # q, k, v, o (+ biases), the norm, q/k norms
+        h, q, kv = cfg.hidden_size, cfg.q_size, cfg.kv_size
+        return (h * (q + 2 * kv) + q * h + ((q + 2 * kv) if cfg.attention_bias else 0) + h
+                + (2 * cfg.head_dim if cfg.qk_norm else 0))
+
 
 def _rope_kv(b: Builder, layer: int | None, inputs: tuple[Input, ...]) -> str:
     cfg, T = b.cfg, b.rows

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .._blocks import BLOCKS, BaseBlock
 from .._builder import ACT_BYTES, VEC_ALIGN, Builder
 
@@ -17,3 +19,6 @@ class Embed(BaseBlock):
         H, T = b.cfg.hidden_size, b.rows
         return b.add(name="embed", kind="embed", out_size=H, elem_bytes=T * ACT_BYTES, flops=0.0,
                      weight_bytes=T * H * ACT_BYTES, layer=None, align=VEC_ALIGN)
+
+    def params(self, cfg: Any, layer: int | None) -> int:
+        return cfg.vocab_size * cfg.hidden_size

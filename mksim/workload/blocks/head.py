@@ -3,6 +3,8 @@ asks for it, logit soft-capping (Gemma 2's ``final_logit_softcapping``)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from .._blocks import BLOCKS, BaseBlock
 from .._builder import ACT_BYTES, VEC_ALIGN, Builder
 from .._ops import Input
@@ -25,3 +27,6 @@ class LMHead(BaseBlock):
         return b.add(name="softcap", kind="softcap", out_size=V, elem_bytes=batch * ACT_BYTES,  # divide, tanh,
                      flops=3.0 * batch * V, inputs=(Input(logits),), layer=None, align=VEC_ALIGN,  # multiply
                      attrs={"rows": batch, "cap": float(cap)})
+
+    def params(self, cfg: Any, layer: int | None) -> int:  # the final norm, and the LM head unless tied
+        return cfg.hidden_size + (0 if cfg.tie_word_embeddings else cfg.vocab_size * cfg.hidden_size)

@@ -8,6 +8,8 @@ Its ops: ``mlp_norm`` (unless ``fuse_norm``), the gate and up projections as one
 
 from __future__ import annotations
 
+from typing import Any
+
 from .._blocks import BLOCKS, BaseBlock
 from .._builder import ACT_BYTES, MATMUL_ALIGN, VEC_ALIGN, Builder
 from .._ops import Input
@@ -33,6 +35,9 @@ class GatedMLP(BaseBlock):
             gu = b.matmul(p + "gate_up_proj", h, H, 2 * I, layer, normed=True)
             act = _silu_mul(b, layer, (Input(gu, segments=((0, 1, 1), (I, 1, 1))),))
         return b.matmul(p + "down_proj", act, I, H, layer, residual=x)
+
+    def params(self, cfg: Any, layer: int | None) -> int:  # gate, up, down, and the norm before them
+        return 3 * cfg.hidden_size * cfg.intermediate_size + cfg.hidden_size
 
 
 def _silu_mul(b: Builder, layer: int | None, inputs: tuple[Input, ...]) -> str:
