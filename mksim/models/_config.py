@@ -68,9 +68,9 @@ class ModelConfig:
     sliding_window: int | None = None
     #: the first this many layers attend to the whole context even with a window (Qwen2's max_window_layers)
     full_attention_layers: int = 0
-    #: the blocks the model is composed of (``mksim.workload.BLOCKS``, one per role): embed + num_layers x
+    #: the blocks the model is composed of (``mksim.workload.BLOCKS``, one per role): embedding + num_layers x
     #: (attention + ffn) + head
-    embed_block: str = "embed"
+    embedding_block: str = "embed"
     attention_block: str = "gqa"
     ffn_block: str = "gated_mlp"
     head_block: str = "lm_head"
@@ -88,7 +88,7 @@ class ModelConfig:
         hold (``BaseBlock.params``)."""
         blocks = blocks_of(self)
         per_layer = sum(blocks[r].params(self, layer) for layer in range(self.num_layers) for r in ("attention", "ffn"))
-        return blocks["embed"].params(self, None) + per_layer + blocks["head"].params(self, None)
+        return blocks["embedding"].params(self, None) + per_layer + blocks["head"].params(self, None)
 
     def window(self, layer: int) -> int | None:
         """The attention window of ``layer`` in tokens, or None where it attends to the whole context."""

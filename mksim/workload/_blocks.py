@@ -1,6 +1,6 @@
 """Blocks: the parts a decoder-only model is composed of, one file each in ``mksim/workload/blocks/``.
 
-A model is ``embed`` + ``num_layers`` × (``attention`` + ``ffn``) + ``head``: these are the
+A model is ``embedding`` + ``num_layers`` × (``attention`` + ``ffn``) + ``head``: these are the
 :data:`ROLES`. A block is a subclass of :class:`BaseBlock` with a ``name`` and a ``role``, registered
 in :data:`BLOCKS` with the ``@BLOCKS.add`` decorator. Which block plays each role comes from the
 model's config: :func:`blocks_of` reads ``cfg.<role>_block`` (``ModelConfig.attention_block`` = ``"gqa"``,
@@ -13,7 +13,7 @@ The hooks, and when :func:`~mksim.workload.build_llm_workload` calls them:
   the block cannot take for ``cfg`` (the attention block refuses ``fuse_rope`` with q/k norms). Build
   choices that conflict whatever the model are refused by :class:`Build` itself.
 - :meth:`BaseBlock.ops` ``(b, layer, x)`` — once per layer for ``attention`` and ``ffn`` (``layer`` 0 to
-  ``num_layers - 1``, attention first), once per step for ``embed`` (``layer`` None, ``x`` "") and
+  ``num_layers - 1``, attention first), once per step for ``embedding`` (``layer`` None, ``x`` "") and
   ``head`` (``layer`` None): add the block's ops to the :class:`~mksim.workload.Builder` ``b``, reading
   the residual stream from the op called ``x``, and return the name of the op that holds the residual
   stream after the block (the head returns its last op). Everything a block needs is on ``b``: the
@@ -32,7 +32,7 @@ with dense layers among the sparse ones) reads the layer from ``layer`` and the 
 
 >>> from mksim.workload import BLOCKS
 >>> [(n, BLOCKS[n].role) for n in BLOCKS]
-[('embed', 'embed'), ('gqa', 'attention'), ('gated_mlp', 'ffn'), ('lm_head', 'head')]
+[('embed', 'embedding'), ('gqa', 'attention'), ('gated_mlp', 'ffn'), ('lm_head', 'head')]
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from ._builder import Build, Builder
 
 #: what a block can be, in the order a model's ops come
-ROLES = ("embed", "attention", "ffn", "head")
+ROLES = ("embedding", "attention", "ffn", "head")
 
 
 class BaseBlock:
@@ -63,7 +63,7 @@ class BaseBlock:
         raise NotImplementedError
 
     def params(self, cfg: Any, layer: int | None) -> int:
-        """Parameters this block holds in ``layer`` (None: embed, head); default none."""
+        """Parameters this block holds in ``layer`` (None: embedding, head); default none."""
         return 0
 
 

@@ -1,6 +1,6 @@
 """Build the unfused op graph of a decoder-only LLM step (decode or prefill) from its blocks.
 
-A model is ``embed`` + ``num_layers`` × (``attention`` + ``ffn``) + ``head``; which block plays each
+A model is ``embedding`` + ``num_layers`` × (``attention`` + ``ffn``) + ``head``; which block plays each
 role comes from the config (:func:`~mksim.workload.blocks_of`), and each block adds its ops
 (``mksim/workload/blocks/``, the contract in :mod:`mksim.workload._blocks`). The base graph keeps each
 op separate (norm, projection, RoPE, attention partials and their reduction, SiLU·mul, ...); fusing is a
@@ -59,7 +59,7 @@ def build_llm_workload(cfg: Any, step: Step | None = None, *, fuse_norm: bool = 
         raise WorkloadError(f"kv_len + new tokens = {step.kv_total} exceeds {cfg.name}'s context of "
                             f"{cfg.max_position_embeddings}; use a smaller --kv-len")
     b = Builder(cfg, step, build)
-    x = blocks["embed"].ops(b, None, "")
+    x = blocks["embedding"].ops(b, None, "")
     for layer in range(cfg.num_layers):
         x = blocks["attention"].ops(b, layer, x)
         x = blocks["ffn"].ops(b, layer, x)

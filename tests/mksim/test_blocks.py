@@ -62,9 +62,9 @@ def plain_mlp():
 
 
 def test_a_model_is_its_configs_blocks():
-    assert ROLES == ("embed", "attention", "ffn", "head")
+    assert ROLES == ("embedding", "attention", "ffn", "head")
     assert {r: b.name for r, b in blocks_of(LLAMA).items()} == {
-        "embed": "embed", "attention": "gqa", "ffn": "gated_mlp", "head": "lm_head"}
+        "embedding": "embed", "attention": "gqa", "ffn": "gated_mlp", "head": "lm_head"}
     assert all(BLOCKS[n].role in ROLES for n in BLOCKS)
 
 
@@ -91,7 +91,7 @@ def test_a_registered_block_round_trips_through_a_schedule_file(plain_mlp):
 
 @pytest.mark.parametrize("blocks,msg", [
     ({"ffn": "moe"}, "mksim_blocks: 'moe' is not a ffn block; known: gated_mlp"),
-    ({"mlp": "gated_mlp"}, "mksim_blocks names the role 'mlp'; give some of embed, attention, ffn, head"),
+    ({"mlp": "gated_mlp"}, "mksim_blocks names the role 'mlp'; give some of embedding, attention, ffn, head"),
     ("gated_mlp", "mksim_blocks = 'gated_mlp'; expected an object of role: block name"),
 ])
 def test_a_config_naming_an_unknown_block_is_refused_in_one_line(blocks, msg):

@@ -6,7 +6,7 @@ from importlib import import_module
 from pkgutil import iter_modules
 
 # registered in this order: each role's first block is the one a config that names none gets
-BUILT_IN = ("embed", "attention", "mlp", "head")
+BUILT_IN = ("embedding", "attention", "mlp", "head")
 
 for _name in BUILT_IN + tuple(m.name for m in iter_modules(__path__) if m.name not in BUILT_IN):
     import_module(f"{__name__}.{_name}")  # registers what it defines

@@ -13,7 +13,7 @@ class Embed(BaseBlock):
     """``embed``: reads ``rows`` rows of ``hidden_size`` from the table; they start the residual stream."""
 
     name = "embed"
-    role = "embed"
+    role = "embedding"
 
     def ops(self, b: Builder, layer: int | None, x: str) -> str:
         H, T = b.cfg.hidden_size, b.rows
