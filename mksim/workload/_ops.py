@@ -88,7 +88,8 @@ class Op:
 
 @dataclass(frozen=True)
 class Workload:
-    """The ops of one model step (decode or prefill), in a topological order.
+    """The ops of one model step (decode or prefill), in a topological order; a built one keeps the
+    :class:`~mksim.workload.Step` and :class:`~mksim.workload.Build` it was made from (``step``, ``build``).
 
     Example::
 
