@@ -73,11 +73,9 @@ def make_workload(model: str | ModelConfig | Step, batch: int = 1, kv_len: int =
     path or a :class:`ModelConfig` with the step's fields), tiled for ``n_sms`` SMs, as every ``mksim``
     command builds it."""
     step = model if isinstance(model, Step) else Step(model, batch, kv_len, phase, prefill_tokens, dtype)
-    params = dict(batch=step.batch, kv_len=step.kv_len, phase=step.phase, prefill_tokens=step.prefill_tokens,
-                  weight_dtype=step.weight_dtype, n_sms=n_sms)
     if isinstance(step.model, str) and models.is_config_path(step.model):
-        return models.from_hf_config(step.model, **params)
-    return models.workload(step.model, **params)
+        step = step.with_(model=models.config_from_hf(step.model))
+    return models.workload(step, n_sms=n_sms)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mksim.extras import require
-from mksim.workload import Workload, build_llm_workload
+from mksim.workload import Step, Workload, build_llm_workload
 
 from ._config import ModelConfig, builtin_names, config_from_hf, get, is_config_path, moe_experts
 
@@ -25,12 +25,21 @@ def names() -> list[str]:
     return builtin_names()
 
 
-def workload(model: str | ModelConfig, **params: Any) -> Workload:
-    """The op graph of one step of a built-in model (by name) or a :class:`ModelConfig`.
+def workload(model: str | ModelConfig | Step, **params: Any) -> Workload:
+    """The op graph of one step of a built-in model (by name), a :class:`ModelConfig`, or a
+    :class:`~mksim.workload.Step` (whose ``model`` is either).
 
-    Parameters: ``batch``, ``kv_len``, ``phase`` (``decode``/``prefill``),
-    ``prefill_tokens``, ``weight_dtype`` (``bf16``/``fp8``), ``kv_splits``, ``n_sms``.
+    Parameters: the build choices of :func:`~mksim.workload.build_llm_workload` (``fuse_norm``, ...,
+    ``kv_splits``, ``n_sms``); without a Step, also the step's ``batch``, ``kv_len``, ``phase``
+    (``decode``/``prefill``), ``prefill_tokens`` and ``weight_dtype`` (``bf16``/``fp8``).
+
+    >>> wl = workload(Step("llama-3.2-1b", batch=4, kv_len=512), fuse_norm=True)
+    >>> wl == workload("llama-3.2-1b", batch=4, kv_len=512, fuse_norm=True), wl.step.rows
+    (True, 4)
     """
+    if isinstance(model, Step):
+        cfg = get(model.model) if isinstance(model.model, str) else model.model
+        return build_llm_workload(cfg, model.with_(model=cfg), **params)
     cfg = get(model) if isinstance(model, str) else model
     return build_llm_workload(cfg, **params)
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from hwmodels.files import is_pipe_name, names_a_file, parse_json, read_bytes
 from mksim.errors import UnknownNameError, WorkloadError
+from mksim.workload import BLOCKS, ROLES, blocks_of
 
 _CONFIGS = Path(__file__).resolve().parent / "configs"
 
@@ -67,6 +68,12 @@ class ModelConfig:
     sliding_window: int | None = None
     #: the first this many layers attend to the whole context even with a window (Qwen2's max_window_layers)
     full_attention_layers: int = 0
+    #: the blocks the model is composed of (``mksim.workload.BLOCKS``, one per role): embedding + num_layers x
+    #: (attention + ffn) + head
+    embedding_block: str = "embed"
+    attention_block: str = "gqa"
+    ffn_block: str = "gated_mlp"
+    head_block: str = "lm_head"
 
     @property
     def q_size(self) -> int:
@@ -77,16 +84,11 @@ class ModelConfig:
         return self.num_kv_heads * self.head_dim
 
     def param_count(self) -> int:
-        """Parameters, counted as the model's state dict does (tied embeddings once)."""
-        h, i = self.hidden_size, self.intermediate_size
-        attn = h * (self.q_size + 2 * self.kv_size) + self.q_size * h
-        if self.attention_bias:
-            attn += self.q_size + 2 * self.kv_size
-        mlp = 3 * h * i
-        norms = 2 * h + (2 * self.head_dim if self.qk_norm else 0)
-        embed = self.vocab_size * h
-        head = 0 if self.tie_word_embeddings else self.vocab_size * h
-        return embed + self.num_layers * (attn + mlp + norms) + h + head
+        """Parameters, counted as the model's state dict does (tied embeddings once): what its blocks
+        hold (``BaseBlock.params``)."""
+        blocks = blocks_of(self)
+        per_layer = sum(blocks[r].params(self, layer) for layer in range(self.num_layers) for r in ("attention", "ffn"))
+        return blocks["embedding"].params(self, None) + per_layer + blocks["head"].params(self, None)
 
     def window(self, layer: int) -> int | None:
         """The attention window of ``layer`` in tokens, or None where it attends to the whole context."""
@@ -250,12 +252,33 @@ def config_from_hf(path_or_dict: str | Path | Mapping[str, Any], *, name: str | 
         model_type=model_type,
         sliding_window=window,
         full_attention_layers=full_layers,
+        **_blocks(raw, where),
     )
 
 
 def _short(v: Any) -> str:
     text = repr(v)
     return text if len(text) <= 80 else text[:60] + f"…({len(text)} characters)"
+
+
+def _blocks(raw: Mapping[str, Any], where: str) -> dict[str, str]:
+    """The ``<role>_block`` fields a config names in ``mksim_blocks`` (``{"ffn": "gated_mlp"}``: what a
+    schedule file writes for a model whose blocks are not the defaults), each a registered block of its role."""
+    given = raw.get("mksim_blocks")
+    if given is None:
+        return {}
+    if not isinstance(given, Mapping):
+        raise WorkloadError(f"{where}: mksim_blocks = {_short(given)}; expected an object of role: block name")
+    out = {}
+    for role, name in given.items():
+        if role not in ROLES:
+            raise WorkloadError(f"{where}: mksim_blocks names the role {_short(role)}; give some of {', '.join(ROLES)}")
+        known = [n for n in BLOCKS if BLOCKS[n].role == role]
+        if name not in known:
+            raise WorkloadError(f"{where}: mksim_blocks: {_short(name)} is not a {role} block; known: "
+                                f"{', '.join(known)}")
+        out[f"{role}_block"] = name
+    return out
 
 
 def _window(raw: Mapping[str, Any], model_type: str, layers: int, flag: Any, where: str) -> tuple[int | None, int]:

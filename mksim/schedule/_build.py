@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import fields
 from typing import Any
 
 from hwmodels import GPUSpec
@@ -12,7 +13,16 @@ from mksim import models
 from mksim.costs import rates
 from mksim.errors import ScheduleError, WorkloadError
 from mksim.target import gpu_spec
-from mksim.workload import TaskGraph, Tiling, Workload, expand_kernels, kernels_per_op
+from mksim.workload import (
+    ROLES,
+    SWITCHES,
+    TaskGraph,
+    Tiling,
+    Workload,
+    expand_kernels,
+    kernels_per_op,
+    resolved_kv_splits,
+)
 
 from ._designs import active_designs, with_defaults
 from ._modes import MODE_DEFAULTS, PersistentMode, get_mode
@@ -111,16 +121,20 @@ def _task_graph(workload: Workload, tiling: Tiling) -> TaskGraph:
 
 
 def _spec(wl: Workload, gpu: GPUSpec) -> dict[str, Any]:
+    """What a schedule file stores to rebuild ``wl``: its model, step and build choices, with the KV split
+    it resolved (:func:`~mksim.workload.resolved_kv_splits`), so the rebuilt one needs no GPU."""
     cfg = wl.model
     builtin = cfg is not None and cfg.name in models.names() and models.get(cfg.name) == cfg
     model: Any = cfg.name if builtin else _hf_dict(cfg)
-    attn = next((op for op in wl.ops if op.kind == "attn_partial"), None)
+    kv_splits: int | None
+    if wl.step is not None and wl.build is not None:
+        kv_splits = resolved_kv_splits(cfg, wl.step, wl.build)
+    else:  # made by hand around a config: what its attention ops say
+        attn = next((op for op in wl.ops if op.kind == "attn_partial"), None)
+        kv_splits = attn.attrs["kv_splits"] if attn else None
     return {"model": model, "batch": wl.batch, "kv_len": wl.kv_len, "phase": wl.phase,
-            "prefill_tokens": wl.prefill_tokens or None, "weight_dtype": wl.weight_dtype,
-            "kv_splits": attn.attrs["kv_splits"] if attn else None, "fuse_norm": wl.fuse_norm,
-            "fuse_rope": wl.fuse_rope, "fuse_silu": wl.fuse_silu, "fuse_reduce": wl.fuse_reduce,
-            "split_qkv": wl.split_qkv,
-            "split_gate_up": wl.split_gate_up, **dict(wl.options)}
+            "prefill_tokens": wl.prefill_tokens or None, "weight_dtype": wl.weight_dtype, "kv_splits": kv_splits,
+            **{k: getattr(wl, k) for k in SWITCHES}, **dict(wl.options)}
 
 
 def _hf_dict(cfg: Any) -> dict[str, Any]:
@@ -131,7 +145,11 @@ def _hf_dict(cfg: Any) -> dict[str, Any]:
         window = {"sliding_window": cfg.sliding_window}
         if cfg.model_type in ("qwen2", "qwen3"):
             window.update(use_sliding_window=True, max_window_layers=cfg.full_attention_layers)
-    return {**window, "model_type": cfg.model_type, "hidden_size": cfg.hidden_size,
+    # blocks other than a config's defaults, under mksim's own key (the importer reads it back)
+    chosen = {role: getattr(cfg, f"{role}_block") for role in ROLES}
+    default = {role: f.default for role in ROLES for f in fields(models.ModelConfig) if f.name == f"{role}_block"}
+    blocks = {"mksim_blocks": {r: n for r, n in chosen.items() if n != default[r]}} if chosen != default else {}
+    return {**window, **blocks, "model_type": cfg.model_type, "hidden_size": cfg.hidden_size,
             "intermediate_size": cfg.intermediate_size, "num_hidden_layers": cfg.num_layers,
             "num_attention_heads": cfg.num_heads, "num_key_value_heads": cfg.num_kv_heads,
             "head_dim": cfg.head_dim, "vocab_size": cfg.vocab_size,

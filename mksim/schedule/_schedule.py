@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 from collections.abc import Mapping
@@ -20,10 +19,11 @@ from mksim.target import gpu_spec
 from mksim.workload import (
     DTYPE_BYTES,
     KINDS,
+    Build,
+    Step,
     TaskGraph,
     Tiling,
     Workload,
-    build_llm_workload,
     expand_kernels,
     kernels_per_op,
 )
@@ -35,8 +35,9 @@ from ._policies import ORDERS, get_policy
 FORMAT = "mksim-schedule"
 VERSION = 1  # the schedule file format this code reads and writes
 SCHEDULE_LIMIT_B = 256 << 20  # a schedule file holds a few MB at most (its queues); past this it is not one
-WORKLOAD_KEYS = ("batch", "kv_len", "phase", "prefill_tokens", "weight_dtype", "kv_splits", "fuse_norm", "fuse_rope",
-                 "fuse_silu", "fuse_reduce", "split_qkv", "split_gate_up")
+# what a schedule file's workload holds besides its model: the step's fields and the build's choices
+STEP_KEYS = tuple(f.name for f in fields(Step) if f.name != "model")
+BUILD_KEYS = tuple(f.name for f in fields(Build))
 
 
 @dataclass(frozen=True)
@@ -418,19 +419,16 @@ def workload_from_spec(spec: dict[str, Any]) -> Workload:
     """Rebuild a workload from the spec stored in a schedule file."""
     if not isinstance(spec, dict) or "model" not in spec:
         raise ScheduleError("schedule workload must be an object with a 'model' (name or HF config)")
-    known = ["model", *(k for k in inspect.signature(build_llm_workload).parameters if k != "cfg")]
+    known = ("model", *STEP_KEYS, *BUILD_KEYS)
     for key in spec:
         if key not in known:
             raise ScheduleError(f"schedule workload has unknown key {key!r}; known: {', '.join(known)}")
-    params = {k: spec[k] for k in WORKLOAD_KEYS if k in spec and spec[k] is not None}
-    # options a workload records beyond these (Workload.options) go back to its builder as they are
-    params.update((k, v) for k, v in spec.items() if k not in (*WORKLOAD_KEYS, "model", "n_sms") and v is not None)
-    if "n_sms" in spec:
-        params["n_sms"] = spec["n_sms"]
     model = spec["model"]
-    if isinstance(model, dict):
-        return models.from_hf_config(model, **params)
-    return models.workload(model, **params)
+    cfg = models.config_from_hf(model) if isinstance(model, dict) else models.get(model)
+    step = Step(cfg, **{k: spec[k] for k in STEP_KEYS if spec.get(k) is not None})
+    # None is a missing choice (the build's default), except for n_sms, whose check refuses it
+    build = {k: v for k, v in spec.items() if k in BUILD_KEYS and (v is not None or k == "n_sms")}
+    return models.workload(step, **build)
 
 
 def _in_task_order(graph: TaskGraph, queues: list[list[int]]) -> bool:

@@ -45,7 +45,7 @@ megakernel baselines keep as many of their four 32 KiB pages as still fit.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from hwmodels import GPUSpec
@@ -64,7 +64,7 @@ from mksim.schedule import (
     modes_on,
 )
 from mksim.schedule.modes.graph_pdl import TRIGGERS
-from mksim.workload import KINDS, Tiling, default_kv_splits
+from mksim.workload import KINDS, Build, Step, Tiling, attended_tokens, resolved_kv_splits
 
 SPACE_VERSION = 5  # bump when a parameter is added or changes meaning: old studies cannot be resumed
 SEARCH_MODES = ("megakernel", "graph_pdl", "graph")
@@ -247,25 +247,40 @@ def check_designs(designs: str | tuple[str, ...] | list[str] | None) -> tuple[st
 
 @dataclass(frozen=True)
 class Problem:
-    """What is being scheduled: a model step on a GPU."""
-    model: str
+    """What is being scheduled: a model step on a GPU (:attr:`step`).
+
+    >>> import hwmodels
+    >>> p = Problem("llama-3.2-1b", hwmodels.load("h200"), batch=4)
+    >>> p.step.rows, p.workload(kv_split_mult=2.0).build.kv_splits
+    (4, 10)
+    """
+    model: Any  # a built-in model's name (a ModelConfig builds workloads too; a study names the model)
     gpu: GPUSpec
     batch: int = 1
     kv_len: int = 1024
     phase: str = "decode"
     fixed: dict[str, Any] = field(default_factory=dict)  # Options fields every candidate keeps (check_fixed)
     designs: tuple[str, ...] = ()  # megakernel designs added to the space (check_designs)
+    prefill_tokens: int = 0  # new tokens per sequence in prefill
+
+    @property
+    def step(self) -> Step:
+        """The model step scheduled."""
+        return Step(self.model, batch=self.batch, kv_len=self.kv_len, phase=self.phase,
+                    prefill_tokens=self.prefill_tokens)
 
     def workload(self, kv_split_mult: float = 1.0, fuse_norm: bool = False, split_qkv: bool = False,
                  split_gate_up: bool = False, fuse_rope: bool = False, fuse_silu: bool = False):
-        n = self.gpu.sm.count
-        kw = {"batch": self.batch, "kv_len": self.kv_len, "phase": self.phase, "n_sms": n, "fuse_norm": fuse_norm,
-              "split_qkv": split_qkv, "split_gate_up": split_gate_up, "fuse_rope": fuse_rope, "fuse_silu": fuse_silu}
+        """The step's workload with these choices; ``kv_split_mult`` scales the KV split the builder would
+        choose (:func:`~mksim.workload.resolved_kv_splits`: windows and prefill included)."""
+        step = self.step
+        build = Build(fuse_norm=fuse_norm, fuse_rope=fuse_rope, fuse_silu=fuse_silu, split_qkv=split_qkv,
+                      split_gate_up=split_gate_up, n_sms=self.gpu.sm.count)
         if kv_split_mult != 1.0:
-            cfg = models.get(self.model)
-            default = default_kv_splits(cfg.num_kv_heads, self.batch, self.kv_len + 1, n)
-            kw["kv_splits"] = max(1, min(self.kv_len + 1, round(default * kv_split_mult)))
-        return models.workload(self.model, **kw)
+            cfg = models.get(self.model) if isinstance(self.model, str) else self.model
+            default = resolved_kv_splits(cfg, step, build)
+            build = replace(build, kv_splits=max(1, min(attended_tokens(cfg, step), round(default * kv_split_mult))))
+        return models.workload(step, **asdict(build))
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,33 @@
-"""Workloads: ops of a model step, and their tiling into task graphs."""
+"""Workloads: ops of a model step, built from blocks, and their tiling into task graphs."""
 
+from importlib import import_module
+
+from ._blocks import BLOCKS, ROLES, BaseBlock, blocks_of
+from ._builder import (
+    ACT_BYTES,
+    DTYPE_BYTES,
+    MATMUL_ALIGN,
+    SWITCHES,
+    VEC_ALIGN,
+    Build,
+    Builder,
+    attended_tokens,
+    default_kv_splits,
+    resolved_kv_splits,
+)
 from ._kernels import CONTINUATION_KIND, expand_kernels, kernel_counts, kernel_of, kernels_per_op
-from ._llm import ACT_BYTES, DTYPE_BYTES, MATMUL_ALIGN, VEC_ALIGN, build_llm_workload, default_kv_splits
-from ._ops import OP_KINDS, Input, Op, Workload, check_op_graph
+from ._llm import build_llm_workload
+from ._ops import Input, Op, Workload, check_op_graph
 from ._tasks import Dep, TaskGraph, Tiling, tile_bounds
 from .kinds import KINDS, OpKind, get_kind
 from .step import Step
 
-__all__ = ["ACT_BYTES", "CONTINUATION_KIND", "DTYPE_BYTES", "Dep", "Input", "KINDS", "MATMUL_ALIGN", "OP_KINDS", "Op",
-           "OpKind", "Step", "TaskGraph", "Tiling", "VEC_ALIGN", "Workload", "build_llm_workload", "check_op_graph",
+# The built-in blocks, and any file added beside them, register as they are imported: last, so that such
+# a file can import what it needs from mksim.workload.
+blocks = import_module(f"{__name__}.blocks")
+
+__all__ = ["ACT_BYTES", "BLOCKS", "BaseBlock", "Build", "Builder", "CONTINUATION_KIND", "DTYPE_BYTES", "Dep", "Input",
+           "KINDS", "MATMUL_ALIGN", "Op", "OpKind", "ROLES", "SWITCHES", "Step", "TaskGraph", "Tiling", "VEC_ALIGN",
+           "Workload", "attended_tokens", "blocks", "blocks_of", "build_llm_workload", "check_op_graph",
            "default_kv_splits", "expand_kernels", "get_kind", "kernel_counts", "kernel_of", "kernels_per_op",
-           "tile_bounds"]
+           "resolved_kv_splits", "tile_bounds"]

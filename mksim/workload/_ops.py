@@ -15,9 +15,6 @@ from mksim.errors import WorkloadError
 
 from .kinds import KINDS
 
-# Kinds of op, and whether their arithmetic runs on tensor cores or CUDA cores (from KINDS).
-OP_KINDS: dict[str, str] = {k.name: k.unit for k in KINDS.values()}
-
 
 @dataclass(frozen=True)
 class Input:
@@ -81,7 +78,7 @@ class Op:
     def unit(self) -> str:
         """``"tensor"`` or ``"vector"``: which arithmetic units the op uses (a kind outside
         :data:`~mksim.workload.KINDS` counts as vector)."""
-        k = KINDS.get(self.kind)
+        k = KINDS.get(self.kind, None)
         return k.unit if k is not None else "vector"
 
     @property
@@ -91,7 +88,8 @@ class Op:
 
 @dataclass(frozen=True)
 class Workload:
-    """The ops of one model step (decode or prefill), in a topological order.
+    """The ops of one model step (decode or prefill), in a topological order; a built one keeps the
+    :class:`~mksim.workload.Step` and :class:`~mksim.workload.Build` it was made from (``step``, ``build``).
 
     Example::
 
@@ -118,6 +116,10 @@ class Workload:
     # a schedule file stores them, so a new workload option round-trips without touching mksim.schedule
     options: tuple[tuple[str, Any], ...] = ()
     model: Any = field(default=None, compare=False, hash=False)
+    # what it was built from, where a builder made it (the one place later code reads batch, KV length,
+    # phase and the build choices from): a Step and a Build of mksim.workload
+    step: Any = field(default=None, compare=False, hash=False)
+    build: Any = field(default=None, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         check_op_graph(self.ops)

@@ -4,7 +4,9 @@ An :class:`OpKind` says what the simulator needs (which arithmetic units the op 
 validation side fits the cost of its device function (:attr:`OpKind.cost_fields`, the keys of its
 ``[runtime.kernels.<kind>]`` table in a hardware file) and which opcode the generated kernel
 runs it under (``MK_OP_<NAME>``, injected into the CUDA sources at compile time). :data:`KINDS`
-lists them all; the workload builders, ``mksim.sim``'s device costs, the instruction encoder,
+(a :class:`~mksim.registry.Registry` that refuses a second kind of the same name or opcode) lists
+them all; a block that needs a new kind registers it with ``KINDS.register(kind.name, kind)``. The
+workload builders, ``mksim.sim``'s device costs, the instruction encoder,
 the cost fit and the torch reference of ``validation.megakernel`` all take kinds from it.
 
 >>> from mksim.workload import KINDS, get_kind
@@ -17,9 +19,8 @@ the cost fit and the torch reference of ``validation.megakernel`` all take kinds
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import MappingProxyType
 
-from mksim.errors import UnknownNameError
+from mksim.registry import Registry
 
 UNITS = ("tensor", "vector")
 
@@ -72,14 +73,13 @@ class OpKind:
         return f"MK_OP_{self.name.upper()}"
 
 
-def _registry(*kinds: OpKind) -> MappingProxyType[str, OpKind]:
-    codes = [k.opcode for k in kinds if k.opcode is not None]
-    if len(set(codes)) != len(codes) or len({k.name for k in kinds}) != len(kinds):
-        raise ValueError("op kinds need unique names and opcodes")
-    return MappingProxyType({k.name: k for k in kinds})
+def _unique_opcode(kind: OpKind) -> None:
+    if kind.opcode is not None and any(k.opcode == kind.opcode for k in KINDS.values()):
+        raise ValueError(f"op kind {kind.name}: opcode {kind.opcode} is taken; op kinds need unique opcodes")
 
 
-KINDS = _registry(
+KINDS: Registry[OpKind] = Registry("op kind", check=_unique_opcode, unique=True)
+for _kind in (
     OpKind("embed", "vector", "one embedding row per token", opcode=1, per_row=True),
     OpKind("rmsnorm", "vector", "RMS norm of each row, times a weight", opcode=2, per_row=True),
     OpKind("matmul", "tensor", "rows times a weight matrix (a matvec in decode), optionally + a residual",
@@ -94,8 +94,9 @@ KINDS = _registry(
            opcode=8, per_row=True),
     OpKind("add", "vector", "element-wise sum (traced models)"),
     OpKind("elementwise", "vector", "any other point-wise op (traced models)"),
-)
-"""Every op kind, by name, in a fixed order."""
+):
+    KINDS.register(_kind.name, _kind)  # every op kind, by name, in this order
+del _kind
 
 
 def get_kind(name: str) -> OpKind:
@@ -104,7 +105,4 @@ def get_kind(name: str) -> OpKind:
     >>> get_kind("rope_kv").define
     'MK_OP_ROPE_KV'
     """
-    try:
-        return KINDS[name]
-    except KeyError:
-        raise UnknownNameError("op kind", name, list(KINDS)) from None
+    return KINDS.get(name)

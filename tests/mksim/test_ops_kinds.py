@@ -8,18 +8,33 @@ import pytest
 
 from mksim import models
 from mksim.errors import MksimError
-from mksim.workload import KINDS, OP_KINDS, Op, OpKind, get_kind, kinds
+from mksim.registry import Registry
+from mksim.workload import KINDS, Op, OpKind, get_kind, kinds
 
 
 def test_the_examples_hold():
     assert doctest.testmod(kinds).failed == 0
 
 
-def test_names_and_opcodes_are_unique_and_op_kinds_follow():
+def test_names_and_opcodes_are_unique():
     codes = [k.opcode for k in KINDS.values() if k.opcode is not None]
     assert len(codes) == len(set(codes)) and all(c > 0 for c in codes)
     assert all(name == k.name for name, k in KINDS.items())
-    assert OP_KINDS == {k.name: k.unit for k in KINDS.values()}
+    assert isinstance(KINDS, Registry) and KINDS in Registry.every()
+
+
+def test_the_registry_refuses_a_taken_name_or_opcode_and_takes_a_new_kind():
+    with pytest.raises(ValueError, match="op kind 'matmul' is registered already"):
+        KINDS.register("matmul", OpKind("matmul", "tensor", "again"))
+    with pytest.raises(ValueError, match="opcode 3 is taken"):
+        KINDS.register("gemm", OpKind("gemm", "tensor", "a second matmul", opcode=3))
+    assert "gemm" not in KINDS
+    KINDS.register("router", OpKind("router", "vector", "top-k of each token's expert scores"))
+    try:  # a kind registered later (by a block's file) is one like the others
+        assert get_kind("router").unit == "vector" and list(KINDS)[-1] == "router"
+        assert Op(name="r", kind="router", out_size=8, elem_bytes=2.0, flops=1.0).unit == "vector"
+    finally:
+        KINDS.remove("router")
 
 
 def test_every_kind_a_built_in_workload_emits_is_registered():
