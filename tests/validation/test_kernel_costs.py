@@ -281,7 +281,7 @@ def test_no_cost_per_page_from_one_page_size_or_without_the_ring():
 
 
 def runner_rows(recs: list[dict]) -> list[dict]:
-    """``python -m validation.megakernel --json`` rows: one graph row per ring, with its single ops."""
+    """``python -m validation megakernel --json`` rows: one graph row per ring, with its single ops."""
     rows = []
     for page, depth in sorted({(r["page_KiB"], r["depth"]) for r in recs}):
         for b in sorted({r["batch"] for r in recs}):
@@ -322,7 +322,7 @@ def test_the_refit_writes_the_profile_in_place(tmp_path, capsys):
     assert g.kernels.per_kind["rope_kv"] == before.per_kind["rope_kv"]  # not measured: untouched
     assert g.kernels.ring_copies_in_flight_count == 1
     text = prof.read_text()
-    assert f"#   python -m validation.kernel_costs {run} --profile {prof}" in text.replace(" \\\n#     ", " ")
+    assert f"#   python -m validation kernel-costs {run} --profile {prof}" in text.replace(" \\\n#     ", " ")
     assert text.count("[runtime.kernels.matmul]") == 1 and "[validation]" in text
     from mksim.search import pages_costed
     assert pages_costed(g)
@@ -354,11 +354,11 @@ def test_a_refit_of_some_kinds_keeps_the_others_and_adds_its_command(tmp_path, c
     text = prof.read_text().replace(" \\\n#     ", " ")
     first = old_text.replace(" \\\n#     ", " ").split("#   python -m validation.kernel_costs")[1].split("\n")[0]
     assert first in text  # the other tables' command is kept ...
-    assert f"#   python -m validation.kernel_costs {run} --profile {prof} --kinds attn_partial,attn_reduce" in text
+    assert f"#   python -m validation kernel-costs {run} --profile {prof} --kinds attn_partial,attn_reduce" in text
     # ... and a refit of every kind writes one command again
     assert kc.main([str(run), "--profile", str(prof), "--kinds", "attn_reduce"]) == 0
     assert kc.main([str(run), "--profile", str(prof)]) == 0
-    assert prof.read_text().count("#   python -m validation.kernel_costs") == 1
+    assert [prof.read_text().count(c) for c in kc.COMMAND_PREFIXES] == [1, 0]  # the old module path replaced too
     capsys.readouterr()
     for kinds, msg in (("attn_reduce,nope", "unknown op kind 'nope'"), ("rmsnorm", "no single op of kind 'rmsnorm'"),
                        (" , ", "--kinds is empty")):

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 import hwmodels
-from validation.stacks import __main__ as cli
-from validation.stacks import answer, records
+from validation.stacks import answer, cli, records
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSWER = ROOT / answer.JSON

@@ -24,8 +24,7 @@ from mksim.workload import (
     kernel_of,
     kernels_per_op,
 )
-from validation.stacks import __main__ as cli
-from validation.stacks import fit, predict, records
+from validation.stacks import cli, fit, predict, records
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "validation/results/h200-stacks/run2"

@@ -10,8 +10,8 @@
 
 Run::
 
-    python -m validation.chains run --out DIR [--quick] [--timeout 200]     # on the GPU
-    python -m validation.chains predict DIR/chains.json --gpu h200-calibrated [--json OUT]
+    python -m validation chains run --out DIR [--quick] [--timeout 200]     # on the GPU
+    python -m validation chains predict DIR/chains.json --gpu h200-calibrated [--json OUT]
 """
 
 from .cases import SEQUENCES, Case, Sequence, build_schedule, case_list, chain_workload

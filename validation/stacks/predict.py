@@ -1,6 +1,6 @@
 """mksim's predictions of the stacks' whole steps, held against a run's measurements (issue 17).
 
-    python -m validation.stacks predict validation/results/h200-stacks/run2 \\
+    python -m validation stacks predict validation/results/h200-stacks/run2 \\
         --json validation/results/h200-stacks/summary.json --docs docs/stacks.md
 
 Each measured step (``step-<stack>-<model>-b<B>-kv<kv>.json``) is predicted by
@@ -116,7 +116,7 @@ def summarise(run: Path, gpu: str = "h200-calibrated") -> dict[str, Any]:
     held = [c for c in cases if c["held_out"]]
     return {
         "gpu": f"{env.get('gpu', 'NVIDIA H200')} ({gpu})", "date": env.get("date_utc", "")[:10],
-        "run": str(run), "command": f"python -m validation.stacks predict {run} --json SUMMARY",
+        "run": str(run), "command": f"python -m validation stacks predict {run} --json SUMMARY",
         "predicted_with": {s: f"mksim.build_schedule(workload, '{gpu}+{p}', 'graph')" for s, p in STACK_PROFILE.items()}
         | {"megakernel": f"mksim.build_schedule(workload, '{gpu}+{MEGAKERNEL_PROFILE}', 'megakernel')"},
         "fit_models": fitted, "held_out_models": sorted({c["model"] for c in held}),

@@ -168,7 +168,7 @@ def design_targets(rows: list[dict], metrics: dict, models: tuple[str, ...], hbm
 
 
 def read_stacks(folder: Path | str) -> dict[str, Any]:
-    """The whole steps of a ``python -m validation.stacks run`` folder (its ``step-*.json``, sub-folders
+    """The whole steps of a ``python -m validation stacks run`` folder (its ``step-*.json``, sub-folders
     too): ``{"source": folder, "steps": [{stack, model, batch, kv_len, median_us}, ...]}``."""
     root = Path(folder)
     files = sorted(root.rglob("step-*.json")) if root.is_dir() else []
