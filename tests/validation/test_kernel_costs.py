@@ -302,9 +302,12 @@ def test_records_of_the_runner_rows_take_their_ring_model_and_batch():
     assert "page_KiB" not in kc.records([[{"single_ops": [rec("silu_mul", 0, 1.0)]}]])[0]
 
 
-def test_the_refit_writes_the_profile_in_place(tmp_path, capsys):
+@pytest.mark.parametrize("header", kc.COMMAND_PREFIXES, ids=("today", "old-module-path"))
+def test_the_refit_writes_the_profile_in_place(header, tmp_path, capsys):
+    """A profile whose header names the command of today or the module path fitted profiles named
+    before ``python -m validation`` (history): the refit replaces it with its own command."""
     prof = tmp_path / "mksim.toml"
-    prof.write_text(hwmodels.resolve_profile("mksim").read_text())
+    prof.write_text(hwmodels.resolve_profile("mksim").read_text().replace(kc.COMMAND_PREFIXES[0], header))
     before = hwmodels.load("h200-calibrated", profile=str(prof)).kernels
     run = tmp_path / "pages.json"  # batch 1 only: the row terms are kept from the profile
     run.write_text(json.dumps(runner_rows(paged_records(batches=(1,))) + [
@@ -323,6 +326,7 @@ def test_the_refit_writes_the_profile_in_place(tmp_path, capsys):
     assert g.kernels.ring_copies_in_flight_count == 1
     text = prof.read_text()
     assert f"#   python -m validation kernel-costs {run} --profile {prof}" in text.replace(" \\\n#     ", " ")
+    assert [text.count(c) for c in kc.COMMAND_PREFIXES] == [1, 0]
     assert text.count("[runtime.kernels.matmul]") == 1 and "[validation]" in text
     from mksim.search import pages_costed
     assert pages_costed(g)
@@ -352,7 +356,7 @@ def test_a_refit_of_some_kinds_keeps_the_others_and_adds_its_command(tmp_path, c
     assert g.per_kind["attn_reduce"].task_fixed_us == 2.5
     assert g.per_kind["matmul"] == before.per_kind["matmul"]  # its record was left out
     text = prof.read_text().replace(" \\\n#     ", " ")
-    first = old_text.replace(" \\\n#     ", " ").split("#   python -m validation.kernel_costs")[1].split("\n")[0]
+    first = old_text.replace(" \\\n#     ", " ").split("#   python -m validation kernel-costs")[1].split("\n")[0]
     assert first in text  # the other tables' command is kept ...
     assert f"#   python -m validation kernel-costs {run} --profile {prof} --kinds attn_partial,attn_reduce" in text
     # ... and a refit of every kind writes one command again

@@ -1,4 +1,4 @@
-"""The answer published in docs/stacks.md, and the profiles' validation records (issue 17)."""
+"""The answer published in docs/stacks.md, and the profiles' validation records."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The stacks' profiles and predictions (issue 17): ops of several kernels as a closed-form story, the
+"""The stacks' profiles and predictions: ops of several kernels as a closed-form story, the
 profile fits reproduced from the committed single-op files, the summary and docs/stacks.md's tables
 reproduced from the committed step files. No GPU, no torch."""
 

@@ -450,7 +450,7 @@ def _targets(rows, stacks=None):
     return {t["id"]: t for t in design_targets(rows, m, vs.MODELS, 4557.6, stacks)}
 
 
-def test_issue_18_targets_met():
+def test_design_targets_met():
     rows = [_row(S, 1, "megakernel", "default", 800.0), _row(S, 1, "megakernel", "searched", 700.0, frac=0.5),
             _row(S, 1, "graph", us=1300.0, err=-9.0), _row(S, 8, "megakernel", "fused", 800.0),
             _row(L, 1, "megakernel", "default", 3000.0), _row(L, 1, "megakernel", "searched", 2800.0, frac=0.86),
@@ -465,7 +465,7 @@ def test_issue_18_targets_met():
     assert t["prediction"]["detail"] == f"MAPE 2.0 % over 8 cases; largest -9.0 % ({S}/b1/graph)"
 
 
-def test_issue_18_targets_missed_refused_failed_and_not_measured():
+def test_design_targets_missed_refused_failed_and_not_measured():
     why = "llama-3.1-8b batch 8 does not fit the kernel's shared memory"
     rows = [_row(S, 1, "megakernel", "default", 900.0), _row(S, 1, "megakernel", "searched", 880.0, err=11.0),
             _row(S, 1, "megakernel", "fused", 700.0, rel=2e-2),  # fastest, but wrong: not counted

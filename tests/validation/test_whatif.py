@@ -1,4 +1,4 @@
-"""The what-if overlays (issue 16): they load, place N queues, and the committed summary has its schema."""
+"""The what-if overlays: they load, place N queues, and the committed summary has its schema."""
 
 from __future__ import annotations
 

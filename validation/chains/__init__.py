@@ -1,4 +1,4 @@
-"""Held-out compositions (issue 16): chains of LLM projections by two implementations.
+"""Held-out compositions: chains of LLM projections by two implementations.
 
 - :mod:`.cases`: the chains (:data:`~.cases.SEQUENCES`) as mksim workloads and schedules, and the
   cases the GPU measures: mksim's generated kernels in stream, graph, graph + PDL (trigger early

@@ -215,7 +215,7 @@ def summary_json(rep: dict, raw_path: str) -> dict:
     s = rep["summary"]
     combos = dict.fromkeys(f"{r['implementation']}/{_mode(r)}" for r in ok)
     return {
-        "what": "held-out chains of LLM projections on the H200 (issue 16): mksim's generated kernels and cuBLAS "
+        "what": "held-out chains of LLM projections on the H200: mksim's generated kernels and cuBLAS "
                 "(torch F.linear), predicted by mksim; the profiles were fitted to single kernels, never to chains",
         "raw": raw_path, "raw_gpu": rep["raw_gpu"], "raw_date": rep["raw_date"], "raw_commit": rep["raw_commit"],
         "synthetic": rep["synthetic"], "models": rep["models"],

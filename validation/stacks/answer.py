@@ -1,4 +1,4 @@
-"""The answer, published: what a megakernel would buy over the stacks users run (issue 17).
+"""The answer, published: what a megakernel would buy over the stacks users run.
 
     python -m validation stacks answer [--json validation/results/h200-stacks/answer.json] [--docs docs/stacks.md]
 
@@ -42,8 +42,8 @@ STACKS = (("torch_graph", "torch"), ("inductor_graph", "inductor"))
 # (column, profile): None is the chip's best kernels
 MEGAKERNELS: tuple[tuple[str, str | None], ...] = (("mksim", "mksim"), ("best", None))
 RUN = "validation/results/h200-stacks/run2"
-# the issue-18 suite (batch 1, 4 and 8; its kernels: profile mksim-attn1); an earlier batch-8 run of the
-# session-6 kernels (validation/results/evidence/h200-b8) no longer stands for mksim's megakernel
+# the validation suite (batch 1, 4 and 8); an earlier batch-8 run of older
+# kernels (validation/results/evidence/h200-b8) no longer stands for mksim's megakernel
 MK_MEASURED = ("validation/results/h200/summary.json",)
 START, END = "<!-- stacks-answer:start -->", "<!-- stacks-answer:end -->"
 JSON = "validation/results/h200-stacks/answer.json"

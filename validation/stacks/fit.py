@@ -324,7 +324,7 @@ def to_toml(fit: Fit, run: Path, gpu: str = "h200-calibrated") -> str:
     name = STACK_PROFILE[fit.stack]
     full = {"torch": "plain torch (eager ops) in one CUDA graph", "inductor":
             "torch.compile (Inductor, default mode) in one CUDA graph"}[name]
-    lines = [f"# Implementation profile: {full} (issue 17), fitted to the single ops of",
+    lines = [f"# Implementation profile: {full}, fitted to the single ops of",
              f"# {run}/ops-{fit.stack}-*.json by",
              f"#   python -m validation stacks profile {run} --stack {fit.stack} --out hwmodels/profiles/{name}.toml",
              "# never to whole steps. How: validation/stacks/fit.py and docs/stacks.md (\"The profiles\").",

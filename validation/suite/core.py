@@ -13,7 +13,7 @@
   parts and merges (:mod:`validation.suite.parts`).
 - :func:`summarize` re-predicts every measured schedule on the CPU (:func:`predicted_us`) and
   returns ``summary.json``: each case's prediction, measurement and error, the suite's metrics
-  (MAPE, each mode's error, Kendall's τ between predicted and measured rankings), issue 18's
+  (MAPE, each mode's error, Kendall's τ between predicted and measured rankings), the design
   targets (:func:`design_targets`) and a middle layer's anatomy of each persistent case.
 - :func:`markdown_table` renders a summary for docs/validation.md; plots are in
   :mod:`validation.suite.plots`, the searched schedules' search in :mod:`validation.suite.schedules`.
@@ -565,7 +565,7 @@ def metrics(rows: list[dict], hbm_GBps: float) -> dict:
 def summarize(measured: dict | Path | str, gpu: str = GPU, stacks: dict | None = None) -> dict:
     """``summary.json``: the issue's schema (``gpu``, ``date``, ``cases`` with model, batch, mode,
     schedule, predicted_us, measured_us, measured_spread_us, max_rel_err) plus each case's error,
-    bandwidth, name and refusal; the suite's :func:`metrics`; issue 18's ``design_targets``
+    bandwidth, name and refusal; the suite's :func:`metrics`; the design targets
     (:func:`validation.suite.targets.design_targets`; ``stacks``: a
     :func:`~validation.suite.targets.read_stacks` of the same machine, for the target against
     ``torch.compile``); ``anatomy``: the middle layer of every persistent case with a trace
@@ -656,7 +656,7 @@ def _targets_lines(summary: dict) -> list[str]:
     if not goals:
         return []
     met = {True: "**met**", False: "**missed**", None: "not measured"}
-    return ["", "Issue 18's targets, from these measurements (a model and batch's megakernel: its fastest "
+    return ["", "The design targets, from these measurements (a model and batch's megakernel: its fastest "
                 "schedule whose output checked):", "", "| target | | measured |", "|---|---|---|",
             *(f"| {g['target']} | {met[g['met']]} | {g['detail']} |" for g in goals)]
 
@@ -694,7 +694,7 @@ def _anatomy_lines(summary: dict) -> list[str]:
 
 def markdown_table(summary: dict) -> str:
     """The summary as markdown (what docs/validation.md shows): the cases, the metrics and the
-    targets, what the megakernel schedules are, issue 18's targets and the per-layer anatomy."""
+    targets, what the megakernel schedules are, the design targets and the per-layer anatomy."""
     lines = [f"{summary.get('gpu') or 'GPU'}, {summary.get('date') or ''}; predictions by `{summary['predicted_with']}`"
              f" (µs; error = predicted / measured − 1):", "",
              "| model | batch | mode | schedule | predicted µs | measured µs | spread µs | error | bandwidth | "

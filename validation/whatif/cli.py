@@ -1,4 +1,4 @@
-"""What-if on silicon (issue 16): the persistent modes on N of the H200's SMs, measured and predicted.
+"""What-if on silicon: the persistent modes on N of the H200's SMs, measured and predicted.
 
     python -m validation whatif run --out DIR [--only TEXT ...] [--reps 20]   # on the GPU machine
     python -m validation whatif summarize DIR [--out FILE]                     # predictions, MAPE
@@ -114,7 +114,7 @@ def summarize(runs: list[list[dict]]) -> dict:
     def mape(sel: list[dict]) -> float | None:
         return round(sum(abs(c["error_pct"]) for c in sel) / len(sel), 2) if sel else None
 
-    return {"what": "issue 16 what-if on silicon: persistent modes on N SMs of the H200, predicted with "
+    return {"what": "what-if on silicon: persistent modes on N SMs of the H200, predicted with "
                     "h200-mk-kernels and chip.sm.count = N", "target_mape_pct": 10.0, "runs": len(runs),
             "cases": out, "mape_pct": mape(out),
             "mape_pct_by_sms": {str(n): mape([c for c in out if c["sms"] == n]) for n in SMS},
