@@ -30,6 +30,12 @@ def test_help_lists_every_verb_with_one_line():
     assert len(set(listed)) == len(listed) == 16
 
 
+def test_the_docs_table_lists_every_verb():
+    page = (ROOT / "docs" / "validation.md").read_text().split("## The lab's runners", 1)[1].split("\n## ", 1)[0]
+    rows = [ln.split("|")[1].strip().strip("`") for ln in page.splitlines() if ln.startswith("| `")]
+    assert rows == [v.name for v in verbs.VERBS]
+
+
 def test_no_verb_prints_the_list_and_exits_2():
     r = _run()
     assert r.returncode == 2 and "Verbs:" in r.stdout
