@@ -153,7 +153,8 @@ def validate_cmd(
     as_json: bool = JSON,
 ) -> None:
     """Run one schedule on this machine's GPU: its output checked against torch, its time against
-    the prediction. Subcommands: suite, parts, merge, report, schedules."""
+    the prediction. Subcommands: suite, parts, merge, report, schedules. The lab's other runners
+    (a quick look, A/B runs, the stacks, the chains, ...): python -m validation --help."""
     if ctx.invoked_subcommand is not None:
         given = [p.opts[0] for p in ctx.command.params
                  if ctx.get_parameter_source(p.name) == ParameterSource.COMMANDLINE]
