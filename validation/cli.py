@@ -35,7 +35,7 @@ __all__ = ["calibrate_app", "calibrate_main", "validate_app"]
 calibrate_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
 validate_app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                            help="Run schedules on this machine's GPU and hold them against their predictions (one "
-                                "case, the suite, its report).")
+                                "case, the suite, its report). The lab's other runners: python -m validation --help.")
 MEASURED_LIMIT_B = 256 << 20  # a suite's measured.json is a few MB
 PRED_GPU = "h200-mk-kernels"  # the hardware model the suite's predictions come from
 JSON = typer.Option(False, "--json", help="Print JSON.")
@@ -153,8 +153,7 @@ def validate_cmd(
     as_json: bool = JSON,
 ) -> None:
     """Run one schedule on this machine's GPU: its output checked against torch, its time against
-    the prediction. Subcommands: suite, parts, merge, report, schedules. The lab's other runners
-    (a quick look, A/B runs, the stacks, the chains, ...): python -m validation --help."""
+    the prediction. Subcommands: suite, parts, merge, report, schedules."""
     if ctx.invoked_subcommand is not None:
         given = [p.opts[0] for p in ctx.command.params
                  if ctx.get_parameter_source(p.name) == ParameterSource.COMMANDLINE]
