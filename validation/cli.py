@@ -1,41 +1,41 @@
 """``mksim validate`` and ``mksim calibrate``: the GPU lab's command lines.
 
 ``mksim`` mounts :data:`validate_app` and :data:`calibrate_app` by name and imports this module only
-when one of them is invoked or listed; ``python -m validation.calibrate`` runs :data:`calibrate_app`
-on its own. Errors in input print one line and exit with status 2, as every ``mksim`` command.
+when one of them is invoked or listed; ``python -m validation calibrate`` runs :data:`calibrate_app`
+on its own (:func:`calibrate_main`). Errors in input print one line and exit with status 2, as every ``mksim`` command.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 
 import validation.calibrate as cal
 import validation.suite as vs
-import validation.suite_run as vr
+import validation.suite.parts as vr
 from hwmodels.files import check_outputs, parse_json, read_bytes
 from mksim import models
-from mksim.console import emit_json, make_table, out, say, schedule_conflict
+from mksim.console import emit_json, make_table, out, run_app, say, schedule_conflict
 from mksim.errors import MksimError, UnknownNameError
 from mksim.schedule import MODES, Schedule
 from validation.megakernel.program import check_supported
-from validation.suite_schedules import SCHEDULES, search_schedules
-from validation.suite_targets import read_stacks
+from validation.suite.schedules import SCHEDULES, search_schedules
+from validation.suite.targets import read_stacks
 
 try:  # typer >= 0.20 vendors click as typer._click
     from typer._click.core import ParameterSource
 except ImportError:  # pragma: no cover - older typer uses click itself
     from click.core import ParameterSource  # type: ignore[assignment]
 
-__all__ = ["calibrate_app", "validate_app"]
+__all__ = ["calibrate_app", "calibrate_main", "validate_app"]
 
 calibrate_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
 validate_app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                            help="Run schedules on this machine's GPU and hold them against their predictions (one "
-                                "case, the suite, its report).")
+                                "case, the suite, its report). The lab's other runners: python -m validation --help.")
 MEASURED_LIMIT_B = 256 << 20  # a suite's measured.json is a few MB
 PRED_GPU = "h200-mk-kernels"  # the hardware model the suite's predictions come from
 JSON = typer.Option(False, "--json", help="Print JSON.")
@@ -56,7 +56,7 @@ def calibrate_cmd(
     results: str | None = typer.Option(None, "--results",
                                        help="Folder for the fits summary and plots (default: beside --out)."),
     mechanisms: str | None = typer.Option(None, "--mechanisms",
-                                          help="With --from-raw: a folder of `python -m validation.mechanisms run` "
+                                          help="With --from-raw: a folder of `python -m validation mechanisms run` "
                                                "sweeps; fits the DRAM and boundary mechanisms from it."),
     as_json: bool = typer.Option(False, "--json", help="Print the fitted parameters as JSON."),
 ) -> None:
@@ -80,6 +80,11 @@ def calibrate_cmd(
     for p in ps:
         t.add_row(p.key, f"{p.value:g}", f"{p.spread:.1%}", f"{spread[p.key]:.1%}" if p.key in spread else "-")
     out.print(t)
+
+
+def calibrate_main(argv: list[str]) -> NoReturn:
+    """``python -m validation calibrate ...``: :data:`calibrate_app` run on its own; exits."""
+    run_app(calibrate_app, argv, "python -m validation calibrate")
 
 
 # -- validation on the GPU --------------------------------------------------------------------

@@ -41,10 +41,10 @@ larger of the fit's largest relative residual and the median within-op spread of
 Never fit these to full steps: those are the held-out validation.
 
 Inputs: a suite's ``measured.json`` (``cases[i].measurement.single_ops``), the rows that
-``python -m validation.megakernel --single-ops --json F`` writes (each row's ``single_ops``, with
+``python -m validation megakernel --single-ops --json F`` writes (each row's ``single_ops``, with
 its model, batch and ring), or plain lists of records.
 
-Run ``python -m validation.kernel_costs MEASURED.json [...] --out FILE``: it writes the
+Run ``python -m validation kernel-costs MEASURED.json [...] --out FILE``: it writes the
 ``[runtime.kernels.<kind>]`` tables as TOML lines; ``--profile hwmodels/profiles/mksim.toml``
 writes them into the implementation profile itself (its other tables, its header and its sources
 kept; a key these records cannot determine — the row terms from one batch, ``page_us`` from one
@@ -313,7 +313,7 @@ def _pct(x: float, sign: bool = False) -> str:
 # -- reading measurements, writing the fragment ---------------------------------------------------
 def records(docs: list[Any]) -> list[dict]:
     """Single-op records of suite ``measured.json`` documents (``cases[i].measurement.single_ops``),
-    of the rows ``python -m validation.megakernel --json`` writes (``rows[i].single_ops``) or of
+    of the rows ``python -m validation megakernel --json`` writes (``rows[i].single_ops``) or of
     plain lists of records; each record of a case or row is given its ``batch`` and ``model``, and
     the ring its kernel ran with (``page_KiB``, ``depth``) where the record does not name it."""
     out: list[dict] = []
@@ -372,12 +372,17 @@ def undetermined(kind: str, recs: list[dict]) -> set[str]:
     return out & set(OP_KINDS[kind].cost_fields)
 
 
+#: How a profile's header names the command that fitted it: today's, and the module path profiles
+#: fitted before ``python -m validation`` name (kept as they ran; replaced on the next fit).
+COMMAND_PREFIXES = ("#   python -m validation kernel-costs", "#   python -m validation.kernel_costs")
+
+
 def write_profile(path: Path, params: dict[str, dict[str, dict]], recs: list[dict], command: str,
                   source: str = "calibration", add_command: bool = False) -> list[str]:
     """Put the fitted ``[runtime.kernels.<kind>]`` tables into the implementation profile at
     ``path``, in place: each fitted kind's table is replaced, every other line (header, the ring's
     copies in flight, sources, validation record) kept, and the header's ``python -m
-    validation.kernel_costs`` commands made ``command`` (``add_command``: ``command`` added after
+    validation kernel-costs`` commands made ``command`` (``add_command``: ``command`` added after
     them, for a refit of some kinds only). A key of a fitted kind that ``recs``
     cannot determine (:func:`undetermined`) is kept from the profile; returns those keys
     (``matmul.task_row_us``). The profile is checked (every value in its range) before it is
@@ -404,7 +409,7 @@ def write_profile(path: Path, params: dict[str, dict[str, dict]], recs: list[dic
             while j < len(lines) and lines[j].strip() and not lines[j].startswith("["):
                 j += 1
             lines[j:j] = ["", header, *body]
-    cmd = [k for k, ln in enumerate(lines) if ln.startswith("#   python -m validation.kernel_costs")]
+    cmd = [k for k, ln in enumerate(lines) if ln.startswith(COMMAND_PREFIXES)]
     if cmd:
         blocks = []
         for k in cmd:
@@ -464,9 +469,9 @@ def _wrapped(command: str, width: int = 100) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m validation.kernel_costs", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m validation kernel-costs", description=__doc__.splitlines()[0])
     ap.add_argument("measured", nargs="+", type=Path,
-                    help="measured.json files (or folders holding one), python -m validation.megakernel --json files")
+                    help="measured.json files (or folders holding one), python -m validation megakernel --json files")
     ap.add_argument("--out", type=Path, default=None, help="write the TOML lines here (default: standard output)")
     ap.add_argument("--profile", type=Path, default=None,
                     help="write the tables into this implementation profile instead (hwmodels/profiles/mksim.toml)")
@@ -497,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
         params = fit(recs, dram_bound_GBps=a.dram_bound_GBps, ring=ring)
         names = " ".join(str(p) for p in a.measured)
         if a.profile is not None:
-            command = f"python -m validation.kernel_costs {names} --profile {a.profile}" + (
+            command = f"python -m validation kernel-costs {names} --profile {a.profile}" + (
                 f" --dram-bound-GBps {a.dram_bound_GBps:g}" if a.dram_bound_GBps is not None else "") + (
                 f" --gpu {a.gpu}" if a.gpu != "h200-calibrated+mksim" else "") + (
                 f" --kinds {a.kinds}" if a.kinds is not None else "")
@@ -511,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
               + (f"; kept from it (these records cannot determine them): {', '.join(kept)}" if kept else ""))
     else:
         text = fragment(params, a.source, "[runtime.kernels.<kind>] task costs fitted to single ops by python -m "
-                                          f"validation.kernel_costs\nfrom {', '.join(str(p) for p in a.measured)}; "
+                                          f"validation kernel-costs\nfrom {', '.join(str(p) for p in a.measured)}; "
                                           "put these tables in the overlay")
         if a.out:
             a.out.write_text(text)
@@ -523,6 +528,3 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{kind + '.' + key:30s} {p['value']:10.4g}   spread {p['spread']:.1%}", file=report)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -23,7 +23,7 @@ A replay timed between two events includes the graph's own start and end, measur
 as the intercept of chains of 1 to 200 empty kernels (``graph_start_us``); each prediction
 adds it. Machine e's chains are predicted with its own node intervals from the same fit.
 
-Run: python -m validation.microchain [RAW.json ...] [--parts PARTS.raw.json] [--gpu h200-calibrated] [--json OUT]
+Run: python -m validation microchain [RAW.json ...] [--parts PARTS.raw.json] [--gpu h200-calibrated] [--json OUT]
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def summary(rows: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m validation microchain", description=__doc__.splitlines()[0])
     ap.add_argument("raw", nargs="*", type=Path, default=DEFAULT_RAW)
     ap.add_argument("--parts", type=Path, default=DEFAULT_PARTS)
     ap.add_argument("--gpu", default="h200-calibrated")
@@ -174,6 +174,3 @@ def main(argv: list[str] | None = None) -> None:
     if a.json:
         a.json.write_text(json.dumps({"gpu": a.gpu, "rows": rows, "summary": summ}, indent=1) + "\n")
 
-
-if __name__ == "__main__":
-    main()

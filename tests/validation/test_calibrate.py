@@ -313,7 +313,7 @@ def test_calibration_page_table_matches_the_shipped_results():
     table = page.split("<!-- h200-table:", 1)[1].split("-->", 1)[1].split("<!-- /h200-table -->")[0]
     fits = root / "validation" / "results" / "h200-2026-11-29" / "h200-calibrated.fits.json"
     assert table.strip() == markdown_table(fits).strip(), \
-        "regenerate the table with: python -m validation.calibrate.report " + str(fits.relative_to(root))
+        "regenerate the table with: python -m validation calibrate-report " + str(fits.relative_to(root))
 
 
 def test_shipped_overlay_is_what_the_raw_runs_give(tmp_path):

@@ -281,7 +281,7 @@ def test_no_cost_per_page_from_one_page_size_or_without_the_ring():
 
 
 def runner_rows(recs: list[dict]) -> list[dict]:
-    """``python -m validation.megakernel --json`` rows: one graph row per ring, with its single ops."""
+    """``python -m validation megakernel --json`` rows: one graph row per ring, with its single ops."""
     rows = []
     for page, depth in sorted({(r["page_KiB"], r["depth"]) for r in recs}):
         for b in sorted({r["batch"] for r in recs}):
@@ -302,9 +302,12 @@ def test_records_of_the_runner_rows_take_their_ring_model_and_batch():
     assert "page_KiB" not in kc.records([[{"single_ops": [rec("silu_mul", 0, 1.0)]}]])[0]
 
 
-def test_the_refit_writes_the_profile_in_place(tmp_path, capsys):
+@pytest.mark.parametrize("header", kc.COMMAND_PREFIXES, ids=("today", "old-module-path"))
+def test_the_refit_writes_the_profile_in_place(header, tmp_path, capsys):
+    """A profile whose header names the command of today or the module path fitted profiles named
+    before ``python -m validation`` (history): the refit replaces it with its own command."""
     prof = tmp_path / "mksim.toml"
-    prof.write_text(hwmodels.resolve_profile("mksim").read_text())
+    prof.write_text(hwmodels.resolve_profile("mksim").read_text().replace(kc.COMMAND_PREFIXES[0], header))
     before = hwmodels.load("h200-calibrated", profile=str(prof)).kernels
     run = tmp_path / "pages.json"  # batch 1 only: the row terms are kept from the profile
     run.write_text(json.dumps(runner_rows(paged_records(batches=(1,))) + [
@@ -322,7 +325,8 @@ def test_the_refit_writes_the_profile_in_place(tmp_path, capsys):
     assert g.kernels.per_kind["rope_kv"] == before.per_kind["rope_kv"]  # not measured: untouched
     assert g.kernels.ring_copies_in_flight_count == 1
     text = prof.read_text()
-    assert f"#   python -m validation.kernel_costs {run} --profile {prof}" in text.replace(" \\\n#     ", " ")
+    assert f"#   python -m validation kernel-costs {run} --profile {prof}" in text.replace(" \\\n#     ", " ")
+    assert [text.count(c) for c in kc.COMMAND_PREFIXES] == [1, 0]
     assert text.count("[runtime.kernels.matmul]") == 1 and "[validation]" in text
     from mksim.search import pages_costed
     assert pages_costed(g)
@@ -352,13 +356,13 @@ def test_a_refit_of_some_kinds_keeps_the_others_and_adds_its_command(tmp_path, c
     assert g.per_kind["attn_reduce"].task_fixed_us == 2.5
     assert g.per_kind["matmul"] == before.per_kind["matmul"]  # its record was left out
     text = prof.read_text().replace(" \\\n#     ", " ")
-    first = old_text.replace(" \\\n#     ", " ").split("#   python -m validation.kernel_costs")[1].split("\n")[0]
+    first = old_text.replace(" \\\n#     ", " ").split("#   python -m validation kernel-costs")[1].split("\n")[0]
     assert first in text  # the other tables' command is kept ...
-    assert f"#   python -m validation.kernel_costs {run} --profile {prof} --kinds attn_partial,attn_reduce" in text
+    assert f"#   python -m validation kernel-costs {run} --profile {prof} --kinds attn_partial,attn_reduce" in text
     # ... and a refit of every kind writes one command again
     assert kc.main([str(run), "--profile", str(prof), "--kinds", "attn_reduce"]) == 0
     assert kc.main([str(run), "--profile", str(prof)]) == 0
-    assert prof.read_text().count("#   python -m validation.kernel_costs") == 1
+    assert [prof.read_text().count(c) for c in kc.COMMAND_PREFIXES] == [1, 0]  # the old module path replaced too
     capsys.readouterr()
     for kinds, msg in (("attn_reduce,nope", "unknown op kind 'nope'"), ("rmsnorm", "no single op of kind 'rmsnorm'"),
                        (" , ", "--kinds is empty")):

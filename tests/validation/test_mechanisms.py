@@ -23,7 +23,7 @@ from validation.mechanisms import (
     summarize,
     table,
 )
-from validation.mechanisms.__main__ import main
+from validation.mechanisms.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "validation" / "results" / "h200-mechanisms" / "raw"
@@ -254,7 +254,7 @@ def test_committed_results_and_their_readme_agree():
     page = (RESULTS / "README.md").read_text()
     block = page.split("<!-- mech-headline:", 1)[1].split("-->", 1)[1].split("<!-- /mech-headline -->")[0]
     assert block.strip() == headline_markdown(s).strip(), (
-        "regenerate with: python -m validation.mechanisms summarize validation/results/h200-mechanisms/raw --markdown")
+        "regenerate with: python -m validation mechanisms summarize validation/results/h200-mechanisms/raw --markdown")
     # the findings the README states in words, held to the data
     chain = {(c["shape"], round(c["bytes"] / 2**20)): c for c in s["chain"]}
     assert all(c["pdl_early_delta_pct"] < 0 for c in chain.values())  # early trigger never lost here
@@ -273,7 +273,7 @@ def test_committed_results_and_their_readme_agree():
 def test_quick_sweeps_on_a_real_gpu(tmp_path):
     if shutil.which("nvcc") is None or shutil.which("nvidia-smi") is None:
         pytest.skip("no nvcc or no NVIDIA GPU")
-    r = subprocess.run([sys.executable, "-m", "validation.mechanisms", "run", "--out", str(tmp_path), "--quick"],
+    r = subprocess.run([sys.executable, "-m", "validation", "mechanisms", "run", "--out", str(tmp_path), "--quick"],
                        check=False, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     for s in SWEEPS:

@@ -108,9 +108,9 @@ def test_a_case_that_fails_on_the_gpu_is_recorded_and_the_others_go_on(tmp_path)
 
 
 def test_the_plan_in_the_docs_is_one_the_runner_takes(tmp_path):
-    """docs/validation.md's example plan (the ```json block after the runner's paragraph) loads."""
-    text = (Path(__file__).resolve().parents[2] / "docs" / "validation.md").read_text()
-    block = text[text.index("python -m validation.megakernel.ab PLAN.json"):]
+    """docs/validation-log.md's example plan (the ```json block after the runner's paragraph) loads."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "validation-log.md").read_text()
+    block = text[text.index("python -m validation megakernel-ab PLAN.json"):]
     block = block[block.index("```json") + len("```json"):]
     plan = ab.load_plan(_plan(tmp_path, block[:block.index("```")]))
     assert [c["name"] for c in plan["cases"]] == ["b1-base", "b1-groups2"]

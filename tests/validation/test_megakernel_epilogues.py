@@ -113,7 +113,7 @@ def test_an_epilogue_off_the_tensor_cores_is_refused_in_one_line():
 
 
 def test_the_runner_takes_the_fusions_as_workload_options():
-    from validation.megakernel.__main__ import workload_option
+    from validation.megakernel.quick import workload_option
 
     assert workload_option("fuse_rope", "1") is True and workload_option("fuse_silu", "0") is False
 

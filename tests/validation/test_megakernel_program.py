@@ -415,7 +415,7 @@ def test_the_kernel_without_the_opcode_defines_says_where_they_come_from(tmp_pat
 
 
 def test_quick_look_takes_any_workload_option_typed_by_its_default():
-    from validation.megakernel.__main__ import workload_option
+    from validation.megakernel.quick import workload_option
 
     assert workload_option("split_qkv", "0") is False and workload_option("kv_splits", "8") == 8
     for key, text, msg in (("fuse_norm", "yes", "fuse_norm takes 0 or 1"), ("batch", "2", "unknown workload option"),

@@ -82,7 +82,7 @@ def test_what_the_merge_cannot_run_is_refused_in_one_line(attr, value, msg):
 
 
 def test_the_runner_takes_fuse_reduce_as_a_workload_option():
-    from validation.megakernel.__main__ import case_schedule, workload_option
+    from validation.megakernel.quick import case_schedule, workload_option
 
     wl = {k: workload_option(k, "1") for k in ("fuse_norm", "fuse_rope", "fuse_silu", "fuse_reduce")}
     assert wl["fuse_reduce"] is True

@@ -73,9 +73,18 @@ def test_h200_sources_are_in_the_commit_recorded():
 def test_index_names_every_results_folder():
     text = (RESULTS / "README.md").read_text()
     listed = set(re.findall(r"^\| `([^`]+)/` \|", text, re.M))
-    folders = {p.name for p in RESULTS.iterdir() if p.is_dir() and p.name != "evidence"}
-    folders |= {f"evidence/{p.name}" for p in (RESULTS / "evidence").iterdir() if p.is_dir()}
-    assert listed == folders
-    for name in folders:
-        if name.startswith("evidence/"):
-            assert (RESULTS / name / "README.md").is_file(), f"{name}: an evidence folder says how it was made"
+    assert listed == {p.name for p in RESULTS.iterdir() if p.is_dir() and p.name != "evidence"}
+
+
+def test_the_evidence_readme_has_a_section_with_commands_for_every_folder():
+    """One README for the evidence folders: an index row and a section per folder, each section
+    with the command of its files; no folder keeps a README or a run script of its own."""
+    evidence = RESULTS / "evidence"
+    text = (evidence / "README.md").read_text()
+    folders = {p.name for p in evidence.iterdir() if p.is_dir()}
+    assert set(re.findall(r"^\| \[`([^`]+)/`\]", text, re.M)) == folders
+    sections = dict(re.findall(r"^### `([^`]+)/`\n(.*?)(?=^### `|\Z)", text, re.M | re.S))
+    assert set(sections) == folders
+    for name, body in sections.items():
+        assert "python" in body or "bash" in body or "nvcc" in body, f"{name}: no command in its section"
+        assert not list((evidence / name).glob("README.md")) and not list((evidence / name).glob("run*.sh")), name

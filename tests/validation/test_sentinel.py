@@ -17,8 +17,8 @@ import pytest
 
 import mksim
 from mksim.errors import ScheduleError
-from validation.megakernel import __main__ as quick_look
 from validation.megakernel import program as P
+from validation.megakernel import quick as quick_look
 from validation.megakernel import syncs
 from validation.megakernel.encode import DEP_OP, DEP_TILES, waits_on_flags
 

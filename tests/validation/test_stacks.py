@@ -14,9 +14,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from validation.stacks import __main__ as cli  # noqa: E402
+from validation.stacks import (  # noqa: E402
+    cli,  # noqa: E402
+    measure,
+    runner,
+)
 from validation.stacks import inductor_graph as ig  # noqa: E402
-from validation.stacks import measure, runner  # noqa: E402
 from validation.stacks import ops as sops  # noqa: E402
 from validation.stacks import torch_graph as tg  # noqa: E402
 
@@ -294,7 +297,7 @@ def test_run_kills_a_worker_at_the_deadline(tmp_path: Path, monkeypatch: pytest.
     assert status["llama-3.2-1b b1/kv1024"].startswith("killed at the deadline")
     assert status["qwen3-8b b8/kv64"] == "skipped: budget"
     args = (tmp_path / "args.txt").read_text().split()
-    assert args[:3] == ["-m", "validation.stacks", "worker"] and "--ops" in args and "1,1024" in args
+    assert args[:4] == ["-m", "validation", "stacks", "worker"] and "--ops" in args and "1,1024" in args
     saved = json.loads((tmp_path / "out" / "status.json").read_text())
     assert saved["llama-3.2-1b b1/kv1024"] == status["llama-3.2-1b b1/kv1024"]
 

@@ -1,4 +1,4 @@
-"""The answer published in docs/stacks.md, and the profiles' validation records (issue 17)."""
+"""The answer published in docs/stacks.md, and the profiles' validation records."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 import hwmodels
-from validation.stacks import __main__ as cli
-from validation.stacks import answer, records
+from validation.stacks import answer, cli, records
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSWER = ROOT / answer.JSON

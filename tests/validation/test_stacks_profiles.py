@@ -1,4 +1,4 @@
-"""The stacks' profiles and predictions (issue 17): ops of several kernels as a closed-form story, the
+"""The stacks' profiles and predictions: ops of several kernels as a closed-form story, the
 profile fits reproduced from the committed single-op files, the summary and docs/stacks.md's tables
 reproduced from the committed step files. No GPU, no torch."""
 
@@ -24,8 +24,7 @@ from mksim.workload import (
     kernel_of,
     kernels_per_op,
 )
-from validation.stacks import __main__ as cli
-from validation.stacks import fit, predict, records
+from validation.stacks import cli, fit, predict, records
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "validation/results/h200-stacks/run2"

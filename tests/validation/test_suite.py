@@ -19,10 +19,11 @@ import pytest
 
 import mksim
 import validation.suite as vs
-import validation.suite_run as vr
+import validation.suite.parts as vr
 from mksim.errors import MksimError
 from validation.calibrate import NoGPUError
-from validation.suite_schedules import schedules_table
+from validation.suite.schedules import schedules_table
+from validation.suite.targets import design_targets
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "validation.md"
@@ -143,8 +144,9 @@ def test_kernel_options_fit_every_default_case_but_the_refused_ones():
 
 
 def test_formula_kernel_options_and_a_schedule_that_no_longer_fits(tmp_path):
-    assert vs._formula_kernel_options("llama-3.2-1b", 1) == {"smem_reserve_KiB": 32}  # (8192 * 2 + 16384) / 1024
-    assert vs._formula_kernel_options("llama-3.1-8b", 4) == {"smem_reserve_KiB": 128}  # (4 * 14336 * 2 + 16384) / 1024
+    formula = vs.core._formula_kernel_options
+    assert formula("llama-3.2-1b", 1) == {"smem_reserve_KiB": 32}  # (8192 * 2 + 16384) / 1024
+    assert formula("llama-3.1-8b", 4) == {"smem_reserve_KiB": 128}  # (4 * 14336 * 2 + 16384) / 1024
     s = mksim.build_schedule(mksim.models.workload("llama-3.2-1b", batch=4, n_sms=132), "h200-calibrated",
                              "megakernel", smem_reserve_KiB=8, blocks_per_sm=1)
     with pytest.raises(MksimError, match=r"smem_reserve_KiB=8 but the kernel needs smem_reserve_KiB>=.*mksim "
@@ -409,7 +411,7 @@ def test_summary_schema_predictions_and_metrics(tmp_path):
 
 
 def test_plot_data_and_markdown_table(tmp_path):
-    from validation import suite_plots
+    from validation.suite import plots as suite_plots
 
     vs.run_suite(SMALL, tmp_path, fake_measure(fail="graph_pdl"), device=DEVICE)
     s = vs.summarize(tmp_path)
@@ -445,10 +447,10 @@ S, L = vs.MODELS
 
 def _targets(rows, stacks=None):
     m = vs.metrics(rows, 4557.6)
-    return {t["id"]: t for t in vs.design_targets(rows, m, vs.MODELS, 4557.6, stacks)}
+    return {t["id"]: t for t in design_targets(rows, m, vs.MODELS, 4557.6, stacks)}
 
 
-def test_issue_18_targets_met():
+def test_design_targets_met():
     rows = [_row(S, 1, "megakernel", "default", 800.0), _row(S, 1, "megakernel", "searched", 700.0, frac=0.5),
             _row(S, 1, "graph", us=1300.0, err=-9.0), _row(S, 8, "megakernel", "fused", 800.0),
             _row(L, 1, "megakernel", "default", 3000.0), _row(L, 1, "megakernel", "searched", 2800.0, frac=0.86),
@@ -463,7 +465,7 @@ def test_issue_18_targets_met():
     assert t["prediction"]["detail"] == f"MAPE 2.0 % over 8 cases; largest -9.0 % ({S}/b1/graph)"
 
 
-def test_issue_18_targets_missed_refused_failed_and_not_measured():
+def test_design_targets_missed_refused_failed_and_not_measured():
     why = "llama-3.1-8b batch 8 does not fit the kernel's shared memory"
     rows = [_row(S, 1, "megakernel", "default", 900.0), _row(S, 1, "megakernel", "searched", 880.0, err=11.0),
             _row(S, 1, "megakernel", "fused", 700.0, rel=2e-2),  # fastest, but wrong: not counted
@@ -485,7 +487,7 @@ def test_issue_18_targets_missed_refused_failed_and_not_measured():
 
 
 def test_the_target_against_inductor_reads_a_stacks_run(tmp_path):
-    from validation.suite_targets import read_stacks
+    from validation.suite.targets import read_stacks
 
     with pytest.raises(MksimError, match="no step-.*json files"):
         read_stacks(tmp_path)
@@ -512,7 +514,7 @@ def test_the_target_against_inductor_reads_a_stacks_run(tmp_path):
 
 
 def test_plots_by_batch(tmp_path):
-    from validation import suite_plots
+    from validation.suite import plots as suite_plots
 
     rows = [_row(S, b, "megakernel", sch, us, frac=0.4) for b, sch, us in
             ((1, "default", 1200.0), (4, "default", 1800.0), (8, "default", 2400.0), (1, "searched", 1100.0),
@@ -532,7 +534,7 @@ def test_plots_by_batch(tmp_path):
 def test_the_anatomy_examples_hold():
     import doctest
 
-    from validation import suite_anatomy
+    from validation.suite import anatomy as suite_anatomy
 
     assert doctest.testmod(suite_anatomy).failed == 0
 
@@ -638,7 +640,7 @@ def _between(text: str, begin: str, end: str) -> str:
 def test_docs_schedules_table_is_current():
     assert _between(PAGE.read_text(), "<!-- validation-schedules:begin -->", "<!-- validation-schedules:end -->") \
         == schedules_table(), \
-        "regenerate with: python -c 'import validation.suite_schedules as v; print(v.schedules_table())'"
+        "regenerate with: python -c 'import validation.suite.schedules as v; print(v.schedules_table())'"
 
 
 def test_docs_results_table_is_current():

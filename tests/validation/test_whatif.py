@@ -1,4 +1,4 @@
-"""The what-if overlays (issue 16): they load, place N queues, and the committed summary has its schema."""
+"""The what-if overlays: they load, place N queues, and the committed summary has its schema."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 import hwmodels
 import validation.suite as vs
-import validation.whatif.__main__ as wi
+import validation.whatif.cli as wi
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "validation" / "results" / "h200-mechanisms" / "whatif"

@@ -1,6 +1,6 @@
 """Calibration: microbenchmarks that measure a GPU and write a calibrated hardware overlay.
 
-``mksim calibrate`` (or ``python -m validation.calibrate``) runs every benchmark in one process,
+``mksim calibrate`` (or ``python -m validation calibrate``) runs every benchmark in one process,
 writes the raw results as JSON, fits the simulator's parameters and writes an overlay TOML that
 extends the built-in model of that GPU. ``finish()`` redoes the fitting from saved raw files (any
 machine, no GPU), merging several runs into one overlay with each value's spread.
@@ -235,7 +235,7 @@ def mechanism_params(folder: Path, spec_bandwidth_GBps: float, poll: Path | None
             return json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise MksimError(f"{path}: cannot read a mechanisms sweep ({exc}); give the folder "
-                             "python -m validation.mechanisms run wrote") from None
+                             "python -m validation mechanisms run wrote") from None
 
     dram = fit.fit_dram(read("bw"), read("bwl1"), read("build"), spec_bandwidth_GBps)
     rel = _relative(folder)

@@ -1,11 +1,12 @@
 """A markdown table of calibrated values next to the base model's (datasheet or estimate) values.
 
-``python -m validation.calibrate.report FITS.json`` prints it; docs/calibration.md embeds the
+``python -m validation calibrate-report FITS.json`` prints it; docs/calibration.md embeds the
 table for our H200 between markers, and a test keeps the two identical.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -24,7 +25,15 @@ def markdown_table(fits_path: Path) -> str:
     return "\n".join(rows) + "\n"
 
 
-if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m validation.calibrate.report FITS.json")
-    sys.stdout.write(markdown_table(Path(sys.argv[1])))
+def main(argv: list[str] | None = None) -> int:
+    """``python -m validation calibrate-report FITS.json``: print the table."""
+    ap = argparse.ArgumentParser(prog="python -m validation calibrate-report", description=__doc__.splitlines()[0])
+    ap.add_argument("fits", type=Path, help="the fits summary a calibration wrote (NAME.fits.json)")
+    a = ap.parse_args(argv)
+    try:
+        table = markdown_table(a.fits)
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # a missing file, not JSON, not a fits summary
+        print(f"error: {a.fits}: not a calibration's fits summary ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 2
+    sys.stdout.write(table)
+    return 0

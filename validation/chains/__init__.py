@@ -1,4 +1,4 @@
-"""Held-out compositions (issue 16): chains of LLM projections by two implementations.
+"""Held-out compositions: chains of LLM projections by two implementations.
 
 - :mod:`.cases`: the chains (:data:`~.cases.SEQUENCES`) as mksim workloads and schedules, and the
   cases the GPU measures: mksim's generated kernels in stream, graph, graph + PDL (trigger early
@@ -10,8 +10,8 @@
 
 Run::
 
-    python -m validation.chains run --out DIR [--quick] [--timeout 200]     # on the GPU
-    python -m validation.chains predict DIR/chains.json --gpu h200-calibrated [--json OUT]
+    python -m validation chains run --out DIR [--quick] [--timeout 200]     # on the GPU
+    python -m validation chains predict DIR/chains.json --gpu h200-calibrated [--json OUT]
 """
 
 from .cases import SEQUENCES, Case, Sequence, build_schedule, case_list, chain_workload

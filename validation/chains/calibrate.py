@@ -195,7 +195,7 @@ def profile_toml(fit: Fit, raw: dict, raw_path: str, gpu: str = GPU) -> str:
     lines = [
         "# Implementation profile: cuBLAS (through torch.nn.functional.linear, bf16, torch 2.11) on our H200.",
         "# Fitted to single kernels only (no chain), by",
-        f"#   python -m validation.chains fit {raw_path} --out hwmodels/profiles/cublas.toml",
+        f"#   python -m validation chains fit {raw_path} --out hwmodels/profiles/cublas.toml",
         "# GPU-only single times: the run's singles were timed as one launch between events, which includes",
         f"# the host's submission of F.linear ({gap_txt}; validation/chains/calibrate.py), so each",
         "# single's own time is the sum of its kernels' durations that torch.profiler recorded (split-K",

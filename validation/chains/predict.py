@@ -215,11 +215,11 @@ def summary_json(rep: dict, raw_path: str) -> dict:
     s = rep["summary"]
     combos = dict.fromkeys(f"{r['implementation']}/{_mode(r)}" for r in ok)
     return {
-        "what": "held-out chains of LLM projections on the H200 (issue 16): mksim's generated kernels and cuBLAS "
+        "what": "held-out chains of LLM projections on the H200: mksim's generated kernels and cuBLAS "
                 "(torch F.linear), predicted by mksim; the profiles were fitted to single kernels, never to chains",
         "raw": raw_path, "raw_gpu": rep["raw_gpu"], "raw_date": rep["raw_date"], "raw_commit": rep["raw_commit"],
         "synthetic": rep["synthetic"], "models": rep["models"],
-        "command": f"python -m validation.chains predict {raw_path} --gpu {rep['gpu']} --summary <this file>",
+        "command": f"python -m validation chains predict {raw_path} --gpu {rep['gpu']} --summary <this file>",
         "cases": [{"name": r["name"], "implementation": r["implementation"], "mode": r["mode"], "trigger": r["trigger"],
                    "batch": r["batch"], "predicted_us": round(r["predicted_us"], 3),
                    "measured_us": round(r["measured_us"], 3), "error_pct": round(100 * r["error"], 2),

@@ -20,7 +20,7 @@ The chains themselves are timed as the first run timed them: each replay's start
 recorded on an idle GPU before the host submits the step, so every chain includes one host
 submission (a graph launch, a persistent kernel's launch or the stream's first launch).
 
-GPU only (torch, CuPy); ``python -m validation.chains run --out DIR`` calls :func:`run`.
+GPU only (torch, CuPy); ``python -m validation chains run --out DIR`` calls :func:`run`.
 """
 
 from __future__ import annotations
@@ -474,7 +474,7 @@ def new_doc(seqs: list[str], quick: bool, reps: int) -> dict[str, Any]:
     """The raw file before any measurement (:data:`DOC_KEYS`)."""
     return {"format": FORMAT, "gpu": device_name(), "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "commit": commit(), "sources": sources(),
-            "command": " ".join(["python -m validation.chains", *sys.argv[1:]]),
+            "command": " ".join(["python -m validation", *sys.argv[1:]]),  # sys.argv[1] is the verb
             "quick": quick, "reps": reps, "flush_B": FLUSH_B, "singles_method": SINGLES_METHOD,
             "sequences": {s: {"model": C.SEQUENCES[s].model, "shapes": [list(x) for x in C.SEQUENCES[s].shapes],
                               "about": C.SEQUENCES[s].about} for s in seqs},

@@ -1,4 +1,4 @@
-"""Mechanism microbenchmarks for issue 16: what a memory-bound kernel's time is made of on a GPU.
+"""Mechanism microbenchmarks: what a memory-bound kernel's time is made of on a GPU.
 
 ``mech_bench.cu`` holds four sweeps (DRAM bandwidth versus bytes in flight, a kernel's cost beyond
 its bytes, programmatic-dependent-launch trigger placement, a megakernel op boundary under load);

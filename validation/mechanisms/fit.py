@@ -14,7 +14,7 @@ calibrated chip's (``memory.dram``): not fitted here.
 Loads in flight per thread are what the SASS keeps (``build.json``'s ``sass_loads_in_flight``),
 not the template's nominal count: at 32 registers an "8 loads" loop keeps 4.
 
-Run: python -m validation.mechanisms fit validation/results/h200-mechanisms/raw [--gpu h200-calibrated]
+Run: python -m validation mechanisms fit validation/results/h200-mechanisms/raw [--gpu h200-calibrated]
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def overlay_lines(fit: DramFit, raw_dir: str, sync: SyncLoadFit | None = None) -
     sms = ", ".join(f"{n} SMs {e:.1f} %" for n, e in fit.mape_by_sms.items())
     note = (f"fit of the DRAM mechanism (stream latency, queue, SM port, L1 for loads) to {fit.points} points of "
             f"{raw_dir} bw + bwl1 at {fit.reachable_GBps:.0f} GB/s reachable: MAPE {fit.mape_pct:.1f} % ({sms}); "
-            f"python -m validation.mechanisms fit {raw_dir}")
+            f"python -m validation mechanisms fit {raw_dir}")
     rows = [("memory.dram", "stream_latency_ns", round(fit.stream_latency_ns, 1)),
             ("memory.dram", "queue_ns", round(fit.queue_ns, 1)),
             ("memory.concurrency", "per_sm_bandwidth_max_GBps", round(fit.per_sm_bandwidth_max_GBps, 1)),
@@ -116,7 +116,7 @@ def overlay_lines(fit: DramFit, raw_dir: str, sync: SyncLoadFit | None = None) -
             f"opb sweep of {raw_dir}: a counter boundary (release to the mean of first and last resume) takes "
             f"{sync.idle_boundary_ns:.0f} ns idle, {sync.loaded_boundary_ns:.0f} ns while every SM streams "
             f"({sync.background_GBps:.0f} GB/s, where the DRAM fit queues {sync.queue_delay_ns:.0f} ns): the growth "
-            f"over that delay; python -m validation.mechanisms fit {raw_dir}")
+            f"over that delay; python -m validation mechanisms fit {raw_dir}")
     out, last = [], ""
     for sec, key, val in rows:
         if sec != last:

@@ -8,7 +8,7 @@ interval between launches, ``runtime.launch.stream_launch_us`` of that library's
 profile. Each op is also timed captured in a CUDA graph (no host in the loop) to show the GPU side
 is far shorter. Needs torch and a GPU; nothing from mksim.
 
-Run: python3 -m validation.mechanisms.host_rate --out host_rate.json [--n 2000] [--reps 7]
+Run: python3 -m validation host-rate --out host_rate.json [--n 2000] [--reps 7]
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def measure(n: int = 2000, reps: int = 7) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m validation.mechanisms.host_rate", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m validation host-rate", description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--reps", type=int, default=7)
@@ -103,6 +103,3 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(doc, fh, separators=(",", ":"))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-// Mechanism microbenchmarks for issue 16 ("mechanisms, not fits"), one sweep per subcommand.
+// Mechanism microbenchmarks ("mechanisms, not fits"), one sweep per subcommand.
 // Each prints one JSON object on stdout (raw samples, no fitting; validation/mechanisms/run.py fits).
 //
 //   nvcc -O3 -arch=sm_90 -std=c++17 -o mech_bench mech_bench.cu

@@ -6,7 +6,7 @@ A torch step in a CUDA graph is hundreds of small kernels of 1-8 blocks; the cal
 128 or 512 threads, n = 20 and 200: (replay(200) - replay(20)) / 180 is the interval per node.
 Needs CuPy and a GPU; nothing from mksim.
 
-Run: python3 -m validation.mechanisms.node_grid --out node_grid.json
+Run: python3 -m validation node-grid --out node_grid.json
 """
 
 from __future__ import annotations
@@ -63,8 +63,7 @@ def measure(reps: int = 11) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m validation.mechanisms.node_grid",
-                                 description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m validation node-grid", description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--reps", type=int, default=11)
     a = ap.parse_args(argv)
@@ -77,6 +76,3 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(doc, fh, separators=(",", ":"))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

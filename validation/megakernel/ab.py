@@ -1,10 +1,10 @@
 """A/B runs of the generated kernels in one process: cases that differ in kernel defines, schedule
 options or workload options, run in the order given (interleave A B A B: two runs of one case on one
-machine differ by ~2 %), each checked and timed as ``python -m validation.megakernel`` does, within
+machine differ by ~2 %), each checked and timed as ``python -m validation megakernel`` does, within
 a time budget. One process saves the interpreter's, torch's and CuPy's start per case (seconds of
 device time each); the kernel is compiled again only when a case's defines differ.
 
-    python -m validation.megakernel.ab PLAN.json --out DIR [--budget-s 400] [--reps 20]
+    python -m validation megakernel-ab PLAN.json --out DIR [--budget-s 400] [--reps 20]
 
 ``PLAN.json``::
 
@@ -22,7 +22,7 @@ optionally ``kv_len`` (1024), ``mode`` (``megakernel``), ``wl`` (keywords of
 ``traces`` (keep the per-task stamps as ``DIR/NAME.npz``) and ``single_ops``. Every case is built and
 checked before any GPU work; a plan with a bad case is refused in one line (exit 2).
 
-Writes ``DIR/NAME.json`` for each case (the row list ``python -m validation.megakernel --json``
+Writes ``DIR/NAME.json`` for each case (the row list ``python -m validation megakernel --json``
 writes) and ``DIR/summary.json`` after every case (the plan, then per case its measured and predicted
 µs, spread, max rel err, whether it checked, the matmul's mean wait and compute per task, or its
 error, or ``skipped``: a case not begun once the budget was spent). A case that fails records its
@@ -43,8 +43,8 @@ from typing import Any
 
 from mksim.errors import MksimError
 
-from .__main__ import case_schedule, measure_row, row_lines, workload_option
 from .predict import RUN_GPU as GPU  # what the runner asks the kernel's needs of (its default --gpu)
+from .quick import case_schedule, measure_row, row_lines, workload_option
 
 NAME = re.compile(r"[A-Za-z0-9._-]+")
 DEFINE = re.compile(r"-D[A-Za-z_][A-Za-z0-9_]*(=[A-Za-z0-9_.+-]*)?")
@@ -165,7 +165,7 @@ def run_plan(plan: dict, out: Path, budget_s: float, *, measure: Callable[..., d
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m validation.megakernel.ab", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m validation megakernel-ab", description=__doc__.splitlines()[0])
     ap.add_argument("plan", type=Path, help="the plan (JSON; see the module docstring)")
     ap.add_argument("--out", type=Path, required=True, help="folder for each case's row and summary.json")
     ap.add_argument("--budget-s", type=float, default=400.0, help="begin no case after this many seconds")
@@ -187,6 +187,3 @@ def main(argv: list[str] | None = None) -> int:
     rows = run_plan(plan, a.out, a.budget_s, say=lambda m: print(m, flush=True))
     return 1 if any("error" in r for r in rows) else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

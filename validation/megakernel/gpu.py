@@ -368,7 +368,7 @@ class Runner:
         ``cold``: before every launch, outside the events, write a buffer of several L2 sizes, so
         that the op's weights, KV cache and inputs come from DRAM as they do in a step, where the
         ops before it stream far more than L2 holds (run hot, the small ops measured 1.3-2.5x
-        faster alone than in the step: docs/validation.md)."""
+        faster alone than in the step: docs/validation-log.md)."""
         if not self.launches:
             return []
         g, ops = self.schedule.graph, self.schedule.workload.ops

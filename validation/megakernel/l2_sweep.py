@@ -5,7 +5,7 @@ simulator's prediction of the same schedule.
 
 Run (on the GPU machine, from the repository root)::
 
-    python -m validation.megakernel.l2_sweep [--models llama-3.2-1b,llama-3.1-8b] [--leads 0,256,512,1024,2048]
+    python -m validation megakernel-l2 [--models llama-3.2-1b,llama-3.1-8b] [--leads 0,256,512,1024,2048]
         [--kinds bulk,line] [--reps 20] [--json OUT]
 
 Kinds (:data:`KINDS`): ``bulk`` (``cp.async.bulk.prefetch.L2``, one lane per 16 KiB), ``line``
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
 import mksim
@@ -30,7 +29,7 @@ from mksim.schedule import Schedule
 from .gpu import measure
 
 HERE = Path(__file__).resolve().parent
-SCHEDULES = HERE.parent / "schedules"   # the suite's searched schedules (validation/suite_schedules.py)
+SCHEDULES = HERE.parent / "schedules"   # the suite's searched schedules (validation/suite/schedules.py)
 KINDS = {"bulk": "-DMK_L2PF_KIND=0", "line": "-DMK_L2PF_KIND=1", "line_last": "-DMK_L2PF_KIND=2",
          "line32": "-DMK_L2PF_KIND=1 -DMK_L2PF_LINE_B=32"}
 
@@ -48,7 +47,7 @@ def predicted_us(s: Schedule) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m validation megakernel-l2", description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="llama-3.2-1b,llama-3.1-8b")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--leads", default="0,256,512,1024,2048", help="KiB per SM, comma-separated (0: off)")
@@ -105,6 +104,3 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {lead:6.0f} KiB: " + ", ".join(cells) + (f" ({pred:.1f})" if pred is not None else ""))
     return 0 if all("error" not in r and r.get("ok") for r in rows) else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

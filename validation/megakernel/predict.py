@@ -1,9 +1,9 @@
-"""The steps a quick look measured, predicted: each row of ``python -m validation.megakernel
+"""The steps a quick look measured, predicted: each row of ``python -m validation megakernel
 --json`` files rebuilt as the runner built it (model, batch, mode, its ``--opt`` and ``--wl``
 options, the kernel's needs) and simulated on a model, e.g. after ``python -m
-validation.kernel_costs ... --profile`` refitted one. No GPU needed.
+validation kernel-costs ... --profile`` refitted one. No GPU needed.
 
-Run: python -m validation.megakernel.predict FILE [...] [--gpu h200-calibrated+mksim] [--profile FILE]
+Run: python -m validation megakernel-predict FILE [...] [--gpu h200-calibrated+mksim] [--profile FILE]
 [--json OUT].
 """
 
@@ -45,8 +45,8 @@ def predict_rows(rows: list[dict], gpu: str | hwmodels.GPUSpec) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m validation.megakernel.predict", description=__doc__.splitlines()[0])
-    ap.add_argument("files", nargs="+", type=Path, help="--json files of python -m validation.megakernel")
+    ap = argparse.ArgumentParser(prog="python -m validation megakernel-predict", description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="+", type=Path, help="--json files of python -m validation megakernel")
     ap.add_argument("--gpu", default="h200-calibrated+mksim", help="the model (default: h200-calibrated+mksim)")
     ap.add_argument("--profile", type=Path, default=None, help="an implementation profile file to apply to --gpu")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             except (OSError, json.JSONDecodeError) as exc:
                 raise MksimError(f"{f}: cannot read ({exc.__class__.__name__}: {exc})".splitlines()[0]) from None
             if not isinstance(doc, list):
-                raise MksimError(f"{f}: expected the list of rows python -m validation.megakernel --json writes")
+                raise MksimError(f"{f}: expected the list of rows python -m validation megakernel --json writes")
             rows += [{**p, "file": f.name} for p in predict_rows(doc, gpu)]
     except MksimError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -77,6 +77,3 @@ def main(argv: list[str] | None = None) -> int:
         a.json.write_text(json.dumps(rows, indent=1) + "\n")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,7 +2,7 @@
 
 Run on a machine with an NVIDIA GPU::
 
-    python3 -m validation.megakernel.syncs run --out DIR [--timeout 150] [--quick] [--reps 20]
+    python3 -m validation megakernel-syncs run --out DIR [--timeout 150] [--quick] [--reps 20]
 
 Cases (:data:`CASES`): llama-3.2-1b at batch 1 and 4 and llama-3.1-8b at batch 1, the default
 megakernel schedule with each sync of :data:`SYNCS` (``--quick``: llama-3.2-1b batch 1, counter and
@@ -126,7 +126,7 @@ def compare(rows: list[dict]) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python3 -m validation.megakernel.syncs", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m validation megakernel-syncs", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run the cases on this machine's GPU")
     r.add_argument("--out", required=True)
@@ -145,6 +145,3 @@ def main(argv: list[str] | None = None) -> None:
           f"{statistics.median([r.get('wall_s', 0) for r in doc['rows']]):.0f} s", flush=True)
     sys.exit(0 if len(ok) == len(doc["rows"]) else 1)
 
-
-if __name__ == "__main__":
-    main()

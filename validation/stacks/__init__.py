@@ -1,1 +1,1 @@
-"""Measurements of the software stacks users already run (issue 17), beside mksim's megakernels."""
+"""Measurements of the software stacks users already run, beside mksim's megakernels."""

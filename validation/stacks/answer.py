@@ -1,6 +1,6 @@
-"""The answer, published: what a megakernel would buy over the stacks users run (issue 17).
+"""The answer, published: what a megakernel would buy over the stacks users run.
 
-    python -m validation.stacks answer [--json validation/results/h200-stacks/answer.json] [--docs docs/stacks.md]
+    python -m validation stacks answer [--json validation/results/h200-stacks/answer.json] [--docs docs/stacks.md]
 
 For five models x batch 1, 8, 64 (KV 1024) on the H200 (``h200-calibrated``), and as transfers on
 the H100 and B200 (``h100``, ``b200``: the H200's profiles with their fixed costs scaled by the clock,
@@ -42,8 +42,8 @@ STACKS = (("torch_graph", "torch"), ("inductor_graph", "inductor"))
 # (column, profile): None is the chip's best kernels
 MEGAKERNELS: tuple[tuple[str, str | None], ...] = (("mksim", "mksim"), ("best", None))
 RUN = "validation/results/h200-stacks/run2"
-# the issue-18 suite (batch 1, 4 and 8; its kernels: profile mksim-attn1); an earlier batch-8 run of the
-# session-6 kernels (validation/results/evidence/h200-b8) no longer stands for mksim's megakernel
+# the validation suite (batch 1, 4 and 8); an earlier batch-8 run of older
+# kernels (validation/results/evidence/h200-b8) no longer stands for mksim's megakernel
 MK_MEASURED = ("validation/results/h200/summary.json",)
 START, END = "<!-- stacks-answer:start -->", "<!-- stacks-answer:end -->"
 JSON = "validation/results/h200-stacks/answer.json"
@@ -113,7 +113,7 @@ def answer(root: Path = ROOT, gpus: tuple[str, ...] = GPUS, models: tuple[str, .
                             row[f"measured_vs_{stack}"] = {"x": round(st_us / got, 2), "stack_us": st_us,
                                                            "megakernel_us": round(got, 1)}
                 rows.append(row)
-    return {"command": f"python -m validation.stacks answer --json {JSON} --docs docs/stacks.md",
+    return {"command": f"python -m validation stacks answer --json {JSON} --docs docs/stacks.md",
             "kv_len": KV_LEN, "measured_on": MEASURED_ON, "gpus": list(gpus), "models": list(models),
             "batches": list(batches), "measured_from": [RUN, *MK_MEASURED],
             "interval": "90 %: each latency / (1 ± the p90 |error| of its profile's validation record); "

@@ -1,7 +1,7 @@
 """Implementation profiles of the stacks (``hwmodels/profiles/torch.toml``, ``inductor.toml``), fitted
 to the single-op files of a run (``ops-<stack>-<model>-b<B>-kv<kv>.json``) and never to whole steps.
 
-    python -m validation.stacks profile validation/results/h200-stacks/run2 --stack torch_graph \\
+    python -m validation stacks profile validation/results/h200-stacks/run2 --stack torch_graph \\
         --out hwmodels/profiles/torch.toml
 
 How (docs/stacks.md, "The profiles"):
@@ -324,9 +324,9 @@ def to_toml(fit: Fit, run: Path, gpu: str = "h200-calibrated") -> str:
     name = STACK_PROFILE[fit.stack]
     full = {"torch": "plain torch (eager ops) in one CUDA graph", "inductor":
             "torch.compile (Inductor, default mode) in one CUDA graph"}[name]
-    lines = [f"# Implementation profile: {full} (issue 17), fitted to the single ops of",
+    lines = [f"# Implementation profile: {full}, fitted to the single ops of",
              f"# {run}/ops-{fit.stack}-*.json by",
-             f"#   python -m validation.stacks profile {run} --stack {fit.stack} --out hwmodels/profiles/{name}.toml",
+             f"#   python -m validation stacks profile {run} --stack {fit.stack} --out hwmodels/profiles/{name}.toml",
              "# never to whole steps. How: validation/stacks/fit.py and docs/stacks.md (\"The profiles\").",
              "# Apply it with --gpu h200-calibrated+" + name + " (chain modes: an op of k kernels runs as k kernels).",
              "schema_version = 1", f'profile = "{name}"', f'full_name = "{full}"', f'measured_on = "{gpu}"',

@@ -1,4 +1,4 @@
-"""Single-op profiles of each stack (issue 17, "implementation profiles from single ops only").
+"""Single-op profiles of each stack: implementation profiles are fitted to single ops only.
 
 Each *unit* runs alone after a 256 MiB write that evicts L2 (``EVICT_BYTES``; an ``int32`` buffer's
 ``bitwise_not_``, whose kernel also marks the unit boundaries in the trace), ``reps`` times, under

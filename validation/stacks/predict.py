@@ -1,6 +1,6 @@
-"""mksim's predictions of the stacks' whole steps, held against a run's measurements (issue 17).
+"""mksim's predictions of the stacks' whole steps, held against a run's measurements.
 
-    python -m validation.stacks predict validation/results/h200-stacks/run2 \\
+    python -m validation stacks predict validation/results/h200-stacks/run2 \\
         --json validation/results/h200-stacks/summary.json --docs docs/stacks.md
 
 Each measured step (``step-<stack>-<model>-b<B>-kv<kv>.json``) is predicted by
@@ -86,7 +86,7 @@ def megakernel_us(model: str, batch: int, kv_len: int, gpu: str) -> float:
 
 
 def summarise(run: Path, gpu: str = "h200-calibrated") -> dict[str, Any]:
-    """The summary (issue 17's schema, plus the megakernel and per-stack errors)."""
+    """The summary (per case, MAPE, misses, the target; plus the megakernel and per-stack errors)."""
     steps = load_steps(run)
     fitted = fit_models(run)
     env = json.loads((run / "environment.json").read_text()) if (run / "environment.json").is_file() else {}
@@ -116,7 +116,7 @@ def summarise(run: Path, gpu: str = "h200-calibrated") -> dict[str, Any]:
     held = [c for c in cases if c["held_out"]]
     return {
         "gpu": f"{env.get('gpu', 'NVIDIA H200')} ({gpu})", "date": env.get("date_utc", "")[:10],
-        "run": str(run), "command": f"python -m validation.stacks predict {run} --json SUMMARY",
+        "run": str(run), "command": f"python -m validation stacks predict {run} --json SUMMARY",
         "predicted_with": {s: f"mksim.build_schedule(workload, '{gpu}+{p}', 'graph')" for s, p in STACK_PROFILE.items()}
         | {"megakernel": f"mksim.build_schedule(workload, '{gpu}+{MEGAKERNEL_PROFILE}', 'megakernel')"},
         "fit_models": fitted, "held_out_models": sorted({c["model"] for c in held}),
@@ -129,7 +129,7 @@ def summarise(run: Path, gpu: str = "h200-calibrated") -> dict[str, Any]:
         "cases_beyond_10_pct": sum(1 for e in errs if e > 10), "cases_beyond_20_pct": sum(1 for e in errs if e > 20),
         "misses": misses,
         "models": sorted({c["model"] for c in cases}),
-        "target": "issue 17: MAPE <= 10 %, no case beyond 20 %, over at least 6 dense models (this run has "
+        "target": "MAPE <= 10 %, no case beyond 20 %, over at least 6 dense models (this run has "
                   f"{len({c['model'] for c in cases})})"}
 
 

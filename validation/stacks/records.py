@@ -1,6 +1,6 @@
 """Each implementation profile's validation record: how its predictions held against measurements.
 
-    python -m validation.stacks records [--check]
+    python -m validation stacks records [--check]
 
 writes the ``[validation]`` table at the end of each profile (``hwmodels/profiles/<name>.toml``) from
 the committed summaries, never by hand (``--check`` only says whether they are current):
@@ -47,7 +47,7 @@ MK_STEPS = {"mksim": ("validation/results/h200-mk-steps-fd", "the tensor-core at
                           "MK_MM_FASTDIV=0)")}
 MK_STEPS_DATE = "2026-12-01"
 MK_FIT_MODELS = ("llama-3.2-1b", "llama-3.1-8b")  # the models whose single ops the mksim profile was fitted to
-MARKER = "# -- validation record (written by python -m validation.stacks records; do not edit by hand)"
+MARKER = "# -- validation record (written by python -m validation stacks records; do not edit by hand)"
 GPU = "h200-calibrated"
 
 
@@ -94,7 +94,7 @@ def records(root: Path = ROOT) -> dict[str, dict[str, Any]]:
                              f"{'/'.join(str(k) for k in sorted({c['kv_len'] for c in cases}))}); the profile "
                              "was fitted to single ops only",
                      "source": STACKS_SUMMARY,
-                     "command": f"python -m validation.stacks predict {st['run']} --json {STACKS_SUMMARY}",
+                     "command": f"python -m validation stacks predict {st['run']} --json {STACKS_SUMMARY}",
                      "held_out": f"the steps of {', '.join(st['held_out_models'])} (never used to fit), inside "
                                  "the p90 of the fitted models' steps",
                      "held_out_cases": len(held), "held_out_inside_pct": inside_pct(held, fitted)}
@@ -117,7 +117,7 @@ def records(root: Path = ROOT) -> dict[str, dict[str, Any]]:
                              f"{'/'.join(str(b) for b in sorted({r['batch'] for r in mk}))}, kv 1024, fused "
                              f"epilogues), predicted with {GPU}+{prof}",
                      "source": src,
-                     "command": f"python -m validation.megakernel.predict {folder}/llama-*.json{gpu_arg} --json {src}",
+                     "command": f"python -m validation megakernel-predict {folder}/llama-*.json{gpu_arg} --json {src}",
                      "held_out": f"the steps of models never used to fit ({', '.join(sorted(held_models))}), "
                                  "inside the p90 of the fitted models' steps",
                      "held_out_cases": len(mk_held), "held_out_inside_pct": inside_pct(mk_held, mk_fit)}

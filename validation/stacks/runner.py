@@ -200,7 +200,7 @@ def run(plan: list[ModelPlan], stacks: list[str], out: Path, timeout_s: float, r
             status[key] = "skipped: budget"
             print(f"{key}: skipped (budget)", flush=True)
             continue
-        cmd = [sys.executable, "-m", "validation.stacks", "worker", "--model", p.model, "--out", str(out),
+        cmd = [sys.executable, "-m", "validation", "stacks", "worker", "--model", p.model, "--out", str(out),
                "--stacks", ",".join(stacks), "--replays", str(replays), "--reps", str(reps),
                "--deadline", f"{deadline:.1f}", "--cases", ";".join(f"{b},{k}" for b, k in p.cases)]
         if p.ops:

@@ -7,7 +7,7 @@ torch (+ the standard library); the shapes come from mksim's model configs (JSON
 mksim import is needed on the device machine).
 
 The step is cut into ``embed_and_rope``, ``block`` (one layer, its residual add deferred to the next)
-and ``tail``, the pieces ``inductor_graph`` compiles. Measured by ``python3 -m validation.stacks run``.
+and ``tail``, the pieces ``inductor_graph`` compiles. Measured by ``python3 -m validation stacks run``.
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""What-if on silicon (issue 16): hardware overlays with fewer SMs and their runner."""
+"""What-if on silicon: hardware overlays with fewer SMs and their runner."""

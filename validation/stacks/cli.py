@@ -1,12 +1,12 @@
 """Command line: measure the stacks users run (torch_graph, inductor_graph) on a GPU.
 
-    python3 -m validation.stacks run --out DIR --timeout S [--quick] [--models M,...]
+    python3 -m validation stacks run --out DIR --timeout S [--quick] [--models M,...]
         [--stacks torch_graph,inductor_graph] [--batches 1,8] [--kv 1024,4096] [--ops-models M,...]
-    python3 -m validation.stacks table DIR
-    python -m validation.stacks profile DIR --stack torch_graph|inductor_graph --out PROFILE.toml
-    python -m validation.stacks predict DIR --json SUMMARY.json [--docs docs/stacks.md]
-    python -m validation.stacks answer [--json ANSWER.json] [--docs docs/stacks.md]   (answer.py)
-    python -m validation.stacks records [--check]   (the profiles' [validation] tables: records.py)
+    python3 -m validation stacks table DIR
+    python -m validation stacks profile DIR --stack torch_graph|inductor_graph --out PROFILE.toml
+    python -m validation stacks predict DIR --json SUMMARY.json [--docs docs/stacks.md]
+    python -m validation stacks answer [--json ANSWER.json] [--docs docs/stacks.md]   (answer.py)
+    python -m validation stacks records [--check]   (the profiles' [validation] tables: records.py)
 
 ``profile`` fits a stack's implementation profile to DIR's single-op files (``fit.py``); ``predict``
 holds mksim's predictions with the profiles against DIR's whole steps (``predict.py``). Both run
@@ -138,7 +138,7 @@ def offline_answer(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m validation.stacks", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m validation stacks", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="measure the stacks on a GPU (needs torch with CUDA)")
     r.add_argument("--out", required=True, type=Path)
@@ -222,6 +222,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"total {time.time() - t0:.0f} s", flush=True)
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

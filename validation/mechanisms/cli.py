@@ -1,7 +1,7 @@
 """Command line: build and run the mechanism sweeps on a GPU, or summarise saved raw files.
 
-    python -m validation.mechanisms run --out DIR [--quick] [--sweeps bw,chain,cost,opb] [--timeout S]
-    python -m validation.mechanisms summarize DIR [--out FILE] [--markdown]
+    python -m validation mechanisms run --out DIR [--quick] [--sweeps bw,chain,cost,opb] [--timeout S]
+    python -m validation mechanisms summarize DIR [--out FILE] [--markdown]
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m validation.mechanisms", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m validation mechanisms", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="build mech_bench and run sweeps (needs nvcc and a GPU)")
     r.add_argument("--out", required=True)
@@ -99,6 +99,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -12,7 +12,7 @@ from mksim.errors import MksimError
 from mksim.schedule import Schedule
 from mksim.search import ring_fixed, search
 
-from .suite import BATCHES, GPU, KV_LEN, MODELS, SCHEDULES, Refused, _f, predicted_us, search_fixed
+from .core import BATCHES, GPU, KV_LEN, MODELS, SCHEDULES, Refused, _f, predicted_us, search_fixed
 
 __all__ = ["SCHEDULES", "describe", "schedules_table", "search_schedules"]
 

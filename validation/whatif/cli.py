@@ -1,7 +1,7 @@
-"""What-if on silicon (issue 16): the persistent modes on N of the H200's SMs, measured and predicted.
+"""What-if on silicon: the persistent modes on N of the H200's SMs, measured and predicted.
 
-    python -m validation.whatif run --out DIR [--only TEXT ...] [--reps 20]   # on the GPU machine
-    python -m validation.whatif summarize DIR [--out FILE]                     # predictions, MAPE
+    python -m validation whatif run --out DIR [--only TEXT ...] [--reps 20]   # on the GPU machine
+    python -m validation whatif summarize DIR [--out FILE]                     # predictions, MAPE
 
 Each case is one model step (decode, kv_len 1024) in ``megakernel`` or ``persistent_barrier`` mode,
 scheduled with the overlay ``h200-mk-kernels-smNNN.toml`` of this folder (``h200-mk-kernels`` with
@@ -114,7 +114,7 @@ def summarize(runs: list[list[dict]]) -> dict:
     def mape(sel: list[dict]) -> float | None:
         return round(sum(abs(c["error_pct"]) for c in sel) / len(sel), 2) if sel else None
 
-    return {"what": "issue 16 what-if on silicon: persistent modes on N SMs of the H200, predicted with "
+    return {"what": "what-if on silicon: persistent modes on N SMs of the H200, predicted with "
                     "h200-mk-kernels and chip.sm.count = N", "target_mape_pct": 10.0, "runs": len(runs),
             "cases": out, "mape_pct": mape(out),
             "mape_pct_by_sms": {str(n): mape([c for c in out if c["sms"] == n]) for n in SMS},
@@ -155,7 +155,7 @@ def matmul_task_lines(runs: list[list[dict]]) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m validation.whatif", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m validation whatif", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("--out", type=Path, required=True)
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(0 if rows and all("error" not in x and x["correct"] for x in rows) else 1)
         files = sorted(a.dir.glob("measured*.json"))
         if not files:
-            raise MksimError(f"{a.dir}: no measured*.json (write them with: python -m validation.whatif run)")
+            raise MksimError(f"{a.dir}: no measured*.json (write them with: python -m validation whatif run)")
         summary = summarize([json.loads(f.read_text()) for f in files])
         (a.out or a.dir / SUMMARY).write_text(json.dumps(summary, indent=1) + "\n")
         for c in summary["cases"]:
@@ -184,6 +184,3 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
 
-
-if __name__ == "__main__":
-    main()

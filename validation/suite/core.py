@@ -9,14 +9,14 @@
 - :func:`run_suite` builds each case's schedule, has it checked and timed on the GPU (the runner
   of :mod:`validation.megakernel.gpu`, imported only then) and writes ``measured.json`` after every
   case: a failing case records its error in one line and the others go on. Persistent cases keep
-  their tasks' per-op spans (``op_trace``, :mod:`validation.suite_anatomy`). The suite runs in
-  parts and merges (:mod:`validation.suite_run`).
+  their tasks' per-op spans (``op_trace``, :mod:`validation.suite.anatomy`). The suite runs in
+  parts and merges (:mod:`validation.suite.parts`).
 - :func:`summarize` re-predicts every measured schedule on the CPU (:func:`predicted_us`) and
   returns ``summary.json``: each case's prediction, measurement and error, the suite's metrics
-  (MAPE, each mode's error, Kendall's τ between predicted and measured rankings), issue 18's
+  (MAPE, each mode's error, Kendall's τ between predicted and measured rankings), the design
   targets (:func:`design_targets`) and a middle layer's anatomy of each persistent case.
 - :func:`markdown_table` renders a summary for docs/validation.md; plots are in
-  :mod:`validation.suite_plots`, the searched schedules' search in :mod:`validation.suite_schedules`.
+  :mod:`validation.suite.plots`, the searched schedules' search in :mod:`validation.suite.schedules`.
 
 Nothing here needs a GPU except the ``measure`` it is given (tests pass a fake one).
 """
@@ -50,18 +50,18 @@ from validation.calibrate import NoGPUError, driver_string
 from validation.megakernel.gpu import measure
 from validation.megakernel.program import check_supported
 from validation.megakernel.program import kernel_options as program_kernel_options
-from validation.suite_anatomy import anatomy_table, layer_anatomy, middle_layer, op_trace_of_npz
-from validation.suite_plots import write_plots
-from validation.suite_targets import design_targets
+from validation.suite.anatomy import anatomy_table, layer_anatomy, middle_layer, op_trace_of_npz
+from validation.suite.plots import write_plots
+from validation.suite.targets import design_targets
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # validation/: the schedules, results and kernel sources
 SCHEDULES = HERE / "schedules"
 RESULTS = HERE / "results" / "h200"
 GPU = "h200-mk-kernels"      # the predictions: the calibrated H200 and the single-op costs of our device functions
 KV_LEN = 1024
 MODELS = ("llama-3.2-1b", "llama-3.1-8b")
 BATCHES = (1, 4, 8)
-MODES = ("stream", "graph", "graph_pdl", "persistent_barrier", "megakernel")
+MODES = tuple(mksim.schedule.MODES)  # every execution mode, as registered (stream ... megakernel)
 MEGAKERNEL_SCHEDULES = ("default", "searched", "fused", "sentinel")
 FUSIONS = ("fuse_norm", "fuse_rope", "fuse_silu")  # workload options of the fused case, where the builder has them
 SEARCHED = "searched"        # a workload option's value taken from the searched schedule of the same model and batch
@@ -176,7 +176,7 @@ def search_fixed(model: str, batch: int, kv_len: int = KV_LEN, gpu: str = GPU) -
     long as the profile has no cost per page (:func:`mksim.search.ring_fixed`): searched with the
     ring free and no such cost, the schedules went to 16 KiB pages and two-page rings the single
     ops never ran, and measured 19–35 % slower than predicted (docs/validation.md). With the
-    profile's ``page_us`` (fitted by ``python -m validation.kernel_costs`` to single ops at several
+    profile's ``page_us`` (fitted by ``python -m validation kernel-costs`` to single ops at several
     page sizes) page size and depth are searched.
 
     The reserve is the larger of the kernel's and the draft formula's (which allows for the
@@ -345,7 +345,7 @@ def run_case(case: Case, measure: Measure, *, reps: int = 20, watchdog_s: float 
     predicted again) and the measurement, or the error in one line, or why the kernels refuse it
     (``refused``: :class:`Refused` from :func:`build`, or
     :func:`validation.megakernel.program.check_supported`, before any GPU work). A persistent
-    case's per-task stamps become its ``op_trace`` (:func:`validation.suite_anatomy.op_trace`);
+    case's per-task stamps become its ``op_trace`` (:func:`validation.suite.anatomy.op_trace`);
     ``traces``: a folder to keep the raw stamps in (``.npz``). Only
     :class:`~validation.calibrate.NoGPUError` (and an interrupt) propagate."""
     rec: dict[str, Any] = case.record()
@@ -565,11 +565,11 @@ def metrics(rows: list[dict], hbm_GBps: float) -> dict:
 def summarize(measured: dict | Path | str, gpu: str = GPU, stacks: dict | None = None) -> dict:
     """``summary.json``: the issue's schema (``gpu``, ``date``, ``cases`` with model, batch, mode,
     schedule, predicted_us, measured_us, measured_spread_us, max_rel_err) plus each case's error,
-    bandwidth, name and refusal; the suite's :func:`metrics`; issue 18's ``design_targets``
-    (:func:`validation.suite_targets.design_targets`; ``stacks``: a
-    :func:`~validation.suite_targets.read_stacks` of the same machine, for the target against
+    bandwidth, name and refusal; the suite's :func:`metrics`; the design targets
+    (:func:`validation.suite.targets.design_targets`; ``stacks``: a
+    :func:`~validation.suite.targets.read_stacks` of the same machine, for the target against
     ``torch.compile``); ``anatomy``: the middle layer of every persistent case with a trace
-    (:func:`validation.suite_anatomy.layer_anatomy`), by case name. Predictions are recomputed
+    (:func:`validation.suite.anatomy.layer_anatomy`), by case name. Predictions are recomputed
     here, on the CPU, with the hardware model ``gpu``."""
     doc = measured if isinstance(measured, dict) else load_measured(measured)
     hbm_GBps = hwmodels.load(gpu).hbm_bandwidth_Bps / 1e9
@@ -656,7 +656,7 @@ def _targets_lines(summary: dict) -> list[str]:
     if not goals:
         return []
     met = {True: "**met**", False: "**missed**", None: "not measured"}
-    return ["", "Issue 18's targets, from these measurements (a model and batch's megakernel: its fastest "
+    return ["", "The design targets, from these measurements (a model and batch's megakernel: its fastest "
                 "schedule whose output checked):", "", "| target | | measured |", "|---|---|---|",
             *(f"| {g['target']} | {met[g['met']]} | {g['detail']} |" for g in goals)]
 
@@ -694,7 +694,7 @@ def _anatomy_lines(summary: dict) -> list[str]:
 
 def markdown_table(summary: dict) -> str:
     """The summary as markdown (what docs/validation.md shows): the cases, the metrics and the
-    targets, what the megakernel schedules are, issue 18's targets and the per-layer anatomy."""
+    targets, what the megakernel schedules are, the design targets and the per-layer anatomy."""
     lines = [f"{summary.get('gpu') or 'GPU'}, {summary.get('date') or ''}; predictions by `{summary['predicted_with']}`"
              f" (µs; error = predicted / measured − 1):", "",
              "| model | batch | mode | schedule | predicted µs | measured µs | spread µs | error | bandwidth | "

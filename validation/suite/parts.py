@@ -15,9 +15,9 @@ files merge into one:
 The same as a command line that needs neither typer nor rich (the GPU machine has the project's
 core packages only)::
 
-    python3 -m validation.suite_run parts [--parts N] [--budget-s 480]
-    python3 -m validation.suite_run run --part K/N --out DIR [--traces] [--timeout-s S] [--reps 20]
-    python3 -m validation.suite_run merge DIR_OR_FILE ... --out DIR
+    python3 -m validation suite parts [--parts N] [--budget-s 480]
+    python3 -m validation suite run --part K/N --out DIR [--traces] [--timeout-s S] [--reps 20]
+    python3 -m validation suite merge DIR_OR_FILE ... --out DIR
 
 ``mksim validate suite --part K/N``, ``mksim validate parts`` and ``mksim validate merge`` are the
 same functions.
@@ -36,7 +36,7 @@ from typing import Any
 
 from mksim.errors import MksimError
 
-from . import suite as vs
+from . import core as vs
 
 __all__ = ["BUDGET_S", "REFERENCE", "START_S", "estimate_s", "main", "merge", "parse_part", "parts_needed",
            "reference_times", "refused", "select_part", "split"]
@@ -201,7 +201,7 @@ def plan_lines(cases: list[vs.Case], n: int, ref: dict[str, float] | None = None
 
 
 def main(argv: list[str] | None = None, say: Callable[[str], None] = lambda m: print(m, flush=True)) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m validation.suite_run", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m validation suite", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("parts", help="the standard suite's parts with their estimated seconds")
     p.add_argument("--parts", type=int, default=None, help="this many parts (default: the fewest within --budget-s)")
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None, say: Callable[[str], None] = lambda m: p
     p.add_argument("--only", action="append", default=[])
     r = sub.add_parser("run", help="run (a part of) the suite on this machine's GPU")
     r.add_argument("--out", required=True)
-    r.add_argument("--part", default=None, help="K/N: part K of N (validation.suite_run.split)")
+    r.add_argument("--part", default=None, help="K/N: part K of N (validation.suite.parts.split)")
     r.add_argument("--only", action="append", default=[], help="cases whose name contains this (repeatable)")
     r.add_argument("--reps", type=int, default=20)
     r.add_argument("--watchdog-s", type=float, default=60.0)
@@ -243,6 +243,3 @@ def main(argv: list[str] | None = None, say: Callable[[str], None] = lambda m: p
         return 2
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Check and time one model's decode step in several modes: a quick look on the GPU.
 
-Run: python -m validation.megakernel [--model llama-3.2-1b] [--batch 1] [--modes megakernel,graph]
+Run: python -m validation megakernel [--model llama-3.2-1b] [--batch 1] [--modes megakernel,graph]
 [--json OUT] [--reps 20] [--pdl-trigger early|late] [--opt sync=sentinel]. The standard suite and its
 report are ``mksim validate``. Every mode's schedule is built and checked before any GPU work: one the
 generated kernels cannot run as predicted (dynamic dispatch, dies, native movement, an unknown sync,
@@ -91,7 +91,7 @@ def row_lines(mode: str, r: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m validation megakernel", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="llama-3.2-1b")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--kv-len", type=int, default=1024)
@@ -150,6 +150,3 @@ def main(argv: list[str] | None = None) -> None:
             json.dump(rows, fh, indent=1)
     sys.exit(0 if all("error" not in r for r in rows) else 1)
 
-
-if __name__ == "__main__":
-    main()

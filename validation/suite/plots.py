@@ -4,7 +4,7 @@
 - each mode's error: mean absolute error as a bar, every case's signed error as a dot;
 - bandwidth: bytes moved / measured time per case, against the calibrated HBM read bandwidth;
 - by batch: each model's measured step against its batch, per mode and megakernel schedule, with
-  issue 18's bound (batch 8 within 1.15× of batch 1).
+  the design target's bound (batch 8 within 1.15× of batch 1).
 
 Without matplotlib :func:`write_plots` returns no files: the summary does not depend on it.
 """

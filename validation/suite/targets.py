@@ -1,4 +1,4 @@
-"""Issue 18's targets, evaluated from a validation summary's rows (pure functions of the rows).
+"""The megakernel design targets, evaluated from a validation summary's rows (pure functions of the rows).
 
 The generated megakernel of a model and batch is held at its fastest *usable* case — measured,
 no error, output within tolerance — among the suite's megakernel schedules (default, searched,
@@ -10,7 +10,7 @@ fused, sentinel), unless a target names a schedule. Each target is a dict: ``id`
   read bandwidth at batch 1, batch 8 against batch 1, the searched schedule against the default,
   the prediction's error, every case's output;
 - :func:`read_stacks` and the ``stacks`` argument — optionally, the megakernel against
-  ``torch.compile`` in a CUDA graph (``inductor_graph``) measured by ``validation.stacks`` on
+  ``torch.compile`` in a CUDA graph (``inductor_graph``) measured by ``python -m validation stacks run`` on
   the same machine.
 """
 
@@ -75,7 +75,7 @@ def _refused_or_none(rows: list[dict], model: str, batch: int, schedule: str | N
 
 def design_targets(rows: list[dict], metrics: dict, models: tuple[str, ...], hbm_GBps: float,
                    stacks: dict | None = None, t: dict[str, float] = TARGETS) -> list[dict[str, Any]]:
-    """Issue 18's targets (module docstring) for ``models`` (the first is the small one, the second
+    """The design targets (module docstring) for ``models`` (the first is the small one, the second
     the large one), from summary ``rows`` and their ``metrics``; ``stacks``: :func:`read_stacks`."""
     out: list[dict[str, Any]] = []
 
@@ -168,7 +168,7 @@ def design_targets(rows: list[dict], metrics: dict, models: tuple[str, ...], hbm
 
 
 def read_stacks(folder: Path | str) -> dict[str, Any]:
-    """The whole steps of a ``python -m validation.stacks run`` folder (its ``step-*.json``, sub-folders
+    """The whole steps of a ``python -m validation stacks run`` folder (its ``step-*.json``, sub-folders
     too): ``{"source": folder, "steps": [{stack, model, batch, kv_len, median_us}, ...]}``."""
     root = Path(folder)
     files = sorted(root.rglob("step-*.json")) if root.is_dir() else []

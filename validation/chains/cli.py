@@ -1,8 +1,8 @@
 """Chains of LLM projections, mksim's kernels and cuBLAS: measure (GPU) and predict (CPU).
 
-Run: python -m validation.chains run --out DIR [--quick] [--timeout S] [--reps N]
-     python -m validation.chains predict RAW.json [--summary OUT] [--json OUT]
-     python -m validation.chains fit RAW.json [--out hwmodels/profiles/cublas.toml]
+Run: python -m validation chains run --out DIR [--quick] [--timeout S] [--reps N]
+     python -m validation chains predict RAW.json [--summary OUT] [--json OUT]
+     python -m validation chains fit RAW.json [--out hwmodels/profiles/cublas.toml]
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def cmd_fit(a: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m validation.chains", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m validation chains", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="measure the chains and single kernels on the GPU")
     r.add_argument("--out", required=True, help="directory for chains.json")
@@ -108,6 +108,3 @@ def main(argv: list[str] | None = None) -> int:
             _fail(f"unknown sequence {unknown[0]!r}; give some of {', '.join(SEQUENCES)}")
     return {"run": cmd_run, "predict": cmd_predict, "fit": cmd_fit}[a.cmd](a)
 
-
-if __name__ == "__main__":
-    sys.exit(main())
