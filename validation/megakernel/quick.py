@@ -10,16 +10,16 @@ generated kernels cannot run as predicted (dynamic dispatch, dies, native moveme
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import sys
+from dataclasses import fields
 
 import mksim
 from mksim.console import parse_options
 from mksim.errors import MksimError
 from mksim.schedule import Options
-from mksim.workload import build_llm_workload
+from mksim.workload import Build
 
 from .gpu import kernel_options, measure
 from .program import check_supported
@@ -35,11 +35,11 @@ def workload_option(key: str, text: str) -> int | float | bool:
     >>> workload_option("fuse_norm", "1"), workload_option("kv_splits", "16")
     (True, 16)
     """
-    params = inspect.signature(build_llm_workload).parameters
+    params = {f.name: f.default for f in fields(Build)}  # the build choices (the step's are flags of their own)
     known = [n for n in params if n not in _FIXED]
     if key not in known:
         raise ValueError(f"unknown workload option {key!r}; give one of {', '.join(known)}")
-    default = params[key].default
+    default = params[key]
     try:
         if isinstance(default, bool):
             if text not in ("0", "1"):

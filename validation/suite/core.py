@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import inspect
 import json
 import math
 import os
@@ -35,7 +34,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,7 @@ from mksim import models
 from mksim.errors import MksimError
 from mksim.schedule import MODE_DEFAULTS, Schedule
 from mksim.sim import simulate
-from mksim.workload import build_llm_workload
+from mksim.workload import Build
 from validation.calibrate import NoGPUError, driver_string
 from validation.megakernel.gpu import measure
 from validation.megakernel.program import check_supported
@@ -110,9 +109,9 @@ def searched_schedule_path(model: str, batch: int) -> Path:
 
 def fused_workload_options() -> tuple[tuple[str, Any], ...]:
     """The fused case's workload: every fusion of :data:`FUSIONS` that
-    :func:`mksim.workload.build_llm_workload` offers (read from its signature, so that the suite
-    runs before and after a fusion is added), with the searched schedule's KV splits."""
-    params = inspect.signature(build_llm_workload).parameters
+    :func:`mksim.workload.build_llm_workload` offers (read from :class:`mksim.workload.Build`'s fields,
+    so that the suite runs before and after a fusion is added), with the searched schedule's KV splits."""
+    params = {f.name for f in fields(Build)}
     return tuple((f, True) for f in FUSIONS if f in params) + (("kv_splits", SEARCHED),)
 
 
