@@ -42,7 +42,7 @@ _PROFILE_KEYS = {"schema_version", "profile", "full_name", "measured_on", "kind"
 #: what a profile describes: a library people run as their stack (its kernels in a CUDA graph), or the
 #: device functions of a megakernel (mksim's generated one); the explorer lists stacks first
 PROFILE_KINDS = ("stack", "megakernel")
-# a profile's optional [validation] table: how its predictions held against measurements (issue 17);
+# a profile's optional [validation] table: how its predictions held against measured whole steps;
 # written by `python -m validation.stacks records`, read by mksim.compare for its intervals
 _VALIDATION_NUMBERS = {"cases": int, "mape_pct": float, "bias_pct": float, "p90_abs_pct": float,
                        "max_abs_pct": float, "held_out_cases": int, "held_out_inside_pct": float}

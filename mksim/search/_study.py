@@ -369,7 +369,7 @@ def fused_kv_split(problem: Problem, params: dict[str, Any]) -> dict[str, Any]:
     """The fused trial's parameters (:data:`FUSED_MEGAKERNEL`) at the KV split of
     :data:`KV_SPLIT_MULT` the model predicts fastest (the first where none builds): a sampler rarely
     meets the default megakernel with every fusion at a split other than the default, and the split
-    moves the step by 3 % on an H200 (docs/validation.md). Unchanged where the split is fixed."""
+    moves the step by 3 % on an H200 (docs/validation-log.md). Unchanged where the split is fixed."""
     if "kv_split_mult" not in params:
         return params
     optuna = _optuna()

@@ -1,4 +1,4 @@
-"""The table of bad inputs (issue 15, shared/notes/bad-inputs-2026-12-01.md) as a test.
+"""The first table of bad inputs (shared/notes/bad-inputs-2026-12-01.md) as a test.
 
 Every bad input to the command line or the Python API answers with one line on stderr,
 ``error: ...``, exit status 2, no traceback, in bounded time; sizes too large for the GPU are

@@ -1,4 +1,4 @@
-"""The second table of bad inputs (issue 25, shared/notes/bad-inputs-2026-12-02.md), part A rows 49-138,
+"""The second table of bad inputs (shared/notes/bad-inputs-2026-12-02.md), part A rows 49-138,
 156-167, 172 and 177-191 (the trace rows, the search rows and the explorer rows have their own files).
 
 Each row's id starts with the row's number (``A66-hf-tie-str``). A bad input answers with one line on

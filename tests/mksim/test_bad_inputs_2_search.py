@@ -1,4 +1,4 @@
-"""The search rows of the second table of bad inputs (issue 25, shared/notes/bad-inputs-2026-12-02.md):
+"""The search rows of the second table of bad inputs (shared/notes/bad-inputs-2026-12-02.md):
 part A rows 139-155, 168-171 and 181, and the 20 cases of part C (two searches at once, SIGKILL, Ctrl-C).
 
 Part A: every bad input answers with one line, ``error: ...``, exit status 2, in bounded time (``ONE_LINE_S``),

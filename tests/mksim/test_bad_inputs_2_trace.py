@@ -1,4 +1,4 @@
-"""The trace rows of the second bad-inputs table (issue 25, shared/notes/bad-inputs-2026-12-02.md).
+"""The trace rows of the second bad-inputs table (shared/notes/bad-inputs-2026-12-02.md).
 
 Rows A1-A48 and A173-A176 (``mksim trace import`` / ``mksim trace cut``), the two "data lost" rows of
 the trace commands (A132, A133: the input stays byte-identical) and the "Big and compressed traces"

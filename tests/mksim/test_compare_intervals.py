@@ -1,4 +1,4 @@
-"""How sure a comparison is: intervals from the profiles' validation records (issue 17)."""
+"""How sure a comparison is: intervals from the profiles' validation records."""
 
 from __future__ import annotations
 

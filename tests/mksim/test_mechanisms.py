@@ -1,4 +1,4 @@
-"""The mechanisms of issue 16, each with its closed-form story (docs/model.md, "Mechanisms").
+"""The mechanisms, each with its closed-form story (docs/model.md, "Mechanisms").
 
 - DRAM rate versus bytes in flight and load: Little's law with a latency that grows with load;
 - a sync under load takes a share of the DRAM queueing delay more;

@@ -1,4 +1,4 @@
-"""The designs of issue 8 are options whose defaults leave every existing prediction as it was.
+"""The megakernel designs are options whose defaults leave every existing prediction as it was.
 
 The latencies below are what the simulator predicted before the designs were added (commit
 e1c679b), to the last bit; the defaults, given explicitly, must predict the same.
