@@ -523,7 +523,8 @@ def _too_fast(kernels: tuple[TraceKernel, ...], ops: tuple[Any, ...], g: Any, mo
     where = f"at least {{:.0f}} µs at {g.name}'s {bw / 1e12:.1f} TB/s"
     out = []
     kv = sum(op.kv_read_bytes for op in ops)
-    attn_us = sum(k.dur_us for k in kernels if k.kind in ("attn_partial", "attn_reduce"))
+    attention = set(KINDS.names(lambda kind: kind.attention))
+    attn_us = sum(k.dur_us for k in kernels if k.kind in attention)
     if kv > 2 * l2 and attn_us and attn_us * TOO_FAST < kv / bw * 1e6:
         out.append(f"the traced attention kernels ran {attn_us:.1f} µs, but reading the KV cache of batch {batch} x "
                    f"KV {kv_len} ({kv / 1e9:.2f} GB) takes " + where.format(kv / bw * 1e6)

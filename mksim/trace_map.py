@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mksim.workload import Op
+from mksim.workload import KINDS, Op
 
 __all__ = ["ANCHOR_KINDS", "HINTS", "TRITON_WORDS", "align", "kernel_hint"]
 
@@ -51,9 +51,10 @@ HINTS: tuple[tuple[str, str], ...] = (
     ("elementwise", r"elementwise|copy|fill|mul|add|functor|cast|triton|vectorized"),
 )
 _COMPILED = tuple((h, re.compile(p)) for h, p in HINTS)
-#: Kinds whose kernels anchor the alignment: few, unmistakable, and one (or a few) per op.
-ANCHOR_KINDS = ("matmul", "attn_partial", "attn_reduce")
-_GENERIC = ("elementwise", "add")
+#: Kinds whose kernels anchor the alignment: few, unmistakable, and one (or a few) per op (``OpKind.anchor``).
+ANCHOR_KINDS = KINDS.view(lambda k: k.anchor)
+#: Catch-all kinds of traced models whose kernels join a neighbouring op (``OpKind.generic``).
+_GENERIC = KINDS.view(lambda k: k.generic)
 ANCHOR_SCORE, ANCHOR_REPEAT_SCORE, KIND_SCORE = 10.0, 3.0, 2.0
 
 
@@ -89,13 +90,14 @@ def kernel_hint(name: str) -> str | None:
 
 
 def _slot(op: Op) -> str:
-    """What kernels an op can take: its kind, or ``rope_kv+norm`` for a RoPE that also does Qwen3's
-    per-head q/k RMS norms (torch runs those as norm kernels between the q/k/v GEMM and RoPE)."""
-    return "rope_kv+norm" if op.kind == "rope_kv" and op.attrs.get("qk_norm") else op.kind
+    """What kernels an op can take: its kind, or ``rope_kv+rmsnorm`` for a RoPE that also does Qwen3's
+    per-head q/k RMS norms (torch runs those as norm kernels between the q/k/v GEMM and RoPE): the
+    kernels of either kind."""
+    return f"{op.kind}+rmsnorm" if op.kind == "rope_kv" and op.attrs.get("qk_norm") else op.kind
 
 
 def _score(hint: str, kind: str) -> float:
-    if kind == "rope_kv+norm" and hint in ("rope_kv", "rmsnorm"):
+    if "+" in kind and hint in kind.split("+"):
         return KIND_SCORE
     if hint == kind:
         return ANCHOR_SCORE if kind in ANCHOR_KINDS else KIND_SCORE

@@ -39,7 +39,12 @@ class OpKind:
       ``row`` (and, if it streams, ``bytes / consume_row``) to its cost;
     - ``pages``: the bytes it streams go through the kernel's ring of shared-memory pages (the
       matmul's weights), whose cost per page (``page_us``) is fitted where single ops were timed
-      at several page sizes.
+      at several page sizes;
+    - ``attention``: part of attention over the KV cache (what a profiler trace's attention
+      kernels are held against);
+    - ``anchor``: its kernels anchor the alignment of a profiler trace to the ops (few,
+      unmistakable, one or a few per op: :mod:`mksim.trace_map`);
+    - ``generic``: a catch-all of traced models (point-wise kernels that join a neighbouring op).
     """
     name: str
     unit: str
@@ -48,6 +53,9 @@ class OpKind:
     streams: bool = False
     per_row: bool = False
     pages: bool = False
+    attention: bool = False
+    anchor: bool = False
+    generic: bool = False
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:
@@ -83,17 +91,18 @@ for _kind in (
     OpKind("embed", "vector", "one embedding row per token", opcode=1, per_row=True),
     OpKind("rmsnorm", "vector", "RMS norm of each row, times a weight", opcode=2, per_row=True),
     OpKind("matmul", "tensor", "rows times a weight matrix (a matvec in decode), optionally + a residual",
-           opcode=3, streams=True, per_row=True, pages=True),
+           opcode=3, streams=True, per_row=True, pages=True, anchor=True),
     OpKind("rope_kv", "vector", "rotary embedding of q and k; k and v appended to the KV cache", opcode=4,
            per_row=True),
     OpKind("attn_partial", "tensor", "decode attention over one split of the KV cache (flash-decoding)",
-           opcode=5, streams=True),
-    OpKind("attn_reduce", "vector", "merge of the attention partials of the KV splits", opcode=6),
+           opcode=5, streams=True, attention=True, anchor=True),
+    OpKind("attn_reduce", "vector", "merge of the attention partials of the KV splits", opcode=6, attention=True,
+           anchor=True),
     OpKind("silu_mul", "vector", "SiLU(gate) times up", opcode=7, per_row=True),
     OpKind("softcap", "vector", "logit soft-capping, cap * tanh(x / cap) (Gemma 2's final_logit_softcapping)",
            opcode=8, per_row=True),
-    OpKind("add", "vector", "element-wise sum (traced models)"),
-    OpKind("elementwise", "vector", "any other point-wise op (traced models)"),
+    OpKind("add", "vector", "element-wise sum (traced models)", generic=True),
+    OpKind("elementwise", "vector", "any other point-wise op (traced models)", generic=True),
 ):
     KINDS.register(_kind.name, _kind)  # every op kind, by name, in this order
 del _kind
