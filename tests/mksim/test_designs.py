@@ -15,9 +15,9 @@ import pytest
 
 import hwmodels
 import mksim
-from mksim.costs import SYNCS, rates, sync_us, task_times
+from mksim.costs import rates, task_times
 from mksim.errors import ScheduleError
-from mksim.schedule import dispatch_layout
+from mksim.schedule import SYNCS, dispatch_layout, get_sync
 from mksim.workload import Tiling
 
 from .simkit import chain, toy_gpu
@@ -48,7 +48,7 @@ def test_sync_costs_side_by_side_on_every_gpu():
     for name in hwmodels.available():
         g = hwmodels.load(name)
         r = rates(g)
-        c = {s: sync_us(s, 132, r) for s in SYNCS}
+        c = {s: get_sync(s).ready_us(0.0, 132, r) for s in SYNCS}
         assert c["counter"] < c["flag"], name
         assert c["sentinel"] < r.grid_barrier_us, name
         if g.sync.sentinel_poll_ns_per_KiB is None:

@@ -88,9 +88,9 @@ def lean():
 
 @pytest.fixture
 def one_sm():
-    POLICIES[OneSM.name] = OneSM
+    POLICIES.register(OneSM.name, OneSM)
     yield OneSM
-    del POLICIES[OneSM.name]
+    POLICIES.remove(OneSM.name)
 
 
 def test_a_registered_mode_is_in_the_registry_and_runs(tmp_path, eager):
