@@ -252,27 +252,6 @@ def copy_issue_Bpus(r: Rates) -> float:
     return r.async_copy_B / r.async_copy_issue_us
 
 
-def die_of_sm(sm: int, n_sms: int, dies: int) -> int:
-    """The die SM ``sm`` sits on: the SMs split into ``dies`` contiguous groups.
-
-    >>> [die_of_sm(s, 8, 2) for s in range(8)]
-    [0, 0, 0, 0, 1, 1, 1, 1]
-    """
-    return sm * dies // n_sms
-
-
-def seen_on_die_us(end_us: float, from_die: int, on_die: int, r: Rates) -> float:
-    """When the SMs of die ``on_die`` see a producer that ended at ``end_us`` on die ``from_die``
-    (before the sync's own latency): ``cross_die_latency_us`` later when the dies differ.
-
-    >>> import hwmodels
-    >>> r = rates(hwmodels.load("b200"))
-    >>> seen_on_die_us(10.0, 0, 0, r), round(seen_on_die_us(10.0, 0, 1, r), 3)
-    (10.0, 10.18)
-    """
-    return end_us + r.cross_die_latency_us if from_die != on_die else end_us
-
-
 def _or(value: float | None, default: float) -> float:
     return default if value is None else value
 

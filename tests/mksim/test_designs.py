@@ -185,8 +185,9 @@ def test_a_cross_die_edge_costs_the_crossing(tmp_path):
     assert flat.latency_us == pytest.approx(1 + 3 + 0.5 + 2, abs=TOL)
     assert across.latency_us == pytest.approx(1 + 3 + 0.3 + 0.5 + 2, abs=TOL)
     assert local.latency_us == pytest.approx(1 + 3 + 0.5 + 2, abs=TOL)
-    assert across.design_stats["dies"]["cross_die_edges"] == 1 and local.design_stats["dies"]["cross_die_edges"] == 0
-    assert across.design_stats["dies"]["l2_hit_fraction"] == 0.0 and local.design_stats["dies"]["l2_hit_fraction"] == 1.0
+    far, near = across.design_stats["dies"], local.design_stats["dies"]
+    assert far["cross_die_edges"] == 1 and near["cross_die_edges"] == 0
+    assert far["l2_hit_fraction"] == 0.0 and near["l2_hit_fraction"] == 1.0
     assert flat.design_stats == {} and "dies" in across.to_dict()
 
 

@@ -1,8 +1,9 @@
 """Dies (chiplets, Fleet): a dependency on a producer of another die is seen the crossing later.
 
-The design's three files: this one (the design and its ``die`` placement policy), its engine piece
-``mksim/sim/designs/dies.py`` (the consumers' view across dies and the traffic it counts), and its
-arithmetic in :mod:`mksim.costs` (:func:`~mksim.costs.die_of_sm`, :func:`~mksim.costs.seen_on_die_us`).
+The design's three files: this one (the design, its arithmetic and its ``die`` placement policy),
+its engine piece ``mksim/sim/designs/dies.py`` (the consumers' view across dies, and the traffic the
+result counts), and its knob, the ``dies`` field of :class:`~mksim.schedule.Options`. What it reads of
+the GPU is in :class:`~mksim.costs.Rates` (``dies``, ``cross_die_latency_us``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import heapq
 import math
 from typing import TYPE_CHECKING
 
-from mksim.costs import Rates, die_of_sm, seen_on_die_us, task_costs
+from mksim.costs import Rates, task_costs
 from mksim.errors import ScheduleError
 from mksim.workload import TaskGraph
 
@@ -20,6 +21,28 @@ from .._policies import DagList, register_policy, task_order
 
 if TYPE_CHECKING:
     from .._schedule import Schedule
+
+
+def die_of_sm(sm: int, n_sms: int, dies: int) -> int:
+    """The die SM ``sm`` sits on: the SMs split into ``dies`` contiguous groups.
+
+    >>> [die_of_sm(s, 8, 2) for s in range(8)]
+    [0, 0, 0, 0, 1, 1, 1, 1]
+    """
+    return sm * dies // n_sms
+
+
+def seen_on_die_us(end_us: float, from_die: int, on_die: int, r: Rates) -> float:
+    """When the SMs of die ``on_die`` see a producer that ended at ``end_us`` on die ``from_die``
+    (before the sync's own latency): ``cross_die_latency_us`` later when the dies differ.
+
+    >>> import hwmodels
+    >>> from mksim.costs import rates
+    >>> r = rates(hwmodels.load("b200"))
+    >>> seen_on_die_us(10.0, 0, 0, r), round(seen_on_die_us(10.0, 0, 1, r), 3)
+    (10.0, 10.18)
+    """
+    return end_us + r.cross_die_latency_us if from_die != on_die else end_us
 
 
 @register_policy

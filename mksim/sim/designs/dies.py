@@ -7,8 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from mksim.costs import die_of_sm, seen_on_die_us
-from mksim.schedule.designs.dies import Dies
+from mksim.schedule.designs.dies import Dies, die_of_sm, seen_on_die_us
 from mksim.workload import TaskGraph
 
 from .._design_run import DesignRun, Seen, runs
