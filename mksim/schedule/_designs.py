@@ -21,7 +21,7 @@ the registry (:func:`registered_designs`) or the designs that are on (:func:`act
 
 **Running it.** The engine (:mod:`mksim.sim`) cannot be imported from here (the schedule layer does
 not reach the engine), so what a design changes in a run is its **engine piece**: a class in
-``mksim/sim/designs/<name>.py`` registered against the design (``mksim.sim.designs``'s contract
+``mksim/sim/designs/<name>.py`` registered against the design's class (``mksim/sim/_design_run.py``
 says when the engine calls each of its hooks: once per run, once per SM's loader, once per task
 finished, never per dependency). A design that only combines existing mechanisms (a placement,
 options) has no piece. The engine asks the schedule's sync (below) when a dependency is seen.

@@ -93,7 +93,6 @@ def _choices(names: Names, brought: str, designs: tuple[str, ...] = ()) -> tuple
 
 
 POLICY_CHOICES = Names(lambda: _choices(POLICIES.view(), "policies"))  # a design's own: with it only
-SYNCS_SEARCHED = Names(lambda: _choices(SYNCS, "syncs"))  # sampled; a study may fix any of SYNCS
 
 
 def fixed_choices() -> dict[str, Sequence[str]]:
