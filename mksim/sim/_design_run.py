@@ -38,9 +38,9 @@ if TYPE_CHECKING:
     from ._actors import Loader
     from ._engine import _Engine
 
-# how a consumer on an SM sees its producers: (whole op p, consumer SM) -> when it is seen, and
-# (tasks lo..hi-1 of one op, consumer SM) -> when the last is seen (before the sync's latency)
-Seen = tuple[Callable[[int, int], float], Callable[[int, int, int], float]]
+# how a consumer on SM sm sees its producers: seen(sm) gives, once per SM, (whole op p) -> when it
+# is seen there, and (tasks lo..hi-1 of one op) -> when the last is seen (before the sync's latency)
+Seen = Callable[[int], tuple[Callable[[int], float], Callable[[int, int], float]]]
 # tasks handed to their SM (truthy by task id), the event of a task's hand-over, and whether the
 # executor still waits for the task's producers itself once it has it
 Handover = tuple[Sequence[int], Callable[[int], "Event"], bool]

@@ -272,7 +272,7 @@ class _Engine:
         env, r, timeline, hbm = self.env, self.r, self.timeline, self.hbm
         timeout, event = env.timeout, env.event
         arrived, arrival, own_deps = self._handover if self._handover is not None else (None, None, True)
-        op_seen, tiles_seen = self._seen if self._seen is not None else (None, None)
+        op_seen, tiles_seen = self._seen(sm) if self._seen is not None else (None, None)
         ready_after = sync.ready_us
         work_us, start, tail_us, warm_us, first_in = self.work_us, self.start, self.tail_us, self.warm_us, self.first_in
         on_device = self.on_device.tolist()
@@ -298,14 +298,13 @@ class _Engine:
                         if b - a == n_tiles[p]:
                             if op_done_n[p] < b - a:
                                 yield op_signal(p)
-                            e = op_end[p] if op_seen is None else op_seen(p, sm)
+                            e = op_end[p] if op_seen is None else op_seen(p)
                         else:
                             base = op_first[p]
                             for k in range(base + a, base + b):
                                 if end[k] != end[k]:  # NaN: not done
                                     yield task_signal(k)
-                            e = max(end[base + a:base + b]) if tiles_seen is None else tiles_seen(base + a, base + b,
-                                                                                                  sm)
+                            e = max(end[base + a:base + b]) if tiles_seen is None else tiles_seen(base + a, base + b)
                         if e > ready:
                             ready = e
                         n_flags += b - a

@@ -4,7 +4,7 @@ and the result counts the traffic between dies (:func:`die_traffic`, pure arithm
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from mksim.schedule.designs.dies import Dies, die_of_sm, seen_on_die_us
@@ -32,14 +32,16 @@ class DiesRun(DesignRun):
         r, die_of, op_end_die = self.eng.r, self.die_of_lane, self.op_end_die
         end, lane_of = self.eng.end, self.eng.lane_of
 
-        def op_seen(p: int, sm: int) -> float:
+        def on_sm(sm: int) -> tuple[Callable[[int], float], Callable[[int, int], float]]:
             d = die_of[sm]
-            return max(seen_on_die_us(v, e, d, r) for e, v in enumerate(op_end_die[p]))
 
-        def tiles_seen(lo: int, hi: int, sm: int) -> float:
-            d = die_of[sm]
-            return max(seen_on_die_us(end[k], die_of[lane_of[k]], d, r) for k in range(lo, hi))
-        return op_seen, tiles_seen
+            def op_seen(p: int) -> float:
+                return max(seen_on_die_us(v, e, d, r) for e, v in enumerate(op_end_die[p]))
+
+            def tiles_seen(lo: int, hi: int) -> float:
+                return max(seen_on_die_us(end[k], die_of[lane_of[k]], d, r) for k in range(lo, hi))
+            return op_seen, tiles_seen
+        return on_sm
 
     def result(self) -> dict[str, Any] | None:
         if not hasattr(self, "die_of_lane"):  # not a persistent run: no die was seen

@@ -113,10 +113,11 @@ class DynamicDispatchRun(DesignRun):
         # the schedulers see the event; the first tasks (no producers) as the kernel starts
         seen = last + eng.r.dispatch_event_us if last >= 0 else eng.t0
         by_sched: dict[int, list[int]] = {}
+        sched_of_sm, sm_of, free, arrival = self.sched_of_sm, self.sm_of, self.free_us, self.arrival
         for t in range(op_first[j], op_first[j + 1]):
-            by_sched.setdefault(self.sched_of_sm[self.sm_of[t]], []).append(t)
+            by_sched.setdefault(sched_of_sm[sm_of[t]], []).append(t)
         now = eng.env.now
         for sc, ts in by_sched.items():
-            times, self.free_us[sc] = dispatch_times_us(seen, self.free_us[sc], len(ts), eng.r)
+            times, free[sc] = dispatch_times_us(seen, free[sc], len(ts), eng.r)
             for t, a_us in zip(ts, times, strict=True):
-                self.arrival(t).succeed_after(a_us - now)
+                arrival(t).succeed_after(a_us - now)
