@@ -13,7 +13,8 @@ registration order) that has one, and calls its hooks
   starts: :meth:`~DesignRun.setup` (dynamic dispatch starts its schedulers here), then
   :meth:`~DesignRun.seen` and :meth:`~DesignRun.handover`, which hand the executors closures
   (called per dependency and per task: the hot loop pays no hook call per dependency where no
-  design replaces the default);
+  design replaces the default); of the designs that are on, one at most may give each (the run is
+  refused in one line otherwise);
 - once per SM, as its loader is made: :meth:`~DesignRun.loader` (an issue cost, a cap, a gate);
 - once per finished task, when the piece overrides it: :meth:`~DesignRun.finished`;
 - once the run is over (every task ran): :meth:`~DesignRun.after_run` (a breakdown to adjust), and

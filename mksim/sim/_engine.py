@@ -23,7 +23,7 @@ import simpy
 
 from mksim import costs
 from mksim.costs import block_dram_cap_Bpus, rates
-from mksim.errors import DeadlockError
+from mksim.errors import DeadlockError, ScheduleError
 from mksim.schedule import BaseSync, ChainMode, PersistentMode, Schedule, active_designs, gc_paused, get_mode, get_sync
 
 from . import designs as _pieces  # noqa: F401  (registers every design's engine piece)
@@ -213,10 +213,18 @@ class _Engine:
         for piece in self.pieces.values():
             piece.setup()
         # what the designs change in the executors: tasks handed over by schedulers, producers seen late
-        self._handover = next((h for h in (p.handover() for p in self.pieces.values()) if h is not None), None)
-        self._seen = next((v for v in (p.seen() for p in self.pieces.values()) if v is not None), None)
+        self._handover = self._one("handover")
+        self._seen = self._one("seen")
         barrier_done = self._barriers() if barrier else None
         self._start_sms(barrier_done, sync)
+
+    def _one(self, hook: str):
+        """What the one design that is on and changes ``hook`` gives (``None``: none does)."""
+        got = [(name, v) for name, p in self.pieces.items() if (v := getattr(p, hook)()) is not None]
+        if len(got) > 1:
+            raise ScheduleError(f"designs {got[0][0]} and {got[1][0]} both change the executors' {hook}; turn one "
+                                "off")
+        return got[0][1] if got else None
 
     def _barriers(self) -> list:
         """persistent_barrier: op ``j``'s tasks may start once every task of op ``j - 1`` is done
