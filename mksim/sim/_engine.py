@@ -257,6 +257,7 @@ class _Engine:
         # work counts from the task's start where its bytes stream after it (more than the pages
         # hold) or a device function's fixed part overlaps the wait for them; else from its data
         from_start = ((np.asarray(self.pre_B) > buf_B) | self.on_device).tolist()
+        on_device = self.on_device.tolist()  # once: the executors share these lists
         for sm, q in enumerate(s.queues or []):
             ld = Loader(self, sm, q, buf_B, page_B)
             if lead_B > 0:
@@ -268,10 +269,10 @@ class _Engine:
             for piece in self.pieces.values():
                 piece.loader(ld)
             env.timeout(self.t0).callbacks.append(ld.run)
-            env.process(self._executor(sm, q, ld, barrier_done, sync, from_start))
+            env.process(self._executor(sm, q, ld, barrier_done, sync, from_start, on_device))
 
     def _executor(self, sm: int, q: list[int], ld: Loader, barrier_done: list | None, sync: BaseSync,
-                  from_start: list[bool]):
+                  from_start: list[bool], on_device: list[bool]):
         """SM ``sm``'s executor: for each task of its queue, wait for what the mode says (the barrier,
         or its hand-over and its producers), then for its data (``ld``), then its work; finish it.
 
@@ -283,7 +284,6 @@ class _Engine:
         op_seen, tiles_seen = self._seen(sm) if self._seen is not None else (None, None)
         ready_after = sync.ready_us
         work_us, start, tail_us, warm_us, first_in = self.work_us, self.start, self.tail_us, self.warm_us, self.first_in
-        on_device = self.on_device.tolist()
         op_of, n_tiles, op_first, op_done_n, op_end, end = (self.op_of, self.n_tiles, self.op_first, self.op_done_n,
                                                             self.op_end, self.end)
         deps_of, in_B = self.g.deps, self.in_B  # in_B: what a task reads of its producers (a sentinel polls it)
