@@ -6,7 +6,8 @@ microsecond (``_Bpus``; 1 GB/s = 1e3 B/µs), rates FLOP per microsecond.
 This is the one copy of every formula: the engine (:mod:`mksim.sim`) and the placement policies
 (:mod:`mksim.schedule`) call these functions, and the tests check them. :func:`task_times` gives
 the engine every task's DRAM bytes, work and consumption tail; :func:`task_costs` gives the
-policies their estimate; :func:`sync_ready_us` says when a dependency is seen.
+policies their estimate; :func:`counter_ready_us`, :func:`flag_ready_us` and
+:func:`sentinel_seen_us` say when a dependency is seen, each called by its sync's class.
 """
 
 from __future__ import annotations
@@ -251,27 +252,6 @@ def copy_issue_Bpus(r: Rates) -> float:
     return r.async_copy_B / r.async_copy_issue_us
 
 
-def die_of_sm(sm: int, n_sms: int, dies: int) -> int:
-    """The die SM ``sm`` sits on: the SMs split into ``dies`` contiguous groups.
-
-    >>> [die_of_sm(s, 8, 2) for s in range(8)]
-    [0, 0, 0, 0, 1, 1, 1, 1]
-    """
-    return sm * dies // n_sms
-
-
-def seen_on_die_us(end_us: float, from_die: int, on_die: int, r: Rates) -> float:
-    """When the SMs of die ``on_die`` see a producer that ended at ``end_us`` on die ``from_die``
-    (before the sync's own latency): ``cross_die_latency_us`` later when the dies differ.
-
-    >>> import hwmodels
-    >>> r = rates(hwmodels.load("b200"))
-    >>> seen_on_die_us(10.0, 0, 0, r), round(seen_on_die_us(10.0, 0, 1, r), 3)
-    (10.0, 10.18)
-    """
-    return end_us + r.cross_die_latency_us if from_die != on_die else end_us
-
-
 def _or(value: float | None, default: float) -> float:
     return default if value is None else value
 
@@ -297,41 +277,32 @@ def dispatch_times_us(seen_us: float, free_us: float, n_tasks: int, r: Rates) ->
     return [start + (k + 1) * step + pick for k in range(n_tasks)], start + n_tasks * step
 
 
-SYNCS = ("counter", "flag", "sentinel")
-
-
-def sync_ready_us(sync: str, last_end_us: float, n_producer_tiles: int, r: Rates, polled_B: float = 0.0,
-                  draw_Bpus: float = 0.0) -> float:
-    """When a megakernel task whose last producer ended at ``last_end_us`` sees it, for each way of
-    synchronising (the grid barrier of ``persistent_barrier`` is ``r.grid_barrier_us``), while the
-    chip draws ``draw_Bpus`` from DRAM:
-
-    - ``counter``: one counter per op range, released and observed: the flag latency;
-    - ``flag``: a flag per producer tile, polled 32 at a time by a warp: one L2 round trip more
-      per 32 flags;
-    - ``sentinel``: the output buffers start as a sentinel (NaN) and the consumer polls the data
-      itself: the producer's plain stores to the poll seeing them, with no fence, no counter and no
-      reload of the data after a flag — but its waiter passes over all ``polled_B`` bytes it reads
-      until none is the sentinel, so the time grows with them
-      (:func:`sentinel_seen_us`).
-
-    Counters and flags wait in the memory queues as loads do (:func:`sync_load_us`); the sentinel's
-    lines are measured idle and loaded and take the draw themselves. The engine calls this for every
-    dependency; :func:`sync_us` is its latency alone.
+def counter_ready_us(last_end_us: float, r: Rates, draw_Bpus: float = 0.0) -> float:
+    """When a megakernel task sees its producers through one counter per op range (released by
+    the producers, observed by the consumer) whose last ended at ``last_end_us``, while the chip
+    draws ``draw_Bpus`` from DRAM: the flag latency, and what the counter waits in the memory queues
+    as loads do (:func:`sync_load_us`). The grid barrier of ``persistent_barrier`` is
+    ``r.grid_barrier_us`` instead; each sync of :data:`mksim.schedule.SYNCS` calls its function here.
 
     >>> import hwmodels
     >>> r = rates(hwmodels.load("h200-calibrated"))
-    >>> round(sync_ready_us("flag", 10.0, 40, r), 3)   # the flag latency and two L2 round trips
-    10.85
+    >>> round(counter_ready_us(0.0, r), 3)
+    0.558
     """
-    if sync == "counter":
-        return last_end_us + r.flag_latency_us + sync_load_us(draw_Bpus, r)
-    if sync == "flag":
-        return (last_end_us + r.flag_latency_us + math.ceil(n_producer_tiles / 32) * r.l2_latency_us
-                + sync_load_us(draw_Bpus, r))
-    if sync == "sentinel":
-        return last_end_us + sentinel_seen_us(polled_B, draw_Bpus, r)
-    raise ValueError(f"sync must be one of {', '.join(SYNCS)}, got {sync!r}")
+    return last_end_us + r.flag_latency_us + sync_load_us(draw_Bpus, r)
+
+
+def flag_ready_us(last_end_us: float, n_producer_tiles: int, r: Rates, draw_Bpus: float = 0.0) -> float:
+    """As :func:`counter_ready_us`, through a flag per producer tile (of ``n_producer_tiles``)
+    polled 32 at a time by a warp: one L2 round trip more per 32 flags.
+
+    >>> import hwmodels
+    >>> r = rates(hwmodels.load("h200-calibrated"))
+    >>> round(flag_ready_us(10.0, 40, r), 3), round(flag_ready_us(0.0, 132, r), 3)  # two and five round trips
+    (10.85, 1.287)
+    """
+    return (last_end_us + r.flag_latency_us + math.ceil(n_producer_tiles / 32) * r.l2_latency_us
+            + sync_load_us(draw_Bpus, r))
 
 
 def sentinel_seen_us(polled_B: float, draw_Bpus: float, r: Rates) -> float:
@@ -356,18 +327,6 @@ def sentinel_seen_us(polled_B: float, draw_Bpus: float, r: Rates) -> float:
         lat = r.sentinel_latency_us + sync_load_us(draw_Bpus, r)
     per_B = r.sentinel_poll_us_per_B + u * (r.sentinel_loaded_poll_us_per_B - r.sentinel_poll_us_per_B)
     return lat + polled_B * per_B
-
-
-def sync_us(sync: str, n_producer_tiles: int, r: Rates) -> float:
-    """How long after its last producer ends a megakernel task may start (:func:`sync_ready_us`
-    from 0). With no producer tiles counted it is how long after a producer ends its consumers see it.
-
-    >>> import hwmodels
-    >>> r = rates(hwmodels.load("h200-calibrated"))
-    >>> [round(sync_us(s, 132, r), 3) for s in SYNCS]
-    [0.558, 1.287, 0.936]
-    """
-    return sync_ready_us(sync, 0.0, n_producer_tiles, r)
 
 
 def first_byte_us(fresh: bool, now_us: float, placed_us: float, cold_until_us: float, r: Rates) -> float:

@@ -18,6 +18,8 @@ from mksim.registry import Names  # re-exported: the registries' live name lists
 
 from ._build import build_schedule, check_fits, gc_paused
 from ._designs import (
+    DESIGN_REGISTRY,
+    SYNC_REGISTRY,
     SYNCS,
     BaseDesign,
     BaseSync,
@@ -44,7 +46,7 @@ from ._modes import (
     register_mode,
     unregister_mode,
 )
-from ._policies import ORDERS, POLICIES, BasePolicy, get_policy, task_order
+from ._policies import ORDERS, POLICIES, BasePolicy, get_policy, register_policy, task_order
 from ._schedule import Options, Schedule, find_deadlock, workload_from_spec
 
 # The built-in designs and modes, and any file added beside them, register as they are imported: last,
@@ -54,9 +56,10 @@ modes = import_module(f"{__name__}.modes")
 DISPATCHES, dispatch_layout = designs.dynamic.DISPATCHES, designs.dynamic.dispatch_layout
 MOVEMENTS = designs.movement.MOVEMENTS
 
-__all__ = ["BaseDesign", "BaseMode", "BasePolicy", "BaseSync", "CHAIN_MODES", "ChainMode", "DISPATCHES", "MODES",
-           "MODE_DEFAULTS", "MOVEMENTS", "Names", "ORDERS", "Options", "PERSISTENT_MODES", "POLICIES", "PersistentMode",
-           "SYNCS", "Schedule", "active_designs", "build_schedule", "check_fits", "design_names", "design_rows",
-           "designs", "dispatch_layout", "find_deadlock", "gc_paused", "get_design", "get_mode", "get_policy",
-           "get_sync", "modes", "modes_on", "register_design", "register_mode", "register_sync", "registered_designs",
-           "task_costs", "task_order", "unregister_design", "unregister_mode", "workload_from_spec"]
+__all__ = ["BaseDesign", "BaseMode", "BasePolicy", "BaseSync", "CHAIN_MODES", "ChainMode", "DESIGN_REGISTRY",
+           "DISPATCHES", "MODES", "MODE_DEFAULTS", "MOVEMENTS", "Names", "ORDERS", "Options", "PERSISTENT_MODES",
+           "POLICIES", "PersistentMode", "SYNCS", "SYNC_REGISTRY", "Schedule", "active_designs", "build_schedule",
+           "check_fits", "design_names", "design_rows", "designs", "dispatch_layout", "find_deadlock", "gc_paused",
+           "get_design", "get_mode", "get_policy", "get_sync", "modes", "modes_on", "register_design", "register_mode",
+           "register_policy", "register_sync", "registered_designs", "task_costs", "task_order", "unregister_design",
+           "unregister_mode", "workload_from_spec"]

@@ -1,25 +1,31 @@
 """Megakernel placement policies: which SM runs which task, in which order.
 
 A policy is a small plug-in: subclass :class:`BasePolicy`, implement :meth:`place`, and
-register it in :data:`POLICIES`. ``place`` is called once per schedule build, with the
+register it with :func:`register_policy` (in :data:`POLICIES`, a :class:`~mksim.registry.Registry`
+of the classes). ``place`` is called once per schedule build, with the
 task graph (tasks numbered in a topological order, op by op) and the GPU's rates; it
 returns one queue of task ids per SM. Every task must appear exactly once; the order of a
 queue is the order the SM executes it, so a policy must not put a task before one of its
 (transitive) producers on the same SM — :meth:`Schedule.validate` rejects that as a
 deadlock. Policies estimate task times with :func:`mksim.costs.task_costs`.
+
+A search (:mod:`mksim.search`) asks a policy's class for its options (:meth:`BasePolicy.suggest`,
+once per trial that picked it) and for the parameters of its baseline trial (``baseline``). A
+policy a design brings (``BaseDesign.policies``) is searched only in a study with the design.
 """
 
 from __future__ import annotations
 
 import heapq
-import math
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from mksim.costs import Rates, die_of_sm, seen_on_die_us, task_costs
+from hwmodels import GPUSpec
+from mksim.costs import Rates, task_costs
 from mksim.errors import ScheduleError, UnknownNameError
+from mksim.registry import Registry
 from mksim.workload import TaskGraph
 
 ORDERS = ("op", "level")
@@ -47,6 +53,7 @@ class BasePolicy(ABC):
     """Places tasks on SMs. Subclasses set ``name`` and implement :meth:`place`."""
 
     name: str = ""
+    baseline: ClassVar[dict[str, Any]] = {}  # a search's baseline trial of the policy: its parameters
 
     def __init__(self, **params: Any):
         unknown = set(params) - set(self.params())
@@ -60,19 +67,36 @@ class BasePolicy(ABC):
         """Options and their defaults."""
         return {}
 
+    @classmethod
+    def suggest(cls, trial: Any, gpu: GPUSpec) -> dict[str, Any]:
+        """The policy's options a search trial (an Optuna trial) samples (its parameter names and
+        order are the study's: keep them). None by default."""
+        return {}
+
     @abstractmethod
     def place(self, graph: TaskGraph, r: Rates, n_sms: int) -> list[list[int]]:
         """One queue of task ids per SM (``n_sms`` queues)."""
+
+
+def suggest_order(trial: Any) -> dict[str, Any]:
+    """``order`` (:data:`ORDERS`) as a search samples it; ``op``, the default, is left out."""
+    order = trial.suggest_categorical("order", ORDERS)
+    return {"order": order} if order != "op" else {}
 
 
 class RoundRobin(BasePolicy):
     """Task ``i`` of the topological order (``order``: see :func:`task_order`) goes to SM ``i mod n``."""
 
     name = "rr"
+    baseline = {"order": "op"}
 
     @classmethod
     def params(cls) -> dict[str, Any]:
         return {"order": "op"}
+
+    @classmethod
+    def suggest(cls, trial: Any, gpu: GPUSpec) -> dict[str, Any]:
+        return suggest_order(trial)
 
     def place(self, graph: TaskGraph, r: Rates, n_sms: int) -> list[list[int]]:
         q: list[list[int]] = [[] for _ in range(n_sms)]
@@ -131,11 +155,21 @@ class DagList(BasePolicy):
     start earliest given when its producers are estimated to finish."""
 
     name = "dag"
+    baseline = {"order": "op", "dag_sync_scale": 1.0}
 
     @classmethod
     def params(cls) -> dict[str, Any]:
         # sync_us: dependency latency assumed (default: the GPU's flag latency); order: task_order
         return {"sync_us": None, "order": "op"}
+
+    @classmethod
+    def suggest(cls, trial: Any, gpu: GPUSpec) -> dict[str, Any]:
+        """``order``, and ``dag_sync_scale``: the latency planned with, in units of the GPU's flag latency."""
+        popts = suggest_order(trial)
+        scale = trial.suggest_float("dag_sync_scale", 0.0, 3.0)
+        if scale != 1.0:
+            popts["sync_us"] = round(scale * gpu.sync.flag_latency_ns / 1e3, 6)
+        return popts
 
     def place(self, graph: TaskGraph, r: Rates, n_sms: int) -> list[list[int]]:
         cost = task_costs(graph, r)
@@ -149,10 +183,15 @@ class Pools(BasePolicy):
     against the GPU's ridge point); each pool list-schedules its own tasks."""
 
     name = "pool"
+    baseline = {"pool_compute_fraction": 0.25}
 
     @classmethod
     def params(cls) -> dict[str, Any]:
         return {"compute_fraction": 0.25}
+
+    @classmethod
+    def suggest(cls, trial: Any, gpu: GPUSpec) -> dict[str, Any]:
+        return {"compute_fraction": trial.suggest_float("pool_compute_fraction", 0.05, 0.5)}
 
     def place(self, graph: TaskGraph, r: Rates, n_sms: int) -> list[list[int]]:
         frac = self.options["compute_fraction"]
@@ -171,59 +210,6 @@ class Pools(BasePolicy):
         # one list schedule over both pools so estimated ready times cross between them
         return _list_schedule(graph, cost, None, range(len(graph)), r.flag_latency_us, n_sms,
                               pool_of=lambda t: pools[bool(compute[t])])
-
-
-class DieAware(BasePolicy):
-    """Fleet-style placement on a GPU of several dies (chiplets): list scheduling as ``dag``, but a
-    task is ready on a die only ``cross_die_latency`` after its producers on other dies, so it goes
-    to the die where it can start first — its producers' die, unless another is free sooner by more
-    than the crossing. On one die it is ``dag``."""
-
-    name = "die"
-
-    @classmethod
-    def params(cls) -> dict[str, Any]:
-        return {"sync_us": None, "order": "op"}
-
-    def place(self, graph: TaskGraph, r: Rates, n_sms: int) -> list[list[int]]:
-        sync = self.options["sync_us"] if self.options["sync_us"] is not None else r.flag_latency_us
-        cost = task_costs(graph, r).tolist()
-        dies = max(1, min(r.dies, n_sms))
-        die_sm = [[s for s in range(n_sms) if die_of_sm(s, n_sms, dies) == d] for d in range(dies)]
-        heaps = [[(0.0, s) for s in sms] for sms in die_sm]
-        for h in heaps:
-            heapq.heapify(h)
-        n_tiles, op_first = graph.n_tiles.tolist(), graph.op_first.tolist()
-        finish = [0.0] * len(graph)
-        die_t = [0] * len(graph)
-        op_die_max = [[-math.inf] * dies for _ in graph.ops]  # latest finish of each op on each die
-        q: list[list[int]] = [[] for _ in range(n_sms)]
-        for t in task_order(graph, self.options["order"]):
-            ready = [0.0] * dies
-            for p, t0, t1 in graph.deps(t):
-                if t1 - t0 == n_tiles[p]:
-                    m = op_die_max[p]
-                    top = max(m)
-                    for d in range(dies):
-                        e = max(seen_on_die_us(v, f, d, r) for f, v in enumerate(m)) if top > -math.inf else 0.0
-                        if e > ready[d]:
-                            ready[d] = e
-                else:
-                    for k in range(op_first[p] + t0, op_first[p] + t1):
-                        for d in range(dies):
-                            e = seen_on_die_us(finish[k], die_t[k], d, r)
-                            if e > ready[d]:
-                                ready[d] = e
-            best = min(range(dies), key=lambda d: (max(heaps[d][0][0], ready[d] + sync), d))
-            free, sm = heaps[best][0]
-            f = max(free, ready[best] + sync) + cost[t]
-            heapq.heapreplace(heaps[best], (f, sm))
-            finish[t], die_t[t] = f, best
-            p = int(graph.op_of[t])
-            if f > op_die_max[p][best]:
-                op_die_max[p][best] = f
-            q[sm].append(t)
-        return q
 
 
 def _list_schedule(graph: TaskGraph, cost: np.ndarray, sms: list[int] | None, order, sync_us: float,
@@ -265,10 +251,25 @@ def _list_schedule(graph: TaskGraph, cost: np.ndarray, sms: list[int] | None, or
     return q
 
 
-POLICIES: dict[str, type[BasePolicy]] = {p.name: p for p in (RoundRobin, ZigZag, Wave, DagList, Pools, DieAware)}
+POLICIES: Registry[type[BasePolicy]] = Registry("policy")
+P = TypeVar("P", bound=type[BasePolicy])
+
+
+def register_policy(cls: P) -> P:
+    """Class decorator: register a placement policy's class under ``cls.name``. Returns the class."""
+    if not cls.name:
+        raise ValueError("a policy needs a name")
+    POLICIES.register(cls.name, cls)
+    return cls
+
+
+for _p in (RoundRobin, ZigZag, Wave, DagList, Pools):
+    register_policy(_p)
 
 
 def get_policy(name: str, **params: Any) -> BasePolicy:
-    if name not in POLICIES:
+    """An instance of the registered policy ``name`` with ``params``; one line naming the known ones otherwise."""
+    cls = POLICIES.get(name, None)
+    if cls is None:
         raise UnknownNameError("policy", name, sorted(POLICIES))
-    return POLICIES[name](**params)
+    return cls(**params)

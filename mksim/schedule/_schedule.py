@@ -62,7 +62,7 @@ class Options:
       while waiting on its event counter; with 0 only once its producers are done;
     - ``dies`` (megakernel): model the GPU's dies (chiplets): a dependency whose producer ran on
       another die is seen ``chip.cross_die_latency_ns`` later, and the result counts cross-die
-      traffic and per-die L2 hits of activations (``SimResult.die_stats``);
+      traffic and per-die L2 hits of activations (``SimResult.design_stats["dies"]``);
     - ``movement`` (persistent modes): ``ideal`` (weights arrive as fast as DRAM and the SM allow,
       math costs its FLOPs) or ``native``: the generation's own data movement from the GPU's
       ``[chip.movement]`` (cp.async or TMA issue, tensor-core latency, cluster multicast of shared

@@ -45,22 +45,26 @@ megakernel baselines keep as many of their four 32 KiB pages as still fit.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from hwmodels import GPUSpec
 from mksim import costs, models
 from mksim.errors import MksimError, ScheduleError, WorkloadError
+from mksim.registry import Names
 from mksim.schedule import (
-    DISPATCHES,
+    DESIGN_REGISTRY,
     MODE_DEFAULTS,
-    MOVEMENTS,
-    ORDERS,
+    POLICIES,
+    SYNCS,
     Options,
+    PersistentMode,
+    active_designs,
     build_schedule,
     design_names,
-    dispatch_layout,
     get_design,
+    get_mode,
     modes_on,
 )
 from mksim.schedule.modes.graph_pdl import TRIGGERS
@@ -69,7 +73,6 @@ from mksim.workload import KINDS, Build, Step, Tiling, attended_tokens, resolved
 SPACE_VERSION = 5  # bump when a parameter is added or changes meaning: old studies cannot be resumed
 SEARCH_MODES = ("megakernel", "graph_pdl", "graph")
 CHAIN_MODES = ("graph_pdl", "graph")
-POLICY_CHOICES = ("rr", "zigzag", "wave", "dag", "pool")
 ROLES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
 ROLE_OF = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "gate_proj": "gate_up_proj",
            "up_proj": "gate_up_proj"}  # split projections take their fused projection's granularity
@@ -79,19 +82,31 @@ KV_SPLIT_MULT = (0.5, 1.0, 2.0, 3.0, 4.0)  # 3 and 4: finer splits, cheap on the
 PAGES_KiB = (8, 16, 32, 64)
 MAX_PREFETCH = 16  # 8 KiB pages: 16 fit beside a 44 KiB reserve
 L2_PREFETCH_KiB = (0.0, 256.0, 512.0)  # the L2 prefetcher's lead per SM (0: off)
-SYNCS = ("counter", "flag")  # sampled; a study may fix any of ALL_SYNCS
-ALL_SYNCS = ("counter", "flag", "sentinel")
-FIXED_CHOICES = {"sync": ALL_SYNCS, "dispatch": DISPATCHES, "movement": MOVEMENTS, "pdl_trigger": TRIGGERS}
+
+
+def _choices(names: Names, brought: str, designs: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """``names`` (a registry's) that no registered design brings (its ``brought`` attribute:
+    ``policies``, ``syncs``), then those the ``designs`` of a study bring."""
+    by_designs = {n for d in DESIGN_REGISTRY.values() for n in getattr(d, brought)}
+    return tuple(n for n in names if n not in by_designs) + tuple(
+        n for name in designs for n in getattr(get_design(name), brought))
+
+
+POLICY_CHOICES = Names(lambda: _choices(POLICIES.view(), "policies"))  # a design's own: with it only
+
+
+def fixed_choices() -> dict[str, Sequence[str]]:
+    """The values a fixed option may take, where they are few: the syncs, each design's option
+    (``BaseDesign.choices``) and PDL's trigger."""
+    out: dict[str, Sequence[str]] = {"sync": SYNCS, "pdl_trigger": TRIGGERS}
+    return out | {d.option: d.choices for d in DESIGN_REGISTRY.values() if d.choices}
+
+
 # Megakernel designs a study may add to the space (``designs``); without them the space is the one
-# above, so that a study's seeded trials are what they always were:
-# - sentinel: ``sync`` may also be ``sentinel`` (data as its own flag);
-# - dynamic: ``dispatch`` static or dynamic (MPK), with ``schedulers`` and ``prelaunch``;
-# - dies: every megakernel pays for dependencies across dies (``dies``), and ``policy`` may be ``die``;
-# - movement: every megakernel moves data as its generation does (``movement="native"``);
-# - any other registered design: every megakernel has it on (BaseDesign.search_options).
+# above, so that a study's seeded trials are what they always were. Each design says what it adds
+# (mksim.schedule.BaseDesign's search hooks): the policies and syncs it brings, the options every
+# candidate gets (search_options), what it samples (suggest) and decides (settles), its baselines.
 DESIGNS = design_names()  # the designs registered when mksim.search is imported (check_designs reads it anew)
-SCHEDULERS = (0, 4, 8, 16, 32)  # scheduler warps (0: MPK's rule)
-PRELAUNCH = (0, 1, 2)
 FUSE = (False, True)
 CHAIN_TASKS = (1.0, 2.0, 4.0)
 CHAIN_BLOCKS = (1, 2, 4)
@@ -101,6 +116,12 @@ BASELINE_PAGE_KiB, BASELINE_DEPTH = 32, 4  # the megakernel baselines' loader (b
 SAMPLED_OPTION = {"page_KiB": "page_KiB", "prefetch_depth": "prefetch_depth", "sync": "sync",
                   "l2_prefetch_KiB": "l2_prefetch_KiB",
                   "chain_tasks_per_sm": "tasks_per_sm", "chain_blocks_per_sm": "blocks_per_sm"}
+
+
+def _megakernel() -> PersistentMode:
+    mode = get_mode(SEARCH_MODES[0])
+    assert isinstance(mode, PersistentMode)
+    return mode
 
 
 def chain_modes(gpu: GPUSpec) -> tuple[str, ...]:
@@ -178,8 +199,9 @@ def check_fixed(fixed: dict[str, Any] | None) -> dict[str, Any]:
             raise MksimError(f"fixed option {k} needs {need}, got {v!r}") from None
         if isinstance(val, float) and not math.isfinite(val):
             raise MksimError(f"fixed option {k} needs a finite number, got {v!r}")
-        if k in FIXED_CHOICES and val not in FIXED_CHOICES[k]:
-            raise MksimError(f"fixed option {k} must be one of {', '.join(FIXED_CHOICES[k])}, got {val!r}")
+        choices = fixed_choices()
+        if k in choices and val not in choices[k]:
+            raise MksimError(f"fixed option {k} must be one of {', '.join(choices[k])}, got {val!r}")
         out[k] = val
     return out
 
@@ -287,7 +309,7 @@ class Problem:
 class Candidate:
     """One point of the search space (defaults: ``build_schedule``'s defaults for the mode)."""
     mode: str = "megakernel"
-    policy: str | None = "dag"
+    policy: str | None = field(default_factory=lambda: _megakernel().default_policy)
     policy_options: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
     grain: dict[str, float] = field(default_factory=dict)
@@ -335,18 +357,8 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any]
             fuse_rope=trial.suggest_categorical("fuse_rope", FUSE),
             fuse_silu=trial.suggest_categorical("fuse_silu", FUSE))
     fx = ring_fixed(gpu, fx)  # a megakernel's ring, where the model does not price pages
-    policy = trial.suggest_categorical("policy", POLICY_CHOICES + (("die",) if "dies" in designs else ()))
-    popts: dict[str, Any] = {}
-    if policy in ("rr", "dag", "die"):
-        order = trial.suggest_categorical("order", ORDERS)
-        if order != "op":
-            popts["order"] = order
-    if policy in ("dag", "die"):
-        scale = trial.suggest_float("dag_sync_scale", 0.0, 3.0)
-        if scale != 1.0:
-            popts["sync_us"] = round(scale * gpu.sync.flag_latency_ns / 1e3, 6)
-    elif policy == "pool":
-        popts = {"compute_fraction": trial.suggest_float("pool_compute_fraction", 0.05, 0.5)}
+    policy = trial.suggest_categorical("policy", _choices(POLICIES.view(), "policies", designs))
+    popts = POLICIES[policy].suggest(trial, gpu)
     grain = {role: trial.suggest_categorical(f"grain_{role}", GRAIN) for role in ROLES}
     small = trial.suggest_categorical("grain_small", SMALL_GRAIN)
     kv = trial.suggest_categorical("kv_split_mult", KV_SPLIT_MULT)
@@ -361,20 +373,17 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any]
     design_opts: dict[str, Any] = {}
     for name in designs:  # what each design gives every candidate (dies=True, movement="native", ...)
         design_opts |= {k: v for k, v in get_design(name).search_options().items() if k not in fx}
-    if "dynamic" in designs and "dispatch" not in fx:
-        design_opts["dispatch"] = trial.suggest_categorical("dispatch", ("static", "dynamic"))
-    if design_opts.get("dispatch", fx.get("dispatch")) == "dynamic":  # tasks wait on event counters
-        sync = "counter"
-        if "schedulers" not in fx:
-            design_opts["schedulers"] = trial.suggest_categorical("schedulers", SCHEDULERS)
-        if "prelaunch" not in fx:
-            design_opts["prelaunch"] = trial.suggest_categorical("prelaunch", PRELAUNCH)
-    else:
-        syncs = ALL_SYNCS if "sentinel" in designs else SYNCS
-        sync = pick("sync", lambda: trial.suggest_categorical("sync", syncs))
-        l2 = pick("l2_prefetch_KiB", lambda: trial.suggest_categorical("l2_prefetch_KiB", L2_PREFETCH_KiB))
-        if l2:  # static queues only: an L2 prefetcher walks them ahead of the loader
-            design_opts["l2_prefetch_KiB"] = float(l2)
+    for d in DESIGN_REGISTRY.values():  # what the designs sample (dispatch, its schedulers, ...)
+        design_opts |= d.suggest(trial, fx, gpu, d.name in designs)
+    settled: dict[str, Any] = {}
+    for d in DESIGN_REGISTRY.values():  # what they decide (dynamic dispatch: counters, no L2 prefetcher)
+        settled |= d.settles({**fx, **design_opts})
+    sync = settled["sync"] if "sync" in settled else pick("sync", lambda: trial.suggest_categorical(
+        "sync", _choices(SYNCS, "syncs", designs)))
+    l2 = settled["l2_prefetch_KiB"] if "l2_prefetch_KiB" in settled else pick(
+        "l2_prefetch_KiB", lambda: trial.suggest_categorical("l2_prefetch_KiB", L2_PREFETCH_KiB))
+    if l2:  # static queues only: an L2 prefetcher walks them ahead of the loader
+        design_opts["l2_prefetch_KiB"] = float(l2)
     reserve = fx.get("smem_reserve_KiB", DEFAULT_RESERVE_KiB)
     budget = gpu.sm.shared_memory_per_block_KiB
     if depth * page + reserve > budget:
@@ -408,42 +417,40 @@ def baseline_params(gpu: GPUSpec, fixed: dict[str, Any] | None = None,
     room = gpu.sm.shared_memory_per_block_KiB - fixed.get("smem_reserve_KiB", DEFAULT_RESERVE_KiB)
     depth = max(1, min(BASELINE_DEPTH, int(room // page)))
     mk = {f"grain_{r}": 1.0 for r in ROLES} | {"grain_small": 1.0, "kv_split_mult": 1.0, "page_KiB": BASELINE_PAGE_KiB,
-                                                "prefetch_depth": depth, "sync": "counter", "fuse_norm": False,
+                                                "prefetch_depth": depth, "sync": Options.sync, "fuse_norm": False,
                                                 "split_qkv": False, "split_gate_up": False, "fuse_rope": False,
                                                 "fuse_silu": False, "l2_prefetch_KiB": 0.0}
 
-    if "dynamic" in designs and "dispatch" not in fixed:
-        mk["dispatch"] = "static"
+    for name in designs:  # what every megakernel baseline gets with the design (dispatch static, ...)
+        mk |= get_design(name).baseline_options(fixed)
 
     def unfixed(params: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in params.items() if SAMPLED_OPTION.get(k) not in fixed}
 
-    out = {}
-    for p in POLICY_CHOICES:
-        extra = ({"order": "op"} if p in ("rr", "dag") else {}) | (
-            {"dag_sync_scale": 1.0} if p == "dag" else ({"pool_compute_fraction": 0.25} if p == "pool" else {}))
-        out[f"megakernel:{p}"] = unfixed({"policy": p, **extra, **mk})
-    if "dynamic" in designs and "dispatch" not in fixed:  # MPK at its defaults: round robin, MPK's schedulers
-        dyn = {k: v for k, v in mk.items() if k not in ("sync", "l2_prefetch_KiB")} | {"dispatch": "dynamic",
-                                                                                      "schedulers": 0, "prelaunch": 1}
-        out["megakernel:dynamic"] = unfixed({"policy": "rr", "order": "op", **dyn})
-    if "dies" in designs:  # Fleet: die-aware placement
-        out["megakernel:die"] = unfixed({"policy": "die", "order": "op", "dag_sync_scale": 1.0, **mk})
-    if "sentinel" in designs and "sync" not in fixed:
-        out["megakernel:sentinel"] = unfixed({"policy": "dag", "order": "op", "dag_sync_scale": 1.0, **mk,
-                                              "sync": "sentinel"})
+    def megakernel(p: str) -> dict[str, Any]:
+        """The baseline trial of policy ``p``: its own parameters, the defaults' for the rest."""
+        return {"policy": p, **POLICIES[p].baseline, **mk}
+
+    out = {f"megakernel:{p}": unfixed(megakernel(p)) for p in POLICY_CHOICES}
+    default = megakernel(_megakernel().default_policy)  # the default megakernel
+    for name in designs:  # the designs' own baselines (MPK's dynamic dispatch), then their policies' and syncs'
+        out |= {k: unfixed(v) for k, v in get_design(name).baselines(fixed, mk).items()}
+    for name in designs:
+        out |= {f"megakernel:{p}": unfixed(megakernel(p)) for p in get_design(name).policies}
+    if "sync" not in fixed:
+        for name in designs:
+            out |= {f"megakernel:{y}": unfixed({**default, "sync": y}) for y in get_design(name).syncs}
     plain = {"fuse_norm": False, "fuse_rope": False, "fuse_silu": False}
     # the default megakernel with every fusion: a search trial (not a baseline), so that the best is
     # never worse than what fusing alone gives (a model that cannot take one prunes it with its reason)
-    out[FUSED_MEGAKERNEL] = unfixed({"policy": "dag", "order": "op", "dag_sync_scale": 1.0, **mk,
-                                     **{k: True for k in plain}})
+    out[FUSED_MEGAKERNEL] = unfixed({**default, **{k: True for k in plain}})
     tasks = (fixed["tasks_per_sm"],) if "tasks_per_sm" in fixed else CHAIN_TASKS
     blocks = (fixed["blocks_per_sm"],) if "blocks_per_sm" in fixed else CHAIN_BLOCKS
     for m in chain_modes(gpu):
         for t in tasks:
             for b in blocks:
-                default = (t == 2.0 or "tasks_per_sm" in fixed) and (b == 2 or "blocks_per_sm" in fixed)
-                name = m if default else f"{m}:{t:g}x{b}"
+                plain_default = (t == 2.0 or "tasks_per_sm" in fixed) and (b == 2 or "blocks_per_sm" in fixed)
+                name = m if plain_default else f"{m}:{t:g}x{b}"
                 out[name] = unfixed({"mode": m, "chain_tasks_per_sm": t, "chain_blocks_per_sm": b, **plain})
         t = fixed.get("tasks_per_sm", 2.0)
         b = fixed.get("blocks_per_sm", 2)
@@ -473,8 +480,9 @@ def build(c: Candidate, problem: Problem):
     except WorkloadError as exc:
         raise ScheduleError(str(exc)) from None
     n = problem.gpu.sm.count
-    if c.options.get("dispatch") == "dynamic":  # grains count the worker SMs
-        n = dispatch_layout(problem.gpu, c.options.get("schedulers", 0))[0]
+    options = Options(**{**MODE_DEFAULTS[c.mode], **c.options})
+    for d in active_designs(c.mode, options):  # grains count the SMs the designs leave (dynamic: the workers)
+        n = d.tile_sms(problem.gpu, options, n)
     tiling = None
     if c.mode == "megakernel" and (c.grain or c.small_grain != 1.0):
         per_op = {op.name: max(1, round(n * c.grain[role])) for op in wl.ops if op.kind == "matmul"

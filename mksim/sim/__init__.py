@@ -1,11 +1,13 @@
 """The simulator: a SimPy engine of SMs, shared HBM, launches, barriers and counters.
 
-Its durations come from :mod:`mksim.costs`; what differs between execution modes and megakernel
-designs, from their classes in :mod:`mksim.schedule`.
+Its durations come from :mod:`mksim.costs`; what differs between execution modes, from their
+classes in :mod:`mksim.schedule`; what a megakernel design changes in a run, from its engine piece
+(:class:`DesignRun`, one file per design in :mod:`mksim.sim.designs`, registered with :func:`runs`).
 """
 
-from ._dies import die_traffic
+from ._design_run import RUNS, DesignRun, runs
 from ._engine import simulate
 from ._result import CATEGORIES, SimResult
+from .designs.dies import die_traffic
 
-__all__ = ["CATEGORIES", "SimResult", "die_traffic", "simulate"]
+__all__ = ["CATEGORIES", "RUNS", "DesignRun", "SimResult", "die_traffic", "runs", "simulate"]

@@ -36,7 +36,8 @@ class SimResult:
     task_start_us: np.ndarray | None = field(repr=False, default=None)
     task_end_us: np.ndarray | None = field(repr=False, default=None)
     task_lane: np.ndarray | None = field(repr=False, default=None)
-    die_stats: dict[str, Any] | None = None  # with the dies design: traffic across dies (die_traffic)
+    # what the designs that were on report, by design name (the dies design: traffic across dies)
+    design_stats: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def tokens_per_s(self) -> float:
@@ -52,8 +53,7 @@ class SimResult:
              "latency_us": self.latency_us, "tokens_per_s": self.tokens_per_s, "hbm_util": self.hbm_util,
              "dram_bytes": self.dram_bytes, "bandwidth_floor_us": self.bandwidth_floor_us,
              "breakdown_us": self.breakdown_us, "n_tasks": self.n_tasks, "per_op": self.per_op}
-        if self.die_stats is not None:
-            d["dies"] = self.die_stats
+        d.update(self.design_stats)
         if timeline:
             d["timeline"] = [{"lane": ln, "start_us": a, "end_us": b, "task": self.task_names[t],
                               "what": c} for ln, a, b, t, c in self.timeline]
@@ -163,8 +163,8 @@ class Timeline:
             self.us["memory"] += (b - a) - bub
 
 
-def build_result(s, r, start, end, lane_of, timeline: Timeline, n_lanes, t0, spans, hbm, die_stats=None,
-                 names: bool = True) -> SimResult:
+def build_result(s, r, start, end, lane_of, timeline: Timeline, n_lanes, t0, spans, hbm,
+                 design_stats: dict[str, dict[str, Any]] | None = None, names: bool = True) -> SimResult:
     """Collect a run; the categories not on the timeline are launch (before the first kernel,
     between kernels) and tail idle (the rest). ``names=False``: no task names (no timeline)."""
     g = s.graph
@@ -202,4 +202,5 @@ def build_result(s, r, start, end, lane_of, timeline: Timeline, n_lanes, t0, spa
                      bandwidth_floor_us=wl.bandwidth_floor_us(s.gpu.dram.bandwidth_spec_GBps * 1e9),
                      breakdown_us=breakdown, per_op=per_op, n_tasks=len(g), n_lanes=n_lanes,
                      lanes_per_sm=n_lanes // s.gpu.sm.count, timeline=timeline.segs, task_names=task_names,
-                     hbm_log=hbm.log, task_start_us=start, task_end_us=end, task_lane=lane_of, die_stats=die_stats)
+                     hbm_log=hbm.log, task_start_us=start, task_end_us=end, task_lane=lane_of,
+                     design_stats=design_stats or {})

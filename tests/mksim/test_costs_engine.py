@@ -13,7 +13,7 @@ import hwmodels
 import mksim
 from mksim import costs
 from mksim.costs import rates, task_times
-from mksim.schedule import CHAIN_MODES, MODES, SYNCS
+from mksim.schedule import CHAIN_MODES, MODES, SYNCS, get_sync
 from mksim.workload import Input, Op, Tiling, Workload
 
 from .simkit import toy_gpu
@@ -48,7 +48,7 @@ def test_a_consumer_starts_when_the_sync_says(tmp_path, sync):
     res = mksim.simulate(s)
     last = max(res.task_end_us[:2])
     for t in (2, 3):  # each consumer of both producer tiles
-        assert res.task_start_us[t] == costs.sync_ready_us(sync, last, 2, rates(gpu))
+        assert res.task_start_us[t] == get_sync(sync).ready_us(last, 2, rates(gpu))
 
 
 def test_a_sentinel_consumer_waits_for_the_bytes_it_polls(tmp_path):
@@ -83,7 +83,7 @@ def test_the_engine_calls_the_cost_functions(tmp_path, monkeypatch):
     monkeypatch.setattr(costs, "compute_us", lambda *a, **k: 2 * compute_us(*a, **k))
     slower = mksim.simulate(s).latency_us
     assert slower - before == pytest.approx(2.0 + 0.5, rel=1e-9)  # the math of both ops, again
-    monkeypatch.setattr(costs, "sync_ready_us", lambda sync, last, n, r, *a: last + 10.0)
+    monkeypatch.setattr(costs, "counter_ready_us", lambda last, r, *a: last + 10.0)  # the default sync's
     assert mksim.simulate(s).latency_us == pytest.approx(slower - 0.5 + 10.0, rel=1e-9)
 
 

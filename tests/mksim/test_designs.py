@@ -15,9 +15,9 @@ import pytest
 
 import hwmodels
 import mksim
-from mksim.costs import SYNCS, rates, sync_us, task_times
+from mksim.costs import rates, task_times
 from mksim.errors import ScheduleError
-from mksim.schedule import dispatch_layout
+from mksim.schedule import SYNCS, dispatch_layout, get_sync
 from mksim.workload import Tiling
 
 from .simkit import chain, toy_gpu
@@ -48,7 +48,7 @@ def test_sync_costs_side_by_side_on_every_gpu():
     for name in hwmodels.available():
         g = hwmodels.load(name)
         r = rates(g)
-        c = {s: sync_us(s, 132, r) for s in SYNCS}
+        c = {s: get_sync(s).ready_us(0.0, 132, r) for s in SYNCS}
         assert c["counter"] < c["flag"], name
         assert c["sentinel"] < r.grid_barrier_us, name
         if g.sync.sentinel_poll_ns_per_KiB is None:
@@ -185,9 +185,10 @@ def test_a_cross_die_edge_costs_the_crossing(tmp_path):
     assert flat.latency_us == pytest.approx(1 + 3 + 0.5 + 2, abs=TOL)
     assert across.latency_us == pytest.approx(1 + 3 + 0.3 + 0.5 + 2, abs=TOL)
     assert local.latency_us == pytest.approx(1 + 3 + 0.5 + 2, abs=TOL)
-    assert across.die_stats["cross_die_edges"] == 1 and local.die_stats["cross_die_edges"] == 0
-    assert across.die_stats["l2_hit_fraction"] == 0.0 and local.die_stats["l2_hit_fraction"] == 1.0
-    assert flat.die_stats is None and "dies" in across.to_dict()
+    far, near = across.design_stats["dies"], local.design_stats["dies"]
+    assert far["cross_die_edges"] == 1 and near["cross_die_edges"] == 0
+    assert far["l2_hit_fraction"] == 0.0 and near["l2_hit_fraction"] == 1.0
+    assert flat.design_stats == {} and "dies" in across.to_dict()
 
 
 def test_die_aware_placement_keeps_a_consumer_on_its_producers_die(tmp_path):
@@ -214,7 +215,7 @@ def test_dies_on_real_multi_die_parts():
         wl = mksim.models.workload("llama-3.2-1b", n_sms=hwmodels.load(gpu).sm.count, kv_len=256)
         res = {p: mksim.simulate(mksim.build_schedule(wl, gpu, "megakernel", policy=p, dies=True, **extra))
                for p in ("rr", "die")}
-        assert res["die"].die_stats["cross_die_B"] < res["rr"].die_stats["cross_die_B"]
+        assert res["die"].design_stats["dies"]["cross_die_B"] < res["rr"].design_stats["dies"]["cross_die_B"]
         assert res["die"].latency_us <= res["rr"].latency_us
 
 

@@ -88,9 +88,9 @@ def lean():
 
 @pytest.fixture
 def one_sm():
-    POLICIES[OneSM.name] = OneSM
+    POLICIES.register(OneSM.name, OneSM)
     yield OneSM
-    del POLICIES[OneSM.name]
+    POLICIES.remove(OneSM.name)
 
 
 def test_a_registered_mode_is_in_the_registry_and_runs(tmp_path, eager):
@@ -188,3 +188,103 @@ def test_a_registered_design_is_in_the_search_space(lean):
         except optuna.TrialPruned:
             continue
     assert c.options["smem_reserve_KiB"] == 0.0
+
+
+CAPPED_DESIGN = '''"""Capped loaders: every SM's loader streams at most loader_cap_GBps (0: no cap)."""
+
+from typing import Any
+
+from mksim.schedule import BaseDesign, register_design
+
+CAPS_GBps = (10.0, 20.0)
+
+
+def cap_Bpus(cap_GBps: float) -> float:
+    """A loader's cap in bytes per microsecond."""
+    return cap_GBps * 1e3
+
+
+@register_design
+class Capped(BaseDesign):
+    name = "capped"
+    option = "loader_cap_GBps"
+    compare_rows = (("megakernel:capped", {"loader_cap_GBps": 10.0}),)
+
+    def on(self, options) -> bool:
+        return options.loader_cap_GBps > 0
+
+    def search_options(self) -> dict[str, Any]:
+        return {}
+
+    def suggest(self, trial, fixed, gpu, included) -> dict[str, Any]:
+        if not included or self.option in fixed:
+            return {}
+        return {self.option: trial.suggest_categorical(self.option, CAPS_GBps)}
+'''
+
+CAPPED_PIECE = '''"""The engine piece of capped loaders."""
+
+from mksim.schedule.designs.capped import Capped, cap_Bpus
+from mksim.sim import DesignRun, runs
+
+
+@runs(Capped)
+class CappedRun(DesignRun):
+    def loader(self, ld) -> None:
+        ld.cap = min(ld.cap, cap_Bpus(self.eng.s.options.loader_cap_GBps))
+
+    def result(self):
+        return {"cap_GBps": self.eng.s.options.loader_cap_GBps}
+'''
+
+
+def test_a_design_dropped_in_is_three_files(tmp_path):
+    # the files docs/extending.md gives for a design with a knob and an engine side of its own: its
+    # design file (with its arithmetic), its engine piece, and its Options field; nothing else. It
+    # builds, runs (slower: its loaders are capped), reports, compares and is searched.
+    pytest.importorskip("optuna")
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import mksim as pkg
+
+    root = Path(pkg.__file__).parent
+    shutil.copytree(root, tmp_path / "mksim", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(root.parent / "hwmodels", tmp_path / "hwmodels", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "mksim" / "schedule" / "designs" / "capped.py").write_text(CAPPED_DESIGN)
+    (tmp_path / "mksim" / "sim" / "designs" / "capped.py").write_text(CAPPED_PIECE)
+    options = tmp_path / "mksim" / "schedule" / "_schedule.py"
+    text = options.read_text()
+    assert text.count("    l2_prefetch_KiB: float = 0.0\n") == 1
+    options.write_text(text.replace("    l2_prefetch_KiB: float = 0.0\n",
+                                    "    l2_prefetch_KiB: float = 0.0\n    loader_cap_GBps: float = 0.0\n"))
+    code = """if True:
+        import optuna
+        import mksim
+        from mksim.schedule import design_names, design_rows
+        from mksim.search import suggest
+        lat = {}
+        for cap in (0.0, 10.0):
+            s = mksim.build_schedule("llama-3.2-1b", "h200", "megakernel", loader_cap_GBps=cap)
+            res = mksim.simulate(s, timeline=False)
+            lat[cap] = res.latency_us
+        print(design_names()[-1], lat[10.0] > 2 * lat[0.0], res.to_dict()["capped"])
+        print(design_rows(["capped"]))
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+        caps = set()
+        for _ in range(40):
+            try:
+                caps.add(suggest(study.ask(), s.gpu, designs=("capped",)).options["loader_cap_GBps"])
+            except optuna.TrialPruned:
+                pass
+        print(sorted(caps))
+    """
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                       env={"PYTHONPATH": str(tmp_path), "PATH": ""})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["capped True {'cap_GBps': 10.0}",
+                                     "{'capped': [('megakernel:capped', {'loader_cap_GBps': 10.0})]}",
+                                     "[10.0, 20.0]"]

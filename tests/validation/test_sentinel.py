@@ -213,7 +213,7 @@ def test_a_sync_the_kernel_does_not_know_is_refused():
 
 
 def test_every_sync_of_the_model_runs_on_the_kernel():
-    from mksim.costs import SYNCS
+    from mksim.schedule import SYNCS
     assert set(SYNCS) == set(P.KERNEL_SYNCS)
 
 

@@ -2,8 +2,9 @@
 
 The built-in ones register in ``design_names()``' order (below); every other module of this package
 is imported after them, so a new design is one file here: a subclass of
-:class:`~mksim.schedule.BaseDesign` decorated with :func:`~mksim.schedule.register_design` (see
-docs/extending.md).
+:class:`~mksim.schedule.BaseDesign` decorated with :func:`~mksim.schedule.register_design`; and, if
+it changes what happens in a run, its engine piece in ``mksim/sim/designs/``, and, if no existing
+option turns it on, a field of :class:`~mksim.schedule.Options` (see docs/extending.md).
 """
 
 from importlib import import_module

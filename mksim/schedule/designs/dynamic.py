@@ -8,6 +8,8 @@ from hwmodels import GPUSpec
 from mksim.errors import ScheduleError
 
 from .._designs import BaseDesign, register_design
+from .._policies import RoundRobin
+from .sync import Counter
 
 if TYPE_CHECKING:
     from .._schedule import Options, Schedule
@@ -16,6 +18,8 @@ DISPATCHES = ("static", "dynamic")
 # MPK's split of an NVIDIA GPU's SMs (python/mirage/utils.py, get_configurations_from_gpu): worker
 # SMs by SM count, and 4 scheduler warps on each SM left (workers + schedulers / 4 = SMs)
 MPK_WORKERS = ((160, 144), (132, 128), (108, 96), (68, 64), (40, 30), (0, 20))
+SCHEDULERS = (0, 4, 8, 16, 32)  # scheduler warps a search samples (0: MPK's rule)
+PRELAUNCH = (0, 1, 2)           # events of look-ahead a search samples
 
 
 def dispatch_layout(gpu: GPUSpec, schedulers: int = 0) -> tuple[int, int, int]:
@@ -59,9 +63,37 @@ class DynamicDispatch(BaseDesign):
     option = "dispatch"
     value = "dynamic"
     compare_rows = (("megakernel:dynamic", {"dispatch": "dynamic"}),)
+    choices = DISPATCHES
 
     def search_options(self) -> dict[str, Any]:
-        return {}  # a study samples static or dynamic, and the schedulers (mksim.search's space)
+        return {}  # a study samples static or dynamic (suggest)
+
+    def suggest(self, trial: Any, fixed: dict[str, Any], gpu: GPUSpec, included: bool) -> dict[str, Any]:
+        opts: dict[str, Any] = {}
+        if included and self.option not in fixed:
+            opts[self.option] = trial.suggest_categorical(self.option, DISPATCHES)
+        if opts.get(self.option, fixed.get(self.option)) == self.value:  # MPK's knobs
+            if "schedulers" not in fixed:
+                opts["schedulers"] = trial.suggest_categorical("schedulers", SCHEDULERS)
+            if "prelaunch" not in fixed:
+                opts["prelaunch"] = trial.suggest_categorical("prelaunch", PRELAUNCH)
+        return opts
+
+    def settles(self, options: dict[str, Any]) -> dict[str, Any]:
+        # tasks wait on event counters, and an L2 prefetcher walks static queues only
+        return {"sync": Counter.name, "l2_prefetch_KiB": 0.0} if options.get(self.option) == self.value else {}
+
+    def baseline_options(self, fixed: dict[str, Any]) -> dict[str, Any]:
+        return {} if self.option in fixed else {self.option: DISPATCHES[0]}  # the other baselines: static
+
+    def baselines(self, fixed: dict[str, Any], megakernel: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        if self.option in fixed:
+            return {}
+        # MPK at its defaults: round robin, MPK's schedulers, one event of prelaunch
+        on = self.settles({self.option: self.value})
+        params = {k: v for k, v in megakernel.items() if k not in on} | {self.option: self.value, "schedulers": 0,
+                                                                        "prelaunch": 1}
+        return {f"megakernel:{self.name}": {"policy": RoundRobin.name, **RoundRobin.baseline, **params}}
 
     def validate(self, schedule: Schedule) -> None:
         o = schedule.options
@@ -71,9 +103,9 @@ class DynamicDispatch(BaseDesign):
             if not self.applies_to(schedule.mode):
                 raise ScheduleError(f"dispatch='dynamic' is a megakernel design; mode {schedule.mode} has no "
                                     "scheduler warps")
-            if o.sync != "counter":
-                raise ScheduleError(f"with dispatch='dynamic' tasks wait on event counters: sync must be 'counter', "
-                                    f"not {o.sync!r}")
+            if o.sync != Counter.name:
+                raise ScheduleError(f"with dispatch='dynamic' tasks wait on event counters: sync must be "
+                                    f"{Counter.name!r}, not {o.sync!r}")
             dispatch_layout(schedule.gpu, o.schedulers)
         elif o.schedulers != 0 or o.prelaunch != 1:
             raise ScheduleError(f"{'schedulers' if o.schedulers != 0 else 'prelaunch'} applies to "
@@ -87,7 +119,7 @@ class DynamicDispatch(BaseDesign):
     def placement(self, schedule: Schedule, n_sms: int, default_policy: str) -> tuple[int, str]:
         schedule.validate_options()  # its errors before the layout's
         # the worker SMs, in MPK's round robin unless told otherwise
-        return dispatch_layout(schedule.gpu, schedule.options.schedulers)[0], "rr"
+        return dispatch_layout(schedule.gpu, schedule.options.schedulers)[0], RoundRobin.name
 
     def check_queues(self, schedule: Schedule) -> None:
         workers, scheds, sms = dispatch_layout(schedule.gpu, schedule.options.schedulers)

@@ -27,6 +27,7 @@ class NativeMovement(BaseDesign):
     option = "movement"
     value = "native"
     compare_rows = (("megakernel:native", {"movement": "native"}),)
+    choices = MOVEMENTS
 
     def applies_to(self, mode: str) -> bool:
         return mode in PERSISTENT_MODES

@@ -1,23 +1,62 @@
-"""Traffic between the dies (chiplets) of a GPU, from where each task ran: pure arithmetic, no SimPy.
-
-A die's L2 slice holds what its SMs wrote and what they fetched from other dies, so the first
-reader on a die of a producer task's output fetches it across; later readers on that die hit.
-"""
+"""The engine piece of the dies design: a consumer sees a producer on another die the crossing later,
+and the result counts the traffic between dies (:func:`die_traffic`, pure arithmetic)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from mksim.costs import die_of_sm
+from mksim.schedule.designs.dies import Dies, die_of_sm, seen_on_die_us
 from mksim.workload import TaskGraph
+
+from .._design_run import DesignRun, Seen, runs
+
+
+@runs(Dies)
+class DiesRun(DesignRun):
+    """Each lane's die, and each op's latest end on each die (kept as tasks finish)."""
+
+    def setup(self) -> None:
+        eng = self.eng
+        n_d, n = eng.r.dies, eng.r.n_sms
+        self.die_of_lane = [die_of_sm(sm, n, n_d) for sm in range(n)]
+        self.op_end_die = [[-math.inf] * n_d for _ in eng.g.ops]
+
+    def finished(self, t: int, p: int, lane: int, now_us: float) -> None:
+        ends, d = self.op_end_die[p], self.die_of_lane[lane]
+        if now_us > ends[d]:
+            ends[d] = now_us
+
+    def seen(self) -> Seen:
+        r, die_of, op_end_die = self.eng.r, self.die_of_lane, self.op_end_die
+        end, lane_of = self.eng.end, self.eng.lane_of
+
+        def on_sm(sm: int) -> tuple[Callable[[int], float], Callable[[int, int], float]]:
+            d = die_of[sm]
+
+            def op_seen(p: int) -> float:
+                return max(seen_on_die_us(v, e, d, r) for e, v in enumerate(op_end_die[p]))
+
+            def tiles_seen(lo: int, hi: int) -> float:
+                return max(seen_on_die_us(end[k], die_of[lane_of[k]], d, r) for k in range(lo, hi))
+            return op_seen, tiles_seen
+        return on_sm
+
+    def result(self) -> dict[str, Any] | None:
+        if not hasattr(self, "die_of_lane"):  # not a persistent run: no die was seen
+            return None
+        eng = self.eng
+        return die_traffic(eng.g, eng.lane_of, eng.r.n_sms, eng.r.dies)
 
 
 def die_traffic(graph: TaskGraph, lane_of: Sequence[int], n_sms: int, dies: int) -> dict[str, Any]:
     """Dependency edges and activation bytes within and across dies, for tasks run on SMs
     ``lane_of`` (one per task). ``activation_read_B`` counts each consumer's read of each producer
     tile's output; ``cross_die_B`` what the dies fetched from each other (once per producer tile and
-    reading die); ``l2_hit_fraction`` the share of the reads their die's L2 already held.
+    reading die); ``l2_hit_fraction`` the share of the reads their die's L2 already held. A die's L2
+    slice holds what its SMs wrote and what they fetched from other dies, so the first reader on a
+    die of a producer task's output fetches it across; later readers on that die hit.
 
     >>> from mksim.workload import Input, Op, TaskGraph, Tiling, Workload
     >>> a = Op(name="a", kind="matmul", out_size=4, elem_bytes=2, flops=1, weight_bytes=8, align=1)
@@ -61,5 +100,6 @@ def die_traffic(graph: TaskGraph, lane_of: Sequence[int], n_sms: int, dies: int)
                     if (k, d) not in fetched and (p, d) not in fetched_op:
                         fetched.add((k, d))
                         cross += out_B[k]
-    return {"dies": dies, "edges": edges, "cross_die_edges": cross_edges, "activation_read_B": reads,
+    # keyed by the design's name, as ``mksim simulate --json`` has always printed the count of dies
+    return {Dies.name: dies, "edges": edges, "cross_die_edges": cross_edges, "activation_read_B": reads,
             "cross_die_B": cross, "l2_hit_fraction": 1.0 - cross / reads if reads else 1.0}
