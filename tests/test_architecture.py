@@ -8,7 +8,13 @@ fails here with the file and line that makes it.
 - no import of another package's private module or name (``mksim.sim._costs``, ``_map``);
 - the command line is thin (``mksim/cli.py`` at most 300 lines) and nothing imports it;
 - imports sit at the top of the module, except the optional heavy libraries (and our modules that
-  load one), which load where they are used.
+  load one), which load where they are used;
+- one copy of each list: a registered name (a mode, design, sync, policy, op kind, block, GPU,
+  profile: :meth:`mksim.registry.Registry.every`) appears in no string-literal list, tuple or set of
+  two or more of them outside the package that registers it (mksim and the explorer; validation's
+  lists name what its CUDA runners implement on silicon, which a registration does not extend); the
+  engine and the search name no design and no sync at all (they ask the designs' and syncs' hooks);
+- ``hwmodels.load`` is called from one seam, :mod:`mksim.target` (mksim and the explorer).
 """
 
 from __future__ import annotations
@@ -201,3 +207,93 @@ def test_imports_at_module_top():
 @pytest.mark.parametrize("pkg", PACKAGES)
 def test_every_module_parses(pkg):  # the checks above read every file; an unreadable one would hide
     assert any(n.split(".")[0] == pkg for n in MODULES)
+
+
+# -- one copy of each list -----------------------------------------------------------------------------
+def _registries() -> dict[str, tuple[frozenset[str], tuple[str, ...]]]:
+    """``{kind: (names, home packages)}`` of every registry, read from the registries themselves. A
+    registry's home is the package whose modules define or register its things (where the names are
+    declared, not retyped)."""
+    import mksim.schedule  # noqa: F401  (registers the modes, designs, syncs, policies)
+    import mksim.target  # noqa: F401  (the GPU and profile registries)
+    import mksim.workload  # noqa: F401  (op kinds, blocks)
+    from mksim.registry import Registry
+
+    homes = {"mode": ("mksim.schedule",), "design": ("mksim.schedule",), "sync": ("mksim.schedule",),
+             "policy": ("mksim.schedule",), "op kind": ("mksim.workload",), "block": ("mksim.workload",),
+             "GPU": ("hwmodels",), "implementation profile": ("hwmodels",)}
+    out = {}
+    for reg in Registry.every():
+        if reg.kind.startswith("test "):  # a registry a test made for itself
+            continue
+        out[reg.kind] = (frozenset(reg), homes.get(reg.kind, ()))
+    return out
+
+
+def _docstring_ids(tree: ast.AST) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                ids.add(id(first.value))
+    return ids
+
+
+def _literal_lists(path: Path) -> list[tuple[int, list[str]]]:
+    """(line, the strings) of each list, tuple or set literal made only of string constants."""
+    tree = ast.parse(path.read_text(), str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)) and node.elts and all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
+            out.append((node.lineno, [e.value for e in node.elts]))  # type: ignore[attr-defined]
+    return out
+
+
+def test_no_registered_names_retyped_as_a_list():
+    regs = _registries()
+    assert {"mode", "design", "sync", "policy", "op kind", "block", "GPU", "implementation profile"} <= set(regs)
+    bad = []
+    for name, path in MODULES.items():
+        if not name.startswith(("mksim", "explorer")):
+            continue
+        for line, strings in _literal_lists(path):
+            for kind, (names, homes) in regs.items():
+                hits = [s for s in strings if s in names]
+                if len(set(hits)) >= 2 and not name.startswith(homes):
+                    bad.append(f"{path.relative_to(ROOT)}:{line}: {kind} names {hits} (read them from the registry)")
+    assert bad == []
+
+
+def _string_constants(path: Path) -> list[tuple[int, str]]:
+    """(line, value) of each string constant that is not a docstring (f-string parts included)."""
+    tree = ast.parse(path.read_text(), str(path))
+    docs = _docstring_ids(tree)
+    return [(n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+
+
+def test_engine_and_search_name_no_design_or_sync():
+    regs = _registries()
+    names = regs.get("design", (frozenset(),))[0] | regs.get("sync", (frozenset(),))[0]
+    assert names, "no design or sync registered"
+    bad = [f"{p.relative_to(ROOT)}:{line}: {value!r}" for n, p in MODULES.items()
+           if n.startswith(("mksim.sim", "mksim.search")) for line, value in _string_constants(p) if value in names]
+    assert bad == []
+
+
+def test_hwmodels_load_has_one_seam():
+    bad = []
+    for name, path in MODULES.items():
+        if not name.startswith(("mksim", "explorer")) or name == "mksim.target":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        loads = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "hwmodels"
+                 for a in n.names if a.name == "load"}
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Call) and ((isinstance(n.func, ast.Attribute) and n.func.attr == "load"
+                                             and isinstance(n.func.value, ast.Name) and n.func.value.id == "hwmodels")
+                                            or (isinstance(n.func, ast.Name) and n.func.id in loads)):
+                bad.append(f"{path.relative_to(ROOT)}:{n.lineno}")
+    assert bad == []

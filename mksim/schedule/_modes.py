@@ -7,6 +7,9 @@ machinery; what differs between the modes of a kind is what the hooks below say.
 Every mode (:class:`BaseMode`) has
 
 - ``name``: what ``build_schedule``, the schedule file and the command line call it;
+- ``search_order``: where ``mksim search`` takes the mode (``None``: it does not; the lowest
+  first: the persistent mode it samples, then the chain modes whose candidates every study
+  enqueues, in that order);
 - ``defaults``: the :class:`~mksim.schedule.Options` fields it sets unlike ``Options``' own
   defaults (read by ``build_schedule`` before the caller's options are applied: ``MODE_DEFAULTS``);
 - :meth:`~BaseMode.available_on`: ``None`` when the mode can run on a GPU, else the reason it
@@ -71,6 +74,7 @@ class BaseMode:
     name: ClassVar[str] = ""
     kind: ClassVar[str] = ""
     defaults: ClassVar[dict[str, Any]] = {}
+    search_order: ClassVar[int | None] = None
 
     def available_on(self, gpu: GPUSpec) -> str | None:
         """``None`` when the mode can run on ``gpu``; otherwise why not, as a clause that reads after

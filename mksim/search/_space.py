@@ -56,6 +56,7 @@ from mksim.registry import Names
 from mksim.schedule import (
     DESIGN_REGISTRY,
     MODE_DEFAULTS,
+    MODES,
     POLICIES,
     SYNCS,
     Options,
@@ -71,8 +72,19 @@ from mksim.schedule.modes.graph_pdl import TRIGGERS
 from mksim.workload import KINDS, Build, Step, Tiling, attended_tokens, resolved_kv_splits
 
 SPACE_VERSION = 5  # bump when a parameter is added or changes meaning: old studies cannot be resumed
-SEARCH_MODES = ("megakernel", "graph_pdl", "graph")
-CHAIN_MODES = ("graph_pdl", "graph")
+
+
+def _searched(kind: str | None = None) -> Names:
+    """The registered modes a search takes (``BaseMode.search_order``), in that order; ``kind``: of that kind."""
+    def names() -> tuple[str, ...]:
+        ms = [get_mode(n) for n in MODES]
+        return tuple(m.name for m in sorted((m for m in ms if m.search_order is not None and kind in (None, m.kind)),
+                                            key=lambda m: m.search_order or 0))
+    return Names(names)
+
+
+SEARCH_MODES = _searched()  # the megakernel, then the chain modes every study enqueues
+CHAIN_MODES = _searched("chain")
 ROLES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
 ROLE_OF = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "gate_proj": "gate_up_proj",
            "up_proj": "gate_up_proj"}  # split projections take their fused projection's granularity

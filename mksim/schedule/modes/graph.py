@@ -13,6 +13,7 @@ class Graph(ChainMode):
     next one's start."""
 
     name = "graph"
+    search_order = 2
     defaults = {"tasks_per_sm": 2.0, "blocks_per_sm": 2, "prefetch_depth": 0}
 
     def dispatch_us(self, k: int, prev_start_us: float, prev_end_us: float, r: Rates) -> float:

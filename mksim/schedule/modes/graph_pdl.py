@@ -28,6 +28,7 @@ class GraphPDL(ChainMode):
     waits until kernel ``k - 1`` ends + ``pdl_node_us``."""
 
     name = "graph_pdl"
+    search_order = 1
     defaults = {"tasks_per_sm": 2.0, "blocks_per_sm": 2, "prefetch_depth": 2}
     waits_for_previous_end = False
     separate_release = True

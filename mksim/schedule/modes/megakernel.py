@@ -12,4 +12,5 @@ class Megakernel(PersistentMode):
     (sync, dispatch, dies, movement) are in :mod:`mksim.schedule.designs`."""
 
     name = "megakernel"
+    search_order = 0
     defaults = {"tasks_per_sm": 1.0, "blocks_per_sm": 1, "prefetch_depth": 4}
