@@ -23,6 +23,7 @@ hwmodels.errors.UnknownNameError: unknown shape 'circle'; known: square
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -47,6 +48,8 @@ class Registry(Mapping[str, T], Generic[T]):
     def __init__(self, kind: str, *, check: Callable[[T], None] | None = None, unique: bool = False,
                  source: Callable[[], Mapping[str, T]] | None = None):
         self.kind = kind
+        #: the package whose modules declare the things (where the registry was made)
+        self.home = sys._getframe(1).f_globals.get("__name__", "").rpartition(".")[0]
         self._items: dict[str, T] = {}
         self._check = check
         self._unique = unique
