@@ -10,7 +10,6 @@ from typing import Any
 
 from hwmodels import GPUSpec
 from mksim import models
-from mksim.costs import rates
 from mksim.errors import ScheduleError, WorkloadError
 from mksim.target import gpu_spec
 from mksim.workload import (
@@ -100,7 +99,7 @@ def _build(workload: Workload | str, gpu: GPUSpec | str, mode_name: str, policy:
         for d in active_designs(mode_name, opts):
             n_place, default = d.placement(sched, n_place, default)
         pol = get_policy(policy or default, **(policy_options or {}))
-        queues = mode.place(sched, rates(g), pol, n_place)
+        queues = mode.place(sched, sched.rates, pol, n_place)
         sched.policy, sched.policy_options = pol.name, dict(pol.options)
     sched.queues = queues
     return sched.validate().mark_validated()  # simulate() need not check it again

@@ -14,6 +14,7 @@ import pydantic
 from hwmodels import GPUSpec
 from hwmodels.files import parse_json, read_bytes
 from mksim import models
+from mksim.costs import Rates, rates
 from mksim.errors import DeadlockError, ScheduleError, WorkloadError
 from mksim.target import gpu_spec
 from mksim.workload import (
@@ -131,6 +132,15 @@ class Schedule:
     policy: str | None = None
     policy_options: dict[str, Any] = field(default_factory=dict)
     workload_spec: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rates(self) -> Rates:
+        """The cost model's rates of ``gpu`` (:func:`mksim.costs.rates`), worked out once for the
+        schedule: the placement and the engine both read them."""
+        held = self.__dict__.get("_rates")
+        if held is None or held[0] is not self.gpu:
+            held = self.__dict__["_rates"] = (self.gpu, rates(self.gpu))
+        return held[1]
 
     # -- checks -----------------------------------------------------------------------
     def validate(self) -> Schedule:

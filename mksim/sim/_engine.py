@@ -22,7 +22,7 @@ import numpy as np
 import simpy
 
 from mksim import costs
-from mksim.costs import block_dram_cap_Bpus, rates
+from mksim.costs import block_dram_cap_Bpus
 from mksim.errors import DeadlockError, ScheduleError
 from mksim.schedule import BaseSync, ChainMode, PersistentMode, Schedule, active_designs, gc_paused, get_mode, get_sync
 
@@ -59,7 +59,7 @@ class _Engine:
     def __init__(self, s: Schedule, timeline: bool = True):
         self.s = s
         self.g = s.graph
-        self.r = rates(s.gpu)
+        self.r = s.rates
         self.mode = get_mode(s.mode)
         # the engine pieces of the designs that are on (mksim.sim.designs), in registration order
         self.pieces: dict[str, DesignRun] = {d.name: RUNS[d.name](self) for d in active_designs(s.mode, s.options)
