@@ -9,10 +9,21 @@ import sys
 
 import pytest
 
+from tests.clirun import mksim
+
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mksim", *args], capture_output=True, text=True,
-                          timeout=120)
+    """``mksim ARGS`` in this process (tests/clirun.py); the tests below that need a real child (a closed
+    pipe, a forked worker, a missing extra, the imports) start one themselves."""
+    return mksim(*args, cwd=os.getcwd())
+
+
+def test_a_real_child_answers_a_bad_option_in_one_line_and_exit_2():
+    """What the in-process runs above cannot show: the process's own exit status and no traceback."""
+    r = subprocess.run([sys.executable, "-m", "mksim", "workload", "--frobnicate"], capture_output=True, text=True,
+                       timeout=120)
+    assert (r.returncode, r.stdout) == (2, "") and r.stderr.startswith("error: No such option: --frobnicate")
+    assert r.stderr.count("\n") == 1, r.stderr
 
 
 def test_hw_list_shows_seven_gpus():
@@ -218,6 +229,7 @@ def test_a_closed_pipe_ends_quietly_with_status_0(args):
     assert p.stderr.read() == b""
 
 
+@pytest.mark.slow  # two searches of the fewest trials in children: 13 s of CPU
 def test_search_says_where_it_makes_its_db_and_names_the_metrics(tmp_path):
     import os
     from pathlib import Path
