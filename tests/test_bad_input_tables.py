@@ -37,6 +37,7 @@ def _collected(request: pytest.FixtureRequest) -> list[str]:
     return [line for line in r.stdout.splitlines() if "::" in line]
 
 
+@pytest.mark.slow  # 4.9 s of CPU
 def test_every_row_of_the_second_table_has_a_test(request: pytest.FixtureRequest) -> None:
     seen = {(m[0], int(m[1])) for nodeid in _collected(request) for m in ROW_ID.findall(nodeid)}
     missing = [f"{k}{i}" for k, n in ROWS.items() for i in range(1, n + 1) if (k, i) not in seen]

@@ -116,6 +116,7 @@ def test_compare_json_has_every_mode_with_breakdown():
         assert mode in table
 
 
+@pytest.mark.slow  # 1.4 s of CPU
 def test_simulate_trace_and_schedule_round_trip(tmp_path):
     trace, sched = tmp_path / "t.json", tmp_path / "s.json"
     r = run("simulate", "--model", "llama-3.2-1b", "--mode", "megakernel", "--policy", "rr",
@@ -159,6 +160,7 @@ def test_simulation_errors_are_one_line(args, match):
 
 @pytest.mark.parametrize("args", [("--policy", "foo"), ("--opt", "policy=foo"),
                                   ("--designs", "dies", "--policy", "foo")])
+@pytest.mark.slow  # 3.9 s of CPU
 def test_compare_worker_error_is_one_line_in_seconds(args):
     """An error in a forked worker comes back to the parent (it used to hang the pool forever)."""
     r = subprocess.run([sys.executable, "-m", "mksim", "compare", *args], capture_output=True, text=True, timeout=60)
@@ -204,6 +206,7 @@ def test_python_m_validation_calibrate_is_mksim_calibrate():
     ("plotly", ["sweep", "--batch", "1", "--html", "sweep.html"],  # plotly is missing: nothing written
      "error: mksim sweep --html needs plotly: pip install 'mksim[search]'"),
 ])
+@pytest.mark.slow  # 2.2 s of CPU
 def test_a_missing_extra_is_one_line_naming_it(missing, args, line):
     code = f"import sys; sys.modules[{missing!r}] = None; from mksim.cli import main; main({args!r})"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

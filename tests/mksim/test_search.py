@@ -266,6 +266,7 @@ def test_cli_errors_are_one_line(tmp_path):
         assert text in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
 
 
+@pytest.mark.slow  # 2.4 s of CPU
 def test_the_fused_trial_takes_the_kv_split_the_model_prefers():
     from mksim import simulate
     from mksim.search._space import FUSED_MEGAKERNEL, KV_SPLIT_MULT

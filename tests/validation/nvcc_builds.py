@@ -60,7 +60,8 @@ def _flags(extra: tuple[str, ...]) -> list[str]:
 def _key(source: str, flags: list[str]) -> str:
     h = hashlib.sha256()
     h.update(subprocess.run([NVCC or "nvcc", "--version"], capture_output=True, text=True).stdout.encode())
-    h.update("\0".join([source, *flags]).encode())
+    # the flags name the checkout's include folder: keyed without it, a clone elsewhere finds the builds
+    h.update("\0".join([source, *flags]).replace(str(ROOT), "<root>").encode())
     for p in sorted(ROOT.joinpath("validation").rglob("*")):  # the source and everything it may include
         if p.suffix in (".cu", ".cuh", ".h", ".hpp") and p.is_file():
             h.update(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes())
