@@ -148,11 +148,12 @@ def test_trace_data_plain_json_and_an_uploaded_config(trace_upload):
     assert "implementation profile mksim" in t["assumes"]
 
 
+# mtime=0: the bytes are the test id, which every pytest-xdist worker must collect the same
 @pytest.mark.parametrize("raw,name,match", [
     (b"{", "bad.json", r"^bad\.json: not JSON \(line 1\); give a Chrome trace"),
     (b'{"traceEvents": []}', "empty.json", r"^empty\.json: no GPU activities|^empty\.json: .*kernel"),
     (b"\x1f\x8b\x08" + bytes(6) + b"\xff\xff\xff", "bad.json.gz", r"^bad\.json\.gz: not a readable gzip file"),
-    (gzip.compress(b'{"traceEvents": [')[:-6], "cut.json.gz", r"^cut\.json\.gz: a truncated gzip file"),
+    (gzip.compress(b'{"traceEvents": [', mtime=0)[:-6], "cut.json.gz", r"^cut\.json\.gz: a truncated gzip file"),
     (b"", "nothing.json", r"^nothing\.json: an empty file"),
     (b'{"a": 1}', "other.json", r"^other\.json: JSON without a 'traceEvents' list"),
 ])
