@@ -262,6 +262,7 @@ def test_search_starts_in_the_background_and_is_followed_live(study):
     assert jobs.job_state(job["job"]) == ("done", "")
 
 
+@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
 def test_study_data(study):
     d = data.study_data(study["job"]["storage"], study["job"]["study"])
     assert d["objectives"] == ["latency", "smem"] and d["finished"] == 26
@@ -276,6 +277,7 @@ def test_study_data(study):
     assert data.study_data(str(study["db"]), study["job"]["study"])["finished"] == 26  # a plain path opens it too
 
 
+@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
 def test_study_figures(study):
     d = data.study_data(study["job"]["storage"], study["job"]["study"])
     hist = figures.study_history_figure(d)
@@ -291,6 +293,7 @@ def test_study_figures(study):
     assert len(figures.study_pareto_figure(one).data) == 0
 
 
+@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
 def test_open_best_in_timeline(study):
     from explorer.pages.search import open_best
     from explorer.pages.timeline import show_timeline
@@ -305,6 +308,7 @@ def test_open_best_in_timeline(study):
     assert open_best(0, study["job"]) == (no_update, "")
 
 
+@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
 def test_open_existing_study(study):
     from explorer.pages.search import poll, start_or_open
 
@@ -337,6 +341,7 @@ def test_open_study_from_the_list_or_the_only_one(tmp_path, monkeypatch):
     assert study_choices() == ([], None)  # unreadable storage
 
 
+@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
 def test_figures_hidden_until_a_study_is_drawn(study):
     """No empty untitled axes before a study is open: the figures show once poll has drawn trials."""
     from explorer.pages.search import HIDDEN, NO_STUDY, figures_shown, poll
@@ -366,6 +371,7 @@ def test_search_bad_input_answers_at_once(args, match, tmp_path, monkeypatch):
     assert msg.startswith("error: ") and "\n" not in msg and disabled and all(len(f.data) == 0 for f in figs)
 
 
+@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
 def test_open_study_errors(study, tmp_path, monkeypatch):
     import optuna
 
@@ -386,6 +392,7 @@ def test_open_study_errors(study, tmp_path, monkeypatch):
     assert poll(None)[5] is True
 
 
+@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
 def test_failed_search_shows_its_error(study):
     """A study named for another problem: the worker's search refuses to resume it; the page says why."""
     from explorer.pages.search import poll, start_or_open
