@@ -1,4 +1,41 @@
+"""What every test shares: no colour codes, and how the tests are spread over pytest-xdist's workers.
+
+pyproject's addopts run the tests on one worker per core (``-n auto --dist loadgroup``). A test with an
+``xdist_group`` mark runs on the worker that runs the rest of its group, after the group's earlier
+tests. Besides the groups a test file names itself (the docs' commands, which read what an earlier
+command wrote), every test of a module that has a module-scoped fixture is kept together: such a
+fixture (a server, a browser, a study searched once) is built once per worker that uses it, so
+spreading the module would build it on every worker.
+"""
+
+from __future__ import annotations
+
 import os
+
+import pytest
 
 # Rich prints tables at a fixed width when not on a terminal; keep colour codes out.
 os.environ.setdefault("NO_COLOR", "1")
+
+
+def _module_scoped(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None and _module_scoped(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+#: how many tests this session deselected (-k, -m, --deselect, ...): 0 means it runs all it collected
+DESELECTED = pytest.StashKey[int]()
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    if items:
+        stash = items[0].config.stash
+        stash[DESELECTED] = stash.get(DESELECTED, 0) + len(items)

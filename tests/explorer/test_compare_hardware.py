@@ -37,6 +37,7 @@ def ref():
 
 
 # -- compare_run: what mksim compare computes, plus per-op times ---------------------------
+@pytest.mark.slow  # 1.4 s of CPU
 def test_compare_run_is_mksim_compare(run, ref):
     assert list(run["modes"]) == MODES
     for mode in MODES:
@@ -245,6 +246,7 @@ def test_upload_callback():
     assert value is dash.no_update and UPLOADED + "tiny" not in options
 
 
+@pytest.mark.slow  # 1.5 s of CPU
 def test_hardware_callbacks():
     from explorer.pages.hardware import gpu_table, run_whatif
 
@@ -262,6 +264,7 @@ def test_hardware_callbacks():
     assert msg == "error: batch must be a positive integer, got 0" and len(rest[-1].data) == 0
 
 
+@pytest.mark.slow  # 1.4 s of CPU
 def test_app_serves_hardware_and_the_compare_additions():
     """In a process of its own: Dash gives the pages' callbacks to the first app a process creates."""
     import subprocess

@@ -474,6 +474,7 @@ def test_gz_bomb_is_refused_fast_in_bounded_memory(server, tmp_path_factory, row
 
 
 @pytest.mark.parametrize("row", ["B27-run-does-not-import-again"])
+@pytest.mark.slow  # 1.4 s of CPU
 def test_run_does_not_import_again(monkeypatch, row):
     """Run re-imports the page's trace with its inputs: the same upload and inputs are remembered by digest,
     an import and a refusal alike, so a refused bomb is not inflated again at each Run."""
@@ -789,6 +790,7 @@ def test_tmpdir_missing_is_fine(tmp_path, monkeypatch, row):
 
 
 @pytest.mark.parametrize("row", ["A192-debug-refused-off-loopback"])
+@pytest.mark.slow  # 3.0 s of CPU
 def test_debug_refused_off_loopback(row):
     r = _explore("--host", "0.0.0.0", "--port", str(_free_port()), "--debug")
     assert r.returncode == 2 and r.stderr.startswith("error: --debug") and r.stderr.count("\n") == 1

@@ -51,6 +51,7 @@ def test_choices_name_every_profile_and_none():
 
 
 # -- your stack -------------------------------------------------------------------------------------
+@pytest.mark.slow  # 1.5 s of CPU
 def test_stack_data_is_mksim_compare_impl(ref):
     run = data.compare_run("llama-3.2-1b", "h200")
     st = stacks.stack_data(run, "torch")
@@ -62,6 +63,7 @@ def test_stack_data_is_mksim_compare_impl(ref):
     assert st["megakernel_speedup"] > 1  # plain torch's hundreds of kernels against one persistent kernel
 
 
+@pytest.mark.slow  # 2.2 s of CPU
 def test_stack_of_a_profiled_megakernel_runs_on_the_same_hardware():
     run = data.compare_run("llama-3.2-1b", "h200-calibrated+mksim")
     st = stacks.stack_data(run, "inductor")
@@ -85,6 +87,7 @@ def test_latency_figure_shows_the_stack_beside_the_modes(ref):
     assert "your stack: torch" not in [t.name for t in figures.latency_figure(no_stack).data]
 
 
+@pytest.mark.slow  # 2.1 s of CPU
 def test_compare_callback_with_a_stack_and_a_profile(ref):
     from explorer.pages.compare import run_compare
 
@@ -120,6 +123,7 @@ def test_compare_callback_with_a_stack_and_bad_input():
 
 
 # -- an uploaded trace ------------------------------------------------------------------------------
+@pytest.mark.slow  # 1.6 s of CPU
 def test_trace_data_is_mksim_trace_import(trace_upload):
     t = stacks.trace_data(trace_upload, TRACE.name, "llama-3.2-1b", "h200")
     ref = import_trace(TRACE, model="llama-3.2-1b", batch=1, kv_len=1024, gpu="h200").to_dict(kernels=False)
@@ -133,6 +137,7 @@ def test_trace_data_is_mksim_trace_import(trace_upload):
     assert t["assumes"].startswith("assumes: hardware h200; no implementation profile")
 
 
+@pytest.mark.slow  # 1.1 s of CPU
 def test_trace_data_plain_json_and_an_uploaded_config(trace_upload):
     plain = _upload(gzip.decompress(TRACE.read_bytes()), "application/json")
     cfg = json.loads(CONFIG.read_text())
@@ -143,11 +148,12 @@ def test_trace_data_plain_json_and_an_uploaded_config(trace_upload):
     assert "implementation profile mksim" in t["assumes"]
 
 
+# mtime=0: the bytes are the test id, which every pytest-xdist worker must collect the same
 @pytest.mark.parametrize("raw,name,match", [
     (b"{", "bad.json", r"^bad\.json: not JSON \(line 1\); give a Chrome trace"),
     (b'{"traceEvents": []}', "empty.json", r"^empty\.json: no GPU activities|^empty\.json: .*kernel"),
     (b"\x1f\x8b\x08" + bytes(6) + b"\xff\xff\xff", "bad.json.gz", r"^bad\.json\.gz: not a readable gzip file"),
-    (gzip.compress(b'{"traceEvents": [')[:-6], "cut.json.gz", r"^cut\.json\.gz: a truncated gzip file"),
+    (gzip.compress(b'{"traceEvents": [', mtime=0)[:-6], "cut.json.gz", r"^cut\.json\.gz: a truncated gzip file"),
     (b"", "nothing.json", r"^nothing\.json: an empty file"),
     (b'{"a": 1}', "other.json", r"^other\.json: JSON without a 'traceEvents' list"),
 ])
@@ -170,6 +176,7 @@ def test_trace_upload_size_bounds():
         stacks.read_trace_upload("data:application/json;base64,@@@", "x.json")
 
 
+@pytest.mark.slow  # 1.3 s of CPU
 def test_trace_callback(trace_upload):
     from explorer.pages.compare import import_trace_upload
 
@@ -195,6 +202,7 @@ def test_trace_callback(trace_upload):
     assert msg.children == "error: a trace is imported as a decode step: choose the decode phase"
 
 
+@pytest.mark.slow  # 1.7 s of CPU
 def test_trace_callback_with_an_uploaded_config_and_a_profile(trace_upload):
     from explorer.pages.compare import UPLOADED, import_trace_upload, upload_config
 

@@ -77,6 +77,7 @@ def test_timeline_data_bad_input(kw, match):
         data.timeline_data(**kw)
 
 
+@pytest.mark.slow  # 1.5 s of CPU
 def test_perfetto_trace_one_track_per_sm(mk):
     trace = json.loads(data.perfetto_trace(mk["schedule_json"]))
     ev = trace["traceEvents"]
@@ -210,6 +211,7 @@ def test_timeline_callback_token(mk):
     assert msg.startswith("error: no schedule kept under 'nope'")
 
 
+@pytest.mark.slow  # 1.1 s of CPU
 def test_timeline_downloads(mk):
     from explorer.pages.timeline import schedule_download, trace_download
 
@@ -246,6 +248,7 @@ def study(tmp_path_factory):
         os.environ["MKSIM_EXPLORER_STORAGE"] = old
 
 
+@pytest.mark.slow  # 14.3 s of CPU
 def test_search_starts_in_the_background_and_is_followed_live(study):
     job, polls = study["job"], study["polls"]
     assert set(job) == {"job", "storage", "study", "trials"}
@@ -259,6 +262,7 @@ def test_search_starts_in_the_background_and_is_followed_live(study):
     assert jobs.job_state(job["job"]) == ("done", "")
 
 
+@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
 def test_study_data(study):
     d = data.study_data(study["job"]["storage"], study["job"]["study"])
     assert d["objectives"] == ["latency", "smem"] and d["finished"] == 26
@@ -273,6 +277,7 @@ def test_study_data(study):
     assert data.study_data(str(study["db"]), study["job"]["study"])["finished"] == 26  # a plain path opens it too
 
 
+@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
 def test_study_figures(study):
     d = data.study_data(study["job"]["storage"], study["job"]["study"])
     hist = figures.study_history_figure(d)
@@ -288,6 +293,7 @@ def test_study_figures(study):
     assert len(figures.study_pareto_figure(one).data) == 0
 
 
+@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
 def test_open_best_in_timeline(study):
     from explorer.pages.search import open_best
     from explorer.pages.timeline import show_timeline
@@ -302,6 +308,7 @@ def test_open_best_in_timeline(study):
     assert open_best(0, study["job"]) == (no_update, "")
 
 
+@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
 def test_open_existing_study(study):
     from explorer.pages.search import poll, start_or_open
 
@@ -334,6 +341,7 @@ def test_open_study_from_the_list_or_the_only_one(tmp_path, monkeypatch):
     assert study_choices() == ([], None)  # unreadable storage
 
 
+@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
 def test_figures_hidden_until_a_study_is_drawn(study):
     """No empty untitled axes before a study is open: the figures show once poll has drawn trials."""
     from explorer.pages.search import HIDDEN, NO_STUDY, figures_shown, poll
@@ -363,6 +371,7 @@ def test_search_bad_input_answers_at_once(args, match, tmp_path, monkeypatch):
     assert msg.startswith("error: ") and "\n" not in msg and disabled and all(len(f.data) == 0 for f in figs)
 
 
+@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
 def test_open_study_errors(study, tmp_path, monkeypatch):
     import optuna
 
@@ -383,6 +392,7 @@ def test_open_study_errors(study, tmp_path, monkeypatch):
     assert poll(None)[5] is True
 
 
+@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
 def test_failed_search_shows_its_error(study):
     """A study named for another problem: the worker's search refuses to resume it; the page says why."""
     from explorer.pages.search import poll, start_or_open
@@ -423,6 +433,7 @@ def _until_trials(job, at_least: int = 1) -> None:
     pytest.fail(f"no finished trial in 90 s: {poll(job)}")
 
 
+@pytest.mark.slow  # 6.4 s of CPU
 def test_search_limit_and_cancel(tmp_path, monkeypatch):
     """Beyond MAX_RUNNING searches a new one is refused in one line; Cancel terminates the worker."""
     from explorer.pages.search import cancel_search, poll, start_or_open
@@ -448,6 +459,7 @@ def test_search_limit_and_cancel(tmp_path, monkeypatch):
     assert jobs.running_jobs() == []
 
 
+@pytest.mark.slow  # 8.7 s of CPU
 def test_search_survives_a_restart_and_is_cancelled_by_the_next_server(tmp_path, monkeypatch):
     """A search goes on when its server stops: another server process (the same registry) lists it as
     running, follows it and cancels it; its finished trials stay in the study."""
@@ -482,6 +494,7 @@ def test_search_survives_a_restart_and_is_cancelled_by_the_next_server(tmp_path,
     assert d["finished"] >= 1  # the trials it finished are kept
 
 
+@pytest.mark.slow  # 4.0 s of CPU
 def test_a_search_whose_process_died_is_stopped(tmp_path, monkeypatch):
     """A worker killed without a word (kill -9, out of memory) reads as stopped, not running nor failed;
     its finished trials stay in the study and the page says so."""
@@ -506,6 +519,7 @@ def test_a_search_whose_process_died_is_stopped(tmp_path, monkeypatch):
     assert cancel_search(1, job) == "no running search to cancel"
 
 
+@pytest.mark.slow  # 2.8 s of CPU
 def test_jobs_list_and_follow(study, tmp_path, monkeypatch):
     """The page's list of searches: one row each, newest first, a failed one with its line; Follow
     follows a listed search; the registry forgets the oldest ended ones beyond KEEP_JOBS."""
@@ -561,6 +575,7 @@ def test_a_new_sqlite_storage_read_while_it_is_made_is_retried(tmp_path, monkeyp
 
 
 # -- the app -----------------------------------------------------------------------------
+@pytest.mark.slow  # 2.0 s of CPU
 def test_app_serves_timeline_and_search():
     """In a process of its own: Dash gives the pages' callbacks to the first app a process creates."""
     import subprocess

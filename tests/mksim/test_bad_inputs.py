@@ -437,6 +437,7 @@ def _json_ok(argv: list[str], capsys: pytest.CaptureFixture[str]) -> Any:
 MODES = ["stream", "graph", "graph_pdl", "persistent_barrier", "megakernel"]
 
 
+@pytest.mark.slow  # 3.2 s of CPU
 def test_accepted_empty_context(capsys: pytest.CaptureFixture[str]) -> None:
     """``compare --kv-len 0`` and ``sweep --kv-len 0``: a step with an empty KV cache (the first token)
     is a real case; both answer with the same numbers, a bandwidth floor below the default's, and every
@@ -454,6 +455,7 @@ def test_accepted_empty_context(capsys: pytest.CaptureFixture[str]) -> None:
         assert rows[0][f"{m}_us"] == pytest.approx(zero["modes"][m]["latency_us"], rel=1e-12)
 
 
+@pytest.mark.slow  # 1.7 s of CPU
 def test_accepted_huge_tasks_per_sm_clamps(capsys: pytest.CaptureFixture[str]) -> None:
     """``--opt tasks_per_sm=1e9``: an op is never cut finer than its rows, so past some value more tasks
     per SM change nothing (36,240 tasks for llama-3.2-1b on h200), in bounded time."""
@@ -601,11 +603,13 @@ def silent_server() -> Iterator[int]:
     srv.close()
 
 
+@pytest.mark.slow  # 1.3 s of CPU
 def test_silent_postgresql_server_times_out(silent_server: int) -> None:
     r = run_child(["search", "--storage", f"postgresql+psycopg2://u@127.0.0.1:{silent_server}/db"], timeout_s=45)
     assert_one_line(r.returncode, r.stderr, "cannot open study storage")
 
 
+@pytest.mark.slow  # 10.2 s of CPU
 def test_read_only_study_answers_in_one_line(tmp_path: Path) -> None:
     """An existing study that cannot be written (SQLite opened read-only, as a file in a folder one may
     not write is): one line naming the cause, not optuna's 121-line 'invalid data in the commit'."""
@@ -617,6 +621,7 @@ def test_read_only_study_answers_in_one_line(tmp_path: Path) -> None:
 
 
 # -- nothing finished is lost ------------------------------------------------------------------------
+@pytest.mark.slow  # 5.2 s of CPU
 def test_result_is_printed_when_writing_it_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The output folder vanishes during the search: the result still reaches stdout, then one line."""
@@ -651,6 +656,7 @@ def test_ctrl_c_in_a_command_is_one_line(capsys: pytest.CaptureFixture[str], mon
     assert (code, err) == (130, "error: interrupted\n")
 
 
+@pytest.mark.slow  # 29.0 s of CPU
 def test_ctrl_c_during_search_keeps_the_study(tmp_path: Path) -> None:
     """Ctrl-C (SIGINT to the process group, as a terminal sends it) mid-search: one line saying how to
     resume, exit status 130, no optuna traceback, and no trial left failed by the interrupt."""

@@ -426,6 +426,7 @@ def test_A131_save_is_the_trace(row: str, tmp_path: Path, capsys: pytest.Capture
 
 
 @row("A136-sweep-html-dev-full")
+@pytest.mark.slow  # 1.2 s of CPU
 def test_A136_sweep_html_dev_full_prints_the_table_first(row: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(["sweep", "--batch", "1", "--html", "/dev/full"], capsys)
     assert_one_line(code, err, "--html /dev/full: cannot write (No space left on device)")

@@ -282,6 +282,7 @@ def test_A34_another_model_warns() -> None:
                           "model?",)
 
 
+@pytest.mark.slow  # 1.3 s of CPU
 def test_A35_batch_64_on_a_batch_1_trace_warns(capsys: pytest.CaptureFixture[str]) -> None:
     """The traced attention kernels ran ~105 µs; batch 64 x KV 1024 of llama-3.2-1b is 2.15 GB of KV cache,
     at least 447 µs at the H200's 4.8 TB/s: the trace cannot be that step, and one warning line says so

@@ -9,10 +9,21 @@ import sys
 
 import pytest
 
+from tests.clirun import mksim
+
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mksim", *args], capture_output=True, text=True,
-                          timeout=120)
+    """``mksim ARGS`` in this process (tests/clirun.py); the tests below that need a real child (a closed
+    pipe, a forked worker, a missing extra, the imports) start one themselves."""
+    return mksim(*args, cwd=os.getcwd())
+
+
+def test_a_real_child_answers_a_bad_option_in_one_line_and_exit_2():
+    """What the in-process runs above cannot show: the process's own exit status and no traceback."""
+    r = subprocess.run([sys.executable, "-m", "mksim", "workload", "--frobnicate"], capture_output=True, text=True,
+                       timeout=120)
+    assert (r.returncode, r.stdout) == (2, "") and r.stderr.startswith("error: No such option: --frobnicate")
+    assert r.stderr.count("\n") == 1, r.stderr
 
 
 def test_hw_list_shows_seven_gpus():
@@ -105,6 +116,7 @@ def test_compare_json_has_every_mode_with_breakdown():
         assert mode in table
 
 
+@pytest.mark.slow  # 1.4 s of CPU
 def test_simulate_trace_and_schedule_round_trip(tmp_path):
     trace, sched = tmp_path / "t.json", tmp_path / "s.json"
     r = run("simulate", "--model", "llama-3.2-1b", "--mode", "megakernel", "--policy", "rr",
@@ -148,6 +160,7 @@ def test_simulation_errors_are_one_line(args, match):
 
 @pytest.mark.parametrize("args", [("--policy", "foo"), ("--opt", "policy=foo"),
                                   ("--designs", "dies", "--policy", "foo")])
+@pytest.mark.slow  # 3.9 s of CPU
 def test_compare_worker_error_is_one_line_in_seconds(args):
     """An error in a forked worker comes back to the parent (it used to hang the pool forever)."""
     r = subprocess.run([sys.executable, "-m", "mksim", "compare", *args], capture_output=True, text=True, timeout=60)
@@ -193,6 +206,7 @@ def test_python_m_validation_calibrate_is_mksim_calibrate():
     ("plotly", ["sweep", "--batch", "1", "--html", "sweep.html"],  # plotly is missing: nothing written
      "error: mksim sweep --html needs plotly: pip install 'mksim[search]'"),
 ])
+@pytest.mark.slow  # 2.2 s of CPU
 def test_a_missing_extra_is_one_line_naming_it(missing, args, line):
     code = f"import sys; sys.modules[{missing!r}] = None; from mksim.cli import main; main({args!r})"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -218,6 +232,7 @@ def test_a_closed_pipe_ends_quietly_with_status_0(args):
     assert p.stderr.read() == b""
 
 
+@pytest.mark.slow  # two searches of the fewest trials in children: 13 s of CPU
 def test_search_says_where_it_makes_its_db_and_names_the_metrics(tmp_path):
     import os
     from pathlib import Path

@@ -43,6 +43,7 @@ def test_parse_designs():
         parse_designs("warp")
 
 
+@pytest.mark.slow  # 2.5 s of CPU
 def test_compare_workload_rows_and_json():
     g = hwmodels.load("h200")
     wl = make_workload("llama-3.2-1b", n_sms=g.sm.count)

@@ -73,6 +73,7 @@ def compared():
             for gpu in ("h200-calibrated+mksim", "h200-calibrated")}
 
 
+@pytest.mark.slow  # 2.1 s of CPU
 def test_compare_gives_every_row_and_the_stack_an_interval(compared):
     d = compared["h200-calibrated+mksim"]
     h = d["interval"]["half_width_pct"]

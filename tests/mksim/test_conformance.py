@@ -131,6 +131,7 @@ def test_decode_is_never_faster_than_its_bandwidth_floor():
         assert r.latency_us >= r.bandwidth_floor_us
 
 
+@pytest.mark.slow  # 1.2 s of CPU
 def test_megakernel_beats_stream_at_batch_1_and_the_gap_narrows_with_batch():
     def gap(batch):
         wl = mksim.models.workload("llama-3.2-1b", batch=batch, kv_len=1024)

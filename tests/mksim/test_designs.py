@@ -94,6 +94,7 @@ def test_one_scheduler_hands_out_an_events_tasks_one_by_one(tmp_path):
     assert r.task_start_us.tolist() == pytest.approx([1.75, 2.0], abs=TOL)
 
 
+@pytest.mark.slow  # 1.0 s of CPU
 def test_dynamic_against_static_on_the_same_workload():
     # Hazy-style static queues prefetch across every op boundary; MPK-style dynamic dispatch pays an
     # event hop and a hand-out per boundary and gives 4 SMs of an H100 to schedulers
@@ -154,6 +155,7 @@ def _cli(*args: str):
     return subprocess.run([sys.executable, "-m", "mksim", *args], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # 4.5 s of CPU
 def test_compare_accepts_the_designs_as_rows_and_options():
     import json
 
@@ -209,6 +211,7 @@ def test_die_policy_on_one_die_is_dag():
     assert a.queues == b.queues
 
 
+@pytest.mark.slow  # 1.5 s of CPU
 def test_dies_on_real_multi_die_parts():
     # die-aware placement cuts the cross-die edges and fetches of a decode step on B200 and MI300X
     for gpu, extra in (("b200", {}), ("mi300x", {"page_KiB": 16, "prefetch_depth": 2})):
@@ -269,6 +272,7 @@ def test_cluster_multicast_reads_a_matvecs_input_once_per_cluster():
     assert ideal.work_us[t] > native.work_us[t] - r.mma_latency_us
 
 
+@pytest.mark.slow  # 1.3 s of CPU
 def test_the_same_schedule_on_three_generations():
     # native movement changes each prediction for its own reason: A100 only the issue and MMA tails
     # (its 163 KiB hold 4 pages, as the default), H100 and B200 two more pages of prefetch
@@ -320,6 +324,7 @@ def test_hbm_ends_flows_whose_last_bytes_are_below_the_clocks_resolution():
     assert done == [4208.618327513217] * 24
 
 
+@pytest.mark.slow  # 1.3 s of CPU
 def test_simulate_takes_the_designs_as_options():
     import json
 

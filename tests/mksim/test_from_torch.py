@@ -101,6 +101,7 @@ def by_name(wl):
     return {op.name: op for op in wl.ops}
 
 
+@pytest.mark.slow  # 1.2 s of CPU
 def test_op_kinds_and_counts(model):
     wl = models.from_torch(model, ids(2, 1))
     kinds = wl.summary()["op_kinds"]

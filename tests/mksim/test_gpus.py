@@ -82,6 +82,7 @@ def test_the_default_prefetch_depth_fits_the_shared_memory(name, depth):
     assert o.prefetch_depth == min(4, int((g.sm.shared_memory_per_block_KiB - 32) // 16))
 
 
+@pytest.mark.slow  # 3.2 s of CPU
 def test_designs_all_on_gpus_without_pdl():
     d = compare_modes("llama-3.2-1b", "mi300x", designs="all")
     assert "graph_pdl" not in d["modes"] and "megakernel:native" in d["modes"] and "megakernel:die" in d["modes"]
@@ -120,6 +121,7 @@ def test_a_search_never_picks_a_mode_the_gpu_lacks():
         assert not [k for k in baseline_params(g) if "graph_pdl" in k]
 
 
+@pytest.mark.slow  # 4.1 s of CPU
 def test_a_search_on_a_gpu_without_pdl_runs_without_graph_pdl():
     pytest.importorskip("optuna")
     from mksim.search import baseline_params, search
@@ -130,6 +132,7 @@ def test_a_search_on_a_gpu_without_pdl_runs_without_graph_pdl():
     assert res.best["candidate"]["mode"] != "graph_pdl"
 
 
+@pytest.mark.slow  # 1.9 s of CPU
 def test_sweep_on_a_gpu_without_pdl():
     from mksim.report import sweep_rows, sweep_series
 
@@ -153,6 +156,7 @@ def _mksim(*args: str) -> subprocess.CompletedProcess:
                           env={**os.environ, "COLUMNS": "200"})
 
 
+@pytest.mark.slow  # 1.7 s of CPU
 def test_the_main_job_through_a_pipe_fits_80_columns():
     r = _mksim("compare", "--model", "llama-3.2-1b", "--gpu", "h200")
     assert r.returncode == 0, r.stderr
@@ -168,6 +172,7 @@ def test_simulate_graph_pdl_without_pdl_is_one_line():
     assert r.stderr.count("\n") == 1
 
 
+@pytest.mark.slow  # 2.0 s of CPU
 def test_designs_all_leaves_out_a_design_the_gpu_cannot_have():
     from dataclasses import replace
 

@@ -161,6 +161,7 @@ def test_without_a_profile_no_kind_has_task_costs():
 
 
 # -- a user's stack next to the megakernel (--impl) -----------------------------------------------
+@pytest.mark.slow  # 1.5 s of CPU
 def test_compare_predicts_the_stack_next_to_the_megakernel():
     from mksim.compare import compare_modes
 

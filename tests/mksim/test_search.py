@@ -17,12 +17,14 @@ optuna = pytest.importorskip("optuna")
 import hwmodels  # noqa: E402
 from mksim.search import Problem, baseline_params, build, search, suggest  # noqa: E402
 from mksim.search._report import candidate_rows, report_rows  # noqa: E402
+from tests.clirun import mksim  # noqa: E402
 
 N_BASE = len(baseline_params(hwmodels.load("h200")))
 
 
-def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mksim", *args], capture_output=True, text=True, timeout=timeout)
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """``mksim ARGS`` in this process (tests/clirun.py); a killed search and two workers are real children."""
+    return mksim(*args, cwd=os.getcwd())
 
 
 def counted(url: str, study: str) -> list:
@@ -31,9 +33,16 @@ def counted(url: str, study: str) -> list:
     return s.get_trials(deepcopy=False, states=(TS.COMPLETE, TS.PRUNED))
 
 
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory):
+    """One seeded search in SQLite, which the tests of its baselines and of determinism share."""
+    db = tmp_path_factory.mktemp("seeded") / "a.db"
+    return search("llama-3.2-1b", "h200", trials=N_BASE + 4, seed=11, storage=f"sqlite:///{db}")
+
+
 @pytest.mark.slow
-def test_baselines_are_the_built_in_schedules_and_best_is_never_worse(tmp_path):
-    res = search("llama-3.2-1b", "h200", trials=N_BASE + 3, seed=3, storage=f"sqlite:///{tmp_path}/s.db")
+def test_baselines_are_the_built_in_schedules_and_best_is_never_worse(seeded):
+    res = seeded
     assert set(res.baselines) == {f"megakernel:{p}" for p in ("rr", "zigzag", "wave", "dag", "pool")} | {
         "graph", "graph_pdl"}
     import mksim
@@ -49,10 +58,9 @@ def test_baselines_are_the_built_in_schedules_and_best_is_never_worse(tmp_path):
 
 
 @pytest.mark.slow
-def test_seeded_search_is_deterministic(tmp_path):
-    a = search("llama-3.2-1b", "h200", trials=N_BASE + 4, seed=11, storage=f"sqlite:///{tmp_path}/a.db")
+def test_seeded_search_is_deterministic(seeded, tmp_path):
     b = search("llama-3.2-1b", "h200", trials=N_BASE + 4, seed=11, storage=f"sqlite:///{tmp_path}/b.db")
-    assert a.best == b.best
+    assert seeded.best == b.best
 
 
 def test_shared_memory_overflow_is_pruned_with_its_reason():
@@ -127,11 +135,18 @@ def test_split_projections_interleave_under_level_order():
     assert {"q_proj", "k_proj", "v_proj"} <= set(first)  # q, k and v tiles start together across the SMs
 
 
-def test_report_shows_the_best_schedule_as_a_table_not_a_dict(tmp_path):
+@pytest.fixture(scope="module")
+def in_memory(tmp_path_factory):
+    """The fewest trials in memory, with a report: what the report's and the storage's tests read."""
+    page_path = tmp_path_factory.mktemp("report") / "r.html"
+    return search("llama-3.2-1b", "h200", trials=N_BASE, storage="memory", report=page_path), page_path
+
+
+@pytest.mark.slow
+def test_report_shows_the_best_schedule_as_a_table_not_a_dict(in_memory):
     import re
 
-    page_path = tmp_path / "r.html"
-    res = search("llama-3.2-1b", "h200", trials=N_BASE, storage="memory", report=page_path)
+    res, page_path = in_memory
     page = page_path.read_text()
     # plotly.js itself is code with "{'" in it; the rest of the page (text, tables, figures) has no raw dict
     bundle = next(m for m in re.finditer(r"<script[^>]*>.*?</script>", page, flags=re.S) if "plotly.js v" in m[0])
@@ -144,8 +159,9 @@ def test_report_shows_the_best_schedule_as_a_table_not_a_dict(tmp_path):
     assert ("policy_options.w", "a=1") in rows and not any("{" in v for _, v in rows)
 
 
-def test_memory_storage_keeps_nothing_and_needs_one_worker():
-    res = search("llama-3.2-1b", "h200", trials=N_BASE, storage="memory")
+@pytest.mark.slow
+def test_memory_storage_keeps_nothing_and_needs_one_worker(in_memory):
+    res, _ = in_memory
     assert res.n_complete + res.n_pruned >= N_BASE and res.storage == "memory"
     with pytest.raises(Exception, match="one process"):
         search("llama-3.2-1b", "h200", trials=N_BASE, storage="memory", workers=2)
@@ -250,6 +266,7 @@ def test_cli_errors_are_one_line(tmp_path):
         assert text in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
 
 
+@pytest.mark.slow  # 2.4 s of CPU
 def test_the_fused_trial_takes_the_kv_split_the_model_prefers():
     from mksim import simulate
     from mksim.search._space import FUSED_MEGAKERNEL, KV_SPLIT_MULT

@@ -14,6 +14,7 @@ def trace(request, tmp_path_factory):
     return res, json.loads(path.read_text())  # valid JSON
 
 
+@pytest.mark.slow  # 2.0 s of CPU
 def test_trace_structure(trace):
     res, tr = trace
     ev = tr["traceEvents"]

@@ -209,6 +209,7 @@ def test_mapping_coverage_on_the_real_trace():
     assert rows[0]["kind"] == "matmul" and rows[-1]["kind"] == "unmapped"
 
 
+@pytest.mark.slow  # 1.2 s of CPU
 def test_another_model_is_doubted(capsys):
     t = import_trace(STEP, model="llama-3.1-8b", predict=False)
     assert t.warnings == ("the trace has 16 attention kernels, llama-3.1-8b has 32 layers: is --model the traced "

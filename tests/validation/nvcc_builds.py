@@ -6,10 +6,16 @@ name: the first ask starts every build of :data:`BUILDS` on a pool of :data:`WOR
 build whose inputs were built before (same nvcc, flags and sources: a SHA-256 over them) is read back
 from ``$MKSIM_TEST_CACHE`` (default ``~/.cache/mksim/test-nvcc``) instead of compiled again. What is
 kept is nvcc's exit status and its messages (``-Xptxas -v``: registers and spills), as JSON.
+
+Several test processes (pytest-xdist's workers, two test runs at once) share the cache: a build takes
+a lock file beside its entry, so a second process waits for the first one's result and reads it
+instead of compiling the same build again, and each xdist worker starts the list at its own place, so
+that two workers that both need builds compile different ones first.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -54,7 +60,8 @@ def _flags(extra: tuple[str, ...]) -> list[str]:
 def _key(source: str, flags: list[str]) -> str:
     h = hashlib.sha256()
     h.update(subprocess.run([NVCC or "nvcc", "--version"], capture_output=True, text=True).stdout.encode())
-    h.update("\0".join([source, *flags]).encode())
+    # the flags name the checkout's include folder: keyed without it, a clone elsewhere finds the builds
+    h.update("\0".join([source, *flags]).replace(str(ROOT), "<root>").encode())
     for p in sorted(ROOT.joinpath("validation").rglob("*")):  # the source and everything it may include
         if p.suffix in (".cu", ".cuh", ".h", ".hpp") and p.is_file():
             h.update(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes())
@@ -65,27 +72,58 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("MKSIM_TEST_CACHE") or Path.home() / ".cache" / "mksim" / "test-nvcc")
 
 
-def _compile(name: str) -> Build:
-    source, extra = BUILDS[name]
-    flags = _flags(extra)
-    kept = _cache_dir() / f"{name}-{_key(source, flags)}.json"
+def _read(kept: Path) -> Build | None:
     try:
         d = json.loads(kept.read_text())
         return Build(int(d["returncode"]), str(d["stderr"]))
     except (OSError, ValueError, KeyError, TypeError):
-        pass
+        return None
+
+
+def _nvcc(source: str, flags: list[str]) -> Build:
     with tempfile.TemporaryDirectory() as tmp:
         r = subprocess.run([NVCC or "nvcc", *flags, "-c", str(ROOT / source), "-o", str(Path(tmp) / "out.o")],
                            capture_output=True, text=True, timeout=600)
-    got = Build(r.returncode, r.stderr)
+    return Build(r.returncode, r.stderr)
+
+
+def _compile(name: str) -> Build:
+    source, extra = BUILDS[name]
+    flags = _flags(extra)
+    kept = _cache_dir() / f"{name}-{_key(source, flags)}.json"
+    got = _read(kept)
+    if got is not None:
+        return got
     try:
         kept.parent.mkdir(parents=True, exist_ok=True)
-        tmp_file = kept.with_suffix(f".{os.getpid()}.tmp")
-        tmp_file.write_text(json.dumps({"returncode": got.returncode, "stderr": got.stderr}))
-        tmp_file.replace(kept)
+        lock = open(kept.with_suffix(".lock"), "a")  # held until the entry is written
     except OSError:
-        pass  # no cache: the next run compiles again
+        return _nvcc(source, flags)  # no cache: the next run compiles again
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process building the same: wait, then read its result
+        got = _read(kept)
+        if got is not None:
+            return got
+        got = _nvcc(source, flags)
+        try:
+            tmp_file = kept.with_suffix(f".{os.getpid()}.tmp")
+            tmp_file.write_text(json.dumps({"returncode": got.returncode, "stderr": got.stderr}))
+            tmp_file.replace(kept)
+        except OSError:
+            pass  # no cache: the next run compiles again
     return got
+
+
+def _order() -> list[str]:
+    """:data:`BUILDS` from this xdist worker's place in it (``gw1`` of two starts half-way), so that
+    workers compiling at the same time start on different builds."""
+    names = list(BUILDS)
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", "gw0"), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")
+    try:
+        start = int(worker.removeprefix("gw")) * len(names) // max(1, int(count))
+    except ValueError:
+        start = 0
+    return names[start:] + names[:start]
 
 
 _pool: ThreadPoolExecutor | None = None
@@ -97,6 +135,6 @@ def build(name: str) -> Build:
     global _pool
     if _pool is None:
         _pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="nvcc")
-        for n in BUILDS:
+        for n in _order():
             _futures[n] = _pool.submit(_compile, n)
     return _futures[name].result()

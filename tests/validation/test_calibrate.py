@@ -105,6 +105,7 @@ def test_boundary_parts_give_the_set_up_and_the_first_load():
         fit.fit_boundary_parts([r for r in synthetic_parts()["boundary_parts"]["rows"] if r["chain"] != 16], 4800.0)
 
 
+@pytest.mark.slow  # 1.5 s of CPU
 def test_a_boundary_parts_run_joins_the_calibration_runs(tmp_path):
     """Its two parameters join the overlay of the runs it is given with (as for our H200)."""
     paths = []
@@ -263,6 +264,7 @@ def test_cli_without_gpu_says_so_in_one_line():
     assert err.count("\n") == 0 and "CUDA GPU" in err and "CuPy" in err
 
 
+@pytest.mark.slow  # 1.2 s of CPU
 def test_cli_from_raw_errors_are_one_line(tmp_path):
     bad = tmp_path / "bad.raw.json"
     bad.write_text("{not json")
@@ -273,6 +275,7 @@ def test_cli_from_raw_errors_are_one_line(tmp_path):
     assert r.returncode == 2 and "--out" in r.stderr
 
 
+@pytest.mark.slow  # 1.9 s of CPU
 def test_plot_series_and_files(tmp_path):
     from validation.calibrate import plots
 
@@ -316,6 +319,7 @@ def test_calibration_page_table_matches_the_shipped_results():
         "regenerate the table with: python -m validation calibrate-report " + str(fits.relative_to(root))
 
 
+@pytest.mark.slow  # 3.1 s of CPU
 def test_shipped_overlay_is_what_the_raw_runs_give(tmp_path):
     """The committed h200-calibrated.toml is reproduced exactly from the committed raw runs (two
     calibration runs and the boundary-parts run) and the mechanism sweeps (the poll sweep of a later
@@ -334,6 +338,7 @@ def test_shipped_overlay_is_what_the_raw_runs_give(tmp_path):
     assert out.read_text() == shipped
 
 
+@pytest.mark.slow  # 1.4 s of CPU
 def test_microchain_check_is_reproduced_by_its_script():
     """The committed predicted-vs-measured chain numbers come from validation/microchain.py as it is."""
     from pathlib import Path

@@ -378,6 +378,7 @@ def test_the_cublas_profile_loads_and_every_value_says_where_it_comes_from():
     assert "single kernels" in doc["runtime"]["kernels"]["matmul"]["task_fixed_us"]["note"]
 
 
+@pytest.mark.slow  # 3.2 s of CPU
 def test_a_fit_to_singles_made_by_a_known_cost_recovers_it():
     """SYNTHETIC singles: each 'measured' at what mksim predicts with fixed 3 µs and 40 GB/s."""
     pytest.importorskip("scipy")
@@ -421,6 +422,7 @@ def test_the_trigger_reaches_the_schedule():
 RESULTS = "validation/results/h200-mechanisms"
 
 
+@pytest.mark.slow  # 2.9 s of CPU
 def test_the_committed_summary_is_what_the_committed_raw_file_gives():
     from pathlib import Path
 

@@ -229,6 +229,7 @@ def test_build_report_parsers():
     assert cmd[0] == "nvcc" and "-arch=sm_90" in cmd and cmd[-1].endswith("mech_bench.cu")
 
 
+@pytest.mark.slow  # 7.6 s of CPU
 def test_mech_bench_compiles_for_sm90(tmp_path):
     if shutil.which("nvcc") is None:
         pytest.skip("no nvcc")

@@ -21,6 +21,7 @@ def rows():
     return microchain.compare([json.loads(p.read_text()) for p in microchain.DEFAULT_RAW], "h200-calibrated")
 
 
+@pytest.mark.slow  # 1.4 s of CPU
 def test_held_out_chains_are_predicted_within_bounds(rows):
     s = microchain.summary(rows)["held-out"]
     assert s["n"] >= 50

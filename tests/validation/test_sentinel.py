@@ -73,6 +73,7 @@ def _walk(sp: P.SentinelPlan, s0: int, s1: int) -> list[tuple[str, int, int, int
     return units
 
 
+@pytest.mark.slow  # 2.5 s of CPU
 def test_poll_segments_are_aligned_units_of_the_right_element_size(sentinel_plan):
     sp, plan = sentinel_plan.sentinel, sentinel_plan
     assert len(sp.polls) == len(sp.poll_end) and sp.poll_deps.shape == (len(plan.program.deps), 2)
@@ -87,6 +88,7 @@ def test_poll_segments_are_aligned_units_of_the_right_element_size(sentinel_plan
         assert s1 > s0 and ends[0] > 0 and (np.diff(ends) > 0).all()
 
 
+@pytest.mark.slow  # 11.0 s of CPU
 def test_every_dependency_polls_exactly_the_bytes_its_producer_tiles_write(sentinel_plan):
     plan, sp = sentinel_plan, sentinel_plan.sentinel
     s, g = plan.schedule, plan.schedule.graph
@@ -137,6 +139,7 @@ def test_byte_segments_split_an_unaligned_range():
 
 
 # -- the reset ------------------------------------------------------------------------------------
+@pytest.mark.slow  # 2.4 s of CPU
 def test_a_step_resets_every_output_and_the_appended_slot_of_the_other_set(sentinel_plan):
     plan, sp = sentinel_plan, sentinel_plan.sentinel
     assert set(sp.twins) == {n for n in plan.buffers if n.startswith(("out:", "kc:", "vc:"))}
@@ -253,6 +256,7 @@ def _fake_measure(schedule, reps, watchdog_s):
             "trace": {"span_us": us, "kinds": {"matmul": {"wait_us": 0.5}}}, "kernel": {"depth": 4}}
 
 
+@pytest.mark.slow  # 4.6 s of CPU
 def test_the_syncs_runner_writes_one_row_per_case(tmp_path):
     said: list[str] = []
     doc = syncs.run(tmp_path, measure=_fake_measure, say=said.append)

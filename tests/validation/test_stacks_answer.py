@@ -63,6 +63,7 @@ def test_the_page_shows_the_committed_answer(committed):
 
 
 @pytest.mark.parametrize("gpu, model, batch", [("h200-calibrated", "llama-3.2-1b", 1), ("h100", "llama-3.2-1b", 8)])
+@pytest.mark.slow  # 2.2 s of CPU
 def test_cases_of_the_answer_simulate_again(committed, gpu, model, batch):
     row = next(r for r in committed["rows"] if (r["gpu"], r["model"], r["batch"]) == (gpu, model, batch))
     for col, prof, mode in [("torch_graph", "torch", "graph"), ("megakernel_mksim", "mksim", "megakernel"),

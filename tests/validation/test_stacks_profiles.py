@@ -132,6 +132,7 @@ def test_the_committed_profiles_are_the_fit_of_the_committed_single_ops(stack):
     assert set(g.kernels.per_kind) == set(f.tables)
 
 
+@pytest.mark.slow  # 1.2 s of CPU
 def test_the_torch_fit_sees_the_stacks_kernels():
     f = fit.fit_profile(RUN, "torch_graph")
     k = {kind: t["kernels_per_op_count"].value for kind, t in f.tables.items() if "kernels_per_op_count" in t}
@@ -156,6 +157,7 @@ def test_fit_refuses_a_folder_without_single_ops(tmp_path):
 # -- predictions -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # 2.1 s of CPU
 def test_summary_is_reproduced_from_the_committed_steps():
     s = json.loads(SUMMARY.read_text())
     steps = {(st.stack, st.model, st.batch, st.kv_len): st for st in predict.load_steps(RUN)}

@@ -128,6 +128,7 @@ def test_searched_schedules_load_validate_and_fit_the_kernel(model, batch):
     assert {"megakernel:dag", "graph_pdl"} <= set(info["baselines_latency_us"])
 
 
+@pytest.mark.slow  # 2.7 s of CPU
 def test_kernel_options_fit_every_default_case_but_the_refused_ones():
     refused = set()
     for c in vs.CASES:
@@ -143,6 +144,7 @@ def test_kernel_options_fit_every_default_case_but_the_refused_ones():
     assert refused <= {("llama-3.1-8b", 8)}  # today exactly this one; a kernel that fits it later is welcome
 
 
+@pytest.mark.slow  # 1.5 s of CPU
 def test_formula_kernel_options_and_a_schedule_that_no_longer_fits(tmp_path):
     formula = vs.core._formula_kernel_options
     assert formula("llama-3.2-1b", 1) == {"smem_reserve_KiB": 32}  # (8192 * 2 + 16384) / 1024
@@ -223,6 +225,7 @@ def test_a_refused_case_is_recorded_not_measured_nor_compared(tmp_path):
     assert "MAPE 9.1 % over 1 of 4 cases (3 refused)" in table and "failed" not in table
 
 
+@pytest.mark.slow  # 1.0 s of CPU
 def test_timeout_leaves_cases_not_begun_and_resume_keeps_the_other_parts(tmp_path):
     doc = vs.run_suite(SMALL, tmp_path, fake_measure(), device=DEVICE, timeout_s=-1.0)
     assert doc["cases"] == [] and doc["not_begun"] == [c.name for c in SMALL]
@@ -236,6 +239,7 @@ def test_timeout_leaves_cases_not_begun_and_resume_keeps_the_other_parts(tmp_pat
     assert all("measurement" in c for c in doc["cases"]) and doc["cases"][0]["code"] is not None  # kept, with its code
 
 
+@pytest.mark.slow  # 2.9 s of CPU
 def test_persistent_cases_keep_their_op_spans_and_raw_traces(tmp_path):
     doc = vs.run_suite(SMALL, tmp_path, fake_measure(), device=DEVICE, traces=True)
     graph, _, mk = doc["cases"]
@@ -261,6 +265,7 @@ def test_persistent_cases_keep_their_op_spans_and_raw_traces(tmp_path):
     assert a[mk["name"]]["bytes"] == moved and a[mk["name"]]["dram_us"] == pytest.approx(moved / hbm / 1e3, abs=1e-3)
 
 
+@pytest.mark.slow  # 1.6 s of CPU
 def test_the_anatomy_before_and_after_side_by_side(tmp_path):
     fused = next(c for c in vs.CASES if c.name.endswith("1b/b1/megakernel:fused"))
     cases = [vs.Case("llama-3.2-1b", 1, "megakernel"), fused]
@@ -311,6 +316,7 @@ def test_reference_times_leave_out_a_process_start(tmp_path):
     assert vr.reference_times(tmp_path / "none.json") == {}
 
 
+@pytest.mark.slow  # 3.0 s of CPU
 def test_parts_merge_into_one_measured_json(tmp_path):
     vs.run_suite(SMALL[:2], tmp_path / "p1", fake_measure(fail="graph_pdl"), device=DEVICE)
     vs.run_suite(SMALL[1:], tmp_path / "p2", fake_measure(), device={**DEVICE, "host": "other"})
@@ -386,6 +392,7 @@ def test_committed_kendall_tau_recomputes_exactly_and_agrees_with_scipy(name):
     assert tau["overall"] == pytest.approx(want, abs=1e-12)
 
 
+@pytest.mark.slow  # 1.6 s of CPU
 def test_summary_schema_predictions_and_metrics(tmp_path):
     vs.run_suite(SMALL, tmp_path, fake_measure(slower=1.25, fail="graph_pdl"), device=DEVICE)
     s = vs.summarize(tmp_path / "measured.json")
@@ -410,6 +417,7 @@ def test_summary_schema_predictions_and_metrics(tmp_path):
     json.dumps(s)  # JSON-able as it is
 
 
+@pytest.mark.slow  # 1.8 s of CPU
 def test_plot_data_and_markdown_table(tmp_path):
     from validation.suite import plots as suite_plots
 
@@ -583,6 +591,7 @@ def _has_gpu() -> bool:
 
 
 @pytest.mark.skipif(_has_gpu(), reason="checks the answer on a machine without a GPU")
+@pytest.mark.slow  # 1.7 s of CPU
 def test_validate_without_gpu_answers_in_one_line(tmp_path):
     for args in (["validate", "--model", "llama-3.2-1b", "--mode", "graph"],
                  ["validate", "suite", "--only", "llama-3.2-1b/b1/graph", "--out", str(tmp_path / "s")]):
@@ -592,12 +601,14 @@ def test_validate_without_gpu_answers_in_one_line(tmp_path):
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.slow  # 1.0 s of CPU
 def test_suite_refuses_to_overwrite_results(tmp_path):
     vs.run_suite(SMALL[:1], tmp_path, fake_measure(), device=DEVICE)
     r = cli("validate", "suite", "--out", str(tmp_path))
     assert r.returncode == 2 and "--resume to go on with it or --force to start over" in r.stderr
 
 
+@pytest.mark.slow  # 3.0 s of CPU
 def test_dry_run_predicts_without_a_gpu():
     r = cli("validate", "suite", "--dry-run", "--only", "llama-3.2-1b/b1/mega", "--json")
     assert r.returncode == 0, r.stderr

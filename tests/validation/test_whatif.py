@@ -67,6 +67,7 @@ def test_summarize_cli_bad_dir(tmp_path, capsys):
     assert e.value.code == 2 and capsys.readouterr().err.startswith("error: ")
 
 
+@pytest.mark.slow  # 1.5 s of CPU
 def test_committed_summary_schema():
     s = json.loads((RESULTS / "summary.json").read_text())
     assert s["cases"] and s["target_mape_pct"] == 10.0
