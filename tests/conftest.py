@@ -25,8 +25,19 @@ def _module_scoped(item: pytest.Item) -> bool:
     return any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--nvcc", action="store_true", default=False,
+                     help="also run the tests marked nvcc, which compile the CUDA sources (CI runs them once)")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # the CUDA compile checks take minutes of CPU where their builds are not cached yet (a fresh
+    # machine, a new nvcc): README's test command leaves them to --nvcc, which .ci/run gives
+    nvcc = config.getoption("--nvcc") or os.environ.get("MKSIM_TEST_NVCC") == "1"
+    skip_nvcc = pytest.mark.skip(reason="compiles CUDA sources: run with --nvcc (CI does)")
     for item in items:
+        if not nvcc and item.get_closest_marker("nvcc") is not None:
+            item.add_marker(skip_nvcc)
         if item.get_closest_marker("xdist_group") is None and _module_scoped(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 

@@ -195,7 +195,7 @@ def test_lazy_subcommands_keep_one_line_errors(args, match):
 
 
 def test_python_m_validation_calibrate_is_mksim_calibrate():
-    r = subprocess.run([sys.executable, "-m", "validation.calibrate", "--from-raw", "x.raw.json"],
+    r = subprocess.run([sys.executable, "-m", "validation", "calibrate", "--from-raw", "x.raw.json"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.strip() == "error: --from-raw needs --out FILE.toml for the overlay it writes"
 

@@ -230,6 +230,7 @@ def test_build_report_parsers():
 
 
 @pytest.mark.slow  # 7.6 s of CPU
+@pytest.mark.nvcc
 def test_mech_bench_compiles_for_sm90(tmp_path):
     if shutil.which("nvcc") is None:
         pytest.skip("no nvcc")

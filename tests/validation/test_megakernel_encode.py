@@ -60,6 +60,7 @@ def test_chain_tables_list_every_task_in_id_order():
 @pytest.mark.skipif(nvcc_builds.NVCC is None, reason="nvcc not installed")
 @pytest.mark.parametrize("name", ["mk", "mk-consumers16", "mk-l2pf1", "mk-l2pf2", "calibrate-kernels", "launch-bench"])
 @pytest.mark.slow
+@pytest.mark.nvcc
 def test_cuda_sources_compile_for_sm90(name):
     r = nvcc_builds.build(name)  # compiled once per run (two at a time) and kept between runs
     assert r.returncode == 0, r.stderr

@@ -296,6 +296,7 @@ def test_the_syncs_runner_refuses_bad_arguments(capsys):
 @pytest.mark.skipif(nvcc_builds.NVCC is None, reason="nvcc not installed")
 @pytest.mark.parametrize("name, spill_B", [("mk", 8), ("mk-sentinel-nofence", 8), ("mk-attn1", 0)])
 @pytest.mark.slow
+@pytest.mark.nvcc
 def test_the_sentinel_kernel_compiles_without_spills(name, spill_B):
     r = nvcc_builds.build(name)  # the default build is the one test_megakernel_encode checks
     assert r.returncode == 0, r.stderr
