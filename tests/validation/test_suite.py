@@ -25,6 +25,8 @@ from validation.calibrate import NoGPUError
 from validation.suite.schedules import schedules_table
 from validation.suite.targets import design_targets
 
+from ..clirun import mksim_inproc
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "validation.md"
 ISSUE_KEYS = ["model", "batch", "mode", "schedule", "predicted_us", "measured_us", "measured_spread_us", "max_rel_err"]
@@ -676,11 +678,38 @@ def test_docs_section_has_the_commands():
     assert any("--schedule" in c for c in cmds) and any("--mode" in c for c in cmds)
 
 
+#: (case, gpu) -> schedule and id(schedule) -> (schedule, µs): the documented commands predict the same
+#: cases again and again (the whole suite, then it resumed, then in two parts); each is built and
+#: simulated once per test process
+_BUILT: dict = {}
+_PREDICTED: dict = {}
+
+
+@pytest.fixture
+def predictions_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_build, real_predicted = vs.build, vs.predicted_us
+
+    def build(case, gpu=vs.GPU):
+        if (case, gpu) not in _BUILT:
+            _BUILT[case, gpu] = real_build(case, gpu)
+        return _BUILT[case, gpu]
+
+    def predicted_us(schedule):
+        if id(schedule) not in _PREDICTED:
+            _PREDICTED[id(schedule)] = (schedule, real_predicted(schedule))  # the schedule kept: its id stays its own
+        return _PREDICTED[id(schedule)][1]
+
+    monkeypatch.setattr(vs, "build", build)
+    monkeypatch.setattr(vs, "predicted_us", predicted_us)
+
+
 @pytest.mark.slow
+@pytest.mark.xdist_group("suite-doc-commands")  # one worker: the predictions made once serve every command
 @pytest.mark.parametrize("cmd", _doc_commands())
-def test_docs_section_commands_run(cmd, tmp_path):
+def test_docs_section_commands_run(cmd, tmp_path, predictions_once):
     """Each documented command runs here as far as a machine without a GPU can: GPU commands with
-    --dry-run, report on its folder if that exists, schedules with the fewest trials into tmp."""
+    --dry-run, report on its folder if that exists, schedules with the fewest trials into tmp. In
+    this process (tests/clirun.py), with each case predicted once across the commands."""
     argv = shlex.split(cmd)[1:]
     if argv[:2] == ["validate", "report"]:
         if not (ROOT / argv[2] / "measured.json").is_file():
@@ -699,7 +728,7 @@ def test_docs_section_commands_run(cmd, tmp_path):
         pass
     else:
         argv += ["--dry-run"]
-    r = cli(*argv)
+    r = mksim_inproc(*argv)
     assert r.returncode == 0, r.stderr
     if argv[:2] == ["validate", "merge"]:
         assert len(json.loads((tmp_path / "merged" / "measured.json").read_text())["cases"]) == len(SMALL)
