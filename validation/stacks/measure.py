@@ -53,10 +53,18 @@ def fp32_logits(s: tg.Shape, w: dict[str, Any], tokens: torch.Tensor, pos: torch
     return out
 
 
-def weight_bytes_read(s: tg.Shape, w: dict[str, Any], batch: int) -> int:
+def weight_bytes_read(s: tg.Shape, w: dict[str, Any], batch: int, routing: list[list[int]] | None = None) -> int:
     """Weight bytes one step reads: every weight once, but of an untied embedding table only the
-    ``batch`` rows looked up (a tied table is read whole by the LM head)."""
+    ``batch`` rows looked up (a tied table is read whole by the LM head), and of a sparse layer's experts
+    only those its tokens chose (``routing``: per sparse layer, tokens per expert; None: every expert)."""
     total = tg.weight_bytes(w)
+    sparse = [lw for lw in w["layers"] if "router" in lw]
+    if routing is not None:
+        if len(routing) != len(sparse):
+            raise ValueError(f"routing has {len(routing)} layers; the model has {len(sparse)} sparse layers")
+        for lw, counts in zip(sparse, routing, strict=True):
+            one = (lw["wgu_e"][0].numel() + lw["wdown_e"][0].numel()) * lw["wgu_e"].element_size()
+            total -= one * sum(1 for c in counts if c == 0)
     if s.tie_word_embeddings:
         return total
     row = s.hidden * w["embed"].element_size()
@@ -113,7 +121,8 @@ def stats(times: list[float]) -> dict[str, float]:
 def measure_case(stack: str, s: tg.Shape, w: dict[str, Any], step: Callable[[], torch.Tensor],
                  eager: Callable[[], torch.Tensor], ref: torch.Tensor, eager_logits: torch.Tensor,
                  eager_err: float, batch: int, kv_len: int, replays: int,
-                 trace_path: Path | None = None, side_logits: torch.Tensor | None = None) -> dict[str, Any]:
+                 trace_path: Path | None = None, side_logits: torch.Tensor | None = None,
+                 routing: list[list[int]] | None = None) -> dict[str, Any]:
     """Capture ``step`` (a zero-argument callable over static buffers) and time it (also 5 calls without
     the graph: ``ungraphed_step_us_median``). ``eager`` runs the eager torch step on the same buffers;
     ``ref`` and ``eager_logits`` are the float32 and eager logits, ``eager_err`` = max |eager - ref|.
@@ -141,7 +150,7 @@ def measure_case(stack: str, s: tg.Shape, w: dict[str, Any], step: Callable[[], 
     if trace_path is not None:
         export_trace(graph.replay, trace_path)
     kv_bytes = 2 * s.layers * batch * s.kv_heads * (kv_len + 1) * s.head_dim * 2
-    wread = weight_bytes_read(s, w, batch)
+    wread = weight_bytes_read(s, w, batch, routing)
     med = tg.percentile(times, 0.5)
     del graph
     return {"trace": trace_path.name if trace_path else None,
@@ -151,6 +160,8 @@ def measure_case(stack: str, s: tg.Shape, w: dict[str, Any], step: Callable[[], 
         "kernels_per_step_graph": prof_graph["kernels"], "graph_profile": prof_graph,
         "weight_bytes": tg.weight_bytes(w), "weight_bytes_read": wread, "kv_bytes": kv_bytes,
         "implied_GBps": round((wread + kv_bytes) / (med * 1e-6) / 1e9, 1), "check": check,
+        **({"routing": {"tokens_per_expert": routing, "distinct_experts": [sum(1 for c in r if c) for r in routing]}}
+           if routing is not None else {}),
         "notes": "random bf16 weights; L2 not flushed between replays; one event pair per replay, "
                  "synchronised after each; fused qkv and gate/up weights; implied_GBps from weight_bytes_read "
                  "(embedding rows looked up, not the whole table) + kv_bytes"}

@@ -46,6 +46,7 @@ class Unit:
     name: str
     fn: Callable[[], Any]
     count: int                    # times per step
+    nbytes: int | None = None     # its essential bytes where the shape alone does not say (the experts read)
 
 
 def op_bytes(s: tg.Shape, batch: int, kv_len: int, es: int = 2) -> dict[str, int]:
@@ -100,19 +101,86 @@ def eager_ops(s: tg.Shape, w: dict[str, Any], tokens: torch.Tensor, pos: torch.T
         Unit("attn_norm", lambda: tg.rms_norm(x, lw["in_norm"], s.eps), n),
         Unit("qkv", lambda: F.linear(x, lw["wqkv"], lw["bqkv"]), n)]
     if s.qk_norm:
-        units.append(Unit("qk_norm", lambda: (tg.rms_norm(q, lw["q_norm"], s.eps),
-                                              tg.rms_norm(k, lw["k_norm"], s.eps)), n))
+        if s.qk_norm_full:  # OLMoE: one norm over all heads
+            units.append(Unit("qk_norm", lambda: (tg.rms_norm(qs.reshape(b, -1), lw["q_norm"], s.eps),
+                                                  tg.rms_norm(ks.reshape(b, -1), lw["k_norm"], s.eps)), n))
+        else:
+            units.append(Unit("qk_norm", lambda: (tg.rms_norm(q, lw["q_norm"], s.eps),
+                                                  tg.rms_norm(k, lw["k_norm"], s.eps)), n))
     units += [
         Unit("rope", lambda: (tg.rope(q, cos, sin), tg.rope(k, cos, sin)), n),
         Unit("kv_write", kv_write, n),
         Unit("attention", lambda: F.scaled_dot_product_attention(q_rot, kc, vc, enable_gqa=gqa), n),
         Unit("o_proj", lambda: x + F.linear(attn, lw["wo"]), n),
-        Unit("mlp_norm", lambda: tg.rms_norm(x, lw["post_norm"], s.eps), n),
-        Unit("gate_up", lambda: F.linear(x, lw["wgu"]).chunk(2, dim=-1), n),
-        Unit("silu_mul", silu_mul, n),
-        Unit("down", lambda: F.linear(a, lw["wdown"]), n),
+        Unit("mlp_norm", lambda: tg.rms_norm(x, lw["post_norm"], s.eps), n)]
+    dense = [i for i in range(n) if not s.sparse(i)]
+    if dense:
+        dw = w["layers"][dense[0]]
+        units += [Unit("gate_up", lambda: F.linear(x, dw["wgu"]).chunk(2, dim=-1), len(dense)),
+                  Unit("silu_mul", silu_mul, len(dense)),
+                  Unit("down", lambda: F.linear(a, dw["wdown"]), len(dense))]
+    if len(dense) < n:
+        units += moe_units(s, w["layers"][next(i for i in range(n) if s.sparse(i))], x, n - len(dense))
+    units += [
         Unit("final_norm", lambda: tg.rms_norm(x, w["final_norm"], s.eps), 1),
         Unit("lm_head", lambda: F.linear(x, w["lm_head"]), 1)]
+    return units
+
+
+def moe_units(s: tg.Shape, lw: dict[str, Any], h: torch.Tensor, count: int, es: int = 2) -> list[Unit]:
+    """A sparse layer's FFN as the eager step runs it (``torch_graph.moe_ffn``), op by op, on ``h`` (the
+    normed activations) with the experts its tokens choose: the router linear, softmax + top-k, the sort of
+    the (token, slot) rows by expert, the two grouped GEMMs and SiLU*mul between them, the unsort and
+    weighted sum, and the shared expert. Each carries its bytes (the grouped GEMMs read the experts chosen)."""
+    t, k, hid, ei = h.shape[0], s.top_k, s.hidden, s.expert_intermediate
+    topw, topi = tg.route(s, lw, h)
+    flat = topi.reshape(-1)
+    order = flat.argsort(stable=True)
+    counts = torch.zeros(s.experts, dtype=torch.int64, device=h.device).scatter_add_(0, flat, torch.ones_like(flat))
+    offs = counts.cumsum(0).to(torch.int32)
+    distinct = int((counts > 0).sum().item())
+    xs = h.index_select(0, order // k)
+    gu = torch._grouped_mm(xs, lw["wgu_e"].transpose(1, 2), offs=offs)
+    act = F.silu(gu[:, :ei]) * gu[:, ei:]
+    ys = torch._grouped_mm(act, lw["wdown_e"].transpose(1, 2), offs=offs)
+    rows = t * k
+
+    def topk() -> Any:
+        return tg.route(s, lw, h)
+
+    def permute() -> Any:
+        o = flat.argsort(stable=True)
+        c = torch.zeros(s.experts, dtype=torch.int64, device=h.device).scatter_add_(0, flat, torch.ones_like(flat))
+        return c.cumsum(0).to(torch.int32), h.index_select(0, o // k)
+
+    def silu_mul() -> torch.Tensor:
+        return F.silu(gu[:, :ei]) * gu[:, ei:]
+
+    def combine() -> torch.Tensor:
+        y = torch.empty_like(ys).index_copy_(0, order, ys).view(t, k, hid)
+        return (y.float() * topw[..., None]).sum(1).to(h.dtype)
+
+    units = [
+        Unit("router", lambda: F.linear(h, lw["router"]), count, (s.experts * hid + t * hid + t * s.experts) * es),
+        Unit("topk", topk, count, t * s.experts * es + t * k * 12),
+        Unit("permute", permute, count, 2 * rows * hid * es + rows * 8),
+        Unit("experts_gate_up", lambda: torch._grouped_mm(xs, lw["wgu_e"].transpose(1, 2), offs=offs), count,
+             (distinct * 2 * ei * hid + rows * hid + rows * 2 * ei) * es),
+        Unit("experts_silu_mul", silu_mul, count, 3 * rows * ei * es),
+        Unit("experts_down", lambda: torch._grouped_mm(act, lw["wdown_e"].transpose(1, 2), offs=offs), count,
+             (distinct * hid * ei + rows * ei + rows * hid) * es),
+        Unit("combine", combine, count, (2 * rows * hid + t * hid) * es + rows * 12)]
+    if lw["wgu_s"] is not None:
+        si = s.shared_intermediate
+        sgu = F.linear(h, lw["wgu_s"])
+        sact = F.silu(sgu[:, :si]) * sgu[:, si:]
+        units += [Unit("shared_gate_up", lambda: F.linear(h, lw["wgu_s"]), count,
+                       (2 * si * hid + t * hid + 2 * t * si) * es),
+                  Unit("shared_down", lambda: F.linear(sact, lw["wdown_s"]), count,
+                       (si * hid + t * si + t * hid) * es)]
+        if lw["wsg"] is not None:
+            units.append(Unit("shared_gate", lambda: torch.sigmoid(F.linear(h, lw["wsg"])), count,
+                              (hid + t * hid) * es))
     return units
 
 
@@ -235,6 +303,7 @@ def profile_units(units: list[Unit], reps: int, trace_dir: Path | None = None) -
         trace = json.loads(path.read_text())
     per_rep = split_units(trace_kernels(trace), len(units), reps)
     return [{"unit": u.name, "count": u.count, "deterministic": det[j],
+             **({"bytes": u.nbytes} if u.nbytes is not None else {}),
              **summarise_unit([per_rep[r][j] for r in range(reps)])} for j, u in enumerate(units)]
 
 
@@ -249,12 +318,14 @@ def ops_record(stack: str, s: tg.Shape, batch: int, kv_len: int, reps: int, prof
         if len(kl) != len(p["kernels"]):
             raise ValueError(f"{p['unit']}: {len(kl)} labels for {len(p['kernels'])} kernels")
         for label, k in zip(kl, p["kernels"], strict=True):
-            op = ops.setdefault(label, {"unit": p["unit"], "count_per_step": p["count"], "bytes": nbytes.get(label),
+            op = ops.setdefault(label, {"unit": p["unit"], "count_per_step": p["count"],
+                                        "bytes": p.get("bytes", nbytes.get(label)),
                                         "deterministic": p["deterministic"], "kernels": []})
             op["kernels"].append({"name": k["name"], "grid": k["grid"], "block": k["block"],
                                   "us_cold": k["us_cold"], "bytes": None})
         if not p["kernels"] and not labels:
-            ops[p["unit"]] = {"unit": p["unit"], "count_per_step": p["count"], "bytes": nbytes.get(p["unit"]),
+            ops[p["unit"]] = {"unit": p["unit"], "count_per_step": p["count"],
+                              "bytes": p.get("bytes", nbytes.get(p["unit"])),
                               "deterministic": p["deterministic"], "kernels": []}
     for op in ops.values():
         op["us_cold"] = round(sum(k["us_cold"] for k in op["kernels"]), 2)
