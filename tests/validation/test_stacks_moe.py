@@ -64,7 +64,8 @@ def test_grouped_and_loop_experts_agree_and_skip_unchosen_experts() -> None:
 def test_routing_counts_and_the_bytes_a_step_reads() -> None:
     s = MOE
     w, k, v, tokens, pos = case(s, torch.bfloat16)
-    counts = tg.routing_counts(s, w, tokens, pos, k, v, 7)
+    chosen = tg.routing_choices(s, w, tokens, pos, k, v, 7)
+    counts = tg.routing_counts(s, chosen)
     assert len(counts) == 2 and all(len(c) == 6 and sum(c) == 3 * 2 for c in counts)
     per_expert = (2 * 16 * 32 + 32 * 16) * 2
     unchosen = sum(1 for c in counts for n in c if n == 0)
@@ -107,3 +108,20 @@ def test_sparse_layer_units_run_and_carry_the_experts_bytes() -> None:
     assert units["experts_down"].count == 2 and units["gate_up"].count == 1
     d = units["experts_gate_up"].nbytes
     assert d is not None and d % 2 == 0 and d > 2 * 16 * 32 * 2  # at least one expert's gate/up weights
+
+
+def test_the_float32_reference_keeps_the_steps_experts() -> None:
+    """Forcing the bf16 step's experts: the reference then differs from the step by rounding only, and a
+    reference forced onto other experts differs by far more."""
+    s = replace(MOE, layers=2, dense_layers=())
+    w, k, v, tokens, pos = case(s, torch.bfloat16)
+    for lw in w["layers"]:  # experts that matter: their output well above the residual's
+        lw["wgu_e"].mul_(8)
+        lw["wdown_e"].mul_(8)
+    chosen = tg.routing_choices(s, w, tokens, pos, k, v, 7)
+    step = tg.decode_step(s, w, tokens, pos, k, v, 7)
+    same = measure.fp32_logits(s, w, tokens, pos, k, v, 7, chosen)
+    assert measure.max_abs(step, same) < 0.05
+    other = [(c + 1) % s.experts for c in chosen]
+    wrong = measure.fp32_logits(s, w, tokens, pos, k, v, 7, other)
+    assert measure.max_abs(step, wrong) > 4 * measure.max_abs(step, same)

@@ -9,6 +9,12 @@ the top-token agreement with the eager step and with the reference, and whether 
 graph replay are bit-reproducible (two runs each: a non-zero ``*_repeat_max_abs_diff`` means a kernel
 with a run-to-run varying reduction order, the explanation of a graph-vs-eager difference that is not
 a bug).
+
+Mixture-of-experts models: the float32 reference keeps the experts the bf16 eager step chose
+(``fp32_logits(..., chosen)``): with random weights a near-tie in the router flips between bf16 and
+float32, and after one flipped expert every later layer differs, which says nothing about the stack.
+A stack whose own run chooses other experts than the eager step (a kernel with a varying reduction order
+can tip a near-tie) then fails the rule, and its ``*_repeat_max_abs_diff`` shows why.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ class _Float32(Mapping[str, Any]):
 
     def __getitem__(self, key: str) -> Any:
         v = self._d[key]
-        return v.float() if isinstance(v, torch.Tensor) else v
+        return v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._d)
@@ -44,10 +50,15 @@ class _Float32(Mapping[str, Any]):
 
 
 def fp32_logits(s: tg.Shape, w: dict[str, Any], tokens: torch.Tensor, pos: torch.Tensor, k_cache: torch.Tensor,
-                v_cache: torch.Tensor, kv_len: int) -> torch.Tensor:
-    """The decode step in float32 from the same bf16 weights and caches (copies; nothing is modified)."""
+                v_cache: torch.Tensor, kv_len: int, chosen: list[torch.Tensor] | None = None) -> torch.Tensor:
+    """The decode step in float32 from the same bf16 weights and caches (copies; nothing is modified).
+    ``chosen`` (per sparse layer, the expert ids of the bf16 step: ``tg.routing_choices``) fixes the
+    experts, so the reference differs from the step in arithmetic only: with random weights a top-k choice
+    flips between bf16 and float32 and then every later layer differs."""
+    forced = iter(chosen or ())
     w32 = {"embed": w["embed"].float(), "final_norm": w["final_norm"].float(), "lm_head": w["lm_head"].float(),
-           "layers": [_Float32(lw) for lw in w["layers"]]}
+           "layers": [_Float32({**lw, "topi": next(forced)} if chosen is not None and "router" in lw else lw)
+                      for lw in w["layers"]]}
     out = tg.decode_step(s, w32, tokens, pos, k_cache.float(), v_cache.float(), kv_len)  # type: ignore[arg-type]
     del w32
     return out
@@ -180,9 +191,11 @@ def eager_baseline(s: tg.Shape, w: dict[str, Any], tokens: torch.Tensor, pos: to
     with torch.cuda.stream(side):
         third = tg.decode_step(s, w, tokens, pos, k_cache, v_cache, kv_len).clone()
     torch.cuda.current_stream().wait_stream(side)
-    ref = fp32_logits(s, w, tokens, pos, k_cache, v_cache, kv_len)
+    chosen = tg.routing_choices(s, w, tokens, pos, k_cache, v_cache, kv_len) if s.moe else None
+    ref = fp32_logits(s, w, tokens, pos, k_cache, v_cache, kv_len, chosen)
     torch.cuda.synchronize()
     return {"logits": second, "side_stream_logits": third, "ref": ref, "err": max_abs(second, ref),
+            "routing": tg.routing_counts(s, chosen) if chosen is not None else None,
             "eager_repeat_max_abs_diff": max_abs(first, second),
             "eager_side_stream_max_abs_diff": max_abs(third, second), "wall_s": round(time.time() - t0, 2)}
 

@@ -145,8 +145,10 @@ def moe_units(s: tg.Shape, lw: dict[str, Any], h: torch.Tensor, count: int, es: 
     ys = torch._grouped_mm(act, lw["wdown_e"].transpose(1, 2), offs=offs)
     rows = t * k
 
+    logits = F.linear(h, lw["router"])
+
     def topk() -> Any:
-        return tg.route(s, lw, h)
+        return tg.select(s, lw, logits)
 
     def permute() -> Any:
         o = flat.argsort(stable=True)

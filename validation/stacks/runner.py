@@ -88,7 +88,6 @@ def worker(model: str, cases: list[tuple[int, int]], stacks: list[str], ops: boo
         pos = torch.full((batch,), kv, device=dev, dtype=torch.long)
         with torch.inference_mode():
             base = measure.eager_baseline(s, w, tokens, pos, k_cache, v_cache, kv)
-            base["routing"] = tg.routing_counts(s, w, tokens, pos, k_cache, v_cache, kv) if s.moe else None
             eager: Callable[[], torch.Tensor] = functools.partial(tg.decode_step, s, w, tokens, pos, k_cache,
                                                                   v_cache, kv)
             for stack in stacks:

@@ -241,8 +241,20 @@ def block(s: Shape, lw: dict[str, Any], x: torch.Tensor, dres: torch.Tensor | No
 def route(s: Shape, lw: Any, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The router: (top-k weights [T, k] float32, expert ids [T, k]) of each token, as transformers
     computes them (logits in the activations' dtype, softmax in float32, renormalised if ``norm_topk``)."""
-    probs = F.softmax(F.linear(h, lw["router"]), dim=-1, dtype=torch.float32)
-    topw, topi = probs.topk(s.top_k, dim=-1)
+    return select(s, lw, F.linear(h, lw["router"]))
+
+
+def select(s: Shape, lw: Any, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax, top-k and renormalisation of the router's ``logits``. A layer dict holding ``topi`` (the
+    expert ids another run chose: :func:`routing_choices`) keeps those experts and weighs them with these
+    probabilities: a reference that differs from the step only in arithmetic, not in routing."""
+    probs = F.softmax(logits, dim=-1, dtype=torch.float32)
+    forced = lw.get("topi")
+    if forced is not None:
+        topi = forced
+        topw = probs.gather(-1, topi)
+    else:
+        topw, topi = probs.topk(s.top_k, dim=-1)
     if s.norm_topk:
         topw = topw / topw.sum(-1, keepdim=True)
     return topw, topi
@@ -293,19 +305,23 @@ def _experts_loop(s: Shape, lw: Any, h: torch.Tensor, topi: torch.Tensor) -> tor
     return y
 
 
-def routing_counts(s: Shape, w: dict[str, Any], tokens: torch.Tensor, pos: torch.Tensor, k_cache: torch.Tensor,
-                   v_cache: torch.Tensor, kv_len: int) -> list[list[int]]:
-    """Per sparse layer, how many of the step's tokens chose each expert (the step run eagerly once more;
+def routing_choices(s: Shape, w: dict[str, Any], tokens: torch.Tensor, pos: torch.Tensor, k_cache: torch.Tensor,
+                    v_cache: torch.Tensor, kv_len: int) -> list[torch.Tensor]:
+    """Per sparse layer, the expert ids [T, k] the step's tokens choose (the step run eagerly once more;
     it writes the same cache slot with the same values)."""
-    counts: list[list[int]] = []
+    chosen: list[torch.Tensor] = []
     x, cos, sin = embed_and_rope(s, w["embed"], tokens, pos)
     dres = None
     for i, lw in enumerate(w["layers"]):
         x, dres = block(s, lw, x, dres, cos, sin, k_cache[i], v_cache[i], kv_len)
         if "router" in lw:  # x is now the post-attention residual: the router's input after the norm
-            _, topi = route(s, lw, rms_norm(x, lw["post_norm"], s.eps))
-            counts.append(torch.bincount(topi.reshape(-1), minlength=s.experts).tolist())
-    return counts
+            chosen.append(route(s, lw, rms_norm(x, lw["post_norm"], s.eps))[1])
+    return chosen
+
+
+def routing_counts(s: Shape, chosen: list[torch.Tensor]) -> list[list[int]]:
+    """Per sparse layer, how many tokens chose each expert, from :func:`routing_choices`."""
+    return [torch.bincount(c.reshape(-1), minlength=s.experts).tolist() for c in chosen]
 
 
 def tail(s: Shape, x: torch.Tensor, dres: torch.Tensor, final_norm: torch.Tensor,
