@@ -1,7 +1,7 @@
 """Command line: measure the stacks users run (torch_graph, inductor_graph) on a GPU.
 
     python3 -m validation stacks run --out DIR --timeout S [--quick] [--models M,...]
-        [--stacks torch_graph,inductor_graph] [--batches 1,8] [--kv 1024,4096] [--ops-models M,...]
+        [--stacks torch_graph,inductor_graph,hf,hf_compiled] [--batches 1,8] [--kv 1024,4096] [--ops-models M,...]
     python3 -m validation stacks table DIR
     python -m validation stacks profile DIR --stack torch_graph|inductor_graph --out PROFILE.toml
     python -m validation stacks predict DIR --json SUMMARY.json [--docs docs/stacks.md]
@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
                    "with --quick)")
     r.add_argument("--quick", action="store_true", help="llama-3.2-1b, batch 1, kv 1024 only")
     r.add_argument("--models", help="comma-separated model config names")
-    r.add_argument("--stacks", default=",".join(runner.STACKS))
+    r.add_argument("--stacks", default=",".join(runner.STACKS),
+                   help=f"some of {', '.join(runner.ALL_STACKS)} (hf, hf_compiled: transformers' models)")
     r.add_argument("--batches", help="comma-separated batch sizes (default 1,8)")
     r.add_argument("--kv", help="comma-separated cached lengths (default 1024)")
     r.add_argument("--ops-models", help="models that get single-op profiles ('' for none)")
@@ -193,11 +194,14 @@ def main(argv: list[str] | None = None) -> int:
             if not args.dir.is_dir():
                 raise ArgError(f"{args.dir} is not a folder")
             return offline(args)
-        stacks = name_list(args.stacks, runner.STACKS, "stack")
+        stacks = name_list(args.stacks, runner.ALL_STACKS, "stack")
         if args.replays < 20:
             raise ArgError(f"--replays must be >= 20, got {args.replays}")
         if args.reps < 1:
             raise ArgError(f"--reps must be >= 1, got {args.reps}")
+        if args.cmd == "worker" and set(stacks) <= set(runner.HF_STACKS):
+            from validation.stacks import hf
+            return hf.worker(args.model, parse_cases(args.cases), stacks, args.out, args.replays, args.deadline)
         if args.cmd == "worker":
             return runner.worker(args.model, parse_cases(args.cases), stacks, args.ops, args.out, args.replays,
                                  args.reps, args.deadline, args.trace)

@@ -25,6 +25,9 @@ from pathlib import Path
 from typing import Any
 
 STACKS = ("torch_graph", "inductor_graph")
+#: transformers' own models (``hf.py``): measured in a process of their own, after ours
+HF_STACKS = ("hf", "hf_compiled")
+ALL_STACKS = STACKS + HF_STACKS
 
 
 @dataclass(frozen=True)
@@ -196,15 +199,16 @@ def run(plan: list[ModelPlan], stacks: list[str], out: Path, timeout_s: float, r
     env["PYTHONUNBUFFERED"] = "1"
     write_json(out / "environment.json", environment())
     status: dict[str, str] = {}
-    for i, p in enumerate(plan):
+    families = [f for f in ([s for s in stacks if s in STACKS], [s for s in stacks if s in HF_STACKS]) if f]
+    for i, (p, family) in enumerate((p, f) for p in plan for f in families):
         left = deadline - time.time()
-        key = f"{p.model} {' '.join(f'b{b}/kv{k}' for b, k in p.cases)}"
+        key = f"{p.model} {','.join(family)} {' '.join(f'b{b}/kv{k}' for b, k in p.cases)}"
         if left < START_MIN_S:
             status[key] = "skipped: budget"
             print(f"{key}: skipped (budget)", flush=True)
             continue
         cmd = [sys.executable, "-m", "validation", "stacks", "worker", "--model", p.model, "--out", str(out),
-               "--stacks", ",".join(stacks), "--replays", str(replays), "--reps", str(reps),
+               "--stacks", ",".join(family), "--replays", str(replays), "--reps", str(reps),
                "--deadline", f"{deadline:.1f}", "--cases", ";".join(f"{b},{k}" for b, k in p.cases)]
         if p.ops:
             cmd.append("--ops")
