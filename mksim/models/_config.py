@@ -307,7 +307,8 @@ def config_from_hf(path_or_dict: str | Path | Mapping[str, Any], *, name: str | 
         tie_word_embeddings=flag("tie_word_embeddings", False),
         qk_norm=model_type in ("qwen3", "qwen3_moe", "olmoe"),
         qk_norm_scope="all" if model_type == "olmoe" else "head",
-        attention_bias=flag("attention_bias", model_type in ("qwen2", "qwen2_moe")),
+        attention_bias=flag("attention_bias", model_type == "qwen2" or (model_type == "qwen2_moe"
+                                                                         and flag("qkv_bias", True))),
         rms_norm_eps=number("rms_norm_eps", 1e-5),
         rope_theta=number("rope_theta", 10000.0),
         max_position_embeddings=maybe("max_position_embeddings", 4096),
@@ -325,10 +326,13 @@ def _moe(raw: Mapping[str, Any], model_type: str, layers: int, where: str, flag:
     count_key = {"mixtral": "num_local_experts", "deepseek_v2": "n_routed_experts",
                  "deepseek_v3": "n_routed_experts"}.get(model_type, "num_experts")
     width_key = "intermediate_size" if model_type in ("mixtral", "olmoe") else "moe_intermediate_size"
-    experts = raw.get(count_key)
-    if isinstance(experts, int) and not isinstance(experts, bool) and experts <= 0:
-        raise WorkloadError(f"{where}: {count_key} = {experts}; a mixture of experts needs at least one expert")
-    experts, top_k, width = need(count_key), need("num_experts_per_tok"), need(width_key)
+    # transformers 5 writes num_local_experts for every model type (num_experts is an alias of it)
+    alt = "num_local_experts" if count_key == "num_experts" else "num_experts"
+    for key in (count_key, alt):
+        n = raw.get(key)
+        if isinstance(n, int) and not isinstance(n, bool) and n <= 0:
+            raise WorkloadError(f"{where}: {key} = {n}; a mixture of experts needs at least one expert")
+    experts, top_k, width = need(count_key, alt), need("num_experts_per_tok"), need(width_key)
     check_moe(where, experts, top_k, width, "softmax")
     shared, gate = 0, False
     if model_type == "qwen2_moe":  # one shared expert, scaled by sigmoid(shared_expert_gate(x))
@@ -413,6 +417,8 @@ def _window(raw: Mapping[str, Any], model_type: str, layers: int, flag: Any, whe
     layer ``max_window_layers`` on (default 28, as in transformers). Llama has no window."""
     if model_type not in _WINDOWED:
         return None, 0
+    if model_type in ("qwen2_moe", "qwen3_moe") and not flag("use_sliding_window", False):
+        return None, 0  # transformers 5 writes sliding_window = 0 for Qwen2-MoE that uses none
     w = raw.get("sliding_window")
     if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w <= 0):
         raise WorkloadError(f"{where}: sliding_window = {_short(w)}; expected a positive integer (tokens) or null")
