@@ -70,14 +70,14 @@ class MixtureOfExperts(BaseBlock):
         feed = (Input(h, full=True), Input(topk, full=True))  # every expert's tokens, and which they are
         D, E, rows = r.active, r.experts, r.rows
         if b.build.split_gate_up:
-            gate = _grouped(b, p + "experts_gate", feed, H, I, E, rows, layer)
-            up = _grouped(b, p + "experts_up", feed, H, I, E, rows, layer)
+            gate = _grouped(b, p + "experts_gate", feed, H, I, E, rows, layer, normed=True)
+            up = _grouped(b, p + "experts_up", feed, H, I, E, rows, layer, normed=True)
             act = _silu_mul(b, p + "experts_silu_mul", (Input(gate), Input(up)), D * I, layer, E, rows)
         elif b.build.fuse_silu:  # one output per (gate, up) pair: the expert's weight rows come in pairs
-            act = _grouped(b, p + "experts_gate_up", feed, H, I, E, rows, layer, weight_n=2 * I,
+            act = _grouped(b, p + "experts_gate_up", feed, H, I, E, rows, layer, normed=True, weight_n=2 * I,
                            extra={"epilogue": "silu_mul", "weight_rows": 2 * D * I}, epilogue_flops=5.0)
         else:  # [gate of each expert | up of each expert]: the SiLU of element i takes gate i and up D*I + i
-            gu = _grouped(b, p + "experts_gate_up", feed, H, I, E + E, rows + rows, layer)
+            gu = _grouped(b, p + "experts_gate_up", feed, H, I, E + E, rows + rows, layer, normed=True)
             act = _silu_mul(b, p + "experts_silu_mul", (Input(gu, segments=((0, 1, 1), (D * I, 1, 1))),), D * I,
                             layer, E, rows)
         down = _grouped(b, p + "experts_down", (Input(act, group=H, segments=((0, I, I),)),), I, H, E, rows, layer)
@@ -115,12 +115,13 @@ def _routed(b: Builder, layer: int) -> RoutedLayer:
 
 
 def _grouped(b: Builder, name: str, inputs: tuple[Input, ...], k: int, n: int, experts: tuple[int, ...],
-             rows: tuple[int, ...], layer: int, *, weight_n: int | None = None, extra: dict[str, Any] | None = None,
-             epilogue_flops: float = 0.0) -> str:
+             rows: tuple[int, ...], layer: int, *, normed: bool = False, weight_n: int | None = None,
+             extra: dict[str, Any] | None = None, epilogue_flops: float = 0.0) -> str:
     """A grouped matmul: group ``g`` multiplies the ``rows[g]`` tokens routed to expert ``experts[g]`` by
-    that expert's ``k`` x ``weight_n`` weight (``weight_n``: ``n``; a fused epilogue writes ``n`` of them)."""
+    that expert's ``k`` x ``weight_n`` weight (``weight_n``: ``n``; a fused epilogue writes ``n`` of them);
+    a ``normed`` one does the norm before it under ``fuse_norm``, once per op (as ``Builder.matmul``)."""
     G, wn, total = len(experts), weight_n or n, sum(rows)
-    fused = b.build.fuse_norm  # the norm before it, in its prologue, once per op (as Builder.matmul)
+    fused = b.build.fuse_norm and normed
     T = b.rows
     return b.add(name=name, kind="matmul", out_size=G * n, elem_bytes=ACT_BYTES * total / G,
                  flops=2.0 * total * k * wn + epilogue_flops * total * n + (4.0 * T * k if fused else 0.0),
