@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -662,7 +663,7 @@ def task_times(graph: TaskGraph, r: Rates, *, blocks_per_sm: int = 1, page_KiB: 
                 continue
             a, b = int(g.op_first[i]), int(g.op_first[i + 1])
             share = resident_blocks(int(g.n_tiles[i]), r.n_sms, blocks_per_sm)
-            rows = g.task_rows(i)  # per task in a grouped op (an expert's tokens), else the op's
+            rows: Any = g.task_rows(i)  # per task in a grouped op (an expert's tokens), else the op's
             rows = op.attrs.get("rows", g.workload.tokens) if rows is None else rows
             base = work[a:b].copy()
             ring = ring_page_us(page_B, r, cost.page_us) if KINDS[op.kind].pages else 0.0

@@ -348,7 +348,8 @@ def _moe_workload(module: nn.Module, moe: str, example_inputs: Any, *, name: str
     """A mixture-of-experts module's workload, from its Hugging Face config (what ``config_from_hf``
     builds): a trace would run every token through one expert's shapes, as a dense model."""
     cls, cfg = type(module).__name__, getattr(module, "config", None)
-    raw = cfg if isinstance(cfg, dict) else cfg.to_dict() if callable(getattr(cfg, "to_dict", None)) else None
+    to_dict = getattr(cfg, "to_dict", None)
+    raw = cfg if isinstance(cfg, dict) else to_dict() if callable(to_dict) else None
     if not isinstance(raw, dict) or "model_type" not in raw:
         raise WorkloadError(f"{cls} is a mixture-of-experts model ({moe}) without a Hugging Face config to read its "
                             "experts from, and tracing it would run every token through one expert's shapes; give "

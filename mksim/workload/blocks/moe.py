@@ -150,9 +150,9 @@ def _shared(b: Builder, layer: int, h: str) -> tuple[str, str | None]:
     cfg, build, p = b.cfg, b.build, f"L{layer}."
     H, Is, T = cfg.hidden_size, cfg.shared_expert_intermediate_size, b.rows
     if build.split_gate_up:
-        gate = b.matmul(p + "shared_gate_proj", h, H, Is, layer, normed=True)
-        up = b.matmul(p + "shared_up_proj", h, H, Is, layer, normed=True)
-        act = _silu_mul(b, p + "shared_silu_mul", (Input(gate), Input(up)), Is, layer)
+        g = b.matmul(p + "shared_gate_proj", h, H, Is, layer, normed=True)
+        u = b.matmul(p + "shared_up_proj", h, H, Is, layer, normed=True)
+        act = _silu_mul(b, p + "shared_silu_mul", (Input(g), Input(u)), Is, layer)
     elif build.fuse_silu:
         act = b.matmul(p + "shared_gate_up", h, H, 2 * Is, layer, normed=True, out_size=Is, align=MATMUL_ALIGN // 2,
                        extra_flops=5.0 * T * Is, attrs={"epilogue": "silu_mul", "weight_rows": 2 * Is})
