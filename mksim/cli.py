@@ -56,6 +56,8 @@ JSON = typer.Option(False, "--json", help="Print JSON.")
 MODEL = typer.Option("llama-3.2-1b", "--model", "-m", help="Built-in model name or a HF config.json.")
 GPU = typer.Option("h200", "--gpu", "-g", help="GPU name (mksim hw list) or a .toml path; GPU+PROFILE applies a "
                                                 "kernel library's profile (e.g. h200-calibrated+mksim).")
+ROUTING = typer.Option("uniform", "--routing", help="MoE models: which experts tokens pick: uniform, zipf:S (S > 0: "
+                                                   "skew) or a .json file of expert counts (docs/moe.md).")
 IMPL = typer.Option(None, "--impl", help=f"Implementation profile to apply to --gpu ({', '.join(PROFILES)}).")
 POLICY = typer.Option(None, "--policy", help=f"Megakernel placement policy ({', '.join(POLICIES)}).")
 DESIGNS = f"comma-separated: {', '.join(design_names())} (or all)."  # the registered designs
@@ -108,11 +110,12 @@ def workload_cmd(
     prefill_tokens: int = typer.Option(0, "--prefill-tokens", help="New tokens per sequence (prefill)."),
     dtype: str = typer.Option("bf16", "--dtype", help="Weight dtype: bf16, fp16 or fp8."),
     tasks_per_sm: float = typer.Option(1.0, "--tasks-per-sm", help="Task granularity: tasks per SM per op."),
+    routing: str = ROUTING,
     as_json: bool = JSON,
 ) -> None:
     """Summarise a workload: bytes, FLOPs, ops, tasks and the bandwidth floor on a GPU."""
     g = Target.parse(gpu).spec
-    wl = make_workload(Step(model, batch, kv_len, phase, prefill_tokens, dtype), n_sms=g.sm.count)
+    wl = make_workload(Step(model, batch, kv_len, phase, prefill_tokens, dtype, routing=routing), n_sms=g.sm.count)
     check_fits(wl, g)
     summary, graph = tables.workload_summary(wl, g, tasks_per_sm)
     if as_json:
@@ -137,10 +140,11 @@ def compare_cmd(
     impl: str | None = IMPL,
     stack: str | None = typer.Option(None, "--stack", help=f"A kernel library's profile ({', '.join(PROFILES)}): "
                                      "predict its kernels in a CUDA graph, your stack, next to the megakernel."),
+    routing: str = ROUTING,
     as_json: bool = JSON,
 ) -> None:
     """Every execution mode side by side: latency, tokens/s, HBM utilisation, breakdown."""
-    step = Step(model, batch, kv_len, phase, prefill_tokens, dtype)
+    step = Step(model, batch, kv_len, phase, prefill_tokens, dtype, routing=routing)
     d = compare(step, Target.parse(gpu, impl), policy=policy, designs=designs, opts=parse_options(opt),
                 stack=stack).to_dict()
     if as_json:
@@ -166,6 +170,7 @@ def simulate_cmd(
     schedule: str | None = typer.Option(None, "--schedule", help="Simulate this schedule JSON file."),
     save: str | None = typer.Option(None, "--save", help="Write the schedule as JSON here."),
     trace: str | None = typer.Option(None, "--trace", help="Write a Perfetto (Chrome) trace here."),
+    routing: str = ROUTING,
     as_json: bool = JSON,
 ) -> None:
     """Simulate one mode (or a schedule file) and show where the time went."""
@@ -175,7 +180,7 @@ def simulate_cmd(
         sched = Schedule.from_json(schedule)
     else:
         g = Target.parse(gpu, impl).spec
-        wl = make_workload(Step(model, batch, kv_len, phase, prefill_tokens, dtype), n_sms=g.sm.count)
+        wl = make_workload(Step(model, batch, kv_len, phase, prefill_tokens, dtype, routing=routing), n_sms=g.sm.count)
         opts = parse_options(opt)
         if "policy" in opts:  # --opt policy=die is --policy die
             if policy and opts["policy"] != policy:
@@ -205,13 +210,14 @@ def sweep_cmd(
     kv_len: str = typer.Option("1024", "--kv-len", help="Comma-separated KV lengths."),
     as_json: bool = JSON,
     html: str | None = typer.Option(None, "--html", help="Write a plotly chart here."),
+    routing: str = ROUTING,
 ) -> None:
     """Each mode's latency and the megakernel's speed-up over graph_pdl as batch (or context) grows."""
     target = Target.parse(gpu, impl)
     gpu = with_impl(gpu, impl)  # as the user named it, for the table's title
     if html:
         check_output_paths({"--html": html}, [("model config", model), ("hardware file", target.hardware)])
-    rows = sweep_rows(model, target, parse_ints(batch, "--batch"), parse_ints(kv_len, "--kv-len"))
+    rows = sweep_rows(model, target, parse_ints(batch, "--batch"), parse_ints(kv_len, "--kv-len"), routing)
     if as_json:
         emit_json({"model": model, "gpu": gpu, "rows": rows})
     else:
@@ -242,6 +248,7 @@ def search_cmd(
     report: str | None = typer.Option(None, "--report", help="Write an HTML report with Optuna's figures."),
     fix: list[str] = FIX,
     designs: str | None = typer.Option(None, "--designs", help=f"Add megakernel designs to the space, {DESIGNS}"),
+    routing: str = ROUTING,
     as_json: bool = JSON,
 ) -> None:
     """Search megakernel schedules with Optuna; report the best against every baseline."""
@@ -250,7 +257,7 @@ def search_cmd(
         res = search(model, gpu, batch=batch, kv_len=kv_len, trials=trials, timeout=timeout, seed=seed,
                      storage=storage, study_name=study, objectives=objective, workers=workers, out=out_file,
                      report=report, progress=not as_json and sys.stderr.isatty(), fixed=parse_options(fix, "--fix"),
-                     designs=designs, say=_note)
+                     designs=designs, say=_note, routing=routing)
     except OutputError as exc:  # the search finished but a file could not be written: show its result
         if exc.result is not None:
             _show_search(exc.result, as_json, model, gpu, batch, kv_len)

@@ -353,14 +353,15 @@ def compare(step: Step, target: Target | str, *, policy: str | None = None, desi
 def compare_modes(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase: str = "decode",
                   prefill_tokens: int = 0, dtype: str = "bf16", *, policy: str | None = None,
                   designs: str | None = None, opts: dict[str, Any] | None = None,
-                  stack: str | None = None) -> dict[str, Any]:
+                  stack: str | None = None, routing: str = "uniform") -> dict[str, Any]:
     """:func:`compare` of ``model``'s step on ``gpu``, as the dict ``mksim compare --json`` prints
     (``{"modes": {...}, "absent": ..., "stack": ...}``). ``stack`` (an implementation profile) adds
     ``"stack"``: the user's stack — that library's kernels in one CUDA graph (``graph`` mode on
     ``gpu``'s hardware with the profile) — with the megakernel row's predicted speed-up over it.
-    Raises :class:`mksim.errors.MksimError` on bad input.
+    ``routing``: a mixture of experts' routing model (``Step.routing``). Raises
+    :class:`mksim.errors.MksimError` on bad input.
     """
-    step = Step(model, batch, kv_len, phase, prefill_tokens, dtype)
+    step = Step(model, batch, kv_len, phase, prefill_tokens, dtype, routing=routing)
     return compare(step, gpu, policy=policy, designs=designs, opts=opts, stack=stack).to_dict()
 
 

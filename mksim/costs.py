@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -164,8 +165,7 @@ def device_task_us(base_us: ArrayLike, streamed_B: ArrayLike, rows: float, cost:
         ring_B = ring_page_us / page_B
         if ring_depth < 2:  # one page: its refill waits for its consumption
             ring_B += per_B
-        if ring_B > eff:
-            eff = ring_B
+        eff = np.maximum(eff, ring_B)  # rows may differ by task (an expert's tokens): arrays
     streamed = np.asarray(streamed_B, dtype=float)
     work = np.maximum(np.asarray(base_us, dtype=float), cost.fixed_us_at(rows) + streamed * eff)
     return work, np.minimum(streamed, page_B) * per_B
@@ -663,7 +663,8 @@ def task_times(graph: TaskGraph, r: Rates, *, blocks_per_sm: int = 1, page_KiB: 
                 continue
             a, b = int(g.op_first[i]), int(g.op_first[i + 1])
             share = resident_blocks(int(g.n_tiles[i]), r.n_sms, blocks_per_sm)
-            rows = op.attrs.get("rows", g.workload.tokens)
+            rows: Any = g.task_rows(i)  # per task in a grouped op (an expert's tokens), else the op's
+            rows = op.attrs.get("rows", g.workload.tokens) if rows is None else rows
             base = work[a:b].copy()
             ring = ring_page_us(page_B, r, cost.page_us) if KINDS[op.kind].pages else 0.0
             work[a:b], consume_tail[a:b] = device_task_us(base, pre[a:b], rows, cost, share, page_B, ring, depth)

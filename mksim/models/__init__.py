@@ -14,10 +14,19 @@ from typing import Any
 from mksim.extras import require
 from mksim.workload import Step, Workload, build_llm_workload
 
-from ._config import ModelConfig, builtin_names, config_from_hf, get, is_config_path, moe_experts
+from ._config import (
+    MOE_TYPES,
+    ModelConfig,
+    builtin_names,
+    config_from_hf,
+    get,
+    is_config_path,
+    moe_experts,
+    moe_hf_keys,
+)
 
-__all__ = ["ModelConfig", "config_from_hf", "from_hf_config", "from_torch", "get", "is_config_path", "moe_experts",
-           "names", "workload"]
+__all__ = ["MOE_TYPES", "ModelConfig", "config_from_hf", "from_hf_config", "from_torch", "get", "is_config_path",
+           "moe_experts", "moe_hf_keys", "names", "workload"]
 
 
 def names() -> list[str]:

@@ -2,8 +2,10 @@
 
 Every field read is checked by type (a boolean must be JSON ``true``/``false``, a count a positive
 integer), and a config this reader would take for something it is not is refused in one line: a
-mixture-of-experts config (Mixtral, Qwen3-MoE, DeepSeek) or DeepSeek's latent attention relabelled
-as a dense model type.
+mixture-of-experts config or DeepSeek's latent attention relabelled as a dense model type.
+Mixture-of-experts models (:data:`MOE_TYPES`: Mixtral, OLMoE, Qwen2-MoE, Qwen3-MoE) are read with their
+experts, router and dense layers (``ffn_block = "moe"``); DeepSeek-V2/V3 configs are read, and refused
+for their multi-head latent attention, which mksim does not build yet.
 
 >>> config_from_hf({**_read_builtin("llama-3.2-1b"), "tie_word_embeddings": "false"})
 Traceback (most recent call last):
@@ -29,8 +31,14 @@ _CONFIGS = Path(__file__).resolve().parent / "configs"
 # model_type values whose decoder layer is the Llama block (RMSNorm, GQA, RoPE, SwiGLU);
 # qwen3 adds a per-head RMSNorm on q and k.
 _LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3"}
+#: mixture-of-experts model types: the Llama block with an MoE FFN (olmoe: q/k norms over the whole
+#: q and k; qwen3_moe: per head; qwen2_moe: q/k/v biases and a gated shared expert; deepseek: shared
+#: experts, and latent attention, which is refused)
+MOE_TYPES = ("mixtral", "olmoe", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
 #: model types whose config may hold a sliding attention window (Hugging Face reads none for llama)
-_WINDOWED = {"mistral", "qwen2", "qwen3"}
+_WINDOWED = {"mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe"}
+#: router scoring functions: softmax over the experts' logits, or a sigmoid of each (DeepSeek-V3)
+SCORINGS = ("softmax", "sigmoid")
 #: keys that count a mixture-of-experts model's experts (Mixtral, Qwen-MoE, DeepSeek)
 MOE_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 #: a config file is a few KiB; anything past this is not one
@@ -74,10 +82,42 @@ class ModelConfig:
     attention_block: str = "gqa"
     ffn_block: str = "gated_mlp"
     head_block: str = "lm_head"
+    #: q/k RMS norms (``qk_norm``) over each head (``"head"``: Qwen3) or the whole q and k (``"all"``: OLMoE)
+    qk_norm_scope: str = "head"
+    #: mixture of experts (0: a dense model): routed experts per MoE layer, and how many each token picks
+    num_experts: int = 0
+    experts_per_token: int = 0
+    #: an expert's intermediate width (its gate/up/down, SwiGLU); ``intermediate_size`` is the dense layers'
+    expert_intermediate_size: int = 0
+    #: the shared expert(s) every token goes through, as one gated MLP this wide (0: none)
+    shared_expert_intermediate_size: int = 0
+    #: a sigmoid gate (a ``hidden_size`` -> 1 projection) scales the shared expert's output (Qwen2-MoE)
+    shared_expert_gate: bool = False
+    #: the router's scores: ``"softmax"`` over the experts' logits or ``"sigmoid"`` of each (:data:`SCORINGS`)
+    router_scoring: str = "softmax"
+    #: the top-k weights are renormalised to sum to 1 (Hugging Face's ``norm_topk_prob``)
+    norm_topk_prob: bool = False
+    #: layers of an MoE model whose FFN is the dense gated MLP (``mlp_only_layers``, ``first_k_dense_replace``...)
+    dense_layers: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:  # a config made in Python is checked as an imported one is
+        if self.num_experts:
+            check_moe(self.name, self.num_experts, self.experts_per_token, self.expert_intermediate_size,
+                      self.router_scoring)
+        object.__setattr__(self, "dense_layers", tuple(self.dense_layers))
 
     @property
     def q_size(self) -> int:
         return self.num_heads * self.head_dim
+
+    def moe_layer(self, layer: int) -> bool:
+        """Whether ``layer``'s FFN is the mixture of experts (not a dense layer of an MoE model)."""
+        return self.num_experts > 0 and layer not in self.dense_layers
+
+    @property
+    def moe_layers(self) -> tuple[int, ...]:
+        """The layers whose FFN is the mixture of experts, in order."""
+        return tuple(layer for layer in range(self.num_layers) if self.moe_layer(layer))
 
     @property
     def kv_size(self) -> int:
@@ -128,6 +168,19 @@ def is_config_path(name: str) -> bool:
     return names_a_file(name, ".json")
 
 
+def check_moe(name: str, experts: Any, top_k: Any, width: Any, scoring: Any) -> None:
+    """Refuse, in one line, an impossible mixture of experts: no experts, a top-k outside 1..experts,
+    experts without a width, an unknown router scoring."""
+    for key, v in (("num_experts", experts), ("experts_per_token", top_k), ("expert_intermediate_size", width)):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise WorkloadError(f"{name}: {key} = {_short(v)}; a mixture of experts needs a positive integer")
+    if top_k > experts:
+        raise WorkloadError(f"{name}: each token picks {top_k} experts (top-k) but there are {experts}; top-k must "
+                            "be at most the number of experts")
+    if scoring not in SCORINGS:
+        raise WorkloadError(f"{name}: router scoring {_short(scoring)}; known: {', '.join(SCORINGS)}")
+
+
 def moe_experts(raw: Mapping[str, Any]) -> tuple[int, str] | None:
     """``(experts, key)`` when a Hugging Face config describes a mixture-of-experts model (more than one
     expert, or more than one expert per token), else None."""
@@ -167,22 +220,23 @@ def config_from_hf(path_or_dict: str | Path | Mapping[str, Any], *, name: str | 
             raise WorkloadError(f"{where}: text_config = {raw['text_config']!r}; expected an object (the language "
                                 "model's config)")
         raw = dict(raw["text_config"])
-    supported = ", ".join(sorted(_LLAMA_LIKE))
+    supported = ", ".join([*sorted(_LLAMA_LIKE), *MOE_TYPES[:4]])
     if "model_type" in raw and not isinstance(raw["model_type"], str):
         raise WorkloadError(f"{where}: model_type = {_short(raw['model_type'])}; expected the architecture's name as "
                             f"a string, one of {supported}")
     model_type = raw.get("model_type", "llama")
-    if model_type not in _LLAMA_LIKE:
+    if model_type not in _LLAMA_LIKE and model_type not in MOE_TYPES:
         raise WorkloadError(f"{where}: model_type {model_type!r} is not supported by the config "
                             f"importer (supported: {supported}); use "
                             "mksim.models.from_torch for other architectures")
     moe = moe_experts(raw)
-    if moe is not None:
+    if moe is not None and model_type not in MOE_TYPES:
         raise WorkloadError(f"{where}: this is a mixture-of-experts config ({moe[0]} "
-                            f"{'experts per token' if moe[1] == 'num_experts_per_tok' else 'experts'}, {moe[1]}); "
-                            "mksim does not simulate MoE yet")
+                            f"{'experts per token' if moe[1] == 'num_experts_per_tok' else 'experts'}, {moe[1]}) "
+                            f"under the dense model_type {model_type!r}; give its own model_type (one of "
+                            f"{', '.join(MOE_TYPES[:4])})")
     for key in ("kv_lora_rank", "q_lora_rank"):
-        if raw.get(key) is not None:
+        if raw.get(key) is not None and not model_type.startswith("deepseek"):
             raise WorkloadError(f"{where}: {key} = {_short(raw[key])}: this config uses DeepSeek's multi-head latent "
                                 f"attention, not the {model_type} block; mksim does not simulate it yet")
 
@@ -234,6 +288,13 @@ def config_from_hf(path_or_dict: str | Path | Mapping[str, Any], *, name: str | 
     layers = need("num_hidden_layers", "n_layer")
     window, full_layers = _window(raw, model_type, layers, flag, where)
     named = raw.get("_name_or_path")
+    experts = _moe(raw, model_type, layers, where, flag, need, maybe) if model_type in MOE_TYPES else {}
+    if model_type.startswith("deepseek"):
+        mla = ", ".join(f"{k} = {raw[k]}" for k in ("kv_lora_rank", "q_lora_rank") if raw.get(k) is not None)
+        raise WorkloadError(f"{where}: {model_type} uses multi-head latent attention ({mla or 'kv_lora_rank'}): "
+                            "mksim has no MLA attention block yet (its experts were read: "
+                            f"{experts['num_experts']} routed, top-{experts['experts_per_token']}, "
+                            f"{'a shared expert' if experts['shared_expert_intermediate_size'] else 'none shared'})")
     return ModelConfig(
         name=name or (named if isinstance(named, str) and named else model_type),
         hidden_size=hidden,
@@ -244,16 +305,85 @@ def config_from_hf(path_or_dict: str | Path | Mapping[str, Any], *, name: str | 
         head_dim=head_dim,
         vocab_size=need("vocab_size"),
         tie_word_embeddings=flag("tie_word_embeddings", False),
-        qk_norm=model_type == "qwen3",
-        attention_bias=flag("attention_bias", model_type == "qwen2"),
+        qk_norm=model_type in ("qwen3", "qwen3_moe", "olmoe"),
+        qk_norm_scope="all" if model_type == "olmoe" else "head",
+        attention_bias=flag("attention_bias", model_type == "qwen2" or (model_type == "qwen2_moe"
+                                                                         and flag("qkv_bias", True))),
         rms_norm_eps=number("rms_norm_eps", 1e-5),
         rope_theta=number("rope_theta", 10000.0),
         max_position_embeddings=maybe("max_position_embeddings", 4096),
         model_type=model_type,
         sliding_window=window,
         full_attention_layers=full_layers,
-        **_blocks(raw, where),
+        **{**experts, **_blocks(raw, where)},
     )
+
+
+def _moe(raw: Mapping[str, Any], model_type: str, layers: int, where: str, flag: Any, need: Any,
+         maybe: Any) -> dict[str, Any]:
+    """The mixture-of-experts fields of a :data:`MOE_TYPES` config, as Hugging Face's modeling code reads
+    them: the experts (count, top-k, width), the shared expert(s), the router, and the layers that stay dense."""
+    count_key = {"mixtral": "num_local_experts", "deepseek_v2": "n_routed_experts",
+                 "deepseek_v3": "n_routed_experts"}.get(model_type, "num_experts")
+    width_key = "intermediate_size" if model_type in ("mixtral", "olmoe") else "moe_intermediate_size"
+    # transformers 5 writes num_local_experts for every model type (num_experts is an alias of it)
+    alt = "num_local_experts" if count_key == "num_experts" else "num_experts"
+    for key in (count_key, alt):
+        n = raw.get(key)
+        if isinstance(n, int) and not isinstance(n, bool) and n <= 0:
+            raise WorkloadError(f"{where}: {key} = {n}; a mixture of experts needs at least one expert")
+    experts, top_k, width = need(count_key, alt), need("num_experts_per_tok"), need(width_key)
+    check_moe(where, experts, top_k, width, "softmax")
+    shared, gate = 0, False
+    if model_type == "qwen2_moe":  # one shared expert, scaled by sigmoid(shared_expert_gate(x))
+        if raw.get("shared_expert_intermediate_size") is None:
+            raise WorkloadError(f"{where}: qwen2_moe has a shared expert; give its width, "
+                                "shared_expert_intermediate_size")
+        shared, gate = need("shared_expert_intermediate_size"), True
+    elif model_type.startswith("deepseek") and raw.get("n_shared_experts"):  # n_shared experts as one MLP
+        shared = maybe("n_shared_experts", 0) * width
+    if model_type in ("qwen2_moe", "qwen3_moe"):  # sparse where (layer + 1) % decoder_sparse_step == 0
+        only = raw.get("mlp_only_layers") or []
+        if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+            raise WorkloadError(f"{where}: mlp_only_layers = {_short(only)}; expected a list of layer indices")
+        if any(not 0 <= i < layers for i in only):
+            raise WorkloadError(f"{where}: mlp_only_layers holds {next(i for i in only if not 0 <= i < layers)}, but "
+                                f"the model has layers 0 to {layers - 1}")
+        step = maybe("decoder_sparse_step", 1)
+        dense = tuple(i for i in range(layers) if i in only or (i + 1) % step)
+    elif model_type.startswith("deepseek"):  # sparse from first_k_dense_replace on, every moe_layer_freq-th
+        first = raw.get("first_k_dense_replace") or 0
+        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+            raise WorkloadError(f"{where}: first_k_dense_replace = {_short(first)}; expected an integer >= 0")
+        freq = maybe("moe_layer_freq", 1)
+        dense = tuple(i for i in range(layers) if i < first or i % freq)
+    else:
+        dense = ()
+    scoring = raw.get("scoring_func") or ("sigmoid" if model_type == "deepseek_v3" else "softmax")
+    if scoring not in SCORINGS:
+        raise WorkloadError(f"{where}: scoring_func = {_short(scoring)}; known: {', '.join(SCORINGS)}")
+    # Mixtral always renormalises its top-k weights; the others as norm_topk_prob says
+    norm = True if model_type == "mixtral" else flag("norm_topk_prob", model_type == "deepseek_v3")
+    return {"ffn_block": "moe", "num_experts": experts, "experts_per_token": top_k, "expert_intermediate_size": width,
+            "shared_expert_intermediate_size": shared, "shared_expert_gate": gate, "router_scoring": scoring,
+            "norm_topk_prob": norm, "dense_layers": dense}
+
+
+def moe_hf_keys(cfg: ModelConfig) -> dict[str, Any]:
+    """The Hugging Face keys that give :func:`config_from_hf` ``cfg``'s mixture of experts back (what a
+    schedule file writes for an imported MoE model); ``{}`` for a dense model."""
+    if not cfg.num_experts:
+        return {}
+    t = cfg.model_type
+    out: dict[str, Any] = {{"mixtral": "num_local_experts"}.get(t, "num_experts"): cfg.num_experts,
+                           "num_experts_per_tok": cfg.experts_per_token, "norm_topk_prob": cfg.norm_topk_prob}
+    if t not in ("mixtral", "olmoe"):
+        out["moe_intermediate_size"] = cfg.expert_intermediate_size
+    if t == "qwen2_moe":
+        out["shared_expert_intermediate_size"] = cfg.shared_expert_intermediate_size
+    if t in ("qwen2_moe", "qwen3_moe"):
+        out["mlp_only_layers"] = list(cfg.dense_layers)
+    return out
 
 
 def _short(v: Any) -> str:
@@ -287,10 +417,12 @@ def _window(raw: Mapping[str, Any], model_type: str, layers: int, flag: Any, whe
     layer ``max_window_layers`` on (default 28, as in transformers). Llama has no window."""
     if model_type not in _WINDOWED:
         return None, 0
+    if model_type in ("qwen2_moe", "qwen3_moe") and not flag("use_sliding_window", False):
+        return None, 0  # transformers 5 writes sliding_window = 0 for Qwen2-MoE that uses none
     w = raw.get("sliding_window")
     if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w <= 0):
         raise WorkloadError(f"{where}: sliding_window = {_short(w)}; expected a positive integer (tokens) or null")
-    if model_type == "mistral":
+    if model_type in ("mistral", "mixtral"):
         return w, 0
     use = flag("use_sliding_window", False)
     full = raw.get("max_window_layers")

@@ -24,9 +24,9 @@ from torch import fx, nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from mksim.errors import WorkloadError
-from mksim.workload import ACT_BYTES, DTYPE_BYTES, MATMUL_ALIGN, VEC_ALIGN, Input, Op, Workload
+from mksim.workload import ACT_BYTES, DTYPE_BYTES, MATMUL_ALIGN, VEC_ALIGN, Input, Op, Workload, build_llm_workload
 
-from ._config import MOE_COUNT_KEYS, moe_experts
+from ._config import MOE_COUNT_KEYS, config_from_hf, moe_experts
 
 # Nodes that only move or relabel data: their producer passes through, no op is made.
 _VIEWS = {"view", "reshape", "permute", "transpose", "t", "contiguous", "unsqueeze", "squeeze",
@@ -343,9 +343,35 @@ class _Builder:
         return _Act(r.op, off)
 
 
+def _moe_workload(module: nn.Module, moe: str, example_inputs: Any, *, name: str | None, batch: int | None,
+                  weight_dtype: str, phase: str, kv_len: int | None) -> Workload:
+    """A mixture-of-experts module's workload, from its Hugging Face config (what ``config_from_hf``
+    builds): a trace would run every token through one expert's shapes, as a dense model."""
+    cls, cfg = type(module).__name__, getattr(module, "config", None)
+    to_dict = getattr(cfg, "to_dict", None)
+    raw = cfg if isinstance(cfg, dict) else to_dict() if callable(to_dict) else None
+    if not isinstance(raw, dict) or "model_type" not in raw:
+        raise WorkloadError(f"{cls} is a mixture-of-experts model ({moe}) without a Hugging Face config to read its "
+                            "experts from, and tracing it would run every token through one expert's shapes; give "
+                            "mksim.models.from_hf_config the model's config.json")
+    try:
+        mc = config_from_hf(raw, name=name)
+    except WorkloadError as exc:
+        raise WorkloadError(f"{cls} is a mixture-of-experts model ({moe}); its config cannot be built: {exc}") from None
+    if not mc.num_experts:
+        raise WorkloadError(f"{cls} has experts ({moe}) but its config ({mc.model_type}) describes a dense model; give "
+                            "mksim.models.from_hf_config the model's config.json")
+    first = next(iter(_tensors(example_inputs)), None)
+    lead = [int(d) for d in first.shape[:2]] if first is not None else []
+    b, seq = batch or (lead[0] if lead else 1), lead[1] if len(lead) > 1 else 1
+    prefill = phase == "prefill"
+    return build_llm_workload(mc, batch=b, phase=phase, prefill_tokens=seq if prefill else 0,
+                              kv_len=(0 if prefill else 1024) if kv_len is None else kv_len, weight_dtype=weight_dtype)
+
+
 def from_torch(module: nn.Module, example_inputs: Any, *, name: str | None = None, batch: int | None = None,
                weight_dtype: str = "bf16", phase: str = "decode",
-               leaf_modules: Iterable[type] = ()) -> Workload:
+               leaf_modules: Iterable[type] = (), kv_len: int | None = None) -> Workload:
     """The op graph of one forward of ``module``, traced on the meta device.
 
     ``example_inputs``: a tensor, a tuple of positional inputs, or a dict of keyword inputs
@@ -353,6 +379,12 @@ def from_torch(module: nn.Module, example_inputs: Any, *, name: str | None = Non
     first, so no weight is allocated and the caller's module is left unchanged. Linear,
     Embedding, norm classes (and ``leaf_modules``, for code torch.fx cannot trace) stay
     single ops; ``batch`` defaults to the first input's leading dimension.
+
+    A mixture-of-experts module (a Hugging Face MoE model: its ``config`` counts experts, or a
+    submodule is called ``experts``) is not traced: its workload is built from its config, as
+    :func:`~mksim.models.config_from_hf` reads it (``batch`` sequences of the inputs' length in
+    prefill, one token each in decode with ``kv_len`` tokens cached, 1024 by default); one without
+    a config mksim can read is refused in one line.
 
     Example::
 
@@ -376,8 +408,8 @@ def from_torch(module: nn.Module, example_inputs: Any, *, name: str | None = Non
     cls = type(module).__name__
     moe = _experts(module)
     if moe is not None:
-        raise WorkloadError(f"{cls} is a mixture-of-experts model ({moe}); mksim does not simulate MoE yet, and "
-                            "tracing it would run every token through one expert's shapes as a dense model")
+        return _moe_workload(module, moe, example_inputs, name=name, batch=batch, weight_dtype=weight_dtype,
+                             phase=phase, kv_len=kv_len)
     try:
         mod = _meta_copy(module).eval()
     except Exception as exc:

@@ -131,9 +131,12 @@ def _spec(wl: Workload, gpu: GPUSpec) -> dict[str, Any]:
     else:  # made by hand around a config: what its attention ops say
         attn = next((op for op in wl.ops if op.kind == "attn_partial"), None)
         kv_splits = attn.attrs["kv_splits"] if attn else None
+    step = wl.step  # a mixture of experts' routing, where it is not the default
+    routed = {"routing": step.routing, "routing_seed": step.routing_seed} if step is not None and wl.routing and (
+        step.routing != "uniform" or step.routing_seed) else {}
     return {"model": model, "batch": wl.batch, "kv_len": wl.kv_len, "phase": wl.phase,
             "prefill_tokens": wl.prefill_tokens or None, "weight_dtype": wl.weight_dtype, "kv_splits": kv_splits,
-            **{k: getattr(wl, k) for k in SWITCHES}, **dict(wl.options)}
+            **routed, **{k: getattr(wl, k) for k in SWITCHES}, **dict(wl.options)}
 
 
 def _hf_dict(cfg: Any) -> dict[str, Any]:
@@ -142,13 +145,13 @@ def _hf_dict(cfg: Any) -> dict[str, Any]:
     window: dict[str, Any] = {}
     if getattr(cfg, "sliding_window", None) is not None:  # as Hugging Face writes it, read back the same
         window = {"sliding_window": cfg.sliding_window}
-        if cfg.model_type in ("qwen2", "qwen3"):
+        if cfg.model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
             window.update(use_sliding_window=True, max_window_layers=cfg.full_attention_layers)
     # blocks other than a config's defaults, under mksim's own key (the importer reads it back)
     chosen = {role: getattr(cfg, f"{role}_block") for role in ROLES}
     default = {role: f.default for role in ROLES for f in fields(models.ModelConfig) if f.name == f"{role}_block"}
     blocks = {"mksim_blocks": {r: n for r, n in chosen.items() if n != default[r]}} if chosen != default else {}
-    return {**window, **blocks, "model_type": cfg.model_type, "hidden_size": cfg.hidden_size,
+    return {**window, **blocks, **models.moe_hf_keys(cfg), "model_type": cfg.model_type, "hidden_size": cfg.hidden_size,
             "intermediate_size": cfg.intermediate_size, "num_hidden_layers": cfg.num_layers,
             "num_attention_heads": cfg.num_heads, "num_key_value_heads": cfg.num_kv_heads,
             "head_dim": cfg.head_dim, "vocab_size": cfg.vocab_size,

@@ -296,12 +296,13 @@ class Problem:
     fixed: dict[str, Any] = field(default_factory=dict)  # Options fields every candidate keeps (check_fixed)
     designs: tuple[str, ...] = ()  # megakernel designs added to the space (check_designs)
     prefill_tokens: int = 0  # new tokens per sequence in prefill
+    routing: str = "uniform"  # a mixture of experts' routing model (Step.routing)
 
     @property
     def step(self) -> Step:
         """The model step scheduled."""
         return Step(self.model, batch=self.batch, kv_len=self.kv_len, phase=self.phase,
-                    prefill_tokens=self.prefill_tokens)
+                    prefill_tokens=self.prefill_tokens, routing=self.routing)
 
     def workload(self, kv_split_mult: float = 1.0, fuse_norm: bool = False, split_qkv: bool = False,
                  split_gate_up: bool = False, fuse_rope: bool = False, fuse_silu: bool = False):

@@ -114,8 +114,9 @@ class SearchResult:
 def default_study_name(problem: Problem, objectives: tuple[str, ...]) -> str:
     fixed = "".join(f"-{k}={v:g}" if isinstance(v, float) else f"-{k}={v}" for k, v in problem.fixed.items())
     designs = f"-designs={'+'.join(problem.designs)}" if problem.designs else ""
+    routing = "" if problem.routing == "uniform" else f"-routing={Path(problem.routing).name}"  # a file: its name
     return (f"{problem.model}-{problem.gpu.name}-b{problem.batch}-kv{problem.kv_len}-"
-            f"{'+'.join(objectives)}{fixed}{designs}")
+            f"{'+'.join(objectives)}{fixed}{designs}{routing}")
 
 
 def storage_for(url: str | None, study_name: str):
@@ -601,7 +602,8 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
            objectives: str | tuple[str, ...] = "latency", workers: int = 1, out: str | Path | None = None,
            report: str | Path | None = None, progress: bool = False,
            fixed: dict[str, Any] | None = None, best_mode: str | None = None,
-           designs: str | tuple[str, ...] | None = None, say: Callable[[str], None] | None = None) -> SearchResult:
+           designs: str | tuple[str, ...] | None = None, say: Callable[[str], None] | None = None,
+           routing: str = "uniform") -> SearchResult:
     """Search megakernel (and, for comparison, chain) schedules of ``model`` on ``gpu``.
 
     Seeds the study with the baselines, runs until the study holds ``trials`` finished trials
@@ -614,7 +616,8 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
     (``"megakernel"``) makes the best the best trial of that mode, when the chain baselines must
     stay comparisons only (the validation suite's searched megakernels). ``designs`` (``"sentinel,dynamic"``
     or ``"all"``) adds megakernel designs to the space and their baselines (``megakernel:dynamic``,
-    ``megakernel:sentinel``); recorded in the study like ``fixed``.
+    ``megakernel:sentinel``); recorded in the study like ``fixed``. ``routing``: a mixture of experts'
+    routing model (``Step.routing``).
     """
     objs = _parse_objectives(objectives)
     if out:  # before the work: a typo in a path must not cost a finished search
@@ -635,7 +638,8 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
         raise MksimError(f"--trials must be at least {n_first} (the baselines run first)")
     if workers < 1:
         raise MksimError("--workers must be at least 1")
-    problem = Problem(model=model, gpu=spec, batch=batch, kv_len=kv_len, fixed=fixed, designs=designs_t)
+    problem = Problem(model=model, gpu=spec, batch=batch, kv_len=kv_len, fixed=fixed, designs=designs_t,
+                      routing=routing)
     check_fits(problem.workload(), spec)  # unknown model, impossible shape or too big: before any study is made
     name = study_name or default_study_name(problem, objs)
     if storage == MEMORY and workers > 1:

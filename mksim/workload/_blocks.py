@@ -32,7 +32,7 @@ with dense layers among the sparse ones) reads the layer from ``layer`` and the 
 
 >>> from mksim.workload import BLOCKS
 >>> [(n, BLOCKS[n].role) for n in BLOCKS]
-[('embed', 'embedding'), ('gqa', 'attention'), ('gated_mlp', 'ffn'), ('lm_head', 'head')]
+[('embed', 'embedding'), ('gqa', 'attention'), ('gated_mlp', 'ffn'), ('lm_head', 'head'), ('moe', 'ffn')]
 """
 
 from __future__ import annotations

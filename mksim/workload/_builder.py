@@ -125,7 +125,9 @@ class Builder:
     """The ops of one step as its blocks add them, in order, with the step's derived quantities:
     ``rows`` (tokens through the projections), ``kv_splits`` (:func:`resolved_kv_splits`), ``weight_B``
     (bytes per weight). :meth:`norm` and :meth:`matmul` make the two ops every block uses, honouring
-    ``build.fuse_norm``; a block's own ops go through :meth:`add`."""
+    ``build.fuse_norm``; a block's own ops go through :meth:`add`. A mixture-of-experts block appends
+    each MoE layer's routing (:class:`~mksim.workload.routing.RoutedLayer`) to ``routing``; the
+    workload keeps it."""
 
     def __init__(self, cfg: Any, step: Step, build: Build):
         self.cfg, self.step, self.build = cfg, step, build
@@ -133,6 +135,7 @@ class Builder:
         self.rows = step.rows
         self.kv_splits = resolved_kv_splits(cfg, step, build)
         self.weight_B = DTYPE_BYTES[step.weight_dtype]
+        self.routing: list[Any] = []
 
     def add(self, **fields: Any) -> str:
         """Append ``Op(**fields)``; returns its name."""

@@ -58,6 +58,9 @@ def build_llm_workload(cfg: Any, step: Step | None = None, *, fuse_norm: bool = 
     if step.kv_total > cfg.max_position_embeddings:
         raise WorkloadError(f"kv_len + new tokens = {step.kv_total} exceeds {cfg.name}'s context of "
                             f"{cfg.max_position_embeddings}; use a smaller --kv-len")
+    if step.routing != "uniform" and not getattr(cfg, "num_experts", 0):
+        raise WorkloadError(f"{cfg.name} has no experts: routing {step.routing!r} applies to mixture-of-experts "
+                            "models only; leave it out")
     b = Builder(cfg, step, build)
     x = blocks["embedding"].ops(b, None, "")
     for layer in range(cfg.num_layers):
@@ -65,12 +68,13 @@ def build_llm_workload(cfg: Any, step: Step | None = None, *, fuse_norm: bool = 
         x = blocks["ffn"].ops(b, layer, x)
     blocks["head"].ops(b, None, x)
     prefill = step.phase == "prefill"
+    routed = "" if step.routing == "uniform" else f" routing={step.routing}"
     name = (f"{cfg.name} {step.phase} b{step.batch} kv{step.kv_len}" + (f" n{step.prefill_tokens}" if prefill else "")
-            + build.label)
+            + build.label + routed + (f" seed{step.routing_seed}" if step.routing_seed and b.routing else ""))
     return Workload(name=name, ops=tuple(b.ops), tokens=step.rows, batch=step.batch, kv_len=step.kv_len,
                     phase=step.phase, prefill_tokens=step.prefill_tokens if prefill else 0,
                     weight_dtype=step.weight_dtype, **{k: getattr(build, k) for k in SWITCHES}, model=cfg,
-                    options=build.options, step=step, build=build)
+                    options=build.options, step=step, build=build, routing=tuple(b.routing))
 
 
 

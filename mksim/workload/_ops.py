@@ -120,6 +120,8 @@ class Workload:
     # phase and the build choices from): a Step and a Build of mksim.workload
     step: Any = field(default=None, compare=False, hash=False)
     build: Any = field(default=None, compare=False, hash=False)
+    # a mixture of experts: each MoE layer's routing (mksim.workload.routing.RoutedLayer), in layer order
+    routing: tuple[Any, ...] = field(default=(), compare=False, hash=False)
 
     def __post_init__(self) -> None:
         check_op_graph(self.ops)
@@ -149,17 +151,34 @@ class Workload:
         """The step's time if it moved only :attr:`min_dram_bytes` at ``bandwidth_Bps``."""
         return self.min_dram_bytes / bandwidth_Bps * 1e6
 
+    def routing_summary(self) -> dict[str, Any] | None:
+        """A mixture of experts' routing over its MoE layers (None for a dense step): the routing model,
+        the distinct experts per layer the routing model expects (mean, and the mean of the per-layer
+        standard deviations), the distinct experts of the drawn step (mean, min, max), and the bytes of
+        expert weights the step reads."""
+        if not self.routing:
+            return None
+        active = [r.active for r in self.routing]
+        expert_B = sum(op.weight_bytes for op in self.ops if op.attrs.get("grouped") == "experts")
+        return {"routing": getattr(self.step, "routing", "uniform"), "moe_layers": len(self.routing),
+                "expected_active_experts": sum(r.expected for r in self.routing) / len(self.routing),
+                "active_experts_std": sum(r.std for r in self.routing) / len(self.routing),
+                "active_experts": sum(active) / len(active), "active_experts_min": min(active),
+                "active_experts_max": max(active), "expert_weight_bytes": expert_B}
+
     def summary(self) -> dict[str, Any]:
         kinds: dict[str, int] = {}
         for op in self.ops:
             kinds[op.kind] = kinds.get(op.kind, 0) + 1
-        return {
+        out = {
             "name": self.name, "phase": self.phase, "batch": self.batch, "kv_len": self.kv_len,
             "prefill_tokens": self.prefill_tokens, "tokens": self.tokens,
             "weight_dtype": self.weight_dtype, "ops": len(self.ops), "op_kinds": kinds,
             "weight_bytes": self.weight_bytes, "kv_cache_bytes": self.kv_bytes,
             "min_dram_bytes": self.min_dram_bytes, "flops": self.flops,
         }
+        moe = self.routing_summary()
+        return {**out, "moe": moe} if moe else out
 
 
 def check_op_graph(ops: tuple[Op, ...] | list[Op]) -> None:

@@ -27,7 +27,9 @@ class Tiling:
 
     ``default`` applies to every op, capped by what its alignment allows; ``per_kind``
     (``{"matmul": 264}``) and ``per_op`` (``{"lm_head": 528}``) override it. A value of
-    0 means "as many as the op allows" (one task per aligned step).
+    0 means "as many as the op allows" (one task per aligned step). A grouped op (the experts of a
+    mixture of experts, ``op.attrs["groups"]`` equal groups) gets a multiple of its groups, so that
+    no task spans two.
     """
     default: int = 132
     per_kind: Mapping[str, int] = field(default_factory=dict)
@@ -38,7 +40,9 @@ class Tiling:
         if isinstance(want, bool) or not isinstance(want, int) or want < 0:
             raise WorkloadError(f"tile count for op {op.name!r} must be an integer >= 0, got {want!r}")
         steps = -(-op.out_size // op.align)
-        return steps if want == 0 else max(1, min(want, steps))
+        n = steps if want == 0 else max(1, min(want, steps))
+        groups = op.attrs.get("groups", 1)
+        return min(steps, groups * max(1, round(n / groups))) if groups > 1 else n
 
     @classmethod
     def for_sms(cls, n_sms: int, tasks_per_sm: float = 1.0) -> Tiling:
@@ -63,7 +67,9 @@ class TaskGraph:
     Tasks are numbered op by op, tiles in order; ``op_first[i]`` is the first task of op
     ``i``. Cost arrays are per task: ``flops``, ``weight_bytes``, ``kv_read_bytes`` and
     ``kv_write_bytes`` (KV cache), ``in_bytes`` (activations read, each task reading what it needs,
-    so a matvec input is read once per tile), ``out_bytes``.
+    so a matvec input is read once per tile), ``out_bytes``. In a grouped op whose groups have their own
+    rows (an expert's tokens: ``op.attrs["group_rows"]``), a task's FLOPs, output bytes and inputs read go
+    with its group's rows (:meth:`task_rows`); its weights with its width.
 
     Example::
 
@@ -96,31 +102,39 @@ class TaskGraph:
         self._deps: list[tuple[Dep, ...]] = []
         bounds_list = [b.tolist() for b in self.bounds]
         n_tiles = self.n_tiles.tolist()
+        weigh = [_RowWeights.of(op) for op in ops]  # None but for grouped ops
+        self._task_rows: dict[int, np.ndarray] = {}
         for i, op in enumerate(ops):
             s, e = int(self.op_first[i]), int(self.op_first[i + 1])
             b = self.bounds[i]
             f = np.diff(b) / op.out_size
             frac[s:e] = f
-            self.flops[s:e] = op.flops * f
+            w = weigh[i]
+            fr = f if w is None else np.diff(w.at(b)) / op.out_size  # by rows x width in a grouped op
+            self.flops[s:e] = op.flops * fr
             self.weight_bytes[s:e] = op.weight_bytes * f
             self.kv_read_bytes[s:e] = op.kv_read_bytes * f
             self.kv_write_bytes[s:e] = op.kv_write_bytes * f
-            self.out_bytes[s:e] = op.out_bytes * f
+            self.out_bytes[s:e] = op.out_bytes * fr
+            if w is not None:
+                self._task_rows[i] = w.rows_of(b[:-1])
             bl = bounds_list[i]
             # inputs every tile needs whole (a matvec's vector): the same bytes and deps for each tile
             full = [(index[inp.op], ops[index[inp.op]]) for inp in op.inputs if inp.full]
             full_bytes = float(sum(prod.out_size * prod.elem_bytes for _, prod in full))
             full_deps = [(p, 0, n_tiles[p]) for p, _ in full]
             partial = [inp for inp in op.inputs if not inp.full]
+            # a grouped op's task reads the rows of its group's tokens only
+            full_share = None if w is None else self._task_rows[i] / op.attrs["tokens"]
             for t in range(e - s):
                 deps: list[Dep] = list(full_deps)
-                nbytes = full_bytes
+                nbytes = full_bytes if full_share is None else full_bytes * float(full_share[t])
                 lo, hi = bl[t], bl[t + 1]
                 for inp in partial:
                     p = index[inp.op]
-                    prod, pb = ops[p], bounds_list[p]
+                    prod, pb, pw = ops[p], bounds_list[p], weigh[p]
                     for a, z in inp.ranges(lo, hi, prod.out_size):
-                        nbytes += (z - a) * prod.elem_bytes
+                        nbytes += ((z - a) if pw is None else pw.span(a, z)) * prod.elem_bytes
                         t0 = bisect_right(pb, a) - 1
                         t1 = bisect_left(pb, z)
                         deps.append((p, t0, t1))
@@ -143,6 +157,11 @@ class TaskGraph:
         if not 0 <= tile < self.n_tiles[i]:
             raise IndexError(f"op {self.ops[i].name} has {self.n_tiles[i]} tiles, not {tile + 1}")
         return int(self.op_first[i] + tile)
+
+    def task_rows(self, op: int) -> np.ndarray | None:
+        """The rows (tokens) of each task of op ``op`` where they differ by task (a grouped op: its
+        group's ``group_rows``), else None (the op's ``attrs["rows"]`` hold for every task)."""
+        return self._task_rows.get(op)
 
     def name(self, task: int) -> str:
         return f"{self.ops[self.op_of[task]].name}[{self.tile_of[task]}]"
@@ -178,6 +197,43 @@ class TaskGraph:
         if stuck:
             names = [self.name(t) for t in sorted(stuck)[:4]]
             raise WorkloadError(f"the task graph has a cycle through {', '.join(names)}")
+
+
+class _RowWeights:
+    """The rows of a grouped op's elements, relative to its mean: ``at(x)`` is the row-weighted length
+    of elements ``[0, x)`` (``out_size`` at the end), so a span's bytes and FLOPs go with its group's rows."""
+
+    def __init__(self, rows: np.ndarray, width: int):
+        self.rows, self.width = rows, width
+        self.rel = rows / rows.mean()
+        self.cum = np.concatenate([[0.0], np.cumsum(self.rel)])
+        self._rel, self._cum, self._last = self.rel.tolist(), self.cum.tolist(), len(rows) - 1  # for span()
+
+    @classmethod
+    def of(cls, op: Op) -> _RowWeights | None:
+        rows = op.attrs.get("group_rows")
+        if rows is None:
+            return None
+        g = len(rows)
+        if g < 1 or op.out_size % g:
+            raise WorkloadError(f"op {op.name!r}: {g} groups do not divide its {op.out_size} outputs")
+        return cls(np.asarray(rows, dtype=float), op.out_size // g)
+
+    def group(self, x: np.ndarray) -> np.ndarray:
+        return np.minimum(np.asarray(x) // self.width, len(self.rows) - 1)
+
+    def at(self, x: np.ndarray) -> np.ndarray:
+        g = self.group(x)
+        return self.cum[g] * self.width + (np.asarray(x) - g * self.width) * self.rel[g]
+
+    def span(self, a: int, z: int) -> float:
+        """``at(z) - at(a)``, for one span (plain floats: called per task and input)."""
+        w, last, rel, cum = self.width, self._last, self._rel, self._cum
+        ga, gz = min(a // w, last), min(z // w, last)
+        return (cum[gz] * w + (z - gz * w) * rel[gz]) - (cum[ga] * w + (a - ga * w) * rel[ga])
+
+    def rows_of(self, starts: np.ndarray) -> np.ndarray:
+        return self.rows[self.group(starts)]
 
 
 def _merge_deps(deps: list[Dep]) -> tuple[Dep, ...]:

@@ -8,6 +8,8 @@ from typing import Any
 
 from mksim.errors import WorkloadError
 
+from .routing import parse_routing
+
 PHASES = ("decode", "prefill")
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8")
 
@@ -16,7 +18,10 @@ WEIGHT_DTYPES = ("bf16", "fp16", "fp8")
 class Step:
     """One step of a model: ``batch`` sequences, each with ``kv_len`` tokens in its KV cache, making
     one token each (``decode``) or taking ``prefill_tokens`` new ones (``prefill``), with weights
-    stored as ``weight_dtype``, split over ``tp`` GPUs (tensor parallel; 1: one GPU).
+    stored as ``weight_dtype``, split over ``tp`` GPUs (tensor parallel; 1: one GPU). In a
+    mixture-of-experts model, ``routing`` names the routing model that says which experts the tokens
+    pick (:func:`~mksim.workload.routing.parse_routing`: ``uniform``, ``zipf:S`` or a ``.json`` file of
+    expert counts) and ``routing_seed`` seeds its draw.
 
     ``model`` is a built-in model's name or a :class:`~mksim.models.ModelConfig`. Bad values are
     refused as the step is made, in one line (:class:`~mksim.errors.WorkloadError`).
@@ -39,6 +44,8 @@ class Step:
     prefill_tokens: int = 0
     weight_dtype: str = "bf16"
     tp: int = 1
+    routing: str = "uniform"
+    routing_seed: int = 0
 
     def __post_init__(self) -> None:
         b, kv, n = self.batch, self.kv_len, self.prefill_tokens
@@ -54,6 +61,9 @@ class Step:
             raise WorkloadError(f"weight dtype must be bf16, fp16 or fp8, got {self.weight_dtype!r}")
         if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 1:
             raise WorkloadError(f"tp (tensor-parallel degree) must be a positive integer, got {self.tp!r}")
+        parse_routing(self.routing)  # a bad routing (zipf:abc, a file that is not one) is refused here
+        if isinstance(self.routing_seed, bool) or not isinstance(self.routing_seed, int) or self.routing_seed < 0:
+            raise WorkloadError(f"routing_seed must be an integer >= 0, got {self.routing_seed!r}")
 
     @property
     def new_tokens(self) -> int:

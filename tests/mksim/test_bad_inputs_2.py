@@ -36,7 +36,8 @@ HF_FILES: dict[str, Any] = {
     "mixtral-as-mistral": _hf(model_type="mistral", num_local_experts=8, num_experts_per_tok=2),
     "qwen3moe": _hf(model_type="qwen3_moe", num_experts=128, moe_intermediate_size=768, num_experts_per_tok=8),
     "qwen3moe-as-qwen3": _hf(model_type="qwen3", num_experts=128, moe_intermediate_size=768, num_experts_per_tok=8),
-    "deepseekv3": _hf(model_type="deepseek_v3", n_routed_experts=256, kv_lora_rank=512, q_lora_rank=1536),
+    "deepseekv3": _hf(model_type="deepseek_v3", n_routed_experts=256, num_experts_per_tok=8, moe_intermediate_size=2048,
+                      kv_lora_rank=512, q_lora_rank=1536),
     "deepseekv3-as-llama": _hf(n_routed_experts=256, num_experts_per_tok=8, kv_lora_rank=512, q_lora_rank=1536),
     "mla-as-llama": _hf(kv_lora_rank=512, q_lora_rank=1536),
     "experts-per-tok": _hf(num_experts_per_tok=2),
@@ -150,12 +151,10 @@ def _sim(name: str) -> list[str]:
 #: (id, argv with {d} for the folder of bad files, a fragment the error line must hold)
 REFUSED: list[tuple[str, list[str], str]] = [
     # Hugging Face configs
-    ("A49-hf-mixtral", _wl("mixtral"), "model_type 'mixtral'"),
     ("A50-hf-mixtral-as-mistral", _wl("mixtral-as-mistral"), "mixture-of-experts config (8 experts"),
     ("A50-hf-experts-per-tok", _wl("experts-per-tok"), "mixture-of-experts"),
-    ("A51-hf-qwen3moe", _wl("qwen3moe"), "model_type 'qwen3_moe'"),
     ("A52-hf-qwen3moe-as-qwen3", _wl("qwen3moe-as-qwen3"), "mixture-of-experts config (128 experts"),
-    ("A53-hf-deepseekv3", _wl("deepseekv3"), "model_type 'deepseek_v3'"),
+    ("A53-hf-deepseekv3", _wl("deepseekv3"), "deepseek_v3 uses multi-head latent attention (kv_lora_rank = 512"),
     ("A54-hf-deepseekv3-as-llama", _wl("deepseekv3-as-llama"), "mixture-of-experts config (256 experts"),
     ("A54-hf-mla-as-llama", _wl("mla-as-llama"), "latent attention"),
     ("A55-hf-vocab0", _wl("vocab0"), "vocab_size = 0"),
@@ -268,6 +267,8 @@ WORKS: list[Any] = [
     ("A64-hf-bom", ["workload", "--model", "{d}/hf-bom.json"]),
     ("A73-hf-textcfg-llama", _wl("textcfg-llama")),
     ("A50-hf-one-expert-is-dense", _wl("experts-one")),
+    ("A49-hf-mixtral", _wl("mixtral")),  # mixtures of experts are simulated (tests/mksim/test_moe.py)
+    ("A51-hf-qwen3moe", _wl("qwen3moe")),
     ("A86-hf-model-uppercase", ["workload", "--model", "LLAMA-3.2-1B"]),
     ("A93-impl-uppercase", ["compare", "--stack", "TORCH"]),
     ("A94-impl-gpu-and-impl", ["compare", "--gpu", "h200+torch", "--stack", "torch"]),

@@ -191,7 +191,7 @@ REFUSED = [
     ("A31-devprops-int-model", ["{d}/t-devprops-int.json", *M], "does not name its GPU; give --gpu"),
     ("A32-huge-ts-model", ["{d}/t-huge-ts.json", *M], "has ts = 1e+308"),
     ("A33-device-7", ["{d}/t-two-devices.json", "--device", "7"], "no kernels on GPU 7; it has kernels on 0, 1"),
-    ("A36-model-mixtral", ["{T}", "--model", "{d}/hf-mixtral.json"], "mixtral"),
+    ("A36-model-deepseek", ["{T}", "--model", "{d}/hf-deepseek.json"], "multi-head latent attention"),
     ("A37-step-0", ["{T}", "--step", "0"], "step 0 out of range: the trace has 1 step(s)"),
     ("A38-step-99", ["{T}", "--step", "99"], "step 99 out of range"),
     ("A39-gpu-profile", ["{T}", *M, "--gpu", "h200+nope"], "'nope'"),
@@ -208,10 +208,11 @@ REFUSED = [
 @pytest.mark.parametrize("argv,fragment", [pytest.param(a, f, id=i) for i, a, f in REFUSED])
 def test_trace_import_bad_input_is_one_line(argv: list[str], fragment: str, bad: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
-    if "{d}/hf-mixtral.json" in argv:
+    if "{d}/hf-deepseek.json" in argv:  # a config the importer refuses
         cfg = json.loads((ROOT / "mksim/models/configs/llama-3.2-1b.json").read_text())
-        cfg.update(model_type="mixtral", num_local_experts=8, num_experts_per_tok=2)
-        (bad / "hf-mixtral.json").write_text(json.dumps(cfg))
+        cfg.update(model_type="deepseek_v3", n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=512,
+                   kv_lora_rank=512)
+        (bad / "hf-deepseek.json").write_text(json.dumps(cfg))
     args = [a.format(d=bad, T=STEP) for a in argv]
     code, out, err = run_cli(["trace", "import", *args], capsys)
     assert_one_line(code, err, fragment)

@@ -90,7 +90,7 @@ def test_a_registered_block_round_trips_through_a_schedule_file(plain_mlp):
 
 
 @pytest.mark.parametrize("blocks,msg", [
-    ({"ffn": "moe"}, "mksim_blocks: 'moe' is not a ffn block; known: gated_mlp"),
+    ({"ffn": "mla"}, "mksim_blocks: 'mla' is not a ffn block; known: gated_mlp, moe"),
     ({"mlp": "gated_mlp"}, "mksim_blocks names the role 'mlp'; give some of embedding, attention, ffn, head"),
     ("gated_mlp", "mksim_blocks = 'gated_mlp'; expected an object of role: block name"),
 ])
@@ -105,8 +105,8 @@ def test_a_config_naming_an_unknown_block_is_refused_in_one_line(blocks, msg):
 def test_a_block_of_another_role_or_no_block_is_refused_in_one_line():
     with pytest.raises(WorkloadError, match="ffn_block = 'gqa' is a attention block; give one of gated_mlp"):
         models.workload(replace(LLAMA, ffn_block="gqa"))
-    with pytest.raises(MksimError, match="unknown block 'moe'; known: embed, gqa, gated_mlp, lm_head"):
-        models.workload(replace(LLAMA, ffn_block="moe"))
+    with pytest.raises(MksimError, match="unknown block 'mla'; known: embed, gqa, gated_mlp, lm_head, moe"):
+        models.workload(replace(LLAMA, ffn_block="mla"))
     with pytest.raises(ValueError, match="needs a role in"):
         BLOCKS.register("x", type("X", (BaseBlock,), {"name": "x", "role": "router", "ops": lambda *a: ""})())
     with pytest.raises(ValueError, match="must define ops"):

@@ -43,10 +43,11 @@ def test_hw_show_json_has_sources():
     assert data["sources"]["nv-h200-datasheet"]["kind"] == "datasheet"
 
 
-def test_models_lists_six():
+def test_models_lists_nine():
     r = run("models", "--json")
     assert [m["name"] for m in json.loads(r.stdout)] == sorted(
-        ["llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "qwen3-8b", "mistral-7b", "qwen2.5-7b"])
+        ["llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "qwen3-8b", "mistral-7b", "qwen2.5-7b", "olmoe-1b-7b",
+         "qwen3-30b-a3b", "mixtral-8x7b"])
 
 
 def test_workload_json():

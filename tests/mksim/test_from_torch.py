@@ -269,3 +269,57 @@ def test_bad_arguments():
 def test_import_mksim_does_not_import_torch():
     code = "import sys, mksim, mksim.models, mksim.workload; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- mixtures of experts: built from their Hugging Face config, not traced ----------------------------------
+MOE_CLASSES = {  # model_type: (config class, model class, expert fields)
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=8, num_experts_per_tok=2,
+                                                            intermediate_size=128)),
+    "olmoe": ("OlmoeConfig", "OlmoeForCausalLM", dict(num_experts=8, num_experts_per_tok=2, intermediate_size=128)),
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", dict(num_experts=8, num_experts_per_tok=2,
+                                                                moe_intermediate_size=64, intermediate_size=384,
+                                                                shared_expert_intermediate_size=128,
+                                                                mlp_only_layers=[0])),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(num_experts=8, num_experts_per_tok=2,
+                                                                moe_intermediate_size=128, intermediate_size=384,
+                                                                mlp_only_layers=[1], norm_topk_prob=True)),
+}
+
+
+@pytest.mark.slow  # transformers' import, about 3 s
+@pytest.mark.parametrize("model_type", sorted(MOE_CLASSES))
+def test_a_hugging_face_moe_model_is_built_from_its_config(model_type):
+    """The same workload as the config import, and every parameter of the module counted."""
+    transformers = pytest.importorskip("transformers")
+    conf_cls, model_cls, fields = MOE_CLASSES[model_type]
+    conf = getattr(transformers, conf_cls)(hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+                                           num_key_value_heads=2, vocab_size=1000, **fields)
+    with torch.device("meta"):
+        module = getattr(transformers, model_cls)(conf)
+    wl = models.from_torch(module, torch.zeros(3, 1, dtype=torch.long))
+    assert wl == models.from_hf_config(conf.to_dict(), batch=3) and wl.batch == 3 and wl.routing
+    cfg = models.config_from_hf(conf.to_dict())
+    assert cfg.param_count() == sum(p.numel() for p in module.parameters())
+    pre = models.from_torch(module, torch.zeros(2, 16, dtype=torch.long), phase="prefill")
+    assert (pre.tokens, pre.prefill_tokens, pre.kv_len) == (32, 16, 0)
+
+
+def test_an_moe_module_without_a_config_is_refused_in_one_line():
+    class Experts(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.experts = nn.ModuleList([nn.Linear(8, 8) for _ in range(4)])
+
+        def forward(self, x):
+            return self.experts[0](x)
+
+    with pytest.raises(WorkloadError, match=r"Experts is a mixture-of-experts model \(4 experts in experts\) without a "
+                                            "Hugging Face config") as exc:
+        models.from_torch(Experts(), torch.zeros(1, 8))
+    assert "\n" not in str(exc.value)
+    deepseek = Experts()
+    deepseek.config = {"model_type": "deepseek_v3", "n_routed_experts": 4, "num_experts_per_tok": 2,  # type: ignore
+                       "moe_intermediate_size": 8, "hidden_size": 8, "num_attention_heads": 2,
+                       "num_hidden_layers": 1, "intermediate_size": 16, "vocab_size": 10, "kv_lora_rank": 4}
+    with pytest.raises(WorkloadError, match="its config cannot be built: config: deepseek_v3 uses multi-head latent"):
+        models.from_torch(deepseek, torch.zeros(1, 8))

@@ -1,6 +1,7 @@
 """Grouped-query attention (multi-head attention is the case of one query head per KV head), with the
 variants a config selects: biases on q, k and v (``attention_bias``), RMS norms of q and k per head
-(``qk_norm``), sliding windows (``ModelConfig.window``). Decoding splits the KV cache
+(``qk_norm``; over the whole q and k where ``qk_norm_scope`` is ``"all"``, OLMoE's: each head's
+rotation then waits for the whole projection), sliding windows (``ModelConfig.window``). Decoding splits the KV cache
 (flash-decoding): ``attn_partial`` makes one partial per (KV head, sequence, split) and ``attn_reduce``
 merges them.
 
@@ -82,16 +83,24 @@ class GroupedQueryAttention(BaseBlock):
 
     def params(self, cfg: Any, layer: int | None) -> int:  # q, k, v, o (+ biases), the norm, q/k norms
         h, q, kv = cfg.hidden_size, cfg.q_size, cfg.kv_size
-        return (h * (q + 2 * kv) + q * h + ((q + 2 * kv) if cfg.attention_bias else 0) + h
-                + (2 * cfg.head_dim if cfg.qk_norm else 0))
+        return h * (q + 2 * kv) + q * h + ((q + 2 * kv) if cfg.attention_bias else 0) + h + _qk_norm_params(cfg)
+
+
+def _qk_norm_params(cfg: Any) -> int:
+    """The q and k norms' weights: one head's each (Qwen3), or the whole q's and k's (OLMoE)."""
+    if not cfg.qk_norm:
+        return 0
+    return cfg.q_size + cfg.kv_size if getattr(cfg, "qk_norm_scope", "head") == "all" else 2 * cfg.head_dim
 
 
 def _rope_kv(b: Builder, layer: int | None, inputs: tuple[Input, ...]) -> str:
     cfg, T = b.cfg, b.rows
     Q, KV, hd = cfg.q_size, cfg.kv_size, cfg.head_dim
+    if cfg.qk_norm and getattr(cfg, "qk_norm_scope", "head") == "all":  # a norm over all of q (k): every head
+        inputs = tuple(dict.fromkeys(Input(i.op, full=True) for i in inputs))  # waits for the whole projection
     return b.add(name=f"L{layer}.rope_kv", kind="rope_kv", out_size=Q + 2 * KV, elem_bytes=T * ACT_BYTES,
                  flops=T * (Q + KV) * (6.0 + (4.0 if cfg.qk_norm else 0.0)),
-                 weight_bytes=(2 * hd * ACT_BYTES if cfg.qk_norm else 0.0),
+                 weight_bytes=float(_qk_norm_params(cfg) * ACT_BYTES),
                  kv_write_bytes=T * 2 * KV * ACT_BYTES, inputs=inputs, layer=layer, align=hd,
                  attrs={"qk_norm": cfg.qk_norm})
 
