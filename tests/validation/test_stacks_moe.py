@@ -125,3 +125,17 @@ def test_the_float32_reference_keeps_the_steps_experts() -> None:
     other = [(c + 1) % s.experts for c in chosen]
     wrong = measure.fp32_logits(s, w, tokens, pos, k, v, 7, other)
     assert measure.max_abs(step, wrong) > 4 * measure.max_abs(step, same)
+
+
+@pytest.mark.parametrize("name", ["olmoe-1b-7b", "qwen3-30b-a3b", "mixtral-8x7b"])
+def test_moe_shapes_match_mksim_configs(name: str) -> None:
+    """The stacks read the same built-in config file as mksim: the experts agree field for field."""
+    from mksim import models
+    s, cfg = tg.load_shape(name), models.get(name)
+    assert (s.hidden, s.layers, s.heads, s.kv_heads, s.head_dim, s.vocab) == (
+        cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.vocab_size)
+    assert (s.experts, s.top_k, s.expert_intermediate, s.shared_intermediate, s.shared_gate, s.norm_topk) == (
+        cfg.num_experts, cfg.experts_per_token, cfg.expert_intermediate_size, cfg.shared_expert_intermediate_size,
+        cfg.shared_expert_gate, cfg.norm_topk_prob)
+    assert s.dense_layers == tuple(cfg.dense_layers)
+    assert (s.qk_norm, s.qk_norm_full) == (cfg.qk_norm, cfg.qk_norm_scope == "all")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -163,7 +164,6 @@ def worker(model_name: str, cases: list[tuple[int, int]], stacks: list[str], out
                 print(f"{name}: {row['step_us']['median']:.1f} us, {row['kernels_per_step']} kernels, "
                       f"warm-up {row['warmup_s']} s", flush=True)
             except Exception as e:  # one failed stack must not lose the others
-                import traceback
                 (out / f"error-{name}.json").write_text(json.dumps(
                     {"error": f"{type(e).__name__}: {e}"[:2000], "traceback": traceback.format_exc()[-4000:]}))
                 print(f"{name}: failed: {type(e).__name__}: {str(e)[:300]}", flush=True)

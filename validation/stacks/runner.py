@@ -202,7 +202,8 @@ def run(plan: list[ModelPlan], stacks: list[str], out: Path, timeout_s: float, r
     families = [f for f in ([s for s in stacks if s in STACKS], [s for s in stacks if s in HF_STACKS]) if f]
     for i, (p, family) in enumerate((p, f) for p in plan for f in families):
         left = deadline - time.time()
-        key = f"{p.model} {','.join(family)} {' '.join(f'b{b}/kv{k}' for b, k in p.cases)}"
+        hf = f" {','.join(family)}" if family[0] in HF_STACKS else ""
+        key = f"{p.model}{hf} {' '.join(f'b{b}/kv{k}' for b, k in p.cases)}"
         if left < START_MIN_S:
             status[key] = "skipped: budget"
             print(f"{key}: skipped (budget)", flush=True)
