@@ -240,8 +240,11 @@ def table(out: Path) -> str:
     for p in sorted(out.glob("step-*.json")):
         r = json.loads(p.read_text())
         st = r["step_us"]
-        comp = f"{r['compile_s']:.1f}" if "compile_s" in r else "-"
+        comp = f"{r['compile_s']:.1f}" if "compile_s" in r else f"{r['warmup_s']:.1f}" if "warmup_s" in r else "-"
+        kernels = r.get("kernels_per_step_graph", r.get("kernels_per_step"))
+        gbps = f"{r['implied_GBps']:>7.1f}" if "implied_GBps" in r else f"{'-':>7}"
+        check = r.get("check") or {}
+        ok = check.get("ok", f"top1 {check['top1_agree_vs_hf']:.2f}" if "top1_agree_vs_hf" in check else "-")
         lines.append(f"{r['stack']:15} {r['model']:13} {r['batch']:>2} {r['kv_len']:>5} {st['median']:>8.1f} "
-                     f"{st['p10']:>8.1f} {st['p90']:>8.1f} {r['kernels_per_step_graph']:>5} "
-                     f"{r['implied_GBps']:>7.1f} {comp:>7} {r['check']['ok']}")
+                     f"{st['p10']:>8.1f} {st['p90']:>8.1f} {kernels:>5} {gbps} {comp:>7} {ok}")
     return "\n".join(lines)
