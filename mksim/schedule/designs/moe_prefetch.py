@@ -56,6 +56,8 @@ class MoEPrefetch(BaseDesign):
     name = "moe_prefetch"
     option = "moe_prefetch_MiB"
     value = 0.0
+    compare_rows = (("megakernel:moe_prefetch", {"moe_prefetch_MiB": 16.0}),
+                    ("megakernel:moe_queue+prefetch", {"moe_prefetch_MiB": 16.0, "moe_dispatch": "queue"}))
 
     def on(self, options: Options) -> bool:
         return bool(options.moe_prefetch_MiB > 0)
@@ -78,6 +80,10 @@ class MoEPrefetch(BaseDesign):
         # the default megakernel (dag), prefetching into half the L2
         return {f"megakernel:{self.name}": {"policy": DagList.name, **DagList.baseline, **megakernel,
                                             "moe_prefetch_l2": L2_SHARES[-1]}}
+
+    def available_on(self, gpu: GPUSpec) -> str | None:
+        return None if gpu.l2.size_MiB >= 16.0 else f"{gpu.name} has {gpu.l2.size_MiB:g} MiB of L2, under the 16 MiB " \
+            "its compare rows prefetch"
 
     def available_for(self, workload: Any) -> str | None:
         return without_experts(workload, self.option)
