@@ -160,7 +160,7 @@ def compare_workload(wl: Workload, g: GPUSpec, policy: str | None = None, design
     rows = list(order)
     by_design = design_rows()
     for d in parse_designs(designs):
-        if get_design(d).available_on(g) is not None:
+        if get_design(d).available_on(g) is not None or get_design(d).available_for(wl) is not None:
             continue
         for row, kw in by_design[d]:
             jobs.append((wl, g, "megakernel", {**mk, **kw}))

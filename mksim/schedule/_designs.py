@@ -114,6 +114,13 @@ class BaseDesign:
         leaves its rows out with the reason; :meth:`validate` refuses it)."""
         return None
 
+    def available_for(self, workload: Any) -> str | None:
+        """``None`` when the design can be on for ``workload`` (a :class:`~mksim.workload.Workload`);
+        otherwise why not, one line (the MoE designs: a model without experts). ``mksim compare
+        --designs`` leaves its rows out with the reason, ``mksim search --designs all`` leaves the design
+        out, and naming it is refused."""
+        return None
+
     def validate(self, schedule: Schedule) -> None:
         """Raise :class:`ScheduleError` if the design's options are bad or the mode forbids them."""
 
@@ -218,7 +225,7 @@ def design_names() -> tuple[str, ...]:
     """The names of the registered designs (``mksim search --designs``, ``mksim compare --designs``).
 
     >>> design_names()
-    ('sentinel', 'dynamic', 'dies', 'movement')
+    ('sentinel', 'dynamic', 'dies', 'movement', 'moe_stride', 'moe_queue', 'moe_prefetch')
     """
     return DESIGN_REGISTRY.names()
 

@@ -75,6 +75,12 @@ class Options:
     - ``l2_prefetch_KiB`` (persistent modes): an L2 prefetcher per SM reads the SM's coming DRAM
       bytes into L2 up to this far ahead of what its loader has asked for (0: none); the loader
       then reads them at its share of L2 bandwidth.
+    - ``moe_dispatch`` (megakernel, mixture of experts): who runs an MoE layer's expert tiles:
+      ``plan`` (the placement policy's queues), ``stride`` (MPK: a fixed grid strides over the
+      active-expert slots, the ``moe_stride`` policy) or ``queue`` (a route-finalize step after the
+      top-k publishes the tiles to a queue the SMs drain, one atomic claim each); docs/moe.md;
+    - ``moe_prefetch_MiB`` (megakernel, mixture of experts): speculative L2 prefetch, during each
+      layer's attention, of this much of the experts the routing model makes likeliest (0: none).
     """
     tasks_per_sm: float = 1.0
     blocks_per_sm: int = 1
@@ -90,6 +96,8 @@ class Options:
     movement: str = "ideal"
     pdl_trigger: str = "early"
     l2_prefetch_KiB: float = 0.0
+    moe_dispatch: str = "plan"
+    moe_prefetch_MiB: float = 0.0
 
     @property
     def prefetch_bytes(self) -> float:

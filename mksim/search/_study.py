@@ -46,7 +46,7 @@ from mksim.errors import (
     check_writable,
 )
 from mksim.extras import require
-from mksim.schedule import check_fits
+from mksim.schedule import check_fits, get_design
 from mksim.sim import simulate
 from mksim.target import Target
 
@@ -633,6 +633,12 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
     fixed = check_fixed(fixed)
     check_fixed_on(spec, fixed)
     designs_t = check_designs(designs)
+    if designs_t:  # a design the model cannot have (an MoE design, a dense model): left out of all, else refused
+        wl = Problem(model=model, gpu=spec, batch=batch, kv_len=kv_len, routing=routing).workload()
+        why = {d: get_design(d).available_for(wl) for d in designs_t}
+        if designs != "all" and any(why.values()):
+            raise MksimError(next(w for w in why.values() if w))
+        designs_t = tuple(d for d in designs_t if why[d] is None)
     n_first = len(baseline_params(spec, fixed, designs_t))
     if trials < n_first:
         raise MksimError(f"--trials must be at least {n_first} (the baselines run first)")

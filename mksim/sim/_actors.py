@@ -25,6 +25,8 @@ from mksim.costs import first_byte_us
 from ._hbm import Tracked
 
 if TYPE_CHECKING:
+    from mksim.workload import TaskGraph
+
     from ._engine import _Engine
 
 
@@ -55,7 +57,8 @@ class Loader:
     __slots__ = ("env", "hbm", "timeline", "q", "lane", "pre_B", "buf_B", "page_B", "cap", "lat", "i",
                  "phase", "head", "got", "body", "free_B", "want_B", "n_started", "waits_start", "n_loaded",
                  "loaded", "heads", "bubbles", "last_end", "flow_a", "flow_d", "flow_n", "first_lat", "gate",
-                 "issue_us", "op_cap", "op_of", "first_in", "pf", "pos", "l2_Bpus", "l2_lat", "pf_waited", "pf_gen")
+                 "issue_us", "op_cap", "op_of", "first_in", "pf", "pos", "l2_Bpus", "l2_lat", "pf_waited", "pf_gen",
+                 "addr")
 
     def __init__(self, eng: _Engine, sm: int, q: list[int], buf_B: int, page_B: int):
         self.env, self.hbm, self.timeline, self.q = eng.env, eng.hbm, eng.timeline, q
@@ -82,6 +85,9 @@ class Loader:
         # dynamic dispatch: (tasks arrived, wait(task, loader)); a task not yet handed to this SM
         # cannot be loaded, and the engine runs the loader again when it arrives
         self.gate: tuple | None = None
+        # a task whose weight address a routing decides (an MoE expert's): (the op deciding it for each
+        # op, else -1; when that op is seen, else None): not loaded before (address_gates)
+        self.addr: tuple[list[int], Callable[[int], float | Event]] | None = None
         self.issue_us = 0.0      # movement="native": issuing the first copy of a pipeline that starts
         # each op's cap where an implementation profile says what its loads keep in flight (else None)
         self.op_cap: list[float] | None = None
@@ -104,6 +110,15 @@ class Loader:
                 if gate is not None and not gate[0][q[self.i]]:
                     gate[1](q[self.i], self)
                     return
+                addr = self.addr
+                if addr is not None and addr[0][self.op_of[q[self.i]]] >= 0:
+                    seen = addr[1](addr[0][self.op_of[q[self.i]]])
+                    if not isinstance(seen, float):  # the op deciding it has not ended: its signal
+                        seen.callbacks.append(self.run)
+                        return
+                    if seen > self.env.now:
+                        self.env.timeout(seen - self.env.now).callbacks.append(self.run)
+                        return
                 # shared memory is counted in whole bytes: float sums would overfill the pages
                 self.head = min(math.ceil(self.pre_B[q[self.i]]), self.buf_B)
                 self.got = 0
@@ -319,6 +334,15 @@ class L2Prefetch:
             if got > c:
                 hit += min(got, end) - max(self.f0, c)
         return hit
+
+
+def address_gates(graph: TaskGraph) -> list[int] | None:
+    """For each op of ``graph``, the op whose end decides its tasks' weight addresses (an MoE layer's
+    expert ops: the layer's ``topk``), else -1; ``None`` where no op has one (a dense model). A
+    megakernel's loader streams an expert's weights only once its layer's top-k is seen."""
+    topk = {op.layer: i for i, op in enumerate(graph.ops) if op.kind == "topk"}
+    gates = [topk.get(op.layer, -1) if op.attrs.get("grouped") == "experts" else -1 for op in graph.ops]
+    return gates if any(g >= 0 for g in gates) else None
 
 
 def stream_bytes(pre_B: list[float], q: list[int], buf_B: int) -> float:

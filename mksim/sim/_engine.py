@@ -27,7 +27,7 @@ from mksim.errors import DeadlockError, ScheduleError
 from mksim.schedule import BaseSync, ChainMode, PersistentMode, Schedule, active_designs, gc_paused, get_mode, get_sync
 
 from . import designs as _pieces  # noqa: F401  (registers every design's engine piece)
-from ._actors import Chain, L2Prefetch, Loader, Signal, stream_bytes
+from ._actors import Chain, L2Prefetch, Loader, Signal, address_gates, stream_bytes
 from ._design_run import RUNS, DesignRun, Handover, Seen, overrides
 from ._hbm import HBM
 from ._result import CATEGORIES, SimResult, Timeline, build_result
@@ -139,6 +139,13 @@ class _Engine:
         if ev is None:
             ev = self.task_events[t] = Signal(self.env)
         return ev
+
+    def op_seen_at(self, p: int) -> float | Signal:
+        """When op ``p``'s end is visible (its last task's end + the sync's latency), or, while it
+        runs, the signal that fires then."""
+        if self.op_done_n[p] < self.n_tiles[p]:
+            return self.op_signal(p)
+        return self.op_end[p] + self.visible_us
 
     # -- chain modes ------------------------------------------------------------------
     def _run_chain(self, mode: ChainMode):
@@ -258,6 +265,8 @@ class _Engine:
         # hold) or a device function's fixed part overlaps the wait for them; else from its data
         from_start = ((np.asarray(self.pre_B) > buf_B) | self.on_device).tolist()
         on_device = self.on_device.tolist()  # once: the executors share these lists
+        gates = address_gates(g)  # expert weights: their address known once the layer's top-k is seen
+        addr = (gates, self.op_seen_at) if gates is not None else None
         for sm, q in enumerate(s.queues or []):
             ld = Loader(self, sm, q, buf_B, page_B)
             if lead_B > 0:
@@ -266,6 +275,7 @@ class _Engine:
                 ld.op_cap = op_cap
             if ring < ld.cap:
                 ld.cap = ring
+            ld.addr = addr
             for piece in self.pieces.values():
                 piece.loader(ld)
             env.timeout(self.t0).callbacks.append(ld.run)
