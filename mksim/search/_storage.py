@@ -121,10 +121,18 @@ class BatchedStorage(_CachedStorage):
             known = self._studies[self._trial_id_to_study_id_and_number[trial_id][0]].param_distribution
         seen: dict[str, Any] = {}
         with _create_scoped_session(backend.scoped_session) as session:
+            trial = models.TrialModel.find_or_raise_by_id(trial_id, session)
+            backend.check_trial_is_updatable(trial_id, trial.state)  # once, not once a write
             for kind, args in writes:
                 if kind == "param":
                     name, value, dist = args
-                    backend._set_trial_param_without_commit(session, trial_id, name, value, dist, known.get(name))
+                    if name in known:  # as optuna checks it, without reading the trial again
+                        optuna.distributions.check_distribution_compatibility(known[name], dist)
+                        session.add(models.TrialParamModel(
+                            trial_id=trial_id, param_name=name, param_value=value,
+                            distribution_json=optuna.distributions.distribution_to_json(dist)))
+                    else:  # its first time in this process: optuna compares it with the study's first
+                        backend._set_trial_param_without_commit(session, trial_id, name, value, dist)
                     seen.setdefault(name, dist)
                 else:
                     model = models.TrialUserAttributeModel if kind == "user" else models.TrialSystemAttributeModel

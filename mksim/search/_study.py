@@ -215,17 +215,35 @@ class _Objective:
                        self.problem.designs)
         flush(trial)  # its parameters, for the other processes' samplers while it runs
         try:
-            sched = build(cand, self.problem)
-            res = simulate(sched, timeline=False)  # a trial needs the numbers only
+            latency_us, hbm_util = _simulated(cand, self.problem)
         except (ScheduleError, DeadlockError) as exc:
             trial.set_user_attr("pruned_reason", str(exc))
             raise optuna.TrialPruned(str(exc)) from None
-        vals = {"latency_us": res.latency_us, "smem_KiB": cand.smem_KiB()}
-        trial.set_user_attr("latency_us", res.latency_us)
+        vals = {"latency_us": latency_us, "smem_KiB": cand.smem_KiB()}
+        trial.set_user_attr("latency_us", latency_us)
         trial.set_user_attr("smem_KiB", vals["smem_KiB"])
-        trial.set_user_attr("hbm_util", res.hbm_util)
+        trial.set_user_attr("hbm_util", hbm_util)
         out = tuple(vals[OBJECTIVES[o][0]] for o in self.objectives)
         return out[0] if len(out) == 1 else out
+
+
+# The candidates this process has simulated for :func:`fused_kv_split` (one problem's, the last): the fused
+# trial is one of them, and its trial takes the numbers from here instead of simulating it again.
+_SIMULATED: dict[str, Any] = {"problem": None, "results": {}}
+
+
+def _simulated(cand: Candidate, problem: Problem, remember: bool = False) -> tuple[float, float]:
+    """``cand``'s predicted latency (µs) and HBM utilisation on ``problem`` (raises ScheduleError or
+    DeadlockError); ``remember`` keeps them for a later call with the same candidate and problem."""
+    key = repr(cand)
+    if _SIMULATED["problem"] is problem and key in _SIMULATED["results"]:
+        return _SIMULATED["results"][key]
+    res = simulate(build(cand, problem), timeline=False)  # a trial needs the numbers only
+    if remember:
+        if _SIMULATED["problem"] is not problem:
+            _SIMULATED.update(problem=problem, results={})
+        _SIMULATED["results"][key] = (res.latency_us, res.hbm_util)
+    return res.latency_us, res.hbm_util
 
 
 def _counted(study) -> int:
@@ -369,7 +387,7 @@ def fused_kv_split(problem: Problem, params: dict[str, Any]) -> dict[str, Any]:
         p = {**params, "kv_split_mult": m}
         try:
             cand = suggest(optuna.trial.FixedTrial(p), problem.gpu, "megakernel", problem.fixed, problem.designs)
-            us = simulate(build(cand, problem), timeline=False).latency_us
+            us = _simulated(cand, problem, remember=True)[0]
         except (ScheduleError, DeadlockError, optuna.TrialPruned):
             continue
         if us < best_us:
@@ -645,11 +663,9 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
         if workers == 1:
             _work(problem, objs, url, name, seed, trials, timeout, progress, storage=st if url == MEMORY else None)
         else:
-            # Enqueued trials (the baselines) run here first: SQLite cannot hand a waiting trial to
-            # exactly one of several processes, so two could evaluate the same one.
-            waiting = _waiting(study)
-            if waiting:
-                _work(problem, objs, url, name, seed, min(trials, _counted(study) + waiting), timeout, progress)
+            # The workers share the enqueued trials (the baselines) out too: a process takes a waiting
+            # trial in a transaction that holds the write lock (SQLite: BEGIN IMMEDIATE; PostgreSQL:
+            # SELECT ... FOR UPDATE), so no two evaluate the same one.
             ctx = mp.get_context("fork") if os.name == "posix" else mp.get_context("spawn")
             procs = [ctx.Process(target=_work_in_child, args=(os.getpid(), problem, objs, url, name,
                                                               (seed + i) % (SEED_MAX + 1), trials, timeout,
