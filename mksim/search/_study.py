@@ -137,7 +137,9 @@ def storage_for(url: str | None, study_name: str):
         try:
             st = optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S, **kw)
             if url.startswith("sqlite"):
-                _immediate_transactions(st.engine)
+                from ._storage import prepare_sqlite  # imports optuna: not with mksim.search
+
+                prepare_sqlite(st.engine)
             return url, st
         except Exception as exc:  # sqlalchemy's own errors: bad URL, server down, missing driver
             # workers that start together on a new database race to create its tables: the
@@ -149,33 +151,6 @@ def storage_for(url: str | None, study_name: str):
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise MksimError(f"cannot open study storage {url!r}: {first}") from None
     raise MksimError(f"cannot open study storage {url!r}: its tables could not be created; try again")
-
-
-def _immediate_transactions(engine) -> None:
-    """Make every transaction on an SQLite ``engine`` take the database's write lock when it begins
-    (``BEGIN IMMEDIATE``), so that optuna's read-then-write steps are atomic between processes.
-
-    pysqlite begins a transaction only at the first write, so a read before it runs outside any lock:
-    two processes popping the same waiting trial both read it WAITING, both mark it RUNNING and both
-    evaluate it, and the second to finish fails with "Cannot tell a COMPLETE trial" (two searches on one
-    study, or a worker beside another run). A database that cannot be written (opened read-only) begins
-    plain transactions, as before."""
-    import sqlalchemy
-
-    @sqlalchemy.event.listens_for(engine, "connect")
-    def _no_implicit_begin(dbapi_connection, connection_record) -> None:
-        dbapi_connection.isolation_level = None  # pysqlite emits no BEGIN of its own
-
-    @sqlalchemy.event.listens_for(engine, "begin")
-    def _begin_immediate(conn) -> None:
-        try:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-        except sqlalchemy.exc.OperationalError as exc:
-            if "readonly" not in str(exc) and "read-only" not in str(exc):
-                raise
-            conn.exec_driver_sql("BEGIN")
-
-    engine.dispose()  # connections made before the listeners (the tables' creation) are not reused
 
 
 def sqlite_file(url: str | None) -> str | None:
@@ -230,30 +205,61 @@ class _Objective:
 
     def __call__(self, trial) -> float | tuple[float, ...]:
         optuna = _optuna()
+        from ._storage import flush  # imports optuna: not with mksim.search
+
         # first, so that a run after a kill can tell this trial's process is gone (_fail_orphaned_trials)
         trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+        flush(trial)  # now, not with the trial's other writes
         if _duplicate_baseline(trial):
             raise DuplicateBaseline(trial.user_attrs["baseline"])
         cand = suggest(trial, self.problem.gpu, trial.user_attrs.get("mode", "megakernel"), self.problem.fixed,
                        self.problem.designs)
+        flush(trial)  # its parameters, for the other processes' samplers while it runs
         try:
-            sched = build(cand, self.problem)
-            res = simulate(sched, timeline=False)  # a trial needs the numbers only
+            latency_us, hbm_util = _simulated(cand, self.problem)
         except (ScheduleError, DeadlockError) as exc:
             trial.set_user_attr("pruned_reason", str(exc))
             raise optuna.TrialPruned(str(exc)) from None
-        vals = {"latency_us": res.latency_us, "smem_KiB": cand.smem_KiB()}
-        trial.set_user_attr("latency_us", res.latency_us)
+        vals = {"latency_us": latency_us, "smem_KiB": cand.smem_KiB()}
+        trial.set_user_attr("latency_us", latency_us)
         trial.set_user_attr("smem_KiB", vals["smem_KiB"])
-        trial.set_user_attr("hbm_util", res.hbm_util)
+        trial.set_user_attr("hbm_util", hbm_util)
         out = tuple(vals[OBJECTIVES[o][0]] for o in self.objectives)
         return out[0] if len(out) == 1 else out
 
 
+# The candidates this process has simulated for :func:`fused_kv_split` (one problem's, the last): the fused
+# trial is one of them, and its trial takes the numbers from here instead of simulating it again.
+_SIMULATED: dict[str, Any] = {"problem": None, "results": {}}
+
+
+def _simulated(cand: Candidate, problem: Problem, remember: bool = False) -> tuple[float, float]:
+    """``cand``'s predicted latency (µs) and HBM utilisation on ``problem`` (raises ScheduleError or
+    DeadlockError); ``remember`` keeps them for a later call with the same candidate and problem."""
+    key = repr(cand)
+    if _SIMULATED["problem"] is problem and key in _SIMULATED["results"]:
+        return _SIMULATED["results"][key]
+    res = simulate(build(cand, problem), timeline=False)  # a trial needs the numbers only
+    if remember:
+        if _SIMULATED["problem"] is not problem:
+            _SIMULATED.update(problem=problem, results={})
+        _SIMULATED["results"][key] = (res.latency_us, res.hbm_util)
+    return res.latency_us, res.hbm_util
+
+
 def _counted(study) -> int:
-    optuna = _optuna()
-    return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,
-                                                         optuna.trial.TrialState.PRUNED)))
+    """The study's finished trials (complete or pruned), what ``trials`` counts."""
+    from ._storage import count_trials  # imports optuna: not with mksim.search
+
+    TS = _optuna().trial.TrialState
+    return count_trials(study, (TS.COMPLETE, TS.PRUNED))
+
+
+def _waiting(study) -> int:
+    """The study's enqueued trials that no process has taken yet."""
+    from ._storage import count_trials
+
+    return count_trials(study, (_optuna().trial.TrialState.WAITING,))
 
 
 def _with_driver(url: str) -> str:
@@ -300,6 +306,9 @@ def _open_study_unchecked(problem: Problem, objectives: tuple[str, ...], storage
     directions = [OBJECTIVES[o][1] for o in objectives]
     sampler = (optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True)
                if len(objectives) == 1 else optuna.samplers.NSGAIISampler(seed=seed))
+    from ._storage import batched  # imports optuna: not with mksim.search
+
+    storage = batched(storage)  # one transaction per trial's writes, not one per write
     try:  # the one process that creates the study records its problem; the others read it
         study = optuna.create_study(study_name=study_name, storage=storage, directions=directions, sampler=sampler)
         created = True
@@ -379,7 +388,7 @@ def fused_kv_split(problem: Problem, params: dict[str, Any]) -> dict[str, Any]:
         p = {**params, "kv_split_mult": m}
         try:
             cand = suggest(optuna.trial.FixedTrial(p), problem.gpu, "megakernel", problem.fixed, problem.designs)
-            us = simulate(build(cand, problem), timeline=False).latency_us
+            us = _simulated(cand, problem, remember=True)[0]
         except (ScheduleError, DeadlockError, optuna.TrialPruned):
             continue
         if us < best_us:
@@ -405,8 +414,9 @@ def _enqueue_baselines(study, problem: Problem) -> list[str]:
     before the first enqueue, so the enqueues follow each other closely; a name is looked up again
     just before it is enqueued, so that two runs starting together rarely enqueue one twice (and if
     they do, it is run twice: nothing is lost)."""
+    held = _held_baselines(study)
     todo = {name: params for name, params in baseline_params(problem.gpu, problem.fixed, problem.designs).items()
-            if name not in _held_baselines(study)}
+            if name not in held}
     if FUSED_MEGAKERNEL in todo:
         todo[FUSED_MEGAKERNEL] = fused_kv_split(problem, todo[FUSED_MEGAKERNEL])
     done = []
@@ -565,7 +575,6 @@ def _work(problem: Problem, objectives, url: str, study_name: str, seed: int, tr
     waits (or time runs out). ``storage`` is given for the in-memory storage, which a URL cannot
     reopen; ``parent``, in a worker process, is the pid of the search that started it."""
     optuna = _optuna()
-    TS = optuna.trial.TrialState
     try:
         if storage is None:
             _, storage = storage_for(url, study_name)
@@ -573,17 +582,14 @@ def _work(problem: Problem, objectives, url: str, study_name: str, seed: int, tr
         if url != MEMORY:
             optuna.storages.fail_stale_trials(study)
 
-        def waiting() -> int:
-            return len(study.get_trials(deepcopy=False, states=(TS.WAITING,)))
-
         left = trials - _counted(study)
-        if left <= 0 and not waiting():
+        if left <= 0 and not _waiting(study):
             return
 
         def enough(st, _) -> None:
             # optuna's MaxTrialsCallback, but a trial that waits (a baseline enqueued by another run
             # that started at the same moment) is run before stopping
-            if _counted(st) >= trials and not waiting():
+            if _counted(st) >= trials and not _waiting(st):
                 st.stop()
 
         with _sigint_noted(also_term=parent is not None) as interrupted:
@@ -667,12 +673,9 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
         if workers == 1:
             _work(problem, objs, url, name, seed, trials, timeout, progress, storage=st if url == MEMORY else None)
         else:
-            # Enqueued trials (the baselines) run here first: SQLite cannot hand a waiting trial to
-            # exactly one of several processes, so two could evaluate the same one.
-            optuna = _optuna()
-            waiting = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
-            if waiting:
-                _work(problem, objs, url, name, seed, min(trials, _counted(study) + waiting), timeout, progress)
+            # The workers share the enqueued trials (the baselines) out too: a process takes a waiting
+            # trial in a transaction that holds the write lock (SQLite: BEGIN IMMEDIATE; PostgreSQL:
+            # SELECT ... FOR UPDATE), so no two evaluate the same one.
             ctx = mp.get_context("fork") if os.name == "posix" else mp.get_context("spawn")
             procs = [ctx.Process(target=_work_in_child, args=(os.getpid(), problem, objs, url, name,
                                                               (seed + i) % (SEED_MAX + 1), trials, timeout,

@@ -18,6 +18,7 @@ import hwmodels  # noqa: E402
 from mksim.search import Problem, baseline_params, build, search, suggest  # noqa: E402
 from mksim.search._report import candidate_rows, report_rows  # noqa: E402
 from tests.clirun import mksim  # noqa: E402
+from tests.mksim.searchkit import count, small_gpu  # noqa: E402
 
 N_BASE = len(baseline_params(hwmodels.load("h200")))
 
@@ -34,14 +35,22 @@ def counted(url: str, study: str) -> list:
 
 
 @pytest.fixture(scope="module")
-def seeded(tmp_path_factory):
+def gpu(tmp_path_factory) -> str:
+    """An H200 of 16 SMs (tests/mksim/searchkit.py): the H200's space and baselines, trials a tenth of the cost."""
+    path = small_gpu(tmp_path_factory.mktemp("gpu"))
+    assert len(baseline_params(hwmodels.load(str(path)))) == N_BASE
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory, gpu):
     """One seeded search in SQLite, which the tests of its baselines and of determinism share."""
     db = tmp_path_factory.mktemp("seeded") / "a.db"
-    return search("llama-3.2-1b", "h200", trials=N_BASE + 4, seed=11, storage=f"sqlite:///{db}")
+    return search("llama-3.2-1b", gpu, trials=N_BASE + 4, seed=11, storage=f"sqlite:///{db}")
 
 
 @pytest.mark.slow
-def test_baselines_are_the_built_in_schedules_and_best_is_never_worse(seeded):
+def test_baselines_are_the_built_in_schedules_and_best_is_never_worse(seeded, gpu):
     res = seeded
     assert set(res.baselines) == {f"megakernel:{p}" for p in ("rr", "zigzag", "wave", "dag", "pool")} | {
         "graph", "graph_pdl"}
@@ -49,7 +58,7 @@ def test_baselines_are_the_built_in_schedules_and_best_is_never_worse(seeded):
 
     for name in ("megakernel:rr", "graph_pdl"):
         mode, _, policy = name.partition(":")
-        direct = mksim.simulate(mksim.build_schedule("llama-3.2-1b", "h200", mode, policy=policy or None))
+        direct = mksim.simulate(mksim.build_schedule("llama-3.2-1b", gpu, mode, policy=policy or None))
         assert res.baselines[name]["latency_us"] == pytest.approx(direct.latency_us, rel=1e-12)
     assert res.best["latency_us"] <= min(b["latency_us"] for b in res.baselines.values())
     assert all(s >= 1.0 for s in res.improvement().values())
@@ -58,8 +67,8 @@ def test_baselines_are_the_built_in_schedules_and_best_is_never_worse(seeded):
 
 
 @pytest.mark.slow
-def test_seeded_search_is_deterministic(seeded, tmp_path):
-    b = search("llama-3.2-1b", "h200", trials=N_BASE + 4, seed=11, storage=f"sqlite:///{tmp_path}/b.db")
+def test_seeded_search_is_deterministic(seeded, gpu, tmp_path):
+    b = search("llama-3.2-1b", gpu, trials=N_BASE + 4, seed=11, storage=f"sqlite:///{tmp_path}/b.db")
     assert seeded.best == b.best
 
 
@@ -136,10 +145,10 @@ def test_split_projections_interleave_under_level_order():
 
 
 @pytest.fixture(scope="module")
-def in_memory(tmp_path_factory):
+def in_memory(tmp_path_factory, gpu):
     """The fewest trials in memory, with a report: what the report's and the storage's tests read."""
     page_path = tmp_path_factory.mktemp("report") / "r.html"
-    return search("llama-3.2-1b", "h200", trials=N_BASE, storage="memory", report=page_path), page_path
+    return search("llama-3.2-1b", gpu, trials=N_BASE, storage="memory", report=page_path), page_path
 
 
 @pytest.mark.slow
@@ -160,17 +169,17 @@ def test_report_shows_the_best_schedule_as_a_table_not_a_dict(in_memory):
 
 
 @pytest.mark.slow
-def test_memory_storage_keeps_nothing_and_needs_one_worker(in_memory):
+def test_memory_storage_keeps_nothing_and_needs_one_worker(in_memory, gpu):
     res, _ = in_memory
     assert res.n_complete + res.n_pruned >= N_BASE and res.storage == "memory"
     with pytest.raises(Exception, match="one process"):
-        search("llama-3.2-1b", "h200", trials=N_BASE, storage="memory", workers=2)
+        search("llama-3.2-1b", gpu, trials=N_BASE, storage="memory", workers=2)
 
 
 @pytest.mark.slow
-def test_best_schedule_file_reproduces_the_reported_latency(tmp_path):
+def test_best_schedule_file_reproduces_the_reported_latency(tmp_path, gpu):
     best = tmp_path / "best.json"
-    r = cli("search", "--trials", str(N_BASE + 2), "--seed", "5", "--storage", f"sqlite:///{tmp_path}/c.db",
+    r = cli("search", "--gpu", gpu, "--trials", str(N_BASE + 2), "--seed", "5", "--storage", f"sqlite:///{tmp_path}/c.db",
             "--out", str(best), "--report", str(tmp_path / "r.html"), "--json")
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
@@ -183,8 +192,8 @@ def test_best_schedule_file_reproduces_the_reported_latency(tmp_path):
 
 
 @pytest.mark.slow
-def test_pareto_front_for_latency_and_shared_memory(tmp_path):
-    res = search("llama-3.2-1b", "h200", trials=N_BASE + 6, seed=2, objectives="latency,smem",
+def test_pareto_front_for_latency_and_shared_memory(tmp_path, gpu):
+    res = search("llama-3.2-1b", gpu, trials=N_BASE + 6, seed=2, objectives="latency,smem",
                  storage=f"sqlite:///{tmp_path}/p.db")
     assert res.pareto
     lat = [p["latency_us"] for p in res.pareto]
@@ -194,24 +203,23 @@ def test_pareto_front_for_latency_and_shared_memory(tmp_path):
 
 
 @pytest.mark.slow
-def test_sqlite_study_survives_a_kill_and_resumes(tmp_path):
-    url, study, total = f"sqlite:///{tmp_path}/k.db", "resume", 30
-    args = ["search", "--trials", str(total), "--storage", url, "--study", study, "--seed", "4", "--json"]
+def test_sqlite_study_survives_a_kill_and_resumes(tmp_path, gpu):
+    db, study, total = tmp_path / "k.db", "resume", N_BASE + 5
+    url = f"sqlite:///{db}"
+    args = ["search", "--gpu", gpu, "--trials", str(total), "--storage", url, "--study", study, "--seed", "4", "--json"]
     proc = subprocess.Popen([sys.executable, "-m", "mksim", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     done_before: dict[int, float] = {}
     while time.time() < deadline:
-        time.sleep(0.5)
-        try:
-            done = counted(url, study)
-        except Exception:  # the study is not created yet
-            continue
-        if len(done) >= 12:
+        time.sleep(0.01)
+        if count(db) >= 12:  # read without optuna: cheap enough to poll this often
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             done_before = {t.number: t.user_attrs.get("latency_us") for t in counted(url, study)}
             break
+        if proc.poll() is not None:
+            pytest.fail(f"the first search ended (status {proc.returncode}) before 12 trials")
     else:
         proc.kill()
         pytest.fail("the first search never reached 12 trials")
@@ -266,11 +274,11 @@ def test_cli_errors_are_one_line(tmp_path):
         assert text in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
 
 
-@pytest.mark.slow  # 2.4 s of CPU
+@pytest.mark.slow  # 1.4 s of CPU
 def test_the_fused_trial_takes_the_kv_split_the_model_prefers():
     from mksim import simulate
     from mksim.search._space import FUSED_MEGAKERNEL, KV_SPLIT_MULT
-    from mksim.search._study import fused_kv_split
+    from mksim.search._study import _simulated, fused_kv_split
     gpu = hwmodels.load("h200-mk-kernels")
     problem = Problem("llama-3.2-1b", gpu)
     params = baseline_params(gpu)[FUSED_MEGAKERNEL]
@@ -279,11 +287,13 @@ def test_the_fused_trial_takes_the_kv_split_the_model_prefers():
     assert {k: v for k, v in chosen.items() if k != "kv_split_mult"} == {k: v for k, v in params.items()
                                                                           if k != "kv_split_mult"}
 
-    def us(m: float) -> float:
-        c = suggest(optuna.trial.FixedTrial({**params, "kv_split_mult": m}), gpu)
-        return simulate(build(c, problem), timeline=False).latency_us
+    def candidate(m: float):
+        return suggest(optuna.trial.FixedTrial({**params, "kv_split_mult": m}), gpu)
 
-    times = {m: us(m) for m in KV_SPLIT_MULT}
+    # what fused_kv_split simulated, kept for the fused trial (which takes its numbers instead of simulating again)
+    times = {m: _simulated(candidate(m), problem)[0] for m in KV_SPLIT_MULT}
     assert times[chosen["kv_split_mult"]] == min(times.values()) < times[1.0]  # 15 splits beat the default 5
+    for m in (1.0, chosen["kv_split_mult"]):  # the kept numbers are a simulation's
+        assert simulate(build(candidate(m), problem), timeline=False).latency_us == times[m]
     fixed = {k: v for k, v in params.items() if k != "kv_split_mult"}
     assert fused_kv_split(problem, fixed) == fixed  # a split the study fixes stays
