@@ -29,7 +29,13 @@ def _compared(name: str) -> dict:
     return compare_modes("llama-3.2-1b", name)
 
 
-@pytest.fixture(scope="module", params=sorted(hwmodels.available()))
+#: the GPUs whose comparison the quick loop (-m "not slow") runs: the main job's, and one without PDL; the
+#: others (about 1 s of CPU each) run in the whole suite
+QUICK_GPUS = ("h200", "l40s")
+
+
+@pytest.fixture(scope="module", params=[n if n in QUICK_GPUS else pytest.param(n, marks=pytest.mark.slow)
+                                        for n in sorted(hwmodels.available())])
 def compared(request):
     return request.param, _compared(request.param)
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +20,7 @@ from validation.megakernel import quick as quick_look
 from validation.megakernel import syncs
 from validation.megakernel.encode import DEP_OP, DEP_TILES, waits_on_flags
 
+from .. import clirun
 from . import nvcc_builds
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -262,8 +261,7 @@ def test_mksim_validate_refuses_a_dynamic_schedule_in_one_line(tmp_path):
                              dispatch="dynamic", **P.kernel_options("llama-3.2-1b", 1, gpu="h200-mk-kernels"))
     path = tmp_path / "dyn.json"
     path.write_text(s.to_json())
-    r = subprocess.run([sys.executable, "-m", "mksim", "validate", "--schedule", str(path)], capture_output=True,
-                       text=True, cwd=ROOT, timeout=120)
+    r = clirun.mksim("validate", "--schedule", str(path))  # in this process (tests/clirun.py)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: the generated kernel cannot run this schedule: dispatch")

@@ -532,6 +532,7 @@ def test_the_target_against_inductor_reads_a_stacks_run(tmp_path):
         read_stacks(tmp_path)
 
 
+@pytest.mark.slow  # 1.5 s of CPU (matplotlib)
 def test_plots_by_batch(tmp_path):
     from validation.suite import plots as suite_plots
 

@@ -90,7 +90,8 @@ def test_every_verb_help_runs_as_a_command():
         assert out.lower().startswith("usage: python -m validation " + name), (name, out[:200])
 
 
-GPU_RUNS = (["host-rate", "--out", "x.json"], ["suite", "run", "--only", "llama-3.2-1b/b1/graph", "--out", "x"],
+GPU_RUNS = (pytest.param(["host-rate", "--out", "x.json"], marks=pytest.mark.slow),  # a child importing torch: 2.4 s
+            ["suite", "run", "--only", "llama-3.2-1b/b1/graph", "--out", "x"],
             ["chains", "run", "--quick", "--out", "x"])
 
 
@@ -101,7 +102,7 @@ def _gpu_device_files() -> bool:
 
 
 @pytest.mark.skipif(_gpu_device_files(), reason="this machine has a GPU")
-@pytest.mark.parametrize("argv", GPU_RUNS, ids=lambda a: a[0])
+@pytest.mark.parametrize("argv", GPU_RUNS, ids=["host-rate", "suite", "chains"])
 def test_a_gpu_verb_without_a_gpu_is_one_line(argv, tmp_path):
     r = _run(*argv[:-1], str(tmp_path / argv[-1]))
     assert r.returncode == 2, r.stderr
