@@ -20,6 +20,7 @@ fails here with the file and line that makes it.
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from pathlib import Path
 
@@ -45,9 +46,17 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """The module's syntax tree, parsed once per test process (the checks below read every file)."""
+    return ast.parse(path.read_text(), str(path))
+
+
+@functools.cache
 def _imports(name: str, path: Path) -> list[tuple[str, list[str], int, bool]]:
-    """(module imported, names taken from it, line, at module top) for each import of ``name``."""
-    tree = ast.parse(path.read_text(), str(path))
+    """(module imported, names taken from it, line, at module top) for each import of ``name``
+    (once per test process: read, not changed)."""
+    tree = _tree(path)
     top = {id(n) for n in tree.body}
     for n in tree.body:  # imports under a module-level `if TYPE_CHECKING:` or `try:` count as top
         if isinstance(n, (ast.If, ast.Try)):
@@ -241,7 +250,7 @@ def _docstring_ids(tree: ast.AST) -> set[int]:
 
 def _literal_lists(path: Path) -> list[tuple[int, list[str]]]:
     """(line, the strings) of each list, tuple or set literal made only of string constants."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = _tree(path)
     out = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.List, ast.Tuple, ast.Set)) and node.elts and all(
@@ -270,7 +279,7 @@ def test_no_registered_names_retyped_as_a_list():
 
 def _string_constants(path: Path) -> list[tuple[int, str]]:
     """(line, value) of each string constant that is not a docstring (f-string parts included)."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = _tree(path)
     docs = _docstring_ids(tree)
     return [(n.lineno, n.value) for n in ast.walk(tree)
             if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
@@ -290,7 +299,7 @@ def test_hwmodels_load_has_one_seam():
     for name, path in MODULES.items():
         if not name.startswith(("mksim", "explorer")) or name == "mksim.target":
             continue
-        tree = ast.parse(path.read_text(), str(path))
+        tree = _tree(path)
         loads = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "hwmodels"
                  for a in n.names if a.name == "load"}
         for n in ast.walk(tree):

@@ -34,8 +34,8 @@ BLOCK = re.compile(r"```(console|console-nocheck|console-error)\n(.*?)```", re.S
 #: commands of over 2 s (a search, a calibration, a sweep of batches, the validation suite): slow, and so
 #: is every command after one in the same block (it may read what the slow one wrote)
 SLOW_COMMANDS = ("search", "calibrate", "sweep", "validate")
-#: pages whose ``>>>`` examples take over 2 s of CPU (a search; many simulations)
-SLOW_PAGES = ("model.md", "search.md", "stacks.md", "workloads.md")
+#: pages whose ``>>>`` examples take over about 1 s of CPU (a search; many simulations; the explorer's imports)
+SLOW_PAGES = ("api.md", "explorer.md", "model.md", "search.md", "stacks.md", "workloads.md")
 
 
 def _console_examples():

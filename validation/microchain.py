@@ -91,7 +91,7 @@ def predict_us(gpu: GPUSpec, nbytes: float, mode: str, graph_start_us: float, n_
                            prefetch_depth=max(1, math.ceil(chunk_KiB / PAGE_KiB)), page_KiB=PAGE_KiB)
     else:
         raise ValueError(f"unknown chain mode {mode!r}")
-    res = simulate(s)
+    res = simulate(s, timeline=False)
     return (res.latency_us - gpu.launch.launch_latency_us + graph_start_us) / n_kernels
 
 

@@ -4,6 +4,7 @@ well at 80 columns."""
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import subprocess
@@ -22,9 +23,21 @@ from mksim.schedule import MODES, Schedule, get_mode, modes_on
 NO_PDL = {"a100": "8.0", "l40s": "8.9", "rtx4090": "8.9"}  # NVIDIA before compute capability 9.0
 
 
-@pytest.fixture(scope="module", params=sorted(hwmodels.available()))
+@functools.cache
+def _compared(name: str) -> dict:
+    """``compare_modes("llama-3.2-1b", name)``, once per GPU per test process (the tests read it)."""
+    return compare_modes("llama-3.2-1b", name)
+
+
+#: the GPUs whose comparison the quick loop (-m "not slow") runs: the main job's, and one without PDL; the
+#: others (about 1 s of CPU each) run in the whole suite
+QUICK_GPUS = ("h200", "l40s")
+
+
+@pytest.fixture(scope="module", params=[n if n in QUICK_GPUS else pytest.param(n, marks=pytest.mark.slow)
+                                        for n in sorted(hwmodels.available())])
 def compared(request):
-    return request.param, compare_modes("llama-3.2-1b", request.param)
+    return request.param, _compared(request.param)
 
 
 def test_compare_runs_at_the_defaults_on_every_gpu(compared):
@@ -96,7 +109,7 @@ def _render(d, width=80) -> str:
 
 
 def test_the_main_jobs_table_reads_well_at_80_columns():
-    d = compare_modes("llama-3.2-1b", "h200")
+    d = _compared("h200")
     for width in (80, 160):  # a terminal 80 wide, and a pipe (mksim.console's 160)
         text = _render(d, width)
         lines = text.splitlines()
@@ -138,11 +151,13 @@ def test_sweep_on_a_gpu_without_pdl():
 
     rows = sweep_rows("llama-3.2-1b", "l40s", [1], [1024])
     assert "graph_pdl_us" not in rows[0] and rows[0]["megakernel_speedup_vs_graph_pdl"] is None
+    assert {k: v for k, v in rows[0].items() if k.endswith("_us")} == {
+        f"{m}_us": row["latency_us"] for m, row in _compared("l40s")["modes"].items()}  # the comparison's
     assert "graph_pdl" not in sweep_series(rows)["latency_us"]
     text = _render_table(tables.sweep_table(rows, "llama-3.2-1b", "l40s"))
     assert "graph_pdl left out: l40s has no programmatic dependent launch" in text and "MK vs PDL" not in text
     assert max(map(len, text.splitlines())) <= 80
-    assert tables.gpu_absent_lines("l40s") == tables.absent_lines(compare_modes("llama-3.2-1b", "l40s"))
+    assert tables.gpu_absent_lines("l40s") == tables.absent_lines(_compared("l40s"))
 
 
 def _render_table(t) -> str:

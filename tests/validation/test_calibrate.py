@@ -14,6 +14,8 @@ import hwmodels
 from validation.calibrate import fit
 from validation.calibrate._params import base_model, combine, overlay_text, params, run_to_run
 
+from .. import clirun
+
 TRUTH = {"read_GBps": 4300.0, "copy_GBps": 4000.0, "l2_GBps": 9000.0, "l2_ns": 260.0, "dram_ns": 620.0,
          "lat_load_ns": 900.0, "per_sm_GBps": 55.0, "chip_GBps": 4350.0, "host_us": 2.1, "gap_us": 1.9,
          "graph_us": 1.1, "pdl_us": 0.8, "single_us": 6.0, "sync_us": 1.4, "flag_ns": 800.0, "atomic_ns": 700.0,
@@ -105,8 +107,16 @@ def test_boundary_parts_give_the_set_up_and_the_first_load():
         fit.fit_boundary_parts([r for r in synthetic_parts()["boundary_parts"]["rows"] if r["chain"] != 16], 4800.0)
 
 
-@pytest.mark.slow  # 1.5 s of CPU
-def test_a_boundary_parts_run_joins_the_calibration_runs(tmp_path):
+@pytest.fixture
+def no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``finish`` without its plots (2 s of matplotlib), for tests of the overlay: test_plot_series_and_files
+    and test_cli_fits_saved_runs_without_a_gpu make them."""
+    import validation.calibrate
+
+    monkeypatch.setattr(validation.calibrate, "write_plots", lambda *a, **k: [])
+
+
+def test_a_boundary_parts_run_joins_the_calibration_runs(tmp_path, no_plots):
     """Its two parameters join the overlay of the runs it is given with (as for our H200)."""
     paths = []
     for i, raw in enumerate((synthetic_raw(5), synthetic_parts())):
@@ -121,6 +131,7 @@ def test_a_boundary_parts_run_joins_the_calibration_runs(tmp_path):
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
+    """``mksim ARGS`` in a child Python: where a real process is the point (its exit status, one line)."""
     return subprocess.run([sys.executable, "-m", "mksim", *args], capture_output=True, text=True, timeout=300)
 
 
@@ -238,7 +249,7 @@ def test_cli_fits_saved_runs_without_a_gpu(tmp_path):
         p.write_text(json.dumps(synthetic_raw(seed)))
         raws += ["--from-raw", str(p)]
     out = tmp_path / "h200-cal.toml"
-    r = run("calibrate", *raws, "--out", str(out), "--json")
+    r = clirun.mksim("calibrate", *raws, "--out", str(out), "--json")  # in this process (tests/clirun.py)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     assert math.isclose(got["params"]["runtime.launch.graph_node_us"]["value"], TRUTH["graph_us"], rel_tol=0.02)
@@ -247,7 +258,7 @@ def test_cli_fits_saved_runs_without_a_gpu(tmp_path):
     summary = json.loads((tmp_path / "h200-cal.fits.json").read_text())
     assert summary["datasheet"]["memory.dram.latency_ns"] == hwmodels.load("h200").dram.latency_ns
     # the simulator takes the calibrated model by path
-    r = run("simulate", "--model", "llama-3.2-1b", "--gpu", str(out), "--mode", "graph", "--json")
+    r = clirun.mksim("simulate", "--model", "llama-3.2-1b", "--gpu", str(out), "--mode", "graph", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["latency_us"] > 0
 
@@ -268,10 +279,10 @@ def test_cli_without_gpu_says_so_in_one_line():
 def test_cli_from_raw_errors_are_one_line(tmp_path):
     bad = tmp_path / "bad.raw.json"
     bad.write_text("{not json")
-    r = run("calibrate", "--from-raw", str(bad), "--out", str(tmp_path / "x.toml"))
+    r = run("calibrate", "--from-raw", str(bad), "--out", str(tmp_path / "x.toml"))  # a real child
     assert r.returncode == 2 and "cannot read raw calibration results" in r.stderr
     assert r.stderr.strip().count("\n") == 0
-    r = run("calibrate", "--from-raw", str(bad))
+    r = clirun.mksim("calibrate", "--from-raw", str(bad))
     assert r.returncode == 2 and "--out" in r.stderr
 
 
@@ -319,8 +330,8 @@ def test_calibration_page_table_matches_the_shipped_results():
         "regenerate the table with: python -m validation calibrate-report " + str(fits.relative_to(root))
 
 
-@pytest.mark.slow  # 3.1 s of CPU
-def test_shipped_overlay_is_what_the_raw_runs_give(tmp_path):
+@pytest.mark.slow  # 1.4 s of CPU
+def test_shipped_overlay_is_what_the_raw_runs_give(tmp_path, no_plots):
     """The committed h200-calibrated.toml is reproduced exactly from the committed raw runs (two
     calibration runs and the boundary-parts run) and the mechanism sweeps (the poll sweep of a later
     call among them)."""

@@ -8,8 +8,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +20,7 @@ from validation.megakernel import quick as quick_look
 from validation.megakernel import syncs
 from validation.megakernel.encode import DEP_OP, DEP_TILES, waits_on_flags
 
+from .. import clirun
 from . import nvcc_builds
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,6 +72,35 @@ def _walk(sp: P.SentinelPlan, s0: int, s1: int) -> list[tuple[str, int, int, int
     return units
 
 
+def _cover(ranges) -> dict[str, list[tuple[int, int]]]:
+    """The bytes of ``(buffer, first, end)`` ranges as each buffer's sorted, disjoint, non-adjacent runs:
+    two lists of ranges cover the same bytes exactly when their covers are equal."""
+    by: dict[str, list[tuple[int, int]]] = {}
+    for buf, a, z in ranges:
+        if z > a:
+            by.setdefault(buf, []).append((a, z))
+    cover = {}
+    for buf, spans in by.items():
+        spans.sort()
+        runs = [list(spans[0])]
+        for a, z in spans[1:]:
+            if a <= runs[-1][1]:
+                runs[-1][1] = max(runs[-1][1], z)
+            else:
+                runs.append([a, z])
+        cover[buf] = [(a, z) for a, z in runs]
+    return cover
+
+
+def test_cover_is_the_set_of_bytes():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        ranges = [(str(rng.integers(2)), int(a), int(a + rng.integers(0, 9))) for a in rng.integers(0, 40, 6)]
+        from_cover = {(b, x) for b, runs in _cover(ranges).items() for a, z in runs for x in range(a, z)}
+        assert from_cover == {(b, x) for b, a, z in ranges for x in range(a, z)}
+    assert _cover([("x", 0, 4), ("x", 4, 8), ("x", 9, 9), ("y", 2, 3)]) == {"x": [(0, 8)], "y": [(2, 3)]}
+
+
 @pytest.mark.slow  # 2.5 s of CPU
 def test_poll_segments_are_aligned_units_of_the_right_element_size(sentinel_plan):
     sp, plan = sentinel_plan.sentinel, sentinel_plan
@@ -88,7 +116,7 @@ def test_poll_segments_are_aligned_units_of_the_right_element_size(sentinel_plan
         assert s1 > s0 and ends[0] > 0 and (np.diff(ends) > 0).all()
 
 
-@pytest.mark.slow  # 11.0 s of CPU
+@pytest.mark.slow  # 1.8 s of CPU, the three plans
 def test_every_dependency_polls_exactly_the_bytes_its_producer_tiles_write(sentinel_plan):
     plan, sp = sentinel_plan, sentinel_plan.sentinel
     s, g = plan.schedule, plan.schedule.graph
@@ -98,13 +126,9 @@ def test_every_dependency_polls_exactly_the_bytes_its_producer_tiles_write(senti
         if (p, t0, t1) in seen:
             continue
         seen.add((p, t0, t1))
-        polled = set()
-        for buf, a, size, _esz in _walk(sp, *sp.poll_deps[d]):
-            polled |= {(buf, x) for x in range(a, a + size)}
-        want = set()
-        for buf, a, z, _esz in P.written_bytes(s.workload.ops[p], plan.ops[p], int(g.bounds[p][t0]),
-                                               int(g.bounds[p][t1]), T):
-            want |= {(buf, x) for x in range(a, z)}
+        polled = _cover((buf, a, a + size) for buf, a, size, _esz in _walk(sp, *sp.poll_deps[d]))
+        want = _cover((buf, a, z) for buf, a, z, _esz in P.written_bytes(
+            s.workload.ops[p], plan.ops[p], int(g.bounds[p][t0]), int(g.bounds[p][t1]), T))
         assert polled == want, s.workload.ops[p].name
 
 
@@ -237,8 +261,7 @@ def test_mksim_validate_refuses_a_dynamic_schedule_in_one_line(tmp_path):
                              dispatch="dynamic", **P.kernel_options("llama-3.2-1b", 1, gpu="h200-mk-kernels"))
     path = tmp_path / "dyn.json"
     path.write_text(s.to_json())
-    r = subprocess.run([sys.executable, "-m", "mksim", "validate", "--schedule", str(path)], capture_output=True,
-                       text=True, cwd=ROOT, timeout=120)
+    r = clirun.mksim("validate", "--schedule", str(path))  # in this process (tests/clirun.py)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: the generated kernel cannot run this schedule: dispatch")
@@ -256,8 +279,11 @@ def _fake_measure(schedule, reps, watchdog_s):
             "trace": {"span_us": us, "kinds": {"matmul": {"wait_us": 0.5}}}, "kernel": {"depth": 4}}
 
 
-@pytest.mark.slow  # 4.6 s of CPU
-def test_the_syncs_runner_writes_one_row_per_case(tmp_path):
+@pytest.mark.slow  # 2.0 s of CPU
+def test_the_syncs_runner_writes_one_row_per_case(tmp_path, monkeypatch):
+    # the runner's plumbing on its two llama-3.2-1b cases (the 8b one adds three simulations, nothing new)
+    monkeypatch.setattr(syncs, "CASES", syncs.CASES[:2])
+    assert syncs.CASES == (("llama-3.2-1b", 1), ("llama-3.2-1b", 4))
     said: list[str] = []
     doc = syncs.run(tmp_path, measure=_fake_measure, say=said.append)
     on_disk = json.loads((tmp_path / "syncs.json").read_text())

@@ -25,7 +25,9 @@ from validation.calibrate import NoGPUError
 from validation.suite.schedules import schedules_table
 from validation.suite.targets import design_targets
 
+from .. import clirun
 from ..clirun import mksim_inproc
+from . import predict_once
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "validation.md"
@@ -36,8 +38,15 @@ DEVICE = {"name": "Fake H200", "driver": "0.0", "host": "test"}
 
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``mksim ARGS`` in a child Python: where a real process is the point (its exit status, no traceback)."""
     return subprocess.run([sys.executable, "-m", "mksim", *args], capture_output=True, text=True, timeout=timeout,
                           cwd=ROOT)
+
+
+@pytest.fixture(autouse=True)
+def _predict_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every schedule these tests predict (in this process) is simulated once: tests/validation/predict_once.py."""
+    predict_once.patch(monkeypatch)
 
 
 def fake_trace(schedule, path) -> None:
@@ -157,7 +166,7 @@ def test_formula_kernel_options_and_a_schedule_that_no_longer_fits(tmp_path):
                                          r"validate schedules"):
         vs.check_kernel_fit(s, "llama-3.2-1b", 4, 1024)
     s.to_json(tmp_path / "small.json")
-    r = cli("validate", "--schedule", str(tmp_path / "small.json"))
+    r = clirun.mksim("validate", "--schedule", str(tmp_path / "small.json"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "smem_reserve_KiB=8" in r.stderr
 
 
@@ -331,7 +340,7 @@ def test_parts_merge_into_one_measured_json(tmp_path):
     assert vs.summarize(doc)["metrics"]["compared"] == 3
     with pytest.raises(MksimError, match="cannot read measured results"):
         vr.merge([tmp_path / "nowhere"])
-    r = cli("validate", "merge", str(tmp_path / "p1"), str(tmp_path / "p2"), "--out", str(tmp_path / "cli"))
+    r = clirun.mksim("validate", "merge", str(tmp_path / "p1"), str(tmp_path / "p2"), "--out", str(tmp_path / "cli"))
     assert r.returncode == 0 and json.loads((tmp_path / "cli" / "measured.json").read_text())["cases"] == doc["cases"]
 
 
@@ -523,6 +532,7 @@ def test_the_target_against_inductor_reads_a_stacks_run(tmp_path):
         read_stacks(tmp_path)
 
 
+@pytest.mark.slow  # 1.5 s of CPU (matplotlib)
 def test_plots_by_batch(tmp_path):
     from validation.suite import plots as suite_plots
 
@@ -555,7 +565,7 @@ def test_report_command_rebuilds_summary_plots_table_and_docs(tmp_path):
     vs.run_suite(SMALL[:2], tmp_path / "run", fake_measure(), device=DEVICE)
     page = tmp_path / "page.md"
     page.write_text(f"# t\n\n{vs.DOCS_BEGIN}\nold\n{vs.DOCS_END}\nafter\n")
-    r = cli("validate", "report", str(tmp_path / "run"), "--out", str(tmp_path / "rep"), "--docs", str(page))
+    r = clirun.mksim("validate", "report", str(tmp_path / "run"), "--out", str(tmp_path / "rep"), "--docs", str(page))
     assert r.returncode == 0, r.stderr
     summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
     assert [c["mode"] for c in summary["cases"]] == ["graph", "graph_pdl"]
@@ -578,7 +588,7 @@ def test_report_command_rebuilds_summary_plots_table_and_docs(tmp_path):
     (["validate", "schedules", "--only", "gpt-9"], "no model and batch matches --only gpt-9"),
 ])
 def test_validate_bad_arguments_answer_in_one_line(args, match):
-    r = cli(*args)
+    r = clirun.mksim(*args)  # in this process; test_validate_without_gpu_answers_in_one_line runs real children
     assert r.returncode == 2 and r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
     assert match in r.stderr
 
@@ -595,9 +605,9 @@ def _has_gpu() -> bool:
 @pytest.mark.skipif(_has_gpu(), reason="checks the answer on a machine without a GPU")
 @pytest.mark.slow  # 1.7 s of CPU
 def test_validate_without_gpu_answers_in_one_line(tmp_path):
-    for args in (["validate", "--model", "llama-3.2-1b", "--mode", "graph"],
-                 ["validate", "suite", "--only", "llama-3.2-1b/b1/graph", "--out", str(tmp_path / "s")]):
-        r = cli(*args)
+    suite = ["validate", "suite", "--only", "llama-3.2-1b/b1/graph", "--out", str(tmp_path / "s")]
+    for run, args in ((cli, ["validate", "--model", "llama-3.2-1b", "--mode", "graph"]), (clirun.mksim, suite)):
+        r = run(*args)  # the first in a real child: its exit status, and no traceback
         assert r.returncode == 2 and r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
         assert "Traceback" not in r.stderr and r.stdout == ""
     assert not (tmp_path / "s").exists()
@@ -606,19 +616,19 @@ def test_validate_without_gpu_answers_in_one_line(tmp_path):
 @pytest.mark.slow  # 1.0 s of CPU
 def test_suite_refuses_to_overwrite_results(tmp_path):
     vs.run_suite(SMALL[:1], tmp_path, fake_measure(), device=DEVICE)
-    r = cli("validate", "suite", "--out", str(tmp_path))
+    r = clirun.mksim("validate", "suite", "--out", str(tmp_path))
     assert r.returncode == 2 and "--resume to go on with it or --force to start over" in r.stderr
 
 
 @pytest.mark.slow  # 3.0 s of CPU
 def test_dry_run_predicts_without_a_gpu():
-    r = cli("validate", "suite", "--dry-run", "--only", "llama-3.2-1b/b1/mega", "--json")
+    r = clirun.mksim("validate", "suite", "--dry-run", "--only", "llama-3.2-1b/b1/mega", "--json")
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)
     assert [x["name"] for x in rows] == [f"llama-3.2-1b/b1/{s}" for s in MK_SCHEDULES]
     # the generated kernels on h200-mk-kernels: about 1 ms (measured on the H200: 1.1-1.8 ms)
     assert all(x["error"] is None and 700 < x["predicted_us"] < 2000 for x in rows)
-    r = cli("validate", "suite", "--dry-run", "--only", "llama-3.1-8b/b8/mega", "--json")
+    r = clirun.mksim("validate", "suite", "--dry-run", "--only", "llama-3.1-8b/b8/mega", "--json")
     rows = json.loads(r.stdout)
     assert r.returncode == 0 and len(rows) == 4 and all("shared memory" in x["refused"] for x in rows)
 
@@ -656,13 +666,18 @@ def test_docs_schedules_table_is_current():
         "regenerate with: python -c 'import validation.suite.schedules as v; print(v.schedules_table())'"
 
 
+#: how validation/results/h200's summary and this page's table were made (validation/results/README.md)
+REPORT_H200 = ("mksim validate report validation/results/h200 --docs docs/validation.md "
+               "--stacks validation/results/evidence/h200-mk18-suite10/inductor")
+
+
 def test_docs_results_table_is_current():
     summary = ROOT / "validation" / "results" / "h200" / "summary.json"
     if not summary.is_file():
         pytest.skip("the suite has not run on the H200 yet")
     assert _between(PAGE.read_text(), vs.DOCS_BEGIN, vs.DOCS_END) == vs.markdown_table(
         json.loads(summary.read_text())), \
-        "regenerate with: mksim validate report validation/results/h200 --docs docs/validation.md"
+        f"regenerate with: {REPORT_H200}"
 
 
 def _doc_commands() -> list[str]:
@@ -678,35 +693,28 @@ def test_docs_section_has_the_commands():
     assert any("--schedule" in c for c in cmds) and any("--mode" in c for c in cmds)
 
 
-#: (case, gpu) -> schedule and id(schedule) -> (schedule, µs): the documented commands predict the same
-#: cases again and again (the whole suite, then it resumed, then in two parts); each is built and
-#: simulated once per test process
+#: (case, gpu) -> schedule: the documented commands build the same cases again and again (the whole
+#: suite, then it resumed, then in two parts); each is built once per test process (and predicted once:
+#: predict_once, for the whole module)
 _BUILT: dict = {}
-_PREDICTED: dict = {}
 
 
 @pytest.fixture
-def predictions_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    real_build, real_predicted = vs.build, vs.predicted_us
+def builds_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_build = vs.build
 
     def build(case, gpu=vs.GPU):
         if (case, gpu) not in _BUILT:
             _BUILT[case, gpu] = real_build(case, gpu)
         return _BUILT[case, gpu]
 
-    def predicted_us(schedule):
-        if id(schedule) not in _PREDICTED:
-            _PREDICTED[id(schedule)] = (schedule, real_predicted(schedule))  # the schedule kept: its id stays its own
-        return _PREDICTED[id(schedule)][1]
-
     monkeypatch.setattr(vs, "build", build)
-    monkeypatch.setattr(vs, "predicted_us", predicted_us)
 
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("suite-doc-commands")  # one worker: the predictions made once serve every command
 @pytest.mark.parametrize("cmd", _doc_commands())
-def test_docs_section_commands_run(cmd, tmp_path, predictions_once):
+def test_docs_section_commands_run(cmd, tmp_path, builds_once):
     """Each documented command runs here as far as a machine without a GPU can: GPU commands with
     --dry-run, report on its folder if that exists, schedules with the fewest trials into tmp. In
     this process (tests/clirun.py), with each case predicted once across the commands."""
@@ -730,6 +738,18 @@ def test_docs_section_commands_run(cmd, tmp_path, predictions_once):
         argv += ["--dry-run"]
     r = mksim_inproc(*argv)
     assert r.returncode == 0, r.stderr
+    if "--dry-run" in argv:  # every case predicted or refused: none failed to build or simulate
+        assert "error: " not in r.stdout, r.stdout
+    if argv[:2] == ["validate", "report"]:
+        summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+        table = vs.markdown_table(summary)
+        assert (tmp_path / "r" / "table.md").read_text() == table and table in page.read_text()
+        committed = ROOT / argv[2] / "summary.json"
+        if committed.resolve().is_relative_to(ROOT) and committed.is_file():
+            # what the repository holds is what the model predicts today, to the last digit
+            want = {c["name"]: c["predicted_us"] for c in json.loads(committed.read_text())["cases"]}
+            assert {c["name"]: c["predicted_us"] for c in summary["cases"]} == want, \
+                f"regenerate with: {REPORT_H200}"
     if argv[:2] == ["validate", "merge"]:
         assert len(json.loads((tmp_path / "merged" / "measured.json").read_text())["cases"]) == len(SMALL)
     if argv[:2] == ["validate", "schedules"]:

@@ -99,7 +99,8 @@ def predict_alone(k: int, n: int, batch: int, gpu: hwmodels.GPUSpec) -> float:
     """One ``K x N`` kernel alone, as mksim predicts it with cuBLAS's options (the mode's
     defaults): the simulated graph of one op less the launch latency (GPU time only)."""
     wl = C.chain_workload(C.Sequence("single", "llama-3.2-1b", ((k, n),)), batch)
-    return mksim.simulate(mksim.build_schedule(wl, gpu, "graph")).latency_us - gpu.launch.launch_latency_us
+    res = mksim.simulate(mksim.build_schedule(wl, gpu, "graph"), timeline=False)
+    return res.latency_us - gpu.launch.launch_latency_us
 
 
 def residuals(rows: list[dict], gpu: hwmodels.GPUSpec) -> np.ndarray:

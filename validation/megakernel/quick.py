@@ -69,7 +69,7 @@ def measure_row(s, *, reps: int, single_ops: bool = False, raw_trace: str | None
                 pdl_trigger: str = "early") -> dict:
     """Check and time schedule ``s`` (:func:`validation.megakernel.gpu.measure`), with its
     prediction (without the launch latency, as it is compared): the row ``--json`` keeps."""
-    pred = mksim.simulate(s).latency_us - s.gpu.launch.launch_latency_us
+    pred = mksim.simulate(s, timeline=False).latency_us - s.gpu.launch.launch_latency_us
     r = measure(s, reps=reps, single_ops=single_ops, raw_trace=raw_trace, pdl_trigger=pdl_trigger)
     r["predicted_us"] = pred
     return r

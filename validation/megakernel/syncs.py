@@ -82,7 +82,7 @@ def run(out_dir: Path | str, *, timeout_s: float = 150.0, quick: bool = False, r
                 t0 = time.monotonic()
                 try:
                     s = build(model, batch, sync)
-                    pred = mksim.simulate(s).latency_us - s.gpu.launch.launch_latency_us
+                    pred = mksim.simulate(s, timeline=False).latency_us - s.gpu.launch.launch_latency_us
                     row = row_of(model, batch, sync, pred, measure(s, reps=reps, watchdog_s=watchdog_s))
                 except Exception as exc:  # noqa: BLE001 - a failing case is one line; the others go on
                     text = str(exc).splitlines()[0] if str(exc) else ""

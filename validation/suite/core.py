@@ -256,8 +256,9 @@ def predicted_us(schedule) -> float:
     ``launch.launch_latency_us``, launch to kernel start on an idle GPU, as the host sees it);
     the measurement brackets the step with CUDA events recorded on the GPU's stream, which see
     GPU time, not the host's submission latency. Every prediction of the suite goes through
-    here, so that the two are compared on the same footing."""
-    return simulate(schedule).latency_us - schedule.gpu.launch.launch_latency_us
+    here, so that the two are compared on the same footing. (No timeline is recorded: the latency
+    is the same without, and a fifth or so of the time is saved.)"""
+    return simulate(schedule, timeline=False).latency_us - schedule.gpu.launch.launch_latency_us
 
 
 def schedule_for_gpu(schedule_json: dict, gpu: str):
