@@ -24,6 +24,8 @@ from mksim.costs import first_byte_us
 
 from ._hbm import Tracked
 
+_INF = math.inf
+
 if TYPE_CHECKING:
     from ._engine import _Engine
 
@@ -55,10 +57,13 @@ class Loader:
     __slots__ = ("env", "hbm", "timeline", "q", "lane", "pre_B", "buf_B", "page_B", "cap", "lat", "i",
                  "phase", "head", "got", "body", "free_B", "want_B", "n_started", "waits_start", "n_loaded",
                  "loaded", "heads", "bubbles", "last_end", "flow_a", "flow_d", "flow_n", "first_lat", "gate",
-                 "issue_us", "op_cap", "op_of", "first_in", "pf", "pos", "l2_Bpus", "l2_lat", "pf_waited", "pf_gen")
+                 "issue_us", "op_cap", "op_of", "first_in", "pf", "pos", "l2_Bpus", "l2_lat", "pf_waited", "pf_gen",
+                 "segments", "flowed")
 
     def __init__(self, eng: _Engine, sm: int, q: list[int], buf_B: int, page_B: int):
         self.env, self.hbm, self.timeline, self.q = eng.env, eng.hbm, eng.timeline, q
+        self.segments = eng.timeline.segments
+        self.flowed = self._flowed  # bound once: the HBM calls it back for every flow
         self.lane = -1 - sm
         self.pre_B = eng.pre_B
         self.buf_B, self.page_B = buf_B, page_B
@@ -97,33 +102,38 @@ class Loader:
 
     def run(self, _ev: object = None) -> None:
         """Load as far as possible; return when waiting for a flow, pages or the executor."""
-        q = self.q
-        while self.i < len(q):
-            if self.phase == _NEW:
+        q, n = self.q, len(self.q)
+        while self.i < n:
+            phase = self.phase
+            if phase == _NEW:
+                t = q[self.i]
                 gate = self.gate
-                if gate is not None and not gate[0][q[self.i]]:
-                    gate[1](q[self.i], self)
+                if gate is not None and not gate[0][t]:
+                    gate[1](t, self)
                     return
                 # shared memory is counted in whole bytes: float sums would overfill the pages
-                self.head = min(math.ceil(self.pre_B[q[self.i]]), self.buf_B)
+                head = math.ceil(self.pre_B[t])
+                self.head = head if head < self.buf_B else self.buf_B
                 self.got = 0
                 self.bubbles = []
-                self.phase = _HEAD
-            if self.phase == _HEAD:
-                if self.got < self.head:  # fill pages as they free up, as many at a time as are free
-                    need = self.head - self.got
-                    least = min(need, self.page_B)
-                    take = min(need, self.free_B) if self.free_B >= least else least
-                    if self.free_B < take:
-                        self.want_B = take  # free() hands them over
+                self.phase = phase = _HEAD
+            if phase == _HEAD:
+                head, got = self.head, self.got
+                if got < head:  # fill pages as they free up, as many at a time as are free
+                    need = head - got
+                    free = self.free_B
+                    least = need if need < self.page_B else self.page_B
+                    if free < least:
+                        self.want_B = least  # free() hands them over
                         return
-                    self.free_B -= take
+                    take = need if need < free else free
+                    self.free_B = free - take
                     self._flow(take)
                     return
-                self.heads.append(self.head)
-                self.body = self.pre_B[q[self.i]] - self.head
-                self.phase = _BODY
-            if self.phase == _BODY:
+                self.heads.append(head)
+                self.body = self.pre_B[q[self.i]] - head
+                self.phase = phase = _BODY
+            if phase == _BODY:
                 if self.body > 0.5:  # the rest streams once the executor has started the task
                     if self.n_started <= self.i:
                         self.waits_start = True
@@ -131,7 +141,6 @@ class Loader:
                     self.phase = _IN
                     self._flow(self.body)
                     return
-                self.phase = _IN
             self.i += 1
             self.n_loaded = self.i
             self.phase = _NEW
@@ -176,20 +185,23 @@ class Loader:
             hit = pf.hits(self.pos, nbytes)
             pf.moved(self.pos, self.pos + nbytes)
             self.pos += nbytes
-        idle = a > self.last_end
-        if hit > 0.0 and nbytes - hit <= 0.5:  # all in L2: the L2 latency, then the bytes at its rate
-            d = self.l2_lat if idle else 0.0
+        last = self.last_end
+        if a <= last:  # the loader streamed until now: no first-byte wait
+            d = 0.0
+        elif hit > 0.0 and nbytes - hit <= 0.5:  # all in L2: the L2 latency, then the bytes at its rate
+            d = self.l2_lat
         else:
-            d = (self.lat if self.last_end >= 0 else self.first_lat) if idle else 0.0
+            d = self.lat if last >= 0 else self.first_lat
             if d > 0 and self.issue_us:
                 d += self.issue_us
         self.flow_a, self.flow_d, self.flow_n = a, d, nbytes
         t = self.q[self.i]
-        if self.first_in[t] != self.first_in[t]:  # NaN: the task's first flow
-            self.first_in[t] = a + d
+        first_in = self.first_in
+        if first_in[t] != first_in[t]:  # NaN: the task's first flow
+            first_in[t] = a + d
         cap = self.cap
         if self.op_cap is not None:
-            own = self.op_cap[self.op_of[self.q[self.i]]]
+            own = self.op_cap[self.op_of[t]]
             if own < cap:
                 cap = own
         if hit > 0.0:
@@ -198,7 +210,7 @@ class Loader:
                 self.env.timeout(d + nbytes / l2).callbacks.append(self._l2_in)
                 return
             d += hit / l2  # the bytes in L2 first (they come first in the stream), then the rest from DRAM
-        self.hbm.start(nbytes - hit, cap, d, self._flowed)
+        self.hbm.start(nbytes - hit, cap, d, self.flowed)
 
     def _retry(self, gen: int, nbytes: float, _ev: object = None) -> None:
         if gen == self.pf_gen:  # the first of the two wake-ups
@@ -211,7 +223,8 @@ class Loader:
     def _flowed(self) -> None:
         self.last_end = now = self.env.now
         a, d = self.flow_a, self.flow_d
-        self.timeline.flow(self.lane, a, d, now, self.q[self.i], count=False)
+        if self.segments:  # (a loader's flows count only through its executor's data waits)
+            self.timeline.flow(self.lane, a, d, now, self.q[self.i], count=False)
         if d > 0:
             self.bubbles.append((a, a + d))
         if self.phase == _HEAD:
@@ -346,7 +359,8 @@ class Chain:
     """
 
     def __init__(self, eng: _Engine, n_lanes: int, dispatch: list[Event], release: list[Event],
-                 done: list[Event], end_t: list[float], cap: list[float], head_B: float, released_at: list[float]):
+                 done: list[Event], start_t: list[float], end_t: list[float], cap: list[float], head_B: float,
+                 released_at: list[float]):
         self.env, self.hbm, self.timeline = eng.env, eng.hbm, eng.timeline
         self.pre_B, self.work_us, self.tail_us, self.start, self.end, self.lane_of = (
             eng.pre_B, eng.work_us, eng.tail_us, eng.start, eng.end, eng.lane_of)
@@ -355,7 +369,7 @@ class Chain:
         self.queues = [deque(range(first[k], first[k + 1])) for k in range(len(first) - 1)]
         self.dispatch, self.release, self.done = dispatch, release, done
         self.left = list(eng.n_tiles)  # blocks of each kernel not yet finished
-        self.end_t = end_t
+        self.start_t, self.end_t = start_t, end_t  # kernel k is dispatched once start_t[k] is set
         self.cap, self.head_B = cap, head_B
         self.r = eng.r
         self.lanes_per_sm = n_lanes // eng.r.n_sms
@@ -363,7 +377,7 @@ class Chain:
         self.cold_until = [0.0] * eng.r.n_sms   # when that kernel's first load there arrives
         self.k = 0                     # the first kernel with blocks not yet taken
         self.on_device = eng.on_device.tolist()  # tasks with a device function's costs
-        self.released_at = released_at  # when each kernel's dependent part was released
+        self.released_at = released_at  # when each kernel's dependent part was released (inf: not yet)
         # Idle slots by level: level j holds each SM's j-th slot (lane sm * lanes_per_sm + j). A
         # dispatch fills level 0 first, as the block scheduler spreads a kernel's blocks over the
         # SMs before it doubles them up: a kernel of 132 blocks runs on 132 SMs, not on 66.
@@ -375,7 +389,7 @@ class Chain:
     def take(self) -> tuple[int, int] | None:
         """The next block ``(kernel, task)``, or None if none is dispatched."""
         while self.k < len(self.queues):
-            if not self.dispatch[self.k].triggered:
+            if self.start_t[self.k] != self.start_t[self.k]:  # NaN: not dispatched yet
                 return None
             q = self.queues[self.k]
             if q:
@@ -434,84 +448,91 @@ class Slot:
         self.phase = _PROLOGUE
 
     def run(self, _ev: object = None) -> None:
-        """Run blocks until a step has to wait (a flow, the release, compute, a dispatch)."""
+        """Run blocks until a step has to wait (a flow, the release, compute, a dispatch).
+
+        The steps follow each other in the order of their phases; a step that waits records the
+        phase it resumes at and returns."""
         ch, env = self.ch, self.ch.env
+        ph = self.phase
         while True:
-            ph = self.phase
             if ph == _TAKE:
                 kt = ch.take()
                 if kt is None:
+                    self.phase = _TAKE
                     ch.idle[self.level].append(self)
                     return
                 self.begin(*kt)
-            elif ph == _PROLOGUE:
-                self.phase = _RELEASE
-                if not ch.release[self.k].triggered:
+                ph = _PROLOGUE
+            if ph == _PROLOGUE:
+                ph = _RELEASE
+                if ch.released_at[self.k] == _INF:  # not released yet
                     head = min(self.pre, ch.head_B)
                     if head > 0:  # PDL prologue: stream the first pages while the previous kernel runs
+                        self.phase = _RELEASE
                         self.pre -= head
                         self.d = ch.first_byte(self.sm, self.k, self.t_in)
                         ch.first_in[self.t] = env.now + self.d
                         ch.hbm.start(head, ch.cap[self.k], self.d, self._prologue_in)
                         return
-            elif ph == _RELEASE:
-                rel = ch.release[self.k]
-                if not rel.triggered:
+            if ph == _RELEASE:
+                if ch.released_at[self.k] == _INF:
                     self.w = env.now
                     self.phase = _RELEASED
-                    rel.callbacks.append(self.run)
+                    ch.release[self.k].callbacks.append(self.run)
                     return
-                self.phase = _LOAD
-            elif ph == _RELEASED:
+                ph = _LOAD
+            if ph == _RELEASED:
                 ch.timeline.add(self.lane, self.w, env.now, self.t, "dependency wait")
-                self.phase = _LOAD
-            elif ph == _LOAD:
-                self.since = env.now
-                ch.start[self.t] = self.since  # the dependent part starts here (PDL prologue before)
-                if ch.on_device[self.t]:  # a device function's fixed part needs only the release
+                ph = _LOAD
+            if ph == _LOAD:
+                t = self.t
+                self.since = now = env.now
+                ch.start[t] = now  # the dependent part starts here (PDL prologue before)
+                if ch.on_device[t]:  # a device function's fixed part needs only the release
                     rel_us = ch.released_at[self.k]
                     self.w0 = rel_us if rel_us > self.t_in else self.t_in
                 else:
-                    self.w0 = self.since
-                self.phase = _COMPUTE
+                    self.w0 = now
+                ph = _COMPUTE
                 if self.pre > 0:
                     sm = self.sm
                     if ch.sm_kernel[sm] == self.k:  # a later block of this kernel on the SM
-                        d = first_byte_us(False, env.now, self.t_in, ch.cold_until[sm], ch.r)
+                        d = first_byte_us(False, now, self.t_in, ch.cold_until[sm], ch.r)
                     else:
                         d = ch.first_byte(sm, self.k, self.t_in)
                     self.d = d
-                    if ch.first_in[self.t] != ch.first_in[self.t]:  # NaN: no prologue streamed it
-                        ch.first_in[self.t] = env.now + d
+                    if ch.first_in[t] != ch.first_in[t]:  # NaN: no prologue streamed it
+                        ch.first_in[t] = now + d
+                    self.phase = _COMPUTE
                     ch.hbm.start(self.pre, ch.cap[self.k], d, self._loaded)
                     return
-            elif ph == _COMPUTE:
-                if ch.warm_us is not None and ch.on_device[self.t]:  # from its inputs and first bytes
-                    fi = ch.first_in[self.t]
-                    rest = ch.warm_us[self.t] - (env.now - (fi if fi > self.w0 else self.w0))
+            if ph == _COMPUTE:
+                t, now = self.t, env.now
+                if ch.warm_us is not None and ch.on_device[t]:  # from its inputs and first bytes
+                    fi = ch.first_in[t]
+                    rest = ch.warm_us[t] - (now - (fi if fi > self.w0 else self.w0))
                 else:
-                    rest = ch.work_us[self.t] - (env.now - self.w0)
-                if rest < ch.tail_us[self.t]:  # a device function consumes the last page once it is in
-                    rest = ch.tail_us[self.t]
+                    rest = ch.work_us[t] - (now - self.w0)
+                if rest < ch.tail_us[t]:  # a device function consumes the last page once it is in
+                    rest = ch.tail_us[t]
                 if rest > 0:
-                    self.w = env.now
+                    self.w = now
                     self.phase = _COMPUTED
                     env.timeout(rest).callbacks.append(self.run)
                     return
-                self.phase = _END
-            elif ph == _COMPUTED:
+                ph = _END
+            if ph == _COMPUTED:
                 ch.timeline.add(self.lane, self.w, env.now, self.t, "compute")
-                self.phase = _END
-            else:  # _END
-                now, t, k = env.now, self.t, self.k
-                ch.timeline.task(self.lane, self.t_in, now, t)
-                ch.end[t] = now
-                ch.lane_of[t] = self.lane
-                ch.left[k] -= 1
-                if ch.left[k] == 0:
-                    ch.end_t[k] = now
-                    ch.done[k].succeed()
-                self.phase = _TAKE
+            # the block is done
+            now, t, k = env.now, self.t, self.k
+            ch.timeline.task(self.lane, self.t_in, now, t)
+            ch.end[t] = now
+            ch.lane_of[t] = self.lane
+            ch.left[k] -= 1
+            if ch.left[k] == 0:
+                ch.end_t[k] = now
+                ch.done[k].succeed()
+            ph = _TAKE
 
     def _prologue_in(self) -> None:
         self.ch.timeline.flow(self.lane, self.t_in, self.d, self.ch.env.now, self.t)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import simpy
 
 from mksim import costs
 from mksim.costs import block_dram_cap_Bpus
@@ -29,6 +28,7 @@ from mksim.schedule import BaseSync, ChainMode, PersistentMode, Schedule, active
 from . import designs as _pieces  # noqa: F401  (registers every design's engine piece)
 from ._actors import Chain, L2Prefetch, Loader, Signal, stream_bytes
 from ._design_run import RUNS, DesignRun, Handover, Seen, overrides
+from ._env import Env
 from ._hbm import HBM
 from ._result import CATEGORIES, SimResult, Timeline, build_result
 
@@ -64,7 +64,7 @@ class _Engine:
         # the engine pieces of the designs that are on (mksim.sim.designs), in registration order
         self.pieces: dict[str, DesignRun] = {d.name: RUNS[d.name](self) for d in active_designs(s.mode, s.options)
                                              if d.name in RUNS}
-        self.env = simpy.Environment()
+        self.env = Env()
         r0 = self.r
         knee = (lambda demand: costs.loaded_total_Bpus(demand, r0)) if r0.queue_us > 0 else None
         self.hbm = HBM(self.env, self.r.hbm_Bpus, record=s.options.record or timeline,  # the trace's counter
@@ -107,25 +107,6 @@ class _Engine:
         self._seen: Seen | None = None
 
     # -- shared helpers -------------------------------------------------------------------
-    def _finish(self, t: int, lane: int) -> None:
-        now = self.env.now
-        self.end[t] = now
-        self.lane_of[t] = lane
-        p = self.op_of[t]
-        self.op_done_n[p] += 1
-        if now > self.op_end[p]:
-            self.op_end[p] = now
-        for hook in self._finished:
-            hook(t, p, lane, now)
-        if self.task_events:
-            ev = self.task_events.pop(t, None)
-            if ev is not None:
-                ev.succeed_after(self.visible_us)
-        if self.op_done_n[p] == self.n_tiles[p]:
-            ev = self.op_events.pop(p, None)
-            if ev is not None:
-                ev.succeed_after(self.visible_us)
-
     def op_signal(self, p: int) -> Signal:
         """Fires when every task of op ``p`` is done and visible."""
         ev = self.op_events.get(p)
@@ -194,7 +175,7 @@ class _Engine:
 
         env.process(launcher())
         # the slots wake on dispatch
-        Chain(self, self.n_lanes, dispatch, release, done, end_t, cap, head_B, released_at)
+        Chain(self, self.n_lanes, dispatch, release, done, start_t, end_t, cap, head_B, released_at)
         self.t0 = r.launch_latency_us
         self._chain_times = (start_t, end_t)
 
@@ -277,7 +258,8 @@ class _Engine:
         or its hand-over and its producers), then for its data (``ld``), then its work; finish it.
 
         The hot loop of the engine: what it calls per dependency is the designs' ``seen`` closures
-        only where a design gives them; everything else is bound once per SM."""
+        only where a design gives them; everything else is bound once per SM, the clock is read
+        once per wait, and a wait of no time records nothing (:meth:`Timeline.add` would not)."""
         env, r, timeline, hbm = self.env, self.r, self.timeline, self.hbm
         timeout, event = env.timeout, env.event
         arrived, arrival, own_deps = self._handover if self._handover is not None else (None, None, True)
@@ -287,7 +269,9 @@ class _Engine:
         op_of, n_tiles, op_first, op_done_n, op_end, end = (self.op_of, self.n_tiles, self.op_first, self.op_done_n,
                                                             self.op_end, self.end)
         deps_of, in_B = self.g.deps, self.in_B  # in_B: what a task reads of its producers (a sentinel polls it)
-        op_signal, task_signal, finish = self.op_signal, self.task_signal, self._finish
+        op_signal, task_signal, finished = self.op_signal, self.task_signal, self._finished
+        lane_of, op_events, task_events = self.lane_of, self.op_events, self.task_events
+        add, segs, heads = timeline.add, timeline.segs if timeline.segments else None, ld.heads
         yield timeout(self.t0)
         for i, t in enumerate(q):
             w = env.now
@@ -295,7 +279,7 @@ class _Engine:
                 j = op_of[t]
                 if not barrier_done[j].triggered:
                     yield barrier_done[j]
-                timeline.add(sm, w, env.now, t, "barrier wait")
+                    add(sm, w, env.now, t, "barrier wait")
             else:
                 if arrived is not None and not arrived[t]:  # handed over by a scheduler
                     yield arrival(t)  # type: ignore[misc]
@@ -320,30 +304,51 @@ class _Engine:
                         ready = ready_after(ready, n_flags, r, in_B[t], hbm.rate_now)
                         if ready > env.now:
                             yield timeout(ready - env.now)
-                timeline.add(sm, w, env.now, t, "dependency wait")
-            t_in = env.now
+                if env.now > w:
+                    add(sm, w, env.now, t, "dependency wait")
+            now = t_in = env.now
             start[t] = t_in
             ld.started(i)
             if ld.n_loaded <= i:
                 ld.loaded = ev = event()
                 bubbles = yield ev
-                timeline.data_wait(sm, t_in, env.now, t, bubbles)
+                now = env.now
+                timeline.data_wait(sm, t_in, now, t, bubbles)
             if warm_us is not None and on_device[t]:  # counted from its start and its first bytes
                 fi = first_in[t]
-                rest = warm_us[t] - (env.now - (fi if fi > t_in else t_in))
-            else:
-                rest = work_us[t] - (env.now - (t_in if from_start[t] else env.now))
+                rest = warm_us[t] - (now - (fi if fi > t_in else t_in))
+            elif from_start[t]:
+                rest = work_us[t] - (now - t_in)
+            else:  # counted from its data
+                rest = work_us[t]
             if rest < tail_us[t]:  # the last page is consumed after it is in
                 rest = tail_us[t]
             if rest > 0:
-                t1 = env.now
                 yield timeout(rest)
-                timeline.add(sm, t1, env.now, t, "compute")
-            head = ld.heads[i]
+                t1, now = now, env.now
+                add(sm, t1, now, t, "compute")
+            head = heads[i]
             if head > 0:
                 ld.free(head)
-            timeline.task(sm, t_in, env.now, t)
-            finish(t, sm)
+            # done: its end, its op's count, the signals of whoever waits for it
+            if segs is not None and now > t_in:
+                segs.append((sm, t_in, now, t, "task"))
+            end[t] = now
+            lane_of[t] = sm
+            p = op_of[t]
+            op_done_n[p] += 1
+            if now > op_end[p]:
+                op_end[p] = now
+            for hook in finished:
+                hook(t, p, sm, now)
+            if task_events:
+                sig = task_events.pop(t, None)
+                if sig is not None:
+                    sig.succeed_after(self.visible_us)
+            if op_done_n[p] == n_tiles[p]:
+                sig = op_events.pop(p, None)
+                if sig is not None:
+                    sig.succeed_after(self.visible_us)
 
     # -- run and collect -----------------------------------------------------------------
     def run(self) -> None:

@@ -18,6 +18,7 @@ streams (:class:`Tracked`): an L2 prefetch's bytes that the loader catches up wi
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
 from itertools import count
 
@@ -27,6 +28,7 @@ from simpy.events import Event, Timeout
 from mksim.costs import fair_share
 
 _EPS = 1e-9
+_INF = math.inf
 _LATE = 2  # SimPy priority after NORMAL (1): runs once everything else at this instant has
 
 
@@ -106,7 +108,7 @@ class HBM:
         self._gen = 0
         self._seq = count()
         self._settling = False
-        self._wake_at = float("inf")  # when the HBM next looks at its flows
+        self._wake_at = _INF  # when the HBM next looks at its flows
         self.arrivals: list[tuple[float, int, float, float, Callable[[], object]]] = []  # flows in latency
         self.bytes_done = 0.0  # bytes asked for (counted as their flows join)
         self.arrived_B = 0.0   # bytes arrived, up to t_last (arrived_now: up to now)
@@ -170,7 +172,8 @@ class HBM:
         done = []
         for key in list(self.classes):
             c = self.classes[key]
-            heap, lim = c.heap, c.v + _EPS * max(1.0, c.v)
+            v = c.v
+            heap, lim = c.heap, v + _EPS * (v if v > 1.0 else 1.0)
             while heap and heap[0][0] <= lim:
                 done.append(heapq.heappop(heap)[2])
             if not heap:
@@ -187,9 +190,9 @@ class HBM:
         if self.knee is not None:
             for c in classes.values():
                 demand += c.cap * len(c.heap)
-        if 0.0 < demand < float("inf"):
+        if 0.0 < demand < _INF:
             frac = self.knee(demand) / demand  # type: ignore[misc]  # demand > 0 only with a knee
-            nxt = float("inf")
+            nxt = _INF
             total = 0.0
             for c in classes.values():
                 c.rate = c.cap * frac
@@ -206,7 +209,7 @@ class HBM:
             total = c.rate * n
         else:
             level = fair_share({k: len(c.heap) for k, c in classes.items()}, self.total)
-            nxt = float("inf")
+            nxt = _INF
             total = 0.0
             for c in classes.values():
                 c.rate = min(c.cap, level)
@@ -215,8 +218,10 @@ class HBM:
         self.rate_now = total
         if self.log is not None:
             self.log.append((self.env.now, total))
-        nxt = max(nxt, 0.0)
-        if 0.0 < nxt < float("inf") and self.env.now + nxt == self.env.now:
+        now = self.env.now
+        if nxt < 0.0:
+            nxt = 0.0
+        if 0.0 < nxt < _INF and now + nxt == now:
             # the next flow ends within the clock's resolution (a sliver of bytes late in a long step):
             # serve it now and settle again this instant, or the wake would never move the clock
             for c in classes.values():
@@ -226,18 +231,20 @@ class HBM:
             return
         if self.arrivals:
             # (at - now) + now == at exactly once now >= at / 2: arrivals are not rounded
-            nxt = min(nxt, self.arrivals[0][0] - self.env.now)
+            first = self.arrivals[0][0] - now
+            if first < nxt:
+                nxt = first
         self._gen += 1
-        if nxt < float("inf"):
-            self._wake_at = self.env.now + nxt
+        if nxt < _INF:
+            self._wake_at = now + nxt
             Timeout(self.env, nxt, self._gen).callbacks.append(self._wake)
         else:
-            self._wake_at = float("inf")
+            self._wake_at = _INF
 
     def _wake(self, ev: Event) -> None:
         if ev.value != self._gen:  # superseded by a later start or finish
             return
-        self._wake_at = float("inf")
+        self._wake_at = _INF
         self._advance()
         arrivals, now = self.arrivals, self.env.now
         while arrivals and arrivals[0][0] <= now:
