@@ -28,7 +28,7 @@ from mksim.schedule import BaseSync, ChainMode, PersistentMode, Schedule, active
 from . import designs as _pieces  # noqa: F401  (registers every design's engine piece)
 from ._actors import Chain, L2Prefetch, Loader, Signal, stream_bytes
 from ._design_run import RUNS, DesignRun, Handover, Seen, overrides
-from ._env import Env
+from ._env import Env, Proc
 from ._hbm import HBM
 from ._result import CATEGORIES, SimResult, Timeline, build_result
 
@@ -158,7 +158,7 @@ class _Engine:
                 start_t[k] = env.now
                 dispatch[k].succeed()
                 if separate:
-                    env.process(releaser(k))
+                    Proc(env, releaser(k))
                 else:
                     released_at[k] = env.now
                     release[k].succeed()
@@ -173,7 +173,7 @@ class _Engine:
             released_at[k] = env.now
             release[k].succeed()
 
-        env.process(launcher())
+        Proc(env, launcher())
         # the slots wake on dispatch
         Chain(self, self.n_lanes, dispatch, release, done, start_t, end_t, cap, head_B, released_at)
         self.t0 = r.launch_latency_us
@@ -220,7 +220,7 @@ class _Engine:
                     yield self.op_signal(j - 1)
                 yield env.timeout(self.r.grid_barrier_us + costs.sync_load_us(self.hbm.rate_now, self.r))
                 barrier_done[j].succeed()
-        env.process(barriers())
+        Proc(env, barriers())
         return barrier_done
 
     def _start_sms(self, barrier_done: list | None, sync: BaseSync) -> None:
@@ -239,18 +239,19 @@ class _Engine:
         # hold) or a device function's fixed part overlaps the wait for them; else from its data
         from_start = ((np.asarray(self.pre_B) > buf_B) | self.on_device).tolist()
         on_device = self.on_device.tolist()  # once: the executors share these lists
+        capped = any(c < math.inf for c in op_cap)
         for sm, q in enumerate(s.queues or []):
             ld = Loader(self, sm, q, buf_B, page_B)
             if lead_B > 0:
                 ld.pf = L2Prefetch(self, stream_bytes(self.pre_B, q, buf_B), lead_B, page_B)
-            if any(c < math.inf for c in op_cap):
+            if capped:
                 ld.op_cap = op_cap
             if ring < ld.cap:
                 ld.cap = ring
             for piece in self.pieces.values():
                 piece.loader(ld)
             env.timeout(self.t0).callbacks.append(ld.run)
-            env.process(self._executor(sm, q, ld, barrier_done, sync, from_start, on_device))
+            Proc(env, self._executor(sm, q, ld, barrier_done, sync, from_start, on_device))
 
     def _executor(self, sm: int, q: list[int], ld: Loader, barrier_done: list | None, sync: BaseSync,
                   from_start: list[bool], on_device: list[bool]):

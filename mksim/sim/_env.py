@@ -1,18 +1,23 @@
 """The engine's SimPy environment: SimPy's own, with the clock as a plain attribute and a run loop
-that steps without a method call per event.
+that steps without a method call per event; and :class:`Proc`, a lean SimPy process.
 
 An engine run reads the clock a dozen times per task and steps once or twice per task; SimPy's
 ``now`` is a property and ``run`` calls ``step`` for each event, which together cost a tenth of a
 run. :class:`Env` keeps every other part of SimPy (events, processes, the heap of ``(time,
 priority, id, event)``), and processes events in the same order as :meth:`simpy.Environment.run`.
+An executor waits twice per task; :class:`Proc` resumes its generator as :class:`simpy.Process`
+does, in the same order, for a third of the work.
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from heapq import heappop
 from typing import Any
 
 import simpy
+from simpy.core import URGENT
+from simpy.events import Event
 
 
 class Env(simpy.Environment):
@@ -34,8 +39,10 @@ class Env(simpy.Environment):
         self.now = self._now
 
     def step(self) -> None:
-        super().step()
-        self.now = self._now
+        try:
+            super().step()
+        finally:  # also when the step stops a run(until=...)
+            self.now = self._now
 
     def run(self, until: Any = None) -> Any:
         if until is not None:  # simpy's own loop, through step()
@@ -55,4 +62,42 @@ class Env(simpy.Environment):
         return None
 
 
-__all__ = ["Env"]
+class Proc:
+    """Run ``generator`` as :class:`simpy.Process` would: it starts at an urgent event made now (as a
+    process's ``Initialize``), and each event it yields resumes it once processed, in the order of
+    that event's callbacks. Unlike a process it is no event itself (nothing can wait for it to end),
+    and the engine's events never fail, so a failed one is not thrown into the generator.
+
+    >>> env = Env()
+    >>> log = []
+    >>> def gen():
+    ...     yield env.timeout(1.0)
+    ...     log.append(env.now)
+    >>> _ = Proc(env, gen())
+    >>> env.run()
+    >>> log
+    [1.0]
+    """
+
+    __slots__ = ("gen", "resume")
+
+    def __init__(self, env: simpy.Environment, generator: Generator[Event, Any, None]) -> None:
+        self.gen = generator
+        self.resume = self._resume  # bound once: appended to an event per wait
+        start = Event(env)
+        start._ok, start._value = True, None
+        start.callbacks.append(self.resume)
+        env.schedule(start, URGENT)
+
+    def _resume(self, event: Event) -> None:
+        send = self.gen.send
+        try:
+            nxt = send(event._value)
+            while nxt.callbacks is None:  # processed already: go on at once, as simpy does
+                nxt = send(nxt._value)
+        except StopIteration:
+            return
+        nxt.callbacks.append(self.resume)
+
+
+__all__ = ["Env", "Proc"]

@@ -113,19 +113,32 @@ class HBM:
         self.bytes_done = 0.0  # bytes asked for (counted as their flows join)
         self.arrived_B = 0.0   # bytes arrived, up to t_last (arrived_now: up to now)
         self.log: list[tuple[float, float]] | None = [] if record else None
+        self.settle = self._settle  # bound once: one settle per instant
 
     # -- public -------------------------------------------------------------------------
     def start(self, nbytes: float, cap_Bpus: float, delay_us: float, done: Callable[[], object]) -> None:
         """Stream ``nbytes`` (> 0), joining the share ``delay_us`` from now; call ``done()``
         at the instant the last byte arrives."""
+        now = self.env.now
         if delay_us > 0:
-            at = self.env.now + delay_us
+            at = now + delay_us
             heapq.heappush(self.arrivals, (at, next(self._seq), nbytes, cap_Bpus, done))
             if at < self._wake_at and not self._settling:  # the next wake must come sooner
                 self._settling = True
-                _Settle(self.env, self._settle)
+                _Settle(self.env, self.settle)
+            return
+        # join the share now (_add, inline for the common case: a loader starts a flow per task)
+        if now != self.t_last:
+            self._advance()
+        cls = self.classes.get(cap_Bpus)
+        if cls is None or isinstance(done, Tracked):
+            self._add(nbytes, cap_Bpus, done)
         else:
-            self._join(nbytes, cap_Bpus, done)
+            heapq.heappush(cls.heap, (cls.v + nbytes, next(self._seq), done))
+            self.bytes_done += nbytes
+        if not self._settling:
+            self._settling = True
+            _Settle(self.env, self.settle)
 
     def start_tracked(self, nbytes: float, cap_Bpus: float, delay_us: float, done: Callable[[], object]) -> Tracked:
         """:meth:`start`, returning a :class:`Tracked` that says how much of the flow has arrived."""
@@ -142,14 +155,6 @@ class HBM:
         return sum(len(c.heap) for c in self.classes.values())
 
     # -- internals ------------------------------------------------------------------------
-    def _join(self, nbytes: float, cap: float, done: Callable[[], object]) -> None:
-        if self.env.now != self.t_last:
-            self._advance()
-        self._add(nbytes, cap, done)
-        if not self._settling:
-            self._settling = True
-            _Settle(self.env, self._settle)
-
     def _add(self, nbytes: float, cap: float, done: Callable[[], object]) -> None:
         cls = self.classes.get(cap)
         if cls is None:
@@ -227,7 +232,7 @@ class HBM:
             for c in classes.values():
                 c.v += c.rate * nxt
             self._settling = True
-            _Settle(self.env, self._settle)
+            _Settle(self.env, self.settle)
             return
         if self.arrivals:
             # (at - now) + now == at exactly once now >= at / 2: arrivals are not rounded
@@ -253,4 +258,4 @@ class HBM:
         self._finish_done()
         if not self._settling:
             self._settling = True
-            _Settle(self.env, self._settle)
+            _Settle(self.env, self.settle)
