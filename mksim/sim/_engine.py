@@ -272,7 +272,8 @@ class _Engine:
         deps_of, in_B = self.g.deps, self.in_B  # in_B: what a task reads of its producers (a sentinel polls it)
         op_signal, task_signal, finished = self.op_signal, self.task_signal, self._finished
         lane_of, op_events, task_events = self.lane_of, self.op_events, self.task_events
-        add, segs, heads = timeline.add, timeline.segs if timeline.segments else None, ld.heads
+        # what Timeline.add records, inline: the segments (if kept) and the breakdown's sums
+        segs, us, heads = timeline.segs if timeline.segments else None, timeline.us, ld.heads
         yield timeout(self.t0)
         for i, t in enumerate(q):
             w = env.now
@@ -280,7 +281,7 @@ class _Engine:
                 j = op_of[t]
                 if not barrier_done[j].triggered:
                     yield barrier_done[j]
-                    add(sm, w, env.now, t, "barrier wait")
+                    timeline.add(sm, w, env.now, t, "barrier wait")
             else:
                 if arrived is not None and not arrived[t]:  # handed over by a scheduler
                     yield arrival(t)  # type: ignore[misc]
@@ -305,8 +306,11 @@ class _Engine:
                         ready = ready_after(ready, n_flags, r, in_B[t], hbm.rate_now)
                         if ready > env.now:
                             yield timeout(ready - env.now)
-                if env.now > w:
-                    add(sm, w, env.now, t, "dependency wait")
+                now = env.now
+                if now > w:
+                    if segs is not None:
+                        segs.append((sm, w, now, t, "dependency wait"))
+                    us["dependency wait"] += now - w
             now = t_in = env.now
             start[t] = t_in
             ld.started(i)
@@ -327,7 +331,10 @@ class _Engine:
             if rest > 0:
                 yield timeout(rest)
                 t1, now = now, env.now
-                add(sm, t1, now, t, "compute")
+                if now > t1:
+                    if segs is not None:
+                        segs.append((sm, t1, now, t, "compute"))
+                    us["compute"] += now - t1
             head = heads[i]
             if head > 0:
                 ld.free(head)

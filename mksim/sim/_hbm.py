@@ -17,10 +17,9 @@ streams (:class:`Tracked`): an L2 prefetch's bytes that the loader catches up wi
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable
-from itertools import count
+from heapq import heappop, heappush
 
 import simpy
 from simpy.events import Event, Timeout
@@ -33,13 +32,30 @@ _LATE = 2  # SimPy priority after NORMAL (1): runs once everything else at this 
 
 
 class _Class:
-    __slots__ = ("cap", "v", "rate", "heap")
+    """Flows of one cap. Their ends are a heap of distinct clock values, each with its flows in the
+    order they joined: the order of a heap of ``(v at end, join order, done)``, for a fraction of
+    the comparisons (floats, not tuples)."""
+
+    __slots__ = ("cap", "v", "rate", "n", "ends", "at")
 
     def __init__(self, cap: float):
         self.cap = cap
         self.v = 0.0       # bytes served to each member since the class was created
         self.rate = 0.0    # bytes per µs per member now
-        self.heap: list[tuple[float, int, Callable[[], object]]] = []  # (v at end, seq, done)
+        self.n = 0         # members
+        self.ends: list[float] = []  # heap of the v at which members end
+        self.at: dict[float, list[Callable[[], object]]] = {}  # v at end -> its members' done, in join order
+
+    def add(self, nbytes: float, done: Callable[[], object]) -> None:
+        """A member that ends once ``nbytes`` more are served."""
+        key = self.v + nbytes
+        same = self.at.get(key)
+        if same is None:
+            self.at[key] = [done]
+            heappush(self.ends, key)
+        else:
+            same.append(done)
+        self.n += 1
 
 
 class Tracked:
@@ -106,10 +122,12 @@ class HBM:
         self.classes: dict[float, _Class] = {}
         self.t_last = 0.0
         self._gen = 0
-        self._seq = count()
         self._settling = False
         self._wake_at = _INF  # when the HBM next looks at its flows
-        self.arrivals: list[tuple[float, int, float, float, Callable[[], object]]] = []  # flows in latency
+        # flows in their first-byte latency: a heap of the distinct times they join, each with its
+        # flows (nbytes, cap, done) in the order they started
+        self.arrivals: list[float] = []
+        self.arriving: dict[float, list[tuple[float, float, Callable[[], object]]]] = {}
         self.bytes_done = 0.0  # bytes asked for (counted as their flows join)
         self.arrived_B = 0.0   # bytes arrived, up to t_last (arrived_now: up to now)
         self.log: list[tuple[float, float]] | None = [] if record else None
@@ -122,20 +140,20 @@ class HBM:
         now = self.env.now
         if delay_us > 0:
             at = now + delay_us
-            heapq.heappush(self.arrivals, (at, next(self._seq), nbytes, cap_Bpus, done))
+            same = self.arriving.get(at)
+            if same is None:
+                self.arriving[at] = [(nbytes, cap_Bpus, done)]
+                heappush(self.arrivals, at)
+            else:
+                same.append((nbytes, cap_Bpus, done))
             if at < self._wake_at and not self._settling:  # the next wake must come sooner
                 self._settling = True
                 _Settle(self.env, self.settle)
             return
-        # join the share now (_add, inline for the common case: a loader starts a flow per task)
+        # join the share now
         if now != self.t_last:
             self._advance()
-        cls = self.classes.get(cap_Bpus)
-        if cls is None or isinstance(done, Tracked):
-            self._add(nbytes, cap_Bpus, done)
-        else:
-            heapq.heappush(cls.heap, (cls.v + nbytes, next(self._seq), done))
-            self.bytes_done += nbytes
+        self._add(nbytes, cap_Bpus, done)
         if not self._settling:
             self._settling = True
             _Settle(self.env, self.settle)
@@ -152,14 +170,14 @@ class HBM:
 
     @property
     def active(self) -> int:
-        return sum(len(c.heap) for c in self.classes.values())
+        return sum(c.n for c in self.classes.values())
 
     # -- internals ------------------------------------------------------------------------
     def _add(self, nbytes: float, cap: float, done: Callable[[], object]) -> None:
         cls = self.classes.get(cap)
         if cls is None:
             cls = self.classes[cap] = _Class(cap)
-        heapq.heappush(cls.heap, (cls.v + nbytes, next(self._seq), done))
+        cls.add(nbytes, done)
         self.bytes_done += nbytes
         if isinstance(done, Tracked):  # its progress is read against the class's clock
             done.cls, done.v0 = cls, cls.v
@@ -174,14 +192,16 @@ class HBM:
 
     def _finish_done(self) -> None:
         """Finish every flow that is done (within rounding); drop classes left empty."""
-        done = []
+        done: list[Callable[[], object]] = []
         for key in list(self.classes):
             c = self.classes[key]
             v = c.v
-            heap, lim = c.heap, v + _EPS * (v if v > 1.0 else 1.0)
-            while heap and heap[0][0] <= lim:
-                done.append(heapq.heappop(heap)[2])
-            if not heap:
+            ends, lim = c.ends, v + _EPS * (v if v > 1.0 else 1.0)
+            while ends and ends[0] <= lim:
+                members = c.at.pop(heappop(ends))
+                done += members
+                c.n -= len(members)
+            if not c.n:
                 del self.classes[key]
         for fn in done:  # after the bookkeeping: a callback may start the next flow
             fn()
@@ -194,32 +214,32 @@ class HBM:
         demand = 0.0
         if self.knee is not None:
             for c in classes.values():
-                demand += c.cap * len(c.heap)
+                demand += c.cap * c.n
         if 0.0 < demand < _INF:
             frac = self.knee(demand) / demand  # type: ignore[misc]  # demand > 0 only with a knee
             nxt = _INF
             total = 0.0
             for c in classes.values():
                 c.rate = c.cap * frac
-                total += c.rate * len(c.heap)
-                t_end = (c.heap[0][0] - c.v) / c.rate
+                total += c.rate * c.n
+                t_end = (c.ends[0] - c.v) / c.rate
                 if t_end < nxt:
                     nxt = t_end
         elif len(classes) == 1:
             (c,) = classes.values()
-            n = len(c.heap)
+            n = c.n
             level = self.total / n
             c.rate = c.cap if c.cap < level else level
-            nxt = (c.heap[0][0] - c.v) / c.rate
+            nxt = (c.ends[0] - c.v) / c.rate
             total = c.rate * n
         else:
-            level = fair_share({k: len(c.heap) for k, c in classes.items()}, self.total)
+            level = fair_share({k: c.n for k, c in classes.items()}, self.total)
             nxt = _INF
             total = 0.0
             for c in classes.values():
                 c.rate = min(c.cap, level)
-                total += c.rate * len(c.heap)
-                nxt = min(nxt, (c.heap[0][0] - c.v) / c.rate)
+                total += c.rate * c.n
+                nxt = min(nxt, (c.ends[0] - c.v) / c.rate)
         self.rate_now = total
         if self.log is not None:
             self.log.append((self.env.now, total))
@@ -236,7 +256,7 @@ class HBM:
             return
         if self.arrivals:
             # (at - now) + now == at exactly once now >= at / 2: arrivals are not rounded
-            first = self.arrivals[0][0] - now
+            first = self.arrivals[0] - now
             if first < nxt:
                 nxt = first
         self._gen += 1
@@ -251,10 +271,10 @@ class HBM:
             return
         self._wake_at = _INF
         self._advance()
-        arrivals, now = self.arrivals, self.env.now
-        while arrivals and arrivals[0][0] <= now:
-            _, _, nbytes, cap, done = heapq.heappop(arrivals)
-            self._add(nbytes, cap, done)
+        arrivals, now, add = self.arrivals, self.env.now, self._add
+        while arrivals and arrivals[0] <= now:
+            for nbytes, cap, done in self.arriving.pop(heappop(arrivals)):
+                add(nbytes, cap, done)
         self._finish_done()
         if not self._settling:
             self._settling = True
