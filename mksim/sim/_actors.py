@@ -22,6 +22,7 @@ from simpy.events import Event
 
 from mksim.costs import first_byte_us
 
+from ._env import Wake
 from ._hbm import Tracked
 
 _INF = math.inf
@@ -72,7 +73,7 @@ class Loader:
         self.n_started = 0       # queue positions the executor has started
         self.waits_start = False
         self.n_loaded = 0        # queue positions whose data is in
-        self.loaded: Event | None = None
+        self.loaded: Wake | None = None
         self.heads: list[int] = []  # page bytes each loaded task holds
         self.last_end = -1.0     # when the last flow ended: a later start pays the DRAM latency
         # dynamic dispatch: (tasks arrived, wait(task, loader)); a task not yet handed to this SM
@@ -209,13 +210,13 @@ class Loader:
                 if d > 0:
                     bubbles.append((a, a + d))
                 if pages:
-                    got += int(n)
+                    got += n  # type: ignore[assignment]  # (whole page bytes)
                 if pf is not None:
                     pf.moved(self.pos, self.pos)
             self.n_loaded = i + 1
             if self.loaded is not None:
                 ev, self.loaded = self.loaded, None
-                ev.succeed(bubbles)
+                env.fire(ev, bubbles)
         yield  # all loaded: the coroutine stays suspended (returning would raise in its waker)
 
     def _retry(self, gen: int, _ev: object = None) -> None:
@@ -481,7 +482,7 @@ class Slot:
             if rest < tail_us[t]:  # a device function consumes the last page once it is in
                 rest = tail_us[t]
             if rest > 0:
-                env.timeout(rest).callbacks.append(wake_ev)
+                env.after(rest).callbacks.append(wake_ev)
                 yield
                 w, now = now, env.now
                 timeline.add(lane, w, now, t, "compute")

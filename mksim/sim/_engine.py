@@ -28,7 +28,7 @@ from mksim.schedule import BaseSync, ChainMode, PersistentMode, Schedule, active
 from . import designs as _pieces  # noqa: F401  (registers every design's engine piece)
 from ._actors import Chain, L2Prefetch, Loader, Signal, stream_bytes
 from ._design_run import RUNS, DesignRun, Handover, Seen, overrides
-from ._env import Env, Proc
+from ._env import Env, Proc, Wake
 from ._hbm import HBM
 from ._result import CATEGORIES, SimResult, Timeline, build_result
 
@@ -262,7 +262,7 @@ class _Engine:
         only where a design gives them; everything else is bound once per SM, the clock is read
         once per wait, and a wait of no time records nothing (:meth:`Timeline.add` would not)."""
         env, r, timeline, hbm = self.env, self.r, self.timeline, self.hbm
-        timeout, event = env.timeout, env.event
+        timeout, after = env.timeout, env.after
         arrived, arrival, own_deps = self._handover if self._handover is not None else (None, None, True)
         op_seen, tiles_seen = self._seen(sm) if self._seen is not None else (None, None)
         ready_after = sync.ready_us
@@ -305,7 +305,7 @@ class _Engine:
                     if ready >= 0:
                         ready = ready_after(ready, n_flags, r, in_B[t], hbm.rate_now)
                         if ready > env.now:
-                            yield timeout(ready - env.now)
+                            yield after(ready - env.now)
                 now = env.now
                 if now > w:
                     if segs is not None:
@@ -315,7 +315,7 @@ class _Engine:
             start[t] = t_in
             ld.started(i)
             if ld.n_loaded <= i:
-                ld.loaded = ev = event()
+                ld.loaded = ev = Wake()
                 bubbles = yield ev
                 now = env.now
                 timeline.data_wait(sm, t_in, now, t, bubbles)
@@ -329,7 +329,7 @@ class _Engine:
             if rest < tail_us[t]:  # the last page is consumed after it is in
                 rest = tail_us[t]
             if rest > 0:
-                yield timeout(rest)
+                yield after(rest)
                 t1, now = now, env.now
                 if now > t1:
                     if segs is not None:

@@ -46,17 +46,6 @@ class _Class:
         self.ends: list[float] = []  # heap of the v at which members end
         self.at: dict[float, list[Callable[[], object]]] = {}  # v at end -> its members' done, in join order
 
-    def add(self, nbytes: float, done: Callable[[], object]) -> None:
-        """A member that ends once ``nbytes`` more are served."""
-        key = self.v + nbytes
-        same = self.at.get(key)
-        if same is None:
-            self.at[key] = [done]
-            heappush(self.ends, key)
-        else:
-            same.append(done)
-        self.n += 1
-
 
 class Tracked:
     """A flow whose progress can be read while it streams: started by :meth:`HBM.start_tracked`,
@@ -177,7 +166,14 @@ class HBM:
         cls = self.classes.get(cap)
         if cls is None:
             cls = self.classes[cap] = _Class(cap)
-        cls.add(nbytes, done)
+        key = cls.v + nbytes  # when it ends, on the class's clock
+        same = cls.at.get(key)
+        if same is None:
+            cls.at[key] = [done]
+            heappush(cls.ends, key)
+        else:
+            same.append(done)
+        cls.n += 1
         self.bytes_done += nbytes
         if isinstance(done, Tracked):  # its progress is read against the class's clock
             done.cls, done.v0 = cls, cls.v
