@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from simpy.core import NORMAL
 from simpy.events import Event
 
 from mksim.costs import first_byte_us
 
+from ._env import Wake
 from ._hbm import Tracked
+
+_INF = math.inf
 
 if TYPE_CHECKING:
     from mksim.workload import TaskGraph
@@ -41,24 +44,23 @@ class Signal(Event):
 
 
 # -- persistent modes: an SM's loader ------------------------------------------------------
-_NEW, _HEAD, _BODY, _IN = range(4)  # task not begun, filling pages, streaming the rest, in
-
-
 class Loader:
     """One SM's loader: walks the SM's queue, fills free shared-memory pages with each task's
     first bytes, and streams the rest of a bigger task once the executor has started it.
 
-    It waits for a DRAM flow (the HBM calls :meth:`run` back), for pages the executor frees
-    (:meth:`free`) or for the executor to start the task (:meth:`started`). The executor
-    reads ``n_loaded`` and, to wait for its data, sets ``loaded`` to an event; the loader
+    Its steps are a coroutine (:meth:`_load`) that suspends whenever it waits: for a DRAM flow (the
+    HBM calls it back), for pages the executor frees (:meth:`free`), for the executor to start the
+    task (:meth:`started`) or, under dynamic dispatch, for the task's hand-over (:meth:`run`).
+    Whoever ends the wait resumes it at once, so it takes the same steps at the same instants, in
+    the same order, as a SimPy process woken through events would, without an event per wait. The
+    executor reads ``n_loaded`` and, to wait for its data, sets ``loaded`` to an event; the loader
     fires it with the task's DRAM-latency bubbles (for the breakdown).
     """
 
     __slots__ = ("env", "hbm", "timeline", "q", "lane", "pre_B", "buf_B", "page_B", "cap", "lat", "i",
-                 "phase", "head", "got", "body", "free_B", "want_B", "n_started", "waits_start", "n_loaded",
-                 "loaded", "heads", "bubbles", "last_end", "flow_a", "flow_d", "flow_n", "first_lat", "gate",
-                 "issue_us", "op_cap", "op_of", "first_in", "pf", "pos", "l2_Bpus", "l2_lat", "pf_waited", "pf_gen",
-                 "addr")
+                 "free_B", "want_B", "n_started", "waits_start", "n_loaded", "loaded", "heads", "last_end",
+                 "first_lat", "gate", "issue_us", "op_cap", "op_of", "first_in", "pf", "pos", "l2_Bpus", "l2_lat",
+                 "pf_waited", "pf_gen", "wake", "wake_ev", "addr")
 
     def __init__(self, eng: _Engine, sm: int, q: list[int], buf_B: int, page_B: int):
         self.env, self.hbm, self.timeline, self.q = eng.env, eng.hbm, eng.timeline, q
@@ -68,20 +70,14 @@ class Loader:
         self.cap, self.lat = eng.r.sm_cap_Bpus, eng.r.dram_latency_us
         self.first_lat = first_byte_us(True, 0.0, 0.0, 0.0, eng.r)  # the kernel's first load on this SM
         self.i = 0               # queue position being loaded
-        self.phase = _NEW
-        self.head = self.got = 0  # page bytes of the current task: wanted, streamed
-        self.body = 0.0          # bytes streamed after the pages
         self.free_B = buf_B      # free page bytes
         self.want_B = 0          # page bytes waited for (0: not waiting)
         self.n_started = 0       # queue positions the executor has started
         self.waits_start = False
         self.n_loaded = 0        # queue positions whose data is in
-        self.loaded: Event | None = None
+        self.loaded: Wake | None = None
         self.heads: list[int] = []  # page bytes each loaded task holds
-        self.bubbles: list[tuple[float, float]] = []  # the current task's DRAM-latency bubbles
         self.last_end = -1.0     # when the last flow ended: a later start pays the DRAM latency
-        self.flow_a = self.flow_d = 0.0  # the flow in progress: start, latency paid
-        self.flow_n: float = 0   # ... and bytes (whole page bytes while filling pages)
         # dynamic dispatch: (tasks arrived, wait(task, loader)); a task not yet handed to this SM
         # cannot be loaded, and the engine runs the loader again when it arrives
         self.gate: tuple | None = None
@@ -100,140 +96,156 @@ class Loader:
         self.pf_waited = False  # the request waited for the prefetch in flight once already
         self.pf_gen = 0         # ... and which wake-up of it counts
         self.l2_Bpus, self.l2_lat = eng.r.l2_per_sm_Bpus, eng.r.l2_latency_us
+        co = self._load()
+        self.wake: Callable[[], object] = co.__next__  # resumes the coroutine (a flow's end, pages, ...)
+        self.wake_ev: Callable[[object], None] = co.send  # ... as an event's callback
 
     def run(self, _ev: object = None) -> None:
-        """Load as far as possible; return when waiting for a flow, pages or the executor."""
-        q = self.q
-        while self.i < len(q):
-            if self.phase == _NEW:
-                gate = self.gate
-                if gate is not None and not gate[0][q[self.i]]:
-                    gate[1](q[self.i], self)
-                    return
-                addr = self.addr
-                if addr is not None and addr[0][self.op_of[q[self.i]]] >= 0:
-                    seen = addr[1](addr[0][self.op_of[q[self.i]]])
-                    if not isinstance(seen, float):  # the op deciding it has not ended: its signal
-                        seen.callbacks.append(self.run)
-                        return
-                    if seen > self.env.now:
-                        self.env.timeout(seen - self.env.now).callbacks.append(self.run)
-                        return
-                # shared memory is counted in whole bytes: float sums would overfill the pages
-                self.head = min(math.ceil(self.pre_B[q[self.i]]), self.buf_B)
-                self.got = 0
-                self.bubbles = []
-                self.phase = _HEAD
-            if self.phase == _HEAD:
-                if self.got < self.head:  # fill pages as they free up, as many at a time as are free
-                    need = self.head - self.got
-                    least = min(need, self.page_B)
-                    take = min(need, self.free_B) if self.free_B >= least else least
-                    if self.free_B < take:
-                        self.want_B = take  # free() hands them over
-                        return
-                    self.free_B -= take
-                    self._flow(take)
-                    return
-                self.heads.append(self.head)
-                self.body = self.pre_B[q[self.i]] - self.head
-                self.phase = _BODY
-            if self.phase == _BODY:
-                if self.body > 0.5:  # the rest streams once the executor has started the task
-                    if self.n_started <= self.i:
-                        self.waits_start = True
-                        return
-                    self.phase = _IN
-                    self._flow(self.body)
-                    return
-                self.phase = _IN
-            self.i += 1
-            self.n_loaded = self.i
-            self.phase = _NEW
-            if self.loaded is not None:
-                ev, self.loaded = self.loaded, None
-                ev.succeed(self.bubbles)
+        """Start loading (at the kernel's start), or go on once the awaited task is handed over."""
+        self.wake()
 
     def free(self, nbytes: int) -> None:
         """The executor freed ``nbytes`` of pages."""
         self.free_B += nbytes
         if self.want_B and self.free_B >= self.want_B:
-            # one page is what the loader waited for; if the rest of the head is free too, it
-            # would stream it the instant that page is in: one flow does both
-            need = self.head - self.got
-            take = need if self.free_B >= need else self.want_B
-            self.want_B = 0
-            self.free_B -= take
-            self._flow(take)
+            self.wake()
 
     def started(self, i: int) -> None:
         """The executor started the task at queue position ``i``."""
         self.n_started = i + 1
         if self.waits_start and self.i == i:
             self.waits_start = False
-            self.run()
+            self.wake()
 
-    def _flow(self, nbytes: float) -> None:
-        a = self.env.now
-        pf = self.pf
-        hit = 0.0
-        if pf is not None:  # an L2 prefetcher runs ahead: some of these bytes may be in L2
-            wait = pf.wait_us(self.pos, nbytes)
-            if wait > 0.0:  # its flow in flight holds them: read them from L2 once they are in, at
-                self.pf_gen += 1  # its rate now, or when it ends if that comes first (or it slowed)
-                g = self.pf_gen
-                pf.waiter = partial(self._retry, g, nbytes)
-                if not self.pf_waited:
-                    self.pf_waited = True
-                    self.env.timeout(wait).callbacks.append(partial(self._retry, g, nbytes))
-                return
-            self.pf_waited = False
-            hit = pf.hits(self.pos, nbytes)
-            pf.moved(self.pos, self.pos + nbytes)
-            self.pos += nbytes
-        idle = a > self.last_end
-        if hit > 0.0 and nbytes - hit <= 0.5:  # all in L2: the L2 latency, then the bytes at its rate
-            d = self.l2_lat if idle else 0.0
-        else:
-            d = (self.lat if self.last_end >= 0 else self.first_lat) if idle else 0.0
-            if d > 0 and self.issue_us:
-                d += self.issue_us
-        self.flow_a, self.flow_d, self.flow_n = a, d, nbytes
-        t = self.q[self.i]
-        if self.first_in[t] != self.first_in[t]:  # NaN: the task's first flow
-            self.first_in[t] = a + d
-        cap = self.cap
-        if self.op_cap is not None:
-            own = self.op_cap[self.op_of[self.q[self.i]]]
-            if own < cap:
-                cap = own
-        if hit > 0.0:
-            l2 = self.l2_Bpus if self.l2_Bpus < cap else cap
-            if nbytes - hit <= 0.5:
-                self.env.timeout(d + nbytes / l2).callbacks.append(self._l2_in)
-                return
-            d += hit / l2  # the bytes in L2 first (they come first in the stream), then the rest from DRAM
-        self.hbm.start(nbytes - hit, cap, d, self._flowed)
+    def _load(self) -> Generator[None, object, None]:
+        """The loader's steps: for each task, its pages (as they free up, as many at a time as are
+        free), then the rest of it once the executor has started it; each a DRAM flow."""
+        env, hbm, q, pre_B, buf_B, page_B = self.env, self.hbm, self.q, self.pre_B, self.buf_B, self.page_B
+        heads, first_in, op_of, pf = self.heads, self.first_in, self.op_of, self.pf
+        timeline, lane = (self.timeline, self.lane) if self.timeline.segments else (None, 0)
+        wake = self.wake
+        i = 0
+        while True:  # (from the first run(), as the kernel starts)
+            self.i = i  # (== len(q) once all are loaded: a design that appends a task then runs the loader)
+            if i >= len(q):
+                yield  # all loaded: suspended (returning would raise in its waker) until a design adds tasks
+                continue
+            t = q[i]
+            gate = self.gate
+            while gate is not None and not gate[0][t]:
+                gate[1](t, self)
+                yield  # until the task is handed over
+                t = q[i]  # a design may have put another task at this place meanwhile
+            addr = self.addr
+            if addr is not None and addr[0][op_of[t]] >= 0:
+                while True:
+                    seen = addr[1](addr[0][op_of[t]])
+                    if not isinstance(seen, float):  # the op deciding it has not ended: its signal
+                        seen.callbacks.append(self.wake_ev)
+                        yield
+                        continue
+                    if seen > env.now:
+                        env.timeout(seen - env.now).callbacks.append(self.wake_ev)
+                        yield
+                    break
+            # shared memory is counted in whole bytes: float sums would overfill the pages
+            head = math.ceil(pre_B[t])
+            if head > buf_B:
+                head = buf_B
+            got = 0
+            n: float
+            pages = True  # filling pages (then: streaming the rest)
+            bubbles: list[tuple[float, float]] = []
+            while True:
+                if got < head:
+                    need = head - got
+                    least = need if need < page_B else page_B
+                    free = self.free_B
+                    if free < least:
+                        self.want_B = least
+                        yield  # until free() has freed them
+                        # one page is what the loader waited for; if the rest of the head is free
+                        # too, it would stream it the instant that page is in: one flow does both
+                        free = self.free_B
+                        n = need if free >= need else least
+                        self.want_B = 0
+                    else:
+                        n = need if need < free else free
+                    self.free_B = free - n
+                elif pages:
+                    pages = False
+                    heads.append(head)
+                    n = pre_B[t] - head  # (a float: the rest of the task's bytes)
+                    if n <= 0.5:
+                        break
+                    if self.n_started <= i:  # the rest streams once the executor has started the task
+                        self.waits_start = True
+                        yield  # until started(i)
+                else:
+                    break
+                # a flow of n bytes; an L2 prefetcher running ahead may hold some of them
+                hit = 0.0
+                while pf is not None:
+                    wait = pf.wait_us(self.pos, n)
+                    if wait > 0.0:  # its flow in flight holds them: read them from L2 once they are in,
+                        self.pf_gen += 1  # at its rate now, or when it ends if that comes first
+                        g = self.pf_gen
+                        pf.waiter = partial(self._retry, g)
+                        if not self.pf_waited:
+                            self.pf_waited = True
+                            env.timeout(wait).callbacks.append(partial(self._retry, g))
+                        yield  # until _retry
+                        continue
+                    self.pf_waited = False
+                    hit = pf.hits(self.pos, n)
+                    pf.moved(self.pos, self.pos + n)
+                    self.pos += n
+                    break
+                a = env.now
+                last = self.last_end
+                if a <= last:  # the loader streamed until now: no first-byte wait
+                    d = 0.0
+                elif hit > 0.0 and n - hit <= 0.5:  # all in L2: the L2 latency, then the bytes at its rate
+                    d = self.l2_lat
+                else:
+                    d = self.lat if last >= 0 else self.first_lat
+                    if d > 0 and self.issue_us:
+                        d += self.issue_us
+                if first_in[t] != first_in[t]:  # NaN: the task's first flow
+                    first_in[t] = a + d
+                cap = self.cap
+                if self.op_cap is not None:
+                    own = self.op_cap[op_of[t]]
+                    if own < cap:
+                        cap = own
+                if hit == 0.0:
+                    hbm.start(n - hit, cap, d, wake)
+                else:
+                    l2 = self.l2_Bpus if self.l2_Bpus < cap else cap
+                    if n - hit <= 0.5:
+                        env.timeout(d + n / l2).callbacks.append(self.wake_ev)
+                    else:  # the bytes in L2 first (they come first in the stream), then the rest from DRAM
+                        hbm.start(n - hit, cap, d + hit / l2, wake)
+                yield  # until the bytes are in
+                self.last_end = now = env.now
+                if timeline is not None:  # (a loader's flows count only through its executor's data waits)
+                    timeline.flow(lane, a, d, now, t, count=False)
+                if d > 0:
+                    bubbles.append((a, a + d))
+                if pages:
+                    got += n  # type: ignore[assignment]  # (whole page bytes)
+                if pf is not None:
+                    pf.moved(self.pos, self.pos)
+            self.n_loaded = i + 1
+            if self.loaded is not None:
+                ev, self.loaded = self.loaded, None
+                env.fire(ev, bubbles)
+            i += 1
 
-    def _retry(self, gen: int, nbytes: float, _ev: object = None) -> None:
+    def _retry(self, gen: int, _ev: object = None) -> None:
         if gen == self.pf_gen:  # the first of the two wake-ups
             self.pf_gen += 1
-            self._flow(nbytes)
-
-    def _l2_in(self, _ev: object) -> None:
-        self._flowed()
-
-    def _flowed(self) -> None:
-        self.last_end = now = self.env.now
-        a, d = self.flow_a, self.flow_d
-        self.timeline.flow(self.lane, a, d, now, self.q[self.i], count=False)
-        if d > 0:
-            self.bubbles.append((a, a + d))
-        if self.phase == _HEAD:
-            self.got += int(self.flow_n)
-        if self.pf is not None:
-            self.pf.moved(self.pos, self.pos)
-        self.run()
+            self.wake()
 
 
 class L2Prefetch:
@@ -370,7 +382,8 @@ class Chain:
     """
 
     def __init__(self, eng: _Engine, n_lanes: int, dispatch: list[Event], release: list[Event],
-                 done: list[Event], end_t: list[float], cap: list[float], head_B: float, released_at: list[float]):
+                 done: list[Event], start_t: list[float], end_t: list[float], cap: list[float], head_B: float,
+                 released_at: list[float]):
         self.env, self.hbm, self.timeline = eng.env, eng.hbm, eng.timeline
         self.pre_B, self.work_us, self.tail_us, self.start, self.end, self.lane_of = (
             eng.pre_B, eng.work_us, eng.tail_us, eng.start, eng.end, eng.lane_of)
@@ -379,7 +392,7 @@ class Chain:
         self.queues = [deque(range(first[k], first[k + 1])) for k in range(len(first) - 1)]
         self.dispatch, self.release, self.done = dispatch, release, done
         self.left = list(eng.n_tiles)  # blocks of each kernel not yet finished
-        self.end_t = end_t
+        self.start_t, self.end_t = start_t, end_t  # kernel k is dispatched once start_t[k] is set
         self.cap, self.head_B = cap, head_B
         self.r = eng.r
         self.lanes_per_sm = n_lanes // eng.r.n_sms
@@ -387,7 +400,7 @@ class Chain:
         self.cold_until = [0.0] * eng.r.n_sms   # when that kernel's first load there arrives
         self.k = 0                     # the first kernel with blocks not yet taken
         self.on_device = eng.on_device.tolist()  # tasks with a device function's costs
-        self.released_at = released_at  # when each kernel's dependent part was released
+        self.released_at = released_at  # when each kernel's dependent part was released (inf: not yet)
         # Idle slots by level: level j holds each SM's j-th slot (lane sm * lanes_per_sm + j). A
         # dispatch fills level 0 first, as the block scheduler spreads a kernel's blocks over the
         # SMs before it doubles them up: a kernel of 132 blocks runs on 132 SMs, not on 66.
@@ -399,7 +412,7 @@ class Chain:
     def take(self) -> tuple[int, int] | None:
         """The next block ``(kernel, task)``, or None if none is dispatched."""
         while self.k < len(self.queues):
-            if not self.dispatch[self.k].triggered:
+            if self.start_t[self.k] != self.start_t[self.k]:  # NaN: not dispatched yet
                 return None
             q = self.queues[self.k]
             if q:
@@ -424,123 +437,96 @@ class Chain:
                 kt = self.take()
                 if kt is None:
                     return
-                slot = idle.popleft()
-                slot.begin(*kt)
-                slot.run()
-
-
-_TAKE, _PROLOGUE, _RELEASE, _RELEASED, _LOAD, _COMPUTE, _COMPUTED, _END = range(8)
+                idle.popleft().give(kt)
 
 
 class Slot:
     """One block slot of an SM in a chain mode: takes the next block (or waits for a kernel's
     dispatch), streams its weights — under PDL the first pages before the previous kernel has
-    ended — computes, and takes the next."""
+    ended — computes, and takes the next.
 
-    __slots__ = ("ch", "lane", "sm", "level", "k", "phase", "t", "t_in", "since", "w0", "pre", "w", "d")
+    Its steps are a coroutine (:meth:`_blocks`), suspended while it waits (a flow, the release,
+    compute, a dispatch) and resumed by whoever ends the wait: the HBM, the event's callbacks, or
+    :meth:`Chain._dispatched` handing it a block (:attr:`give`)."""
+
+    __slots__ = ("ch", "lane", "sm", "level", "wake", "wake_ev", "give")
 
     def __init__(self, ch: Chain, lane: int):
         self.ch, self.lane = ch, lane
         self.sm, self.level = divmod(lane, ch.lanes_per_sm)
-        self.k = 0               # kernel of the block it runs
-        self.phase = _TAKE
-        self.t = -1              # the block (task) it runs
-        self.t_in = self.since = self.w = 0.0  # taken, dependent part started, began waiting
-        self.w0 = 0.0            # its work counts from here
-        self.pre = 0.0           # DRAM bytes still to stream
-        self.d = 0.0             # first-byte wait of the flow in progress
+        co = self._blocks()
+        self.wake: Callable[[], object] = co.__next__  # a flow's bytes are in
+        self.wake_ev: Callable[[object], None] = co.send  # an event it waits for is processed
+        self.give: Callable[[tuple[int, int]], None] = co.send  # its next block (kernel, task)
+        next(co)  # idle until a dispatch gives it a block
 
-    def begin(self, k: int, t: int) -> None:
-        """Take block ``t`` of kernel ``k``; :meth:`run` runs it."""
-        self.k, self.t = k, t
-        self.t_in = self.ch.env.now
-        self.pre = self.ch.pre_B[t]
-        self.phase = _PROLOGUE
-
-    def run(self, _ev: object = None) -> None:
-        """Run blocks until a step has to wait (a flow, the release, compute, a dispatch)."""
-        ch, env = self.ch, self.ch.env
+    def _blocks(self) -> Generator[None, Any, None]:
+        ch, lane, sm = self.ch, self.lane, self.sm
+        env, hbm, timeline, r = ch.env, ch.hbm, ch.timeline, ch.r
+        pre_B, work_us, tail_us, warm_us, first_in = ch.pre_B, ch.work_us, ch.tail_us, ch.warm_us, ch.first_in
+        start, end, lane_of, on_device, cap = ch.start, ch.end, ch.lane_of, ch.on_device, ch.cap
+        release, released_at, left, end_t, done = ch.release, ch.released_at, ch.left, ch.end_t, ch.done
+        sm_kernel, cold_until = ch.sm_kernel, ch.cold_until
+        wake, wake_ev = self.wake, self.wake_ev
+        kt = yield
+        idle = ch.idle[self.level]  # (made once every slot is)
         while True:
-            ph = self.phase
-            if ph == _TAKE:
-                kt = ch.take()
-                if kt is None:
-                    ch.idle[self.level].append(self)
-                    return
-                self.begin(*kt)
-            elif ph == _PROLOGUE:
-                self.phase = _RELEASE
-                if not ch.release[self.k].triggered:
-                    head = min(self.pre, ch.head_B)
-                    if head > 0:  # PDL prologue: stream the first pages while the previous kernel runs
-                        self.pre -= head
-                        self.d = ch.first_byte(self.sm, self.k, self.t_in)
-                        ch.first_in[self.t] = env.now + self.d
-                        ch.hbm.start(head, ch.cap[self.k], self.d, self._prologue_in)
-                        return
-            elif ph == _RELEASE:
-                rel = ch.release[self.k]
-                if not rel.triggered:
-                    self.w = env.now
-                    self.phase = _RELEASED
-                    rel.callbacks.append(self.run)
-                    return
-                self.phase = _LOAD
-            elif ph == _RELEASED:
-                ch.timeline.add(self.lane, self.w, env.now, self.t, "dependency wait")
-                self.phase = _LOAD
-            elif ph == _LOAD:
-                self.since = env.now
-                ch.start[self.t] = self.since  # the dependent part starts here (PDL prologue before)
-                if ch.on_device[self.t]:  # a device function's fixed part needs only the release
-                    rel_us = ch.released_at[self.k]
-                    self.w0 = rel_us if rel_us > self.t_in else self.t_in
+            k, t = kt
+            t_in = env.now
+            pre = pre_B[t]
+            if released_at[k] == _INF:  # not released yet
+                head = min(pre, ch.head_B)
+                if head > 0:  # PDL prologue: stream the first pages while the previous kernel runs
+                    pre -= head
+                    d = ch.first_byte(sm, k, t_in)
+                    first_in[t] = env.now + d
+                    hbm.start(head, cap[k], d, wake)
+                    yield
+                    timeline.flow(lane, t_in, d, env.now, t)
+            if released_at[k] == _INF:
+                w = env.now
+                release[k].callbacks.append(wake_ev)
+                yield
+                timeline.add(lane, w, env.now, t, "dependency wait")
+            since = env.now
+            start[t] = since  # the dependent part starts here (PDL prologue before)
+            if on_device[t]:  # a device function's fixed part needs only the release
+                rel_us = released_at[k]
+                w0 = rel_us if rel_us > t_in else t_in
+            else:
+                w0 = since
+            if pre > 0:
+                if sm_kernel[sm] == k:  # a later block of this kernel on the SM
+                    d = first_byte_us(False, since, t_in, cold_until[sm], r)
                 else:
-                    self.w0 = self.since
-                self.phase = _COMPUTE
-                if self.pre > 0:
-                    sm = self.sm
-                    if ch.sm_kernel[sm] == self.k:  # a later block of this kernel on the SM
-                        d = first_byte_us(False, env.now, self.t_in, ch.cold_until[sm], ch.r)
-                    else:
-                        d = ch.first_byte(sm, self.k, self.t_in)
-                    self.d = d
-                    if ch.first_in[self.t] != ch.first_in[self.t]:  # NaN: no prologue streamed it
-                        ch.first_in[self.t] = env.now + d
-                    ch.hbm.start(self.pre, ch.cap[self.k], d, self._loaded)
-                    return
-            elif ph == _COMPUTE:
-                if ch.warm_us is not None and ch.on_device[self.t]:  # from its inputs and first bytes
-                    fi = ch.first_in[self.t]
-                    rest = ch.warm_us[self.t] - (env.now - (fi if fi > self.w0 else self.w0))
-                else:
-                    rest = ch.work_us[self.t] - (env.now - self.w0)
-                if rest < ch.tail_us[self.t]:  # a device function consumes the last page once it is in
-                    rest = ch.tail_us[self.t]
-                if rest > 0:
-                    self.w = env.now
-                    self.phase = _COMPUTED
-                    env.timeout(rest).callbacks.append(self.run)
-                    return
-                self.phase = _END
-            elif ph == _COMPUTED:
-                ch.timeline.add(self.lane, self.w, env.now, self.t, "compute")
-                self.phase = _END
-            else:  # _END
-                now, t, k = env.now, self.t, self.k
-                ch.timeline.task(self.lane, self.t_in, now, t)
-                ch.end[t] = now
-                ch.lane_of[t] = self.lane
-                ch.left[k] -= 1
-                if ch.left[k] == 0:
-                    ch.end_t[k] = now
-                    ch.done[k].succeed()
-                self.phase = _TAKE
-
-    def _prologue_in(self) -> None:
-        self.ch.timeline.flow(self.lane, self.t_in, self.d, self.ch.env.now, self.t)
-        self.run()
-
-    def _loaded(self) -> None:
-        self.ch.timeline.flow(self.lane, self.since, self.d, self.ch.env.now, self.t)
-        self.run()
+                    d = ch.first_byte(sm, k, t_in)
+                if first_in[t] != first_in[t]:  # NaN: no prologue streamed it
+                    first_in[t] = since + d
+                hbm.start(pre, cap[k], d, wake)
+                yield
+                timeline.flow(lane, since, d, env.now, t)
+            now = env.now
+            if warm_us is not None and on_device[t]:  # from its inputs and first bytes
+                fi = first_in[t]
+                rest = warm_us[t] - (now - (fi if fi > w0 else w0))
+            else:
+                rest = work_us[t] - (now - w0)
+            if rest < tail_us[t]:  # a device function consumes the last page once it is in
+                rest = tail_us[t]
+            if rest > 0:
+                env.after(rest).callbacks.append(wake_ev)
+                yield
+                w, now = now, env.now
+                timeline.add(lane, w, now, t, "compute")
+            # the block is done
+            timeline.task(lane, t_in, now, t)
+            end[t] = now
+            lane_of[t] = lane
+            left[k] -= 1
+            if left[k] == 0:
+                end_t[k] = now
+                done[k].succeed()
+            kt = ch.take()
+            if kt is None:  # wait in the FIFO of its level for a dispatch
+                idle.append(self)
+                kt = yield

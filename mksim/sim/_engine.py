@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import simpy
 
 from mksim import costs
 from mksim.costs import block_dram_cap_Bpus
@@ -29,6 +28,7 @@ from mksim.schedule import BaseSync, ChainMode, PersistentMode, Schedule, active
 from . import designs as _pieces  # noqa: F401  (registers every design's engine piece)
 from ._actors import Chain, L2Prefetch, Loader, Signal, address_gates, stream_bytes
 from ._design_run import RUNS, DesignRun, Handover, Seen, overrides
+from ._env import Env, Proc, Wake
 from ._hbm import HBM
 from ._result import CATEGORIES, SimResult, Timeline, build_result
 
@@ -64,7 +64,7 @@ class _Engine:
         # the engine pieces of the designs that are on (mksim.sim.designs), in registration order
         self.pieces: dict[str, DesignRun] = {d.name: RUNS[d.name](self) for d in active_designs(s.mode, s.options)
                                              if d.name in RUNS}
-        self.env = simpy.Environment()
+        self.env = Env()
         r0 = self.r
         knee = (lambda demand: costs.loaded_total_Bpus(demand, r0)) if r0.queue_us > 0 else None
         self.hbm = HBM(self.env, self.r.hbm_Bpus, record=s.options.record or timeline,  # the trace's counter
@@ -107,37 +107,11 @@ class _Engine:
         self._seen: Seen | None = None
 
     # -- shared helpers -------------------------------------------------------------------
-    def _finish(self, t: int, lane: int) -> None:
-        now = self.env.now
-        self.end[t] = now
-        self.lane_of[t] = lane
-        p = self.op_of[t]
-        self.op_done_n[p] += 1
-        if now > self.op_end[p]:
-            self.op_end[p] = now
-        for hook in self._finished:
-            hook(t, p, lane, now)
-        if self.task_events:
-            ev = self.task_events.pop(t, None)
-            if ev is not None:
-                ev.succeed_after(self.visible_us)
-        if self.op_done_n[p] == self.n_tiles[p]:
-            ev = self.op_events.pop(p, None)
-            if ev is not None:
-                ev.succeed_after(self.visible_us)
-
     def op_signal(self, p: int) -> Signal:
         """Fires when every task of op ``p`` is done and visible."""
         ev = self.op_events.get(p)
         if ev is None:
             ev = self.op_events[p] = Signal(self.env)
-        return ev
-
-    def task_signal(self, t: int) -> Signal:
-        """Fires when task ``t`` is done and visible."""
-        ev = self.task_events.get(t)
-        if ev is None:
-            ev = self.task_events[t] = Signal(self.env)
         return ev
 
     def op_seen_at(self, p: int) -> float | Signal:
@@ -146,6 +120,13 @@ class _Engine:
         if self.op_done_n[p] < self.n_tiles[p]:
             return self.op_signal(p)
         return self.op_end[p] + self.visible_us
+
+    def task_signal(self, t: int) -> Signal:
+        """Fires when task ``t`` is done and visible."""
+        ev = self.task_events.get(t)
+        if ev is None:
+            ev = self.task_events[t] = Signal(self.env)
+        return ev
 
     # -- chain modes ------------------------------------------------------------------
     def _run_chain(self, mode: ChainMode):
@@ -184,7 +165,7 @@ class _Engine:
                 start_t[k] = env.now
                 dispatch[k].succeed()
                 if separate:
-                    env.process(releaser(k))
+                    Proc(env, releaser(k))
                 else:
                     released_at[k] = env.now
                     release[k].succeed()
@@ -199,9 +180,9 @@ class _Engine:
             released_at[k] = env.now
             release[k].succeed()
 
-        env.process(launcher())
+        Proc(env, launcher())
         # the slots wake on dispatch
-        Chain(self, self.n_lanes, dispatch, release, done, end_t, cap, head_B, released_at)
+        Chain(self, self.n_lanes, dispatch, release, done, start_t, end_t, cap, head_B, released_at)
         self.t0 = r.launch_latency_us
         self._chain_times = (start_t, end_t)
 
@@ -246,7 +227,7 @@ class _Engine:
                     yield self.op_signal(j - 1)
                 yield env.timeout(self.r.grid_barrier_us + costs.sync_load_us(self.hbm.rate_now, self.r))
                 barrier_done[j].succeed()
-        env.process(barriers())
+        Proc(env, barriers())
         return barrier_done
 
     def _start_sms(self, barrier_done: list | None, sync: BaseSync) -> None:
@@ -265,13 +246,14 @@ class _Engine:
         # hold) or a device function's fixed part overlaps the wait for them; else from its data
         from_start = ((np.asarray(self.pre_B) > buf_B) | self.on_device).tolist()
         on_device = self.on_device.tolist()  # once: the executors share these lists
+        capped = any(c < math.inf for c in op_cap)
         gates = address_gates(g)  # expert weights: their address known once the layer's top-k is seen
         addr = (gates, self.op_seen_at) if gates is not None else None
         for sm, q in enumerate(s.queues or []):
             ld = Loader(self, sm, q, buf_B, page_B)
             if lead_B > 0:
                 ld.pf = L2Prefetch(self, stream_bytes(self.pre_B, q, buf_B), lead_B, page_B)
-            if any(c < math.inf for c in op_cap):
+            if capped:
                 ld.op_cap = op_cap
             if ring < ld.cap:
                 ld.cap = ring
@@ -279,7 +261,7 @@ class _Engine:
             for piece in self.pieces.values():
                 piece.loader(ld)
             env.timeout(self.t0).callbacks.append(ld.run)
-            env.process(self._executor(sm, q, ld, barrier_done, sync, from_start, on_device))
+            Proc(env, self._executor(sm, q, ld, barrier_done, sync, from_start, on_device))
 
     def _executor(self, sm: int, q: list[int], ld: Loader, barrier_done: list | None, sync: BaseSync,
                   from_start: list[bool], on_device: list[bool]):
@@ -287,9 +269,10 @@ class _Engine:
         or its hand-over and its producers), then for its data (``ld``), then its work; finish it.
 
         The hot loop of the engine: what it calls per dependency is the designs' ``seen`` closures
-        only where a design gives them; everything else is bound once per SM."""
+        only where a design gives them; everything else is bound once per SM, the clock is read
+        once per wait, and a wait of no time records nothing (:meth:`Timeline.add` would not)."""
         env, r, timeline, hbm = self.env, self.r, self.timeline, self.hbm
-        timeout, event = env.timeout, env.event
+        timeout, after = env.timeout, env.after
         arrived, arrival, own_deps = self._handover if self._handover is not None else (None, None, True)
         op_seen, tiles_seen = self._seen(sm) if self._seen is not None else (None, None)
         ready_after = sync.ready_us
@@ -297,7 +280,10 @@ class _Engine:
         op_of, n_tiles, op_first, op_done_n, op_end, end = (self.op_of, self.n_tiles, self.op_first, self.op_done_n,
                                                             self.op_end, self.end)
         deps_of, in_B = self.g.deps, self.in_B  # in_B: what a task reads of its producers (a sentinel polls it)
-        op_signal, task_signal, finish = self.op_signal, self.task_signal, self._finish
+        op_signal, task_signal, finished = self.op_signal, self.task_signal, self._finished
+        lane_of, op_events, task_events = self.lane_of, self.op_events, self.task_events
+        # what Timeline.add records, inline: the segments (if kept) and the breakdown's sums
+        segs, us, heads = timeline.segs if timeline.segments else None, timeline.us, ld.heads
         yield timeout(self.t0)
         for i, t in enumerate(q):
             w = env.now
@@ -305,7 +291,7 @@ class _Engine:
                 j = op_of[t]
                 if not barrier_done[j].triggered:
                     yield barrier_done[j]
-                timeline.add(sm, w, env.now, t, "barrier wait")
+                    timeline.add(sm, w, env.now, t, "barrier wait")
             else:
                 if arrived is not None and not arrived[t]:  # handed over by a scheduler
                     yield arrival(t)  # type: ignore[misc]
@@ -329,31 +315,58 @@ class _Engine:
                     if ready >= 0:
                         ready = ready_after(ready, n_flags, r, in_B[t], hbm.rate_now)
                         if ready > env.now:
-                            yield timeout(ready - env.now)
-                timeline.add(sm, w, env.now, t, "dependency wait")
-            t_in = env.now
+                            yield after(ready - env.now)
+                now = env.now
+                if now > w:
+                    if segs is not None:
+                        segs.append((sm, w, now, t, "dependency wait"))
+                    us["dependency wait"] += now - w
+            now = t_in = env.now
             start[t] = t_in
             ld.started(i)
             if ld.n_loaded <= i:
-                ld.loaded = ev = event()
+                ld.loaded = ev = Wake()
                 bubbles = yield ev
-                timeline.data_wait(sm, t_in, env.now, t, bubbles)
+                now = env.now
+                timeline.data_wait(sm, t_in, now, t, bubbles)
             if warm_us is not None and on_device[t]:  # counted from its start and its first bytes
                 fi = first_in[t]
-                rest = warm_us[t] - (env.now - (fi if fi > t_in else t_in))
-            else:
-                rest = work_us[t] - (env.now - (t_in if from_start[t] else env.now))
+                rest = warm_us[t] - (now - (fi if fi > t_in else t_in))
+            elif from_start[t]:
+                rest = work_us[t] - (now - t_in)
+            else:  # counted from its data
+                rest = work_us[t]
             if rest < tail_us[t]:  # the last page is consumed after it is in
                 rest = tail_us[t]
             if rest > 0:
-                t1 = env.now
-                yield timeout(rest)
-                timeline.add(sm, t1, env.now, t, "compute")
-            head = ld.heads[i]
+                yield after(rest)
+                t1, now = now, env.now
+                if now > t1:
+                    if segs is not None:
+                        segs.append((sm, t1, now, t, "compute"))
+                    us["compute"] += now - t1
+            head = heads[i]
             if head > 0:
                 ld.free(head)
-            timeline.task(sm, t_in, env.now, t)
-            finish(t, sm)
+            # done: its end, its op's count, the signals of whoever waits for it
+            if segs is not None and now > t_in:
+                segs.append((sm, t_in, now, t, "task"))
+            end[t] = now
+            lane_of[t] = sm
+            p = op_of[t]
+            op_done_n[p] += 1
+            if now > op_end[p]:
+                op_end[p] = now
+            for hook in finished:
+                hook(t, p, sm, now)
+            if task_events:
+                sig = task_events.pop(t, None)
+                if sig is not None:
+                    sig.succeed_after(self.visible_us)
+            if op_done_n[p] == n_tiles[p]:
+                sig = op_events.pop(p, None)
+                if sig is not None:
+                    sig.succeed_after(self.visible_us)
 
     # -- run and collect -----------------------------------------------------------------
     def run(self) -> None:

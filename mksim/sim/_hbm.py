@@ -17,9 +17,9 @@ streams (:class:`Tracked`): an L2 prefetch's bytes that the loader catches up wi
 
 from __future__ import annotations
 
-import heapq
+import math
 from collections.abc import Callable
-from itertools import count
+from heapq import heappop, heappush
 
 import simpy
 from simpy.events import Event, Timeout
@@ -27,17 +27,24 @@ from simpy.events import Event, Timeout
 from mksim.costs import fair_share
 
 _EPS = 1e-9
+_INF = math.inf
 _LATE = 2  # SimPy priority after NORMAL (1): runs once everything else at this instant has
 
 
 class _Class:
-    __slots__ = ("cap", "v", "rate", "heap")
+    """Flows of one cap. Their ends are a heap of distinct clock values, each with its flows in the
+    order they joined: the order of a heap of ``(v at end, join order, done)``, for a fraction of
+    the comparisons (floats, not tuples)."""
+
+    __slots__ = ("cap", "v", "rate", "n", "ends", "at")
 
     def __init__(self, cap: float):
         self.cap = cap
         self.v = 0.0       # bytes served to each member since the class was created
         self.rate = 0.0    # bytes per µs per member now
-        self.heap: list[tuple[float, int, Callable[[], object]]] = []  # (v at end, seq, done)
+        self.n = 0         # members
+        self.ends: list[float] = []  # heap of the v at which members end
+        self.at: dict[float, list[Callable[[], object]]] = {}  # v at end -> its members' done, in join order
 
 
 class Tracked:
@@ -104,26 +111,41 @@ class HBM:
         self.classes: dict[float, _Class] = {}
         self.t_last = 0.0
         self._gen = 0
-        self._seq = count()
         self._settling = False
-        self._wake_at = float("inf")  # when the HBM next looks at its flows
-        self.arrivals: list[tuple[float, int, float, float, Callable[[], object]]] = []  # flows in latency
+        self._wake_at = _INF  # when the HBM next looks at its flows
+        # flows in their first-byte latency: a heap of the distinct times they join, each with its
+        # flows (nbytes, cap, done) in the order they started
+        self.arrivals: list[float] = []
+        self.arriving: dict[float, list[tuple[float, float, Callable[[], object]]]] = {}
         self.bytes_done = 0.0  # bytes asked for (counted as their flows join)
         self.arrived_B = 0.0   # bytes arrived, up to t_last (arrived_now: up to now)
         self.log: list[tuple[float, float]] | None = [] if record else None
+        self.settle = self._settle  # bound once: one settle per instant
 
     # -- public -------------------------------------------------------------------------
     def start(self, nbytes: float, cap_Bpus: float, delay_us: float, done: Callable[[], object]) -> None:
         """Stream ``nbytes`` (> 0), joining the share ``delay_us`` from now; call ``done()``
         at the instant the last byte arrives."""
+        now = self.env.now
         if delay_us > 0:
-            at = self.env.now + delay_us
-            heapq.heappush(self.arrivals, (at, next(self._seq), nbytes, cap_Bpus, done))
+            at = now + delay_us
+            same = self.arriving.get(at)
+            if same is None:
+                self.arriving[at] = [(nbytes, cap_Bpus, done)]
+                heappush(self.arrivals, at)
+            else:
+                same.append((nbytes, cap_Bpus, done))
             if at < self._wake_at and not self._settling:  # the next wake must come sooner
                 self._settling = True
-                _Settle(self.env, self._settle)
-        else:
-            self._join(nbytes, cap_Bpus, done)
+                _Settle(self.env, self.settle)
+            return
+        # join the share now
+        if now != self.t_last:
+            self._advance()
+        self._add(nbytes, cap_Bpus, done)
+        if not self._settling:
+            self._settling = True
+            _Settle(self.env, self.settle)
 
     def start_tracked(self, nbytes: float, cap_Bpus: float, delay_us: float, done: Callable[[], object]) -> Tracked:
         """:meth:`start`, returning a :class:`Tracked` that says how much of the flow has arrived."""
@@ -137,22 +159,21 @@ class HBM:
 
     @property
     def active(self) -> int:
-        return sum(len(c.heap) for c in self.classes.values())
+        return sum(c.n for c in self.classes.values())
 
     # -- internals ------------------------------------------------------------------------
-    def _join(self, nbytes: float, cap: float, done: Callable[[], object]) -> None:
-        if self.env.now != self.t_last:
-            self._advance()
-        self._add(nbytes, cap, done)
-        if not self._settling:
-            self._settling = True
-            _Settle(self.env, self._settle)
-
     def _add(self, nbytes: float, cap: float, done: Callable[[], object]) -> None:
         cls = self.classes.get(cap)
         if cls is None:
             cls = self.classes[cap] = _Class(cap)
-        heapq.heappush(cls.heap, (cls.v + nbytes, next(self._seq), done))
+        key = cls.v + nbytes  # when it ends, on the class's clock
+        same = cls.at.get(key)
+        if same is None:
+            cls.at[key] = [done]
+            heappush(cls.ends, key)
+        else:
+            same.append(done)
+        cls.n += 1
         self.bytes_done += nbytes
         if isinstance(done, Tracked):  # its progress is read against the class's clock
             done.cls, done.v0 = cls, cls.v
@@ -167,13 +188,16 @@ class HBM:
 
     def _finish_done(self) -> None:
         """Finish every flow that is done (within rounding); drop classes left empty."""
-        done = []
+        done: list[Callable[[], object]] = []
         for key in list(self.classes):
             c = self.classes[key]
-            heap, lim = c.heap, c.v + _EPS * max(1.0, c.v)
-            while heap and heap[0][0] <= lim:
-                done.append(heapq.heappop(heap)[2])
-            if not heap:
+            v = c.v
+            ends, lim = c.ends, v + _EPS * (v if v > 1.0 else 1.0)
+            while ends and ends[0] <= lim:
+                members = c.at.pop(heappop(ends))
+                done += members
+                c.n -= len(members)
+            if not c.n:
                 del self.classes[key]
         for fn in done:  # after the bookkeeping: a callback may start the next flow
             fn()
@@ -186,64 +210,68 @@ class HBM:
         demand = 0.0
         if self.knee is not None:
             for c in classes.values():
-                demand += c.cap * len(c.heap)
-        if 0.0 < demand < float("inf"):
+                demand += c.cap * c.n
+        if 0.0 < demand < _INF:
             frac = self.knee(demand) / demand  # type: ignore[misc]  # demand > 0 only with a knee
-            nxt = float("inf")
+            nxt = _INF
             total = 0.0
             for c in classes.values():
                 c.rate = c.cap * frac
-                total += c.rate * len(c.heap)
-                t_end = (c.heap[0][0] - c.v) / c.rate
+                total += c.rate * c.n
+                t_end = (c.ends[0] - c.v) / c.rate
                 if t_end < nxt:
                     nxt = t_end
         elif len(classes) == 1:
             (c,) = classes.values()
-            n = len(c.heap)
+            n = c.n
             level = self.total / n
             c.rate = c.cap if c.cap < level else level
-            nxt = (c.heap[0][0] - c.v) / c.rate
+            nxt = (c.ends[0] - c.v) / c.rate
             total = c.rate * n
         else:
-            level = fair_share({k: len(c.heap) for k, c in classes.items()}, self.total)
-            nxt = float("inf")
+            level = fair_share({k: c.n for k, c in classes.items()}, self.total)
+            nxt = _INF
             total = 0.0
             for c in classes.values():
                 c.rate = min(c.cap, level)
-                total += c.rate * len(c.heap)
-                nxt = min(nxt, (c.heap[0][0] - c.v) / c.rate)
+                total += c.rate * c.n
+                nxt = min(nxt, (c.ends[0] - c.v) / c.rate)
         self.rate_now = total
         if self.log is not None:
             self.log.append((self.env.now, total))
-        nxt = max(nxt, 0.0)
-        if 0.0 < nxt < float("inf") and self.env.now + nxt == self.env.now:
+        now = self.env.now
+        if nxt < 0.0:
+            nxt = 0.0
+        if 0.0 < nxt < _INF and now + nxt == now:
             # the next flow ends within the clock's resolution (a sliver of bytes late in a long step):
             # serve it now and settle again this instant, or the wake would never move the clock
             for c in classes.values():
                 c.v += c.rate * nxt
             self._settling = True
-            _Settle(self.env, self._settle)
+            _Settle(self.env, self.settle)
             return
         if self.arrivals:
             # (at - now) + now == at exactly once now >= at / 2: arrivals are not rounded
-            nxt = min(nxt, self.arrivals[0][0] - self.env.now)
+            first = self.arrivals[0] - now
+            if first < nxt:
+                nxt = first
         self._gen += 1
-        if nxt < float("inf"):
-            self._wake_at = self.env.now + nxt
+        if nxt < _INF:
+            self._wake_at = now + nxt
             Timeout(self.env, nxt, self._gen).callbacks.append(self._wake)
         else:
-            self._wake_at = float("inf")
+            self._wake_at = _INF
 
     def _wake(self, ev: Event) -> None:
         if ev.value != self._gen:  # superseded by a later start or finish
             return
-        self._wake_at = float("inf")
+        self._wake_at = _INF
         self._advance()
-        arrivals, now = self.arrivals, self.env.now
-        while arrivals and arrivals[0][0] <= now:
-            _, _, nbytes, cap, done = heapq.heappop(arrivals)
-            self._add(nbytes, cap, done)
+        arrivals, now, add = self.arrivals, self.env.now, self._add
+        while arrivals and arrivals[0] <= now:
+            for nbytes, cap, done in self.arriving.pop(heappop(arrivals)):
+                add(nbytes, cap, done)
         self._finish_done()
         if not self._settling:
             self._settling = True
-            _Settle(self.env, self._settle)
+            _Settle(self.env, self.settle)

@@ -12,6 +12,7 @@ from mksim.schedule.designs.dynamic import DynamicDispatch, dispatch_layout
 
 from .._actors import Loader, Signal
 from .._design_run import DesignRun, Handover, runs
+from .._env import Proc
 
 
 @runs(DynamicDispatch)
@@ -38,7 +39,7 @@ class DynamicDispatchRun(DesignRun):
         prods = [self._producers(j) for j in range(len(g.ops))]
         self.prods = prods
         for j in range(len(g.ops)):
-            eng.env.process(self._dispatch(j, s.options.prelaunch))
+            Proc(eng.env, self._dispatch(j, s.options.prelaunch))
 
     def handover(self) -> Handover:
         # handed over early (prelaunch): the worker then waits for its producers' counters itself
