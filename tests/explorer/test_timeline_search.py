@@ -320,6 +320,37 @@ def test_open_existing_study(study):
     assert poll(job, seen)[2] is no_update
 
 
+def test_figures_of_a_running_study_are_redrawn_every_few_seconds(tmp_path, monkeypatch):
+    """While a study runs the progress line follows every poll, the figures at most every REDRAW_S seconds
+    (a redraw costs the browser CPU and resets a zoom); the study's end is drawn at once."""
+    import optuna
+
+    from explorer.pages import search
+
+    db = tmp_path / "s.db"
+    monkeypatch.setenv("MKSIM_EXPLORER_STORAGE", str(db))
+    st = optuna.create_study(storage=f"sqlite:///{db}", study_name="live")
+    st.tell(st.ask(), 5.0)
+    running = st.ask()  # a trial still running (a mksim search elsewhere filling the study): followed live
+    job = search.start_or_open("search-open", *[None] * 6, "live")
+    first = search.poll(job)
+    assert first[1].startswith("1 trials finished") and first[1].endswith("running… — study live")
+    assert first[2] is not no_update and first[5] is False
+    st.tell(st.ask(), 4.0)
+    again = search.poll(job, first[-1])
+    assert again[1].startswith("2 trials finished") and all(f is no_update for f in again[2:5])
+    assert again[-1] == first[-1]  # still what was drawn last
+    monkeypatch.setattr(search, "REDRAW_S", 0.0)
+    redrawn = search.poll(job, again[-1])
+    assert redrawn[2] is not no_update and redrawn[-1][2] == 2
+    monkeypatch.setattr(search, "REDRAW_S", 3600.0)
+    st.tell(running, 3.0)  # the last trial ends: drawn at once, polling stops
+    last = search.poll(job, redrawn[-1])
+    assert last[5] is True and last[2] is not no_update and last[1].startswith("3 trials finished")
+    assert search.poll(job, last[-1])[2] is no_update
+    assert search.poll(job, ["hostile", 1, 2, 3, 4, "x"])[2] is not no_update  # a seen it did not make: drawn
+
+
 def test_open_study_from_the_list_or_the_only_one(tmp_path, monkeypatch):
     """"Open study" without a typed name: the study chosen in the list, else the storage's only study."""
     import optuna
@@ -550,6 +581,36 @@ def test_jobs_list_and_follow(study, tmp_path, monkeypatch):
     assert start_or_open({"type": "search-follow", "job": "search-99"}, *(None,) * 8) == {
         "error": f"no search 'search-99' in {jobs.jobs_dir()}"}
     assert jobs.job_state("search-99") == ("none", "") and jobs.job_state("../x") == ("none", "")
+
+
+def test_a_storage_is_opened_once_and_read_as_it_is_now(tmp_path, monkeypatch):
+    """The page reads a followed study every second: its storage is opened (its schema checked) once, and each
+    read sees the file as it is now, a file deleted and made again included."""
+    import optuna
+
+    db = tmp_path / "s.db"
+    url = f"sqlite:///{db}"
+    real, opened = optuna.storages.RDBStorage, []
+
+    class Counted(real):
+        def __init__(self, url, *args, **kw):
+            opened.append(url)
+            super().__init__(url, *args, **kw)
+
+    optuna.create_study(storage=real(url), study_name="a")
+    monkeypatch.setattr(optuna.storages, "RDBStorage", Counted)
+    for _ in range(3):
+        assert data.study_names(str(db)) == ["a"] and data.study_data(str(db), "a")["finished"] == 0
+    assert opened == [url]
+    db.unlink()
+    optuna.create_study(storage=real(url), study_name="b")
+    assert data.study_names(str(db)) == ["b"] and opened == [url]  # no connection kept to the old file
+    db.unlink()
+    db.write_bytes(b"")  # an empty file: the kept storage fails, is opened anew, which makes the tables
+    assert data.study_names(str(db)) == [] and opened == [url, url]
+    db.write_text("not a database")
+    with pytest.raises(MksimError, match="cannot open study storage .*: .*file is not a database"):
+        data.study_names(str(db))
 
 
 def test_a_new_sqlite_storage_read_while_it_is_made_is_retried(tmp_path, monkeypatch):
