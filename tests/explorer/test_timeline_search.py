@@ -225,14 +225,15 @@ def test_timeline_downloads(mk):
 # -- Search ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
-    """A two-objective search started from the page and followed by polling until it ends."""
+    """A two-objective search started from the page and followed by polling until it ends: on the a100, whose
+    16 baselines (the h200 has ten graph_pdl chains more) make a study of 16 trials."""
     from explorer.pages.search import poll, start_or_open
 
     db = tmp_path_factory.mktemp("search") / "studies.db"
     old = os.environ.get("MKSIM_EXPLORER_STORAGE")
     os.environ["MKSIM_EXPLORER_STORAGE"] = str(db)  # the module's storage (mksim explore --storage)
     t0 = time.monotonic()
-    job = start_or_open("search-start", "llama-3.2-1b", "h200", 1, 1024, 26, "latency,smem", "")
+    job = start_or_open("search-start", "llama-3.2-1b", "a100", 1, 1024, 16, "latency,smem", "")
     started_s = time.monotonic() - t0
     polls = []
     while time.monotonic() - t0 < 180:
@@ -252,21 +253,21 @@ def study(tmp_path_factory):
 def test_search_starts_in_the_background_and_is_followed_live(study):
     job, polls = study["job"], study["polls"]
     assert set(job) == {"job", "storage", "study", "trials"}
-    assert job["study"] == "llama-3.2-1b-h200-b1-kv1024-latency+smem"
+    assert job["study"] == "llama-3.2-1b-a100-b1-kv1024-latency+smem"
     assert study["started_s"] < 5  # the page answers before the study has run
     assert polls[0][5] is False  # the first poll finds it running
     assert any("running" in p[1] for p in polls[:-1]) or any("starting" in p[1] for p in polls[:-1])
     msg, progress, *figs, disabled, seen = polls[-1]
-    assert msg == "" and disabled and progress.startswith("26 / 26 trials finished")
+    assert msg == "" and disabled and progress.startswith("16 / 16 trials finished")
     assert "best found: " in progress
     assert jobs.job_state(job["job"]) == ("done", "")
 
 
-@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
+@pytest.mark.slow  # reads the module's search (16 trials in a background job: ~6 s of CPU)
 def test_study_data(study):
     d = data.study_data(study["job"]["storage"], study["job"]["study"])
-    assert d["objectives"] == ["latency", "smem"] and d["finished"] == 26
-    assert sum(d["counts"].values()) == len(d["trials"]) == 26
+    assert d["objectives"] == ["latency", "smem"] and d["finished"] == 16
+    assert sum(d["counts"].values()) == len(d["trials"]) == 16
     done = [r for r in d["trials"] if r["state"] == "COMPLETE"]
     assert d["best"]["latency_us"] == min(r["latency_us"] for r in done)
     front = [r for r in done if r["number"] in d["pareto"]]
@@ -274,10 +275,10 @@ def test_study_data(study):
                                  and (o["latency_us"], o["smem_KiB"]) != (r["latency_us"], r["smem_KiB"])
                                  for o in done) for r in front)
     assert {"policy", "page_KiB", "prefetch_depth"} <= set(d["params"])
-    assert data.study_data(str(study["db"]), study["job"]["study"])["finished"] == 26  # a plain path opens it too
+    assert data.study_data(str(study["db"]), study["job"]["study"])["finished"] == 16  # a plain path opens it too
 
 
-@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
+@pytest.mark.slow  # reads the module's search (16 trials in a background job: ~6 s of CPU)
 def test_study_figures(study):
     d = data.study_data(study["job"]["storage"], study["job"]["study"])
     hist = figures.study_history_figure(d)
@@ -293,7 +294,7 @@ def test_study_figures(study):
     assert len(figures.study_pareto_figure(one).data) == 0
 
 
-@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
+@pytest.mark.slow  # reads the module's search (16 trials in a background job: ~6 s of CPU)
 def test_open_best_in_timeline(study):
     from explorer.pages.search import open_best
     from explorer.pages.timeline import show_timeline
@@ -308,14 +309,14 @@ def test_open_best_in_timeline(study):
     assert open_best(0, study["job"]) == (no_update, "")
 
 
-@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
+@pytest.mark.slow  # reads the module's search (16 trials in a background job: ~6 s of CPU)
 def test_open_existing_study(study):
     from explorer.pages.search import poll, start_or_open
 
     job = start_or_open("search-open", None, None, None, None, None, None, study["job"]["study"])
     assert job["job"] is None
     msg, progress, hist, par, pf, disabled, seen = poll(job)
-    assert msg == "" and disabled and progress.startswith("26 trials finished") and len(hist.data) > 0
+    assert msg == "" and disabled and progress.startswith("16 trials finished") and len(hist.data) > 0
     # polling again with nothing new leaves the figures alone
     assert poll(job, seen)[2] is no_update
 
@@ -372,7 +373,7 @@ def test_open_study_from_the_list_or_the_only_one(tmp_path, monkeypatch):
     assert study_choices() == ([], None)  # unreadable storage
 
 
-@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
+@pytest.mark.slow  # reads the module's search (16 trials in a background job: ~6 s of CPU)
 def test_figures_hidden_until_a_study_is_drawn(study):
     """No empty untitled axes before a study is open: the figures show once poll has drawn trials."""
     from explorer.pages.search import HIDDEN, NO_STUDY, figures_shown, poll
@@ -402,7 +403,7 @@ def test_search_bad_input_answers_at_once(args, match, tmp_path, monkeypatch):
     assert msg.startswith("error: ") and "\n" not in msg and disabled and all(len(f.data) == 0 for f in figs)
 
 
-@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
+@pytest.mark.slow  # reads the module's search (16 trials in a background job: ~6 s of CPU)
 def test_open_study_errors(study, tmp_path, monkeypatch):
     import optuna
 
@@ -423,12 +424,12 @@ def test_open_study_errors(study, tmp_path, monkeypatch):
     assert poll(None)[5] is True
 
 
-@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
+@pytest.mark.slow  # reads the module's search (16 trials in a background job: ~6 s of CPU)
 def test_failed_search_shows_its_error(study):
     """A study named for another problem: the worker's search refuses to resume it; the page says why."""
     from explorer.pages.search import poll, start_or_open
 
-    job = start_or_open("search-start", "llama-3.2-1b", "h200", 2, 1024, 26, "latency,smem", study["job"]["study"])
+    job = start_or_open("search-start", "llama-3.2-1b", "a100", 2, 1024, 16, "latency,smem", study["job"]["study"])
     assert "error" not in job
     t0 = time.monotonic()
     while jobs.job_state(job["job"])[0] == "running" and time.monotonic() - t0 < 120:
@@ -561,7 +562,7 @@ def test_jobs_list_and_follow(study, tmp_path, monkeypatch):
     assert jobs.list_jobs() == [] and jobs_table(jobs_rows()) == ""
     made = []
     for _ in range(3):  # searches that fail in their worker at once: the study was made for batch 1
-        job = start_or_open("search-start", "llama-3.2-1b", "h200", 2, 1024, 26, "latency,smem",
+        job = start_or_open("search-start", "llama-3.2-1b", "a100", 2, 1024, 16, "latency,smem",
                             study["job"]["study"])
         made.append(job["job"])
         t0 = time.monotonic()
@@ -572,12 +573,12 @@ def test_jobs_list_and_follow(study, tmp_path, monkeypatch):
     assert [j["job"] for j in listed] == ["search-3", "search-2"]  # search-1 forgotten when search-3 started
     assert not (jobs.jobs_dir() / "search-1").exists()
     rows = jobs_rows(listed)
-    assert [r[:3] for r in rows] == [[j, study["job"]["study"], "26"] for j in ("search-3", "search-2")]
+    assert [r[:3] for r in rows] == [[j, study["job"]["study"], "16"] for j in ("search-3", "search-2")]
     assert all(r[4].startswith("failed: ") and "pick another --study name" in r[4] for r in rows)
     table = jobs_table(rows)
     assert "at most 2 run at once" in table.children[0].children
     assert start_or_open({"type": "search-follow", "job": "search-3"}, *(None,) * 8) == {
-        "job": "search-3", "storage": study["job"]["storage"], "study": study["job"]["study"], "trials": 26}
+        "job": "search-3", "storage": study["job"]["storage"], "study": study["job"]["study"], "trials": 16}
     assert start_or_open({"type": "search-follow", "job": "search-99"}, *(None,) * 8) == {
         "error": f"no search 'search-99' in {jobs.jobs_dir()}"}
     assert jobs.job_state("search-99") == ("none", "") and jobs.job_state("../x") == ("none", "")
