@@ -674,3 +674,31 @@ def test_timeline_layout_takes_the_token_from_the_query():
 
     assert find(layout(schedule="abc"), "timeline-token").data == "abc"
     assert find(layout(), "timeline-token").data is None
+
+
+def _find(node, id_):
+    if getattr(node, "id", None) == id_:
+        return node
+    children = getattr(node, "children", None)
+    for child in children if isinstance(children, list) else [children] if children is not None else []:
+        if (hit := _find(child, id_)) is not None:
+            return hit
+    return None
+
+
+def test_the_chart_box_starts_as_tall_as_the_first_chart(mk):
+    """The page's chart box is as tall as the chart it draws first (h200's 132 SMs, or the GPU of the schedule
+    Search kept), so the chart is not drawn a second time as it grows its box; each chart sets the height anew."""
+    from explorer.pages.timeline import graph_style, layout, show_timeline
+
+    first = show_timeline(None, "llama-3.2-1b", "h200", 1, 1024, "decode", "megakernel", None)[2]
+    assert _find(layout(), "timeline-graph").style == graph_style(first.layout.height) == {"height": "1014px"}
+    a100 = data.timeline_data("llama-3.2-1b", "a100", mode="megakernel")
+    token = store.put_schedule(a100["schedule_json"])
+    shown = show_timeline(None, None, None, None, None, None, None, None, token=token)[2]
+    assert _find(layout(schedule=token), "timeline-graph").style == graph_style(shown.layout.height) \
+        == {"height": f"{figures.timeline_height(108)}px"}
+    hostile = store.put_schedule(json.dumps({**json.loads(a100["schedule_json"]), "gpu": "/etc/passwd"}))
+    for token in ("0" * 32, hostile, None):  # nothing kept, or a GPU it does not know: the default
+        assert _find(layout(schedule=token), "timeline-graph").style == {"height": "1014px"}
+    assert graph_style(None) == {}  # no chart (an error): the default box
