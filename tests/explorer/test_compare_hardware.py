@@ -275,30 +275,6 @@ def test_hardware_callbacks():
     assert msg == "error: batch must be a positive integer, got 0" and len(rest[-1].data) == 0
 
 
-@pytest.mark.slow  # 1.4 s of CPU
-def test_app_serves_hardware_and_the_compare_additions():
-    """In a process of its own: Dash gives the pages' callbacks to the first app a process creates."""
-    import subprocess
-    import sys
-
-    code = """if True:
-        import json, dash
-        from explorer.app import create_app
-        app = create_app()
-        client = app.server.test_client()
-        print(json.dumps({"pages": {p["path"]: p["name"] for p in dash.page_registry.values()},
-                          "status": [client.get(u).status_code for u in ("/", "/hardware")],
-                          "outputs": " ".join(d["output"] for d in client.get("/_dash-dependencies").get_json())}))
-    """
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    got = json.loads(r.stdout.strip().splitlines()[-1])
-    assert got["pages"]["/hardware"] == "Hardware" and got["status"] == [200, 200]
-    for out in ("hardware-whatif.figure", "hardware-table.children", "compare-roofline.figure",
-                "compare-model.options", "compare-table.children"):
-        assert out in got["outputs"]
-
-
 def test_compare_page_leaves_out_what_the_gpu_lacks_with_a_note():
     from explorer.pages.compare import roofline_modes, run_compare
 
