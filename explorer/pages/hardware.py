@@ -127,9 +127,9 @@ def _is_web(url: str | None) -> bool:
 def gpu_table(names: list[str] | None) -> tuple[dcc.Markdown, dcc.Markdown]:
     """``(table, sources)`` of the chosen GPUs (:func:`gpu_table_html`), each one component.
 
-    Why HTML text in one ``dcc.Markdown``, not Dash's ``html.Table`` of cells: the nine GPUs' table is
-    about 1,400 elements, and Dash's renderer takes one to two seconds of CPU per hundred components (over
-    20 s for the page in headless Chromium on the 2-core development machine, 2026-12-03); as one component
+    Why HTML text in one ``dcc.Markdown``, not Dash's ``html.Table`` of cells: the nine GPUs' table and its
+    sources were about 1,550 Dash components, which Dash's renderer took 13 s to draw in headless Chromium
+    on the 2-core development machine (over 20 s with the rest of the page, 2026-12-03); as one component
     whose HTML the browser builds itself it is drawn in about a second. The text is this module's own, every
     value escaped."""
     table, sources = gpu_table_html(names)
