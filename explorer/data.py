@@ -10,6 +10,8 @@ import base64
 import copy
 import json
 import tempfile
+import threading
+from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -255,16 +257,58 @@ def storage_url(text: str) -> str:
     return text if "://" in text else f"sqlite:///{Path(text).expanduser().resolve()}"
 
 
+#: Storages kept (one per URL; the least recently used is closed beyond this many).
+KEPT_STORAGES = 8
+_STORAGES: OrderedDict[str, Any] = OrderedDict()
+_STORAGES_LOCK = threading.Lock()
+
+
+def _storage(url: str) -> Any:
+    """The Optuna storage of ``url``, opened once and kept: opening one checks its tables against Optuna's
+    schema, loading ten alembic migration scripts (about 0.2 s of CPU), which every poll of a followed
+    search paid twice. An SQLite file is opened anew by each read (no connection is kept: a file deleted
+    or replaced is read as it is now); a storage that fails a read is forgotten (:func:`_forget`), so the
+    next read opens it again. Raises what Optuna raises."""
+    optuna = require("optuna", "explorer", "the Search page")
+    with _STORAGES_LOCK:
+        if url in _STORAGES:
+            _STORAGES.move_to_end(url)
+            return _STORAGES[url]
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite:"):
+        from sqlalchemy.pool import NullPool
+
+        kwargs = {"engine_kwargs": {"poolclass": NullPool}}
+    storage = optuna.storages.RDBStorage(url, **kwargs)
+    with _STORAGES_LOCK:
+        storage = _STORAGES.setdefault(url, storage)
+        while len(_STORAGES) > KEPT_STORAGES:
+            _STORAGES.popitem(last=False)[1].engine.dispose()
+    return storage
+
+
+def _forget(url: str) -> None:
+    with _STORAGES_LOCK:
+        storage = _STORAGES.pop(url, None)
+    if storage is not None:
+        storage.engine.dispose()
+
+
 def _study_names(url: str) -> list[str]:
     optuna = require("optuna", "explorer", "the Search page")
     if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
         raise MksimError(f"no study storage at {url[len('sqlite:///'):]}")  # opening it would create it
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        return list(optuna.study.get_all_study_names(url))
-    except Exception as exc:  # sqlalchemy's own errors: not a database, server down, missing driver
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise MksimError(f"cannot open study storage {url!r}: {first}") from None
+    while True:
+        kept = url in _STORAGES
+        try:
+            return list(optuna.study.get_all_study_names(_storage(url)))
+        except Exception as exc:  # sqlalchemy's own errors: not a database, server down, missing driver
+            _forget(url)
+            if kept:  # opened before and failing now (its file replaced, say): open it anew, once
+                continue
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise MksimError(f"cannot open study storage {url!r}: {first}") from None
 
 
 def study_names(storage: str) -> list[str]:
@@ -282,7 +326,7 @@ def _load_study(storage: str, study: str) -> Any:
     names = _study_names(url)
     if study not in names:
         raise MksimError(f"no study {study!r} in {url}; studies there: {', '.join(names) or 'none'}")
-    return optuna.load_study(study_name=study, storage=url)
+    return optuna.load_study(study_name=study, storage=_storage(url))
 
 
 def study_data(storage: str, study: str) -> dict[str, Any]:

@@ -112,6 +112,11 @@ WAIT_COLOURS = {"dependency wait": "#d62728", "barrier wait": "#555555"}
 PX_PER_TRACK = 7
 
 
+def timeline_height(n_tracks: int) -> int:
+    """The Gantt chart's height in pixels for ``n_tracks`` SM tracks (:data:`PX_PER_TRACK` each, 350 to 2000)."""
+    return min(2000, max(350, 90 + PX_PER_TRACK * n_tracks))
+
+
 def _segments(a: Any, b: Any, y: Any) -> tuple[Any, Any]:
     """x and y of horizontal segments [a, b] at heights y, as one line broken by gaps (NaN)."""
     gap = np.full(len(a), np.nan)
@@ -129,7 +134,7 @@ def timeline_figure(data: dict[str, Any]) -> go.Figure:
     fig = go.Figure()
     lps = max(1, int(data["lanes_per_sm"]))
     n = max(data["tracks"], default=0) + 1
-    height = min(2000, max(350, 90 + PX_PER_TRACK * n))
+    height = timeline_height(n)
     width_px = max(1.0, 0.8 * (height - 90) / max(n, 1) / lps)
 
     def add(cols: dict[str, list], mask: Any, name: str, colour: str, text: list[str], template: str) -> None:

@@ -3,6 +3,7 @@ comparison with overridden hardware ("what if launches were free?")."""
 
 from __future__ import annotations
 
+from html import escape
 from typing import Any
 
 import plotly.graph_objects as go
@@ -24,7 +25,7 @@ SLIDERS = {
     "hardware-sms": ("SM count ×", 0.25, 2.0, 0.05, {0.25: "¼", 0.5: "½", 1: "1", 1.5: "1½", 2: "2"}),
 }
 DEFAULTS = {s: 1.0 for s in SLIDERS}
-_CELL = {"padding": "0.15em 0.6em", "textAlign": "right", "borderBottom": "1px solid #eee"}
+_CELL = "padding:0.15em 0.6em;text-align:right;border-bottom:1px solid #eee"  # CSS of a number's cell
 
 
 def _field(label: str, comp: Any) -> html.Label:
@@ -49,7 +50,7 @@ def layout() -> html.Div:
                 "calibrated overlay from the file it extends; – not on that GPU."]),
         _field("GPUs ", dcc.Dropdown(gpus, gpus, id="hardware-gpus", multi=True, style={"minWidth": "40em"})),
         html.Div(id="hardware-table", style={"overflowX": "auto", "margin": "0.5em 0"}),
-        html.Details([html.Summary("sources"), html.Ol(id="hardware-sources")]),
+        html.Details([html.Summary("sources"), html.Div(id="hardware-sources")]),
     ]
     whatif = html.Div(id="hardware-whatif-section", children=[
         html.H3("What if?"),
@@ -77,35 +78,62 @@ def _fmt(v: float | int) -> str:
     return f"{v:g}"
 
 
-def gpu_table(names: list[str] | None) -> tuple:
-    """``(table, source list items)`` of the chosen GPUs' numbers side by side (all GPUs when none chosen)."""
+def _tag(name: str, content: str, **attrs: str) -> str:
+    """An HTML element: ``content`` is HTML already (escaped by the caller), the attributes are escaped here."""
+    shown = "".join(f' {key}="{escape(value)}"' for key, value in attrs.items())
+    return f"<{name}{shown}>{content}</{name}>"
+
+
+def gpu_table_html(names: list[str] | None) -> tuple[str, str]:
+    """``(table, sources)`` as HTML text: the chosen GPUs' numbers side by side (all GPUs when none chosen),
+    and the numbered list of their sources. Every text from the hardware files is escaped; a source's link
+    is kept only when it is an http(s) URL."""
     d = hardware_table(list(names) if names else None)
     refs = {s["ref"]: s for s in d["sources"]}
-    head = html.Tr([html.Th("key", scope="col"), html.Th("unit", scope="col")]
-                   + [html.Th([g["name"], html.Br(), html.Small(f"extends {g['extends']}")] if g["extends"]
-                              else g["name"], scope="col", title=g["full_name"], style=_CELL) for g in d["gpus"]])
+    head = _tag("th", "key", scope="col") + _tag("th", "unit", scope="col") + "".join(
+        _tag("th", escape(g["name"]) + (f"<br/><small>extends {escape(g['extends'])}</small>" if g["extends"] else ""),
+             scope="col", title=g["full_name"], style=_CELL) for g in d["gpus"])
     rows = []
     for r in d["rows"]:
         cells = []
         for g in d["gpus"]:
             c = r["cells"][g["name"]]
             if c is None:
-                cells.append(html.Td("–", style=_CELL))
+                cells.append(_tag("td", "–", style=_CELL))
                 continue
             s = refs[c["ref"]]
             tip = f"[{c['ref']}] {s['kind']}{', ' + s['date'] if s['date'] else ''}: {s['title']}"
-            style = {**_CELL, "fontWeight": "bold"} if c["overlay"] else _CELL
-            cells.append(html.Td([_fmt(c["value"]) + ("*" if c["estimate"] else ""),
-                                  html.Sup(f"[{c['ref']}]", style={"color": "grey"})], title=tip, style=style))
-        rows.append(html.Tr([html.Th(html.Code(r["key"]), scope="row", style={"textAlign": "left"}),
-                             html.Td(r["unit"], style={"color": "grey", "padding": "0 0.6em"}), *cells]))
-    table = html.Table([html.Thead(head), html.Tbody(rows)], id="hardware-numbers",
-                       style={"borderCollapse": "collapse", "fontSize": "90%"})
-    sources = [html.Li([html.B(s["gpu"]), f" · {s['kind']}{', ' + s['date'] if s['date'] else ''}: {s['title']}",
-                        *((" ", html.A(s["url"], href=s["url"], target="_blank")) if s["url"] else ()),
-                        f" — {s['note']}" if s["note"] else ""], value=s["ref"], id=f"hardware-source-{s['ref']}")
-               for s in d["sources"]]
-    return table, sources
+            text = escape(_fmt(c["value"]) + ("*" if c["estimate"] else ""))
+            cells.append(_tag("td", text + _tag("sup", f"[{c['ref']}]", style="color:grey"), title=tip,
+                              style=_CELL + (";font-weight:bold" if c["overlay"] else "")))
+        rows.append(_tag("tr", _tag("th", _tag("code", escape(r["key"])), scope="row", style="text-align:left")
+                         + _tag("td", escape(r["unit"]), style="color:grey;padding:0 0.6em") + "".join(cells)))
+    table = _tag("table", _tag("thead", _tag("tr", head)) + _tag("tbody", "".join(rows)), id="hardware-numbers",
+                 style="border-collapse:collapse;font-size:90%")
+    items = []
+    for s in d["sources"]:
+        link = f" {_tag('a', escape(s['url']), href=s['url'], target='_blank')}" if _is_web(s["url"]) else ""
+        items.append(_tag("li", _tag("b", escape(s["gpu"]))
+                          + escape(f" · {s['kind']}{', ' + s['date'] if s['date'] else ''}: {s['title']}")
+                          + link + (escape(f" — {s['note']}") if s["note"] else ""),
+                          value=str(s["ref"]), id=f"hardware-source-{s['ref']}"))
+    return table, _tag("ol", "".join(items), id="hardware-sources-list")
+
+
+def _is_web(url: str | None) -> bool:
+    return bool(url) and str(url).lower().startswith(("https://", "http://"))
+
+
+def gpu_table(names: list[str] | None) -> tuple[dcc.Markdown, dcc.Markdown]:
+    """``(table, sources)`` of the chosen GPUs (:func:`gpu_table_html`), each one component.
+
+    Why HTML text in one ``dcc.Markdown``, not Dash's ``html.Table`` of cells: the nine GPUs' table and its
+    sources were about 1,550 Dash components, which Dash's renderer took 13 s to draw in headless Chromium
+    on the 2-core development machine (over 20 s with the rest of the page, 2026-12-03); as one component
+    whose HTML the browser builds itself it is drawn in about a second. The text is this module's own, every
+    value escaped."""
+    table, sources = gpu_table_html(names)
+    return (dcc.Markdown(table, dangerously_allow_html=True), dcc.Markdown(sources, dangerously_allow_html=True))
 
 
 def whatif_table(d: dict[str, Any]) -> html.Table:

@@ -16,6 +16,9 @@ from mksim.errors import MksimError
 PATH, NAME = "/search", "Search"
 GRAPHS = ("search-history", "search-parallel", "search-pareto")
 POLL_MS = 1000
+#: While a study runs, its figures are redrawn at most this often (seconds): each redraw costs the browser
+#: a second or two of CPU without a GPU (the parallel coordinates are WebGL) and resets a zoom.
+REDRAW_S = 5.0
 JOBS_POLL_MS = 2000
 NO_STUDY = "Start a search or open a study: its trials are drawn here."
 HIDDEN: dict[str, str] = {"display": "none"}
@@ -181,8 +184,10 @@ def poll(job: dict[str, Any] | None, seen: Any = None) -> tuple:
     """``(message, progress, history, parallel, Pareto, poll disabled, seen)`` of the followed study.
 
     The figures are redrawn only when the study's finished trials changed since ``seen`` (so a zoom or a
-    brushed axis survives the polling); the polling goes on while a search of this server runs the study
-    or it has running trials (a ``mksim search`` elsewhere filling it).
+    brushed axis survives the polling), and while the study runs at most every :data:`REDRAW_S` seconds
+    (the progress line follows every poll; the last trials are drawn as the search ends); the polling goes
+    on while a search of this server runs the study or it has running trials (a ``mksim search`` elsewhere
+    filling it).
     Errors (bad input, a study that cannot be opened, a failed search) come back as one line; never raises.
     """
     if not job:
@@ -206,12 +211,18 @@ def poll(job: dict[str, Any] | None, seen: Any = None) -> tuple:
             return ("", f"the search of {job['study']} stopped before its first trial: {jobs.STOPPED}", *_empty(),
                     True, None)
         return (f"error: {err or exc}", "", *_empty(), True, None)
-    now = [job["study"], job["storage"], d["finished"], d["counts"]["FAIL"], state]
-    figs = ((figures.study_history_figure(d), figures.study_parallel_figure(d), figures.study_pareto_figure(d))
-            if now != seen else tuple(no_update for _ in GRAPHS))
-    message = f"error: {err}" if state == "failed" else ""
     live = state == "running" or (state == "none" and d["counts"]["RUNNING"] > 0)
-    return (message, _progress(d, job.get("trials"), "running" if live else state), *figs, not live, now)
+    now = [job["study"], job["storage"], d["finished"], d["counts"]["FAIL"], state]
+    drawn = seen if isinstance(seen, list) and len(seen) == len(now) + 1 else [None] * (len(now) + 1)
+    at = drawn[-1] if isinstance(drawn[-1], int | float) and not isinstance(drawn[-1], bool) else None
+    t = time.time()
+    if now == drawn[:-1] or (live and drawn[:2] == now[:2] and at is not None and 0 <= t - at < REDRAW_S):
+        figs, seen = tuple(no_update for _ in GRAPHS), drawn  # nothing new, or drawn less than REDRAW_S ago
+    else:
+        figs = (figures.study_history_figure(d), figures.study_parallel_figure(d), figures.study_pareto_figure(d))
+        seen = [*now, t]
+    message = f"error: {err}" if state == "failed" else ""
+    return (message, _progress(d, job.get("trials"), "running" if live else state), *figs, not live, seen)
 
 
 def jobs_rows(listed: list[dict[str, Any]] | None = None) -> list[list[str]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 from typing import Any
 
 import plotly.graph_objects as go
@@ -52,8 +54,31 @@ def layout(schedule: str | None = None, **_query: Any) -> html.Div:
         dcc.Store(id="timeline-schedule"),
         html.Div(id="timeline-message", role="alert", style={"color": "#b00020", "margin": "0.5em 0"}),
         html.P(id="timeline-summary", style={"color": "#444"}),
-        dcc.Loading(dcc.Graph(id="timeline-graph", config={"scrollZoom": True, "displaylogo": False})),
+        dcc.Loading(dcc.Graph(id="timeline-graph", config={"scrollZoom": True, "displaylogo": False},
+                              style=graph_style(figures.timeline_height(_expected_sms(schedule))))),
     ])
+
+
+def _expected_sms(token: str | None) -> int:
+    """The SM count of the chart the page will draw first: the GPU of the schedule kept under ``token``, else
+    the default h200's."""
+    sms = gpu_spec("h200").sm.count
+    text = store.get_schedule(token) if isinstance(token, str) else None
+    if text:
+        with contextlib.suppress(ValueError, TypeError, KeyError, MksimError):
+            sms = gpu_spec(data.check_gpu(json.loads(text)["gpu"])).sm.count
+    return sms
+
+
+def graph_style(height_px: int | None) -> dict[str, str]:
+    """The chart's box: ``height_px`` tall (the chart's own height, :func:`explorer.figures.timeline_height`), or
+    the default size for a chart without a height (none drawn).
+
+    Why the page sets it: a chart taller than its box grows the box as it is drawn, and dcc.Graph then draws
+    it again at the new size; in a browser without a GPU (WebGL in software) that second drawing of the
+    26,000 bars cost 2-4 s of CPU (headless Chromium, 2026-12-03). A box already the chart's height is drawn
+    into once: the page starts with the height of the chart it draws first, and each chart sets it anew."""
+    return {"height": f"{int(height_px)}px"} if height_px else {}
 
 
 def _int(value: Any, what: str) -> int:
@@ -142,16 +167,17 @@ def trace_download(n_clicks: int | None, schedule_json: str | None) -> Any:
 
 
 @callback(Output("timeline-message", "children"), Output("timeline-summary", "children"),
-          Output("timeline-graph", "figure"), Output("timeline-schedule", "data"),
+          Output("timeline-graph", "figure"), Output("timeline-schedule", "data"), Output("timeline-graph", "style"),
           Input("timeline-run", "n_clicks"), Input("timeline-upload", "contents"), Input("timeline-token", "data"),
           State("timeline-model", "value"), State("timeline-gpu", "value"), State("timeline-batch", "value"),
           State("timeline-kv-len", "value"), State("timeline-phase", "value"), State("timeline-mode", "value"),
           State("timeline-policy", "value"), State("timeline-upload", "filename"),
           State("timeline-prefill-tokens", "value"))
-@guarded(lambda line: (line, "", go.Figure(), None))
+@guarded(lambda line: (line, "", go.Figure(), None, graph_style(None)))
 def _on_run(n_clicks, upload, token, model, gpu, batch, kv_len, phase, mode, policy, filename, prefill_tokens):
-    return show_timeline(ctx.triggered_id, model, gpu, batch, kv_len, phase, mode, policy, upload, filename, token,
-                         prefill_tokens)
+    msg, summary, fig, schedule = show_timeline(ctx.triggered_id, model, gpu, batch, kv_len, phase, mode, policy,
+                                                upload, filename, token, prefill_tokens)
+    return msg, summary, fig, schedule, graph_style(fig.layout.height)
 
 
 @callback(Output("timeline-mode", "options"), Output("timeline-mode", "value"),

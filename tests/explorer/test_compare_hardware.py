@@ -248,13 +248,24 @@ def test_upload_callback():
 
 @pytest.mark.slow  # 1.5 s of CPU
 def test_hardware_callbacks():
-    from explorer.pages.hardware import gpu_table, run_whatif
+    import xml.etree.ElementTree as ET
 
-    table, sources = gpu_table(["h200", "h200-calibrated"])
-    head = table.children[0].children.children
-    assert [h.children if isinstance(h.children, str) else h.children[0] for h in head] == \
-        ["key", "unit", "h200", "h200-calibrated"]
-    assert len(sources) == len(hardware_table(["h200", "h200-calibrated"])["sources"])
+    from explorer.pages.hardware import gpu_table, gpu_table_html, run_whatif
+
+    names = ["h200", "h200-calibrated"]
+    table, sources = (ET.fromstring(h) for h in gpu_table_html(names))  # well-formed: every text escaped
+    assert [th.text for th in table.find("thead/tr")] == ["key", "unit", "h200", "h200-calibrated"]
+    assert table.find("thead/tr")[3].find("small").text == "extends h200"
+    d = hardware_table(names)
+    rows = table.findall("tbody/tr")
+    assert [r.find("th/code").text for r in rows] == [r["key"] for r in d["rows"]]
+    bw = next(r for r in rows if r.find("th/code").text == "dram.bandwidth_spec_GBps")
+    assert bw[1].text == "GB/s (1e9 B/s)" and bw[2].text == "4800" and "datasheet" in bw[2].get("title")
+    assert [li.get("value") for li in sources] == [str(s["ref"]) for s in d["sources"]]
+    assert all(a.get("href").startswith("https://") for a in sources.iter("a"))
+    components = gpu_table(names)  # each one Markdown component of that HTML, not a component per cell
+    assert [c.children for c in components] == list(gpu_table_html(names))
+    assert all(c.dangerously_allow_html for c in components)
     msg, changes, wtable, fig = run_whatif("llama-3.2-1b", "h200", 1, 1024, 1.0, 1.0, 1.0, 1.0)
     assert msg == "" and "No overrides" in changes.children
     assert [t.name for t in fig.data] == ["as specified", "what-if"]
@@ -262,30 +273,6 @@ def test_hardware_callbacks():
     assert "sm.count" in str(changes) and "66" in str(changes)
     msg, *rest = run_whatif("llama-3.2-1b", "h200", 0, 1024, 1.0, 1.0, 1.0, 1.0)
     assert msg == "error: batch must be a positive integer, got 0" and len(rest[-1].data) == 0
-
-
-@pytest.mark.slow  # 1.4 s of CPU
-def test_app_serves_hardware_and_the_compare_additions():
-    """In a process of its own: Dash gives the pages' callbacks to the first app a process creates."""
-    import subprocess
-    import sys
-
-    code = """if True:
-        import json, dash
-        from explorer.app import create_app
-        app = create_app()
-        client = app.server.test_client()
-        print(json.dumps({"pages": {p["path"]: p["name"] for p in dash.page_registry.values()},
-                          "status": [client.get(u).status_code for u in ("/", "/hardware")],
-                          "outputs": " ".join(d["output"] for d in client.get("/_dash-dependencies").get_json())}))
-    """
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    got = json.loads(r.stdout.strip().splitlines()[-1])
-    assert got["pages"]["/hardware"] == "Hardware" and got["status"] == [200, 200]
-    for out in ("hardware-whatif.figure", "hardware-table.children", "compare-roofline.figure",
-                "compare-model.options", "compare-table.children"):
-        assert out in got["outputs"]
 
 
 def test_compare_page_leaves_out_what_the_gpu_lacks_with_a_note():
@@ -300,3 +287,26 @@ def test_compare_page_leaves_out_what_the_gpu_lacks_with_a_note():
     assert "no programmatic dependent launch" in result["absent"]["graph_pdl"]
     assert roofline_modes(result, "graph_pdl") == (["stream", "graph", "persistent_barrier", "megakernel"], "graph")
     assert roofline_modes(None, "graph_pdl")[1] == "graph_pdl"
+
+
+def test_hardware_table_html_escapes_what_the_files_say(monkeypatch):
+    """The table is HTML text the browser reads as it is: whatever a hardware file's names, titles and links
+    hold stays text (escaped), and only an http(s) link becomes a link."""
+    import xml.etree.ElementTree as ET
+
+    from explorer.pages import hardware
+
+    evil = '<img src=x onerror="alert(1)">'
+    src = {"ref": 1, "gpu": evil, "kind": "datasheet", "date": "", "title": evil, "url": "javascript:alert(1)",
+           "note": evil}
+    monkeypatch.setattr(hardware, "hardware_table", lambda names: {
+        "gpus": [{"name": evil, "full_name": evil, "extends": evil}],
+        "rows": [{"key": evil, "unit": evil, "cells": {evil: {"value": 1.5, "ref": 1, "estimate": True,
+                                                              "overlay": True}}}],
+        "sources": [src]})
+    table, sources = hardware.gpu_table_html(None)
+    assert "<img" not in table + sources and "&lt;img" in table and "&lt;img" in sources
+    t, s = ET.fromstring(table), ET.fromstring(sources)
+    assert t.find("thead/tr")[2].get("title") == evil and t.find("tbody/tr/th/code").text == evil
+    assert t.find("tbody/tr")[2].text == "1.5*" and "font-weight:bold" in t.find("tbody/tr")[2].get("style")
+    assert not list(s.iter("a")) and evil in "".join(s.itertext())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -152,6 +153,30 @@ def test_create_app_registers_both_pages_and_serves():
     deps = client.get("/_dash-dependencies").get_json()
     outputs = " ".join(d["output"] for d in deps)
     assert "compare-message.children" in outputs and "validation-scatter.figure" in outputs
+
+
+@pytest.mark.slow  # 2.0 s of CPU
+def test_a_new_process_serves_every_page_with_its_callbacks():
+    """In a process of its own: Dash gives the pages' callbacks to the first app a process creates."""
+    code = """if True:
+        import json, dash
+        from explorer.app import create_app
+        app = create_app()
+        client = app.server.test_client()
+        print(json.dumps({"pages": {p["path"]: p["name"] for p in dash.page_registry.values()},
+                          "status": [client.get(u).status_code
+                                     for u in ("/", "/timeline", "/search", "/timeline?schedule=0123", "/hardware")],
+                          "outputs": " ".join(d["output"] for d in client.get("/_dash-dependencies").get_json())}))
+    """
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert {"/timeline": "Timeline", "/search": "Search", "/hardware": "Hardware"}.items() <= got["pages"].items()
+    assert got["status"] == [200] * 5
+    for out in ("timeline-graph.figure", "search-progress.children", "hardware-whatif.figure",
+                "hardware-table.children", "compare-roofline.figure", "compare-model.options",
+                "compare-table.children"):
+        assert out in got["outputs"]
 
 
 @pytest.mark.parametrize("path,status", [

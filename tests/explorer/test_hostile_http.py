@@ -573,33 +573,26 @@ def test_S1_planted_pickle_is_never_run(tmp_path, monkeypatch):
     assert not sentinel.exists()
 
 
-@pytest.mark.slow
-def test_S2_planted_pickle_through_the_server(tmp_path):
-    """The demonstrated attack end to end: plant, then open /timeline?schedule=<token> in a running server."""
-    home = tmp_path / "home"
-    home.mkdir(mode=0o700)
+def test_S2_planted_pickle_through_the_server(server, explorer_folder, tmp_path):
+    """The demonstrated attack end to end: plant in the folder of a running server (the session's explorer
+    folder, which the module's server uses), then open /timeline?schedule=<token>."""
     sentinel = tmp_path / "PWNED"
-    (home / "schedules").mkdir(mode=0o700)
-    (home / "schedules" / ("deadbeef" * 4 + ".json")).write_bytes(pickle.dumps(_Plant(sentinel)))
-    with contextlib.suppress(ImportError):
-        import diskcache
+    planted = explorer_folder / "schedules" / ("deadbeef" * 4 + ".json")
+    planted.parent.mkdir(mode=0o700, exist_ok=True)
+    planted.write_bytes(pickle.dumps(_Plant(sentinel)))
+    try:
+        with contextlib.suppress(ImportError):
+            import diskcache
 
-        with diskcache.Cache(str(home)) as c:
-            c.set("schedule:deadbeefdeadbeef", _Plant(sentinel))
-    old = os.environ["MKSIM_EXPLORER_CACHE"]
-    os.environ["MKSIM_EXPLORER_CACHE"] = str(home)
-    try:
-        s = Server(tmp_path)
-    finally:
-        os.environ["MKSIM_EXPLORER_CACHE"] = old
-    try:
+            with diskcache.Cache(str(explorer_folder)) as c:
+                c.set("schedule:deadbeefdeadbeef", _Plant(sentinel))
         for token in ("deadbeefdeadbeef", "deadbeef" * 4):
-            shown = _answer(*s.callback(TL_OUT, {**TIMELINE, "timeline-token.data": token}, "timeline-token.data"),
-                            TL_OUT)
+            shown = _answer(*server.callback(TL_OUT, {**TIMELINE, "timeline-token.data": token},
+                                             "timeline-token.data"), TL_OUT)
             _one_line_error(shown)
             assert "no schedule kept" in shown
     finally:
-        s.stop()
+        planted.unlink()
     assert not sentinel.exists()
 
 
@@ -712,6 +705,9 @@ def test_S6_planted_job_json_never_signals(tmp_path, monkeypatch, victim, how):
 
 
 BANNED_MODULES = {"pickle", "cPickle", "_pickle", "marshal", "shelve", "diskcache", "dill", "cloudpickle", "joblib"}
+#: What a source must hold for a name or a string of it to be a banned module, eval or exec: the word itself,
+#: or an escape (\x70, \u0070, \N{...}, octal, a line continuation) a string could spell it with.
+_MAY_NAME_BANNED = re.compile("|".join(sorted(BANNED_MODULES | {"eval", "exec"})) + r"|\\[xuUN0-7\n]")
 
 
 def banned_uses(path: Path, root: Path = ROOT) -> list[str]:
@@ -722,8 +718,11 @@ def banned_uses(path: Path, root: Path = ROOT) -> list[str]:
     import io
     import tokenize
 
-    hits = []
-    toks = [t for t in tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+    hits: list[str] = []
+    source = path.read_text()
+    if not _MAY_NAME_BANNED.search(source):
+        return hits  # no name or string of the source can be one of them: not worth the (slow) tokenizer
+    toks = [t for t in tokenize.generate_tokens(io.StringIO(source).readline)
             if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)]
     for i, t in enumerate(toks):
         prev = toks[i - 1].string if i else ""
@@ -750,14 +749,13 @@ def test_S7_no_pickle_eval_exec_in_the_code(tmp_path):
     probe.write_text('import pickle\nx = eval("1")\nm.eval()\nimportlib.import_module("marshal")\n'
                      '"""we never pickle"""\n')
     assert [h.split(":")[1] for h in banned_uses(probe, tmp_path)] == ["1", "2", "4"]
+    probe.write_text('m = import_module("\\x70ickle")\n')  # spelt with an escape: found too
+    assert [h.split(":")[1] for h in banned_uses(probe, tmp_path)] == ["1"]
+    probe.write_text('"""prose: unpickling, evaluation and execution are not calls"""\nx = "\\n"\n')
+    assert banned_uses(probe, tmp_path) == []
 
 
 # -- mksim explore (table A's explorer rows) ---------------------------------------------------------
-def _explore(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mksim", "explore", *args], cwd=ROOT, env=_env(),
-                          capture_output=True, text=True, timeout=timeout)
-
-
 @pytest.mark.parametrize("row", ["A184-registry-folder-missing"])
 def test_search_with_a_missing_registry_folder(tmp_path, monkeypatch, row):
     """A registry folder that does not exist yet is made (0700); a search's bad input still answers in one line."""
@@ -790,9 +788,11 @@ def test_tmpdir_missing_is_fine(tmp_path, monkeypatch, row):
 
 
 @pytest.mark.parametrize("row", ["A192-debug-refused-off-loopback"])
-@pytest.mark.slow  # 3.0 s of CPU
 def test_debug_refused_off_loopback(row):
-    r = _explore("--host", "0.0.0.0", "--port", str(_free_port()), "--debug")
+    """Refused before anything is imported or listened on (in this process: the servers below are real ones)."""
+    from tests.clirun import mksim
+
+    r = mksim("explore", "--host", "0.0.0.0", "--port", str(_free_port()), "--debug")
     assert r.returncode == 2 and r.stderr.startswith("error: --debug") and r.stderr.count("\n") == 1
 
 

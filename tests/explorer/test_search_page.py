@@ -1,8 +1,8 @@
-"""The Timeline and Search pages: their data, their figures, and their callbacks called directly."""
+"""The Search page: searches started, followed, cancelled and listed, studies opened, their data and figures,
+with the page's callbacks called directly."""
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import time
@@ -14,225 +14,22 @@ pytest.importorskip("optuna")
 
 from dash import no_update  # noqa: E402
 
-import hwmodels  # noqa: E402
-from explorer import data, figures, jobs, store  # noqa: E402
+from explorer import data, figures, jobs  # noqa: E402
 from mksim.errors import MksimError  # noqa: E402
-
-EPS_US = 1e-9
-
-
-@pytest.fixture(scope="module")
-def mk():
-    return data.timeline_data("llama-3.2-1b", "h200", mode="megakernel")
-
-
-def _check_tracks(d):
-    t, w = d["tasks"], d["waits"]
-    assert sorted(t["task"]) == list(range(d["n_tasks"]))  # every task once
-    assert len({len(v) for v in t.values()}) == 1 and len({len(v) for v in w.values()}) == 1
-    assert d["tracks"] == sorted(set(t["sm"]))
-    for cols in (t, w):
-        for a, b in zip(cols["start_us"], cols["end_us"], strict=True):
-            assert -EPS_US <= a < b <= d["latency_us"] + EPS_US
-        assert all(0 <= s < d["lanes_per_sm"] for s in cols["slot"])
-        assert set(cols["sm"]) <= set(range(d["n_sms"]))
-    assert set(w["kind"]) <= set(data.WAIT_KINDS)
-
-
-# -- Timeline data -----------------------------------------------------------------------
-def test_timeline_data_megakernel_one_track_per_sm(mk):
-    assert mk["n_sms"] == 132 and mk["lanes_per_sm"] == 1
-    assert mk["tracks"] == list(range(132))
-    _check_tracks(mk)
-    assert {"dependency wait"} <= set(mk["waits"]["kind"])
-    assert all(b > 0 for b in mk["tasks"]["bytes"])
-    i = mk["tasks"]["task"].index(0)
-    assert mk["tasks"]["name"][i] == "embed[0]" and mk["tasks"]["kind"][i] == "embed"
-
-
-@pytest.mark.parametrize("mode,wait", [("graph_pdl", "dependency wait"), ("persistent_barrier", "barrier wait")])
-def test_timeline_data_other_modes(mode, wait):
-    d = data.timeline_data("llama-3.2-1b", "h200", mode=mode)
-    _check_tracks(d)
-    assert wait in d["waits"]["kind"]
-    if mode == "graph_pdl":  # two blocks per SM: the slots share their SM's track
-        assert d["lanes_per_sm"] == 2 and set(d["tasks"]["slot"]) == {0, 1}
-
-
-def test_timeline_data_of_a_schedule_file_reproduces_the_run(mk):
-    again = data.timeline_data(schedule=mk["schedule_json"])
-    assert again["latency_us"] == pytest.approx(mk["latency_us"])
-    assert again["tasks"]["sm"] == mk["tasks"]["sm"]
-
-
-@pytest.mark.parametrize("kw,match", [
-    ({"batch": 0}, "batch must be a positive integer"),
-    ({"mode": "warp"}, "unknown mode"),
-    ({"gpu": "h900"}, "unknown GPU"),
-    ({"schedule": "/etc/passwd"}, "not a schedule file"),
-    ({"schedule": '{"format": "other"}'}, "not a mksim schedule"),
-])
-def test_timeline_data_bad_input(kw, match):
-    with pytest.raises(MksimError, match=match):
-        data.timeline_data(**kw)
-
-
-@pytest.mark.slow  # 1.5 s of CPU
-def test_perfetto_trace_one_track_per_sm(mk):
-    trace = json.loads(data.perfetto_trace(mk["schedule_json"]))
-    ev = trace["traceEvents"]
-    names = [e["args"]["name"] for e in ev if e["name"] == "thread_name"]
-    assert sum(not n.endswith("loader") for n in names) == 132  # an SM track each, and a loader track each
-    assert sum(n.endswith("loader") for n in names) == 132
-    tasks = [e for e in ev if e.get("cat") == "task"]
-    assert len(tasks) == mk["n_tasks"]
-    assert max(e["ts"] + e["dur"] for e in tasks) == pytest.approx(mk["latency_us"])
-
-
-def test_doctests_of_the_data_functions():
-    import doctest
-
-    for fn in (data.timeline_data, data.storage_url, data.pareto_front):
-        for t in doctest.DocTestFinder().find(fn, globs={"timeline_data": data.timeline_data,
-                                                           "storage_url": data.storage_url,
-                                                           "pareto_front": data.pareto_front}):
-            assert doctest.DocTestRunner().run(t).failed == 0, fn.__name__
-
-
-# -- Timeline figure ---------------------------------------------------------------------
-def test_timeline_figure_few_traces_every_bar_drawn(mk):
-    fig = figures.timeline_figure(mk)
-    kinds = sorted(set(mk["tasks"]["kind"]))
-    waits = [k for k in data.WAIT_KINDS if k in mk["waits"]["kind"]]
-    lines = [t for t in fig.data if t.mode == "lines"]
-    assert [t.name for t in lines] == kinds + waits
-    assert len(fig.data) == 2 * len(lines)  # a line and a trace of hover points per kind
-    assert all(t.type == "scattergl" for t in fig.data)
-    n_bars = sum(len(t.x) for t in lines) // 3  # a, b and a gap per bar
-    assert n_bars == mk["n_tasks"] + len(mk["waits"]["kind"])
-    hover = [t for t in fig.data if t.mode == "markers"]
-    assert sum(len(t.x) for t in hover) == n_bars
-    assert "task %{customdata[0]}" in hover[0].hovertemplate and "KiB" in hover[0].hovertemplate
-    assert list(fig.layout.yaxis.range) == [131.5, -0.5]  # SM 0 on top
-    assert list(fig.layout.xaxis.range) == [0, mk["latency_us"]]
-
-
-def test_timeline_figure_slots_stay_inside_their_sm_track():
-    d = data.timeline_data("llama-3.2-1b", "h200", mode="graph")
-    fig = figures.timeline_figure(d)
-    import numpy as np
-
-    ys = np.concatenate([np.asarray(t.y, dtype=float) for t in fig.data if t.mode == "markers"])
-    assert np.all(np.abs(ys - np.round(ys)) < 0.45)
-    assert len(set(np.round(ys).astype(int))) == len(d["tracks"])
-
-
-# -- Timeline callbacks ------------------------------------------------------------------
-def test_timeline_callback_form(mk):
-    from explorer.pages.timeline import show_timeline
-
-    msg, summary, fig, sched = show_timeline("timeline-run", "llama-3.2-1b", "h200", 1, 1024, "decode",
-                                             "megakernel", None)
-    assert msg == "" and "on 132 SMs" in summary and len(fig.data) > 0
-    assert json.loads(sched)["format"] == "mksim-schedule"
-    assert summary.startswith("default schedule: ")
-
-
-def test_timeline_mode_menu_follows_the_gpu():
-    """A GPU without PDL shows graph_pdl disabled with mksim's reason; a chosen mode it lacks falls back."""
-    from explorer.pages.timeline import MODES, mode_options
-    from mksim.schedule import modes_on
-
-    options, value, note = mode_options("a100", "graph_pdl")
-    assert [o["value"] for o in options] == list(MODES) and value == "megakernel"
-    off = [o for o in options if o.get("disabled")]
-    reason = modes_on(hwmodels.load("a100"))[1]["graph_pdl"]
-    assert [o["value"] for o in off] == ["graph_pdl"] and off[0]["title"] == reason
-    assert off[0]["label"] == "graph_pdl (not on a100)" and note == f"graph_pdl: {reason}"
-    options, value, note = mode_options("h200", "graph_pdl")
-    assert not any(o.get("disabled") for o in options) and value == "graph_pdl" and note == ""
-    assert mode_options("a100", "stream")[1] == "stream"
-    assert mode_options("no-such-gpu", "graph")[1:] == ("graph", "")  # running says the GPU is unknown
-
-
-def test_timeline_callback_prefill():
-    from explorer.pages.timeline import show_timeline
-
-    msg, summary, fig, _ = show_timeline("timeline-run", "llama-3.2-1b", "h200", 1, 1024, "prefill", "megakernel",
-                                         None, prefill_tokens=16)
-    assert msg == "" and "prefill" in summary
-    msg, *_ = show_timeline("timeline-run", "llama-3.2-1b", "h200", 1, 1024, "prefill", "megakernel", None,
-                            prefill_tokens=0)
-    assert msg.startswith("error: prefill needs prefill_tokens >= 1")
-
-
-@pytest.mark.parametrize("batch,kv_len,mode,match", [
-    (0, 1024, "megakernel", "batch must be a positive integer"),
-    (None, 1024, "megakernel", "batch must be a whole number"),
-    (1, 10_000_000, "megakernel", "exceeds llama-3.2-1b's context"),
-    (1, 1024, None, "choose a model, a GPU, a phase and a mode"),
-])
-def test_timeline_callback_bad_input_one_line(batch, kv_len, mode, match):
-    from explorer.pages.timeline import show_timeline
-
-    msg, summary, fig, sched = show_timeline("timeline-run", "llama-3.2-1b", "h200", batch, kv_len, "decode",
-                                             mode, None)
-    assert msg.startswith("error: ") and match in msg and "\n" not in msg
-    assert summary == "" and len(fig.data) == 0 and sched is None
-
-
-def _upload(text: bytes) -> str:
-    return "data:application/json;base64," + base64.b64encode(text).decode()
-
-
-def test_timeline_callback_upload(mk):
-    from explorer.pages.timeline import show_timeline
-
-    msg, summary, fig, sched = show_timeline("timeline-upload", None, None, None, None, None, None, None,
-                                             _upload(mk["schedule_json"].encode()), "s.json")
-    assert msg == "" and summary.startswith("schedule file s.json: ") and sched == mk["schedule_json"]
-    for contents, match in ((_upload(b"\xff\xfe\x00"), "not a text file"), ("garbage", "not an uploaded file"),
-                            (_upload(b"[1, 2]"), "not a schedule file"),
-                            (_upload(b'{"format": "mksim-schedule"}'), "missing key")):
-        msg, _, fig, sched = show_timeline("timeline-upload", None, None, None, None, None, None, None,
-                                           contents, "bad.json")
-        assert msg.startswith("error: ") and match in msg and "\n" not in msg and sched is None
-
-
-def test_timeline_callback_token(mk):
-    from explorer.pages.timeline import show_timeline
-
-    token = store.put_schedule(mk["schedule_json"])
-    assert store.put_schedule(mk["schedule_json"]) == token and store.get_schedule(token) == mk["schedule_json"]
-    msg, summary, _, sched = show_timeline(None, "llama-3.2-1b", "h200", 1, 1024, "decode", "megakernel", None,
-                                           token=token)
-    assert msg == "" and summary.startswith("schedule from Search: ") and sched == mk["schedule_json"]
-    msg, *_ = show_timeline(None, "llama-3.2-1b", "h200", 1, 1024, "decode", "megakernel", None, token="nope")
-    assert msg.startswith("error: no schedule kept under 'nope'")
-
-
-@pytest.mark.slow  # 1.1 s of CPU
-def test_timeline_downloads(mk):
-    from explorer.pages.timeline import schedule_download, trace_download
-
-    assert schedule_download(1, None) is no_update and trace_download(0, mk["schedule_json"]) is no_update
-    s = schedule_download(1, mk["schedule_json"])
-    assert s["content"] == mk["schedule_json"] and s["filename"].endswith(".json")
-    t = trace_download(1, mk["schedule_json"])
-    assert "traceEvents" in json.loads(t["content"])
 
 
 # -- Search ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
-    """A two-objective search started from the page and followed by polling until it ends."""
+    """A two-objective search started from the page and followed by polling until it ends: on the a100, whose
+    16 baselines (the h200 has ten graph_pdl chains more) make a study of 16 trials."""
     from explorer.pages.search import poll, start_or_open
 
     db = tmp_path_factory.mktemp("search") / "studies.db"
     old = os.environ.get("MKSIM_EXPLORER_STORAGE")
     os.environ["MKSIM_EXPLORER_STORAGE"] = str(db)  # the module's storage (mksim explore --storage)
     t0 = time.monotonic()
-    job = start_or_open("search-start", "llama-3.2-1b", "h200", 1, 1024, 26, "latency,smem", "")
+    job = start_or_open("search-start", "llama-3.2-1b", "a100", 1, 1024, 16, "latency,smem", "")
     started_s = time.monotonic() - t0
     polls = []
     while time.monotonic() - t0 < 180:
@@ -252,21 +49,21 @@ def study(tmp_path_factory):
 def test_search_starts_in_the_background_and_is_followed_live(study):
     job, polls = study["job"], study["polls"]
     assert set(job) == {"job", "storage", "study", "trials"}
-    assert job["study"] == "llama-3.2-1b-h200-b1-kv1024-latency+smem"
+    assert job["study"] == "llama-3.2-1b-a100-b1-kv1024-latency+smem"
     assert study["started_s"] < 5  # the page answers before the study has run
     assert polls[0][5] is False  # the first poll finds it running
     assert any("running" in p[1] for p in polls[:-1]) or any("starting" in p[1] for p in polls[:-1])
     msg, progress, *figs, disabled, seen = polls[-1]
-    assert msg == "" and disabled and progress.startswith("26 / 26 trials finished")
+    assert msg == "" and disabled and progress.startswith("16 / 16 trials finished")
     assert "best found: " in progress
     assert jobs.job_state(job["job"]) == ("done", "")
 
 
-@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
+@pytest.mark.slow  # reads the module's search (16 trials in a background job: ~6 s of CPU)
 def test_study_data(study):
     d = data.study_data(study["job"]["storage"], study["job"]["study"])
-    assert d["objectives"] == ["latency", "smem"] and d["finished"] == 26
-    assert sum(d["counts"].values()) == len(d["trials"]) == 26
+    assert d["objectives"] == ["latency", "smem"] and d["finished"] == 16
+    assert sum(d["counts"].values()) == len(d["trials"]) == 16
     done = [r for r in d["trials"] if r["state"] == "COMPLETE"]
     assert d["best"]["latency_us"] == min(r["latency_us"] for r in done)
     front = [r for r in done if r["number"] in d["pareto"]]
@@ -274,10 +71,10 @@ def test_study_data(study):
                                  and (o["latency_us"], o["smem_KiB"]) != (r["latency_us"], r["smem_KiB"])
                                  for o in done) for r in front)
     assert {"policy", "page_KiB", "prefetch_depth"} <= set(d["params"])
-    assert data.study_data(str(study["db"]), study["job"]["study"])["finished"] == 26  # a plain path opens it too
+    assert data.study_data(str(study["db"]), study["job"]["study"])["finished"] == 16  # a plain path opens it too
 
 
-@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
+@pytest.mark.slow  # reads the module's search (16 trials in a background job: ~6 s of CPU)
 def test_study_figures(study):
     d = data.study_data(study["job"]["storage"], study["job"]["study"])
     hist = figures.study_history_figure(d)
@@ -293,7 +90,7 @@ def test_study_figures(study):
     assert len(figures.study_pareto_figure(one).data) == 0
 
 
-@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
+@pytest.mark.slow  # reads the module's search (16 trials in a background job: ~6 s of CPU)
 def test_open_best_in_timeline(study):
     from explorer.pages.search import open_best
     from explorer.pages.timeline import show_timeline
@@ -308,16 +105,47 @@ def test_open_best_in_timeline(study):
     assert open_best(0, study["job"]) == (no_update, "")
 
 
-@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
+@pytest.mark.slow  # reads the module's search (16 trials in a background job: ~6 s of CPU)
 def test_open_existing_study(study):
     from explorer.pages.search import poll, start_or_open
 
     job = start_or_open("search-open", None, None, None, None, None, None, study["job"]["study"])
     assert job["job"] is None
     msg, progress, hist, par, pf, disabled, seen = poll(job)
-    assert msg == "" and disabled and progress.startswith("26 trials finished") and len(hist.data) > 0
+    assert msg == "" and disabled and progress.startswith("16 trials finished") and len(hist.data) > 0
     # polling again with nothing new leaves the figures alone
     assert poll(job, seen)[2] is no_update
+
+
+def test_figures_of_a_running_study_are_redrawn_every_few_seconds(tmp_path, monkeypatch):
+    """While a study runs the progress line follows every poll, the figures at most every REDRAW_S seconds
+    (a redraw costs the browser CPU and resets a zoom); the study's end is drawn at once."""
+    import optuna
+
+    from explorer.pages import search
+
+    db = tmp_path / "s.db"
+    monkeypatch.setenv("MKSIM_EXPLORER_STORAGE", str(db))
+    st = optuna.create_study(storage=f"sqlite:///{db}", study_name="live")
+    st.tell(st.ask(), 5.0)
+    running = st.ask()  # a trial still running (a mksim search elsewhere filling the study): followed live
+    job = search.start_or_open("search-open", *[None] * 6, "live")
+    first = search.poll(job)
+    assert first[1].startswith("1 trials finished") and first[1].endswith("running… — study live")
+    assert first[2] is not no_update and first[5] is False
+    st.tell(st.ask(), 4.0)
+    again = search.poll(job, first[-1])
+    assert again[1].startswith("2 trials finished") and all(f is no_update for f in again[2:5])
+    assert again[-1] == first[-1]  # still what was drawn last
+    monkeypatch.setattr(search, "REDRAW_S", 0.0)
+    redrawn = search.poll(job, again[-1])
+    assert redrawn[2] is not no_update and redrawn[-1][2] == 2
+    monkeypatch.setattr(search, "REDRAW_S", 3600.0)
+    st.tell(running, 3.0)  # the last trial ends: drawn at once, polling stops
+    last = search.poll(job, redrawn[-1])
+    assert last[5] is True and last[2] is not no_update and last[1].startswith("3 trials finished")
+    assert search.poll(job, last[-1])[2] is no_update
+    assert search.poll(job, ["hostile", 1, 2, 3, 4, "x"])[2] is not no_update  # a seen it did not make: drawn
 
 
 def test_open_study_from_the_list_or_the_only_one(tmp_path, monkeypatch):
@@ -341,7 +169,7 @@ def test_open_study_from_the_list_or_the_only_one(tmp_path, monkeypatch):
     assert study_choices() == ([], None)  # unreadable storage
 
 
-@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
+@pytest.mark.slow  # reads the module's search (16 trials in a background job: ~6 s of CPU)
 def test_figures_hidden_until_a_study_is_drawn(study):
     """No empty untitled axes before a study is open: the figures show once poll has drawn trials."""
     from explorer.pages.search import HIDDEN, NO_STUDY, figures_shown, poll
@@ -371,7 +199,7 @@ def test_search_bad_input_answers_at_once(args, match, tmp_path, monkeypatch):
     assert msg.startswith("error: ") and "\n" not in msg and disabled and all(len(f.data) == 0 for f in figs)
 
 
-@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
+@pytest.mark.slow  # reads the module's search (16 trials in a background job: ~6 s of CPU)
 def test_open_study_errors(study, tmp_path, monkeypatch):
     import optuna
 
@@ -392,12 +220,12 @@ def test_open_study_errors(study, tmp_path, monkeypatch):
     assert poll(None)[5] is True
 
 
-@pytest.mark.slow  # reads the module's search (26 trials in a background job: ~10 s of CPU)
+@pytest.mark.slow  # reads the module's search (16 trials in a background job: ~6 s of CPU)
 def test_failed_search_shows_its_error(study):
     """A study named for another problem: the worker's search refuses to resume it; the page says why."""
     from explorer.pages.search import poll, start_or_open
 
-    job = start_or_open("search-start", "llama-3.2-1b", "h200", 2, 1024, 26, "latency,smem", study["job"]["study"])
+    job = start_or_open("search-start", "llama-3.2-1b", "a100", 2, 1024, 16, "latency,smem", study["job"]["study"])
     assert "error" not in job
     t0 = time.monotonic()
     while jobs.job_state(job["job"])[0] == "running" and time.monotonic() - t0 < 120:
@@ -530,7 +358,7 @@ def test_jobs_list_and_follow(study, tmp_path, monkeypatch):
     assert jobs.list_jobs() == [] and jobs_table(jobs_rows()) == ""
     made = []
     for _ in range(3):  # searches that fail in their worker at once: the study was made for batch 1
-        job = start_or_open("search-start", "llama-3.2-1b", "h200", 2, 1024, 26, "latency,smem",
+        job = start_or_open("search-start", "llama-3.2-1b", "a100", 2, 1024, 16, "latency,smem",
                             study["job"]["study"])
         made.append(job["job"])
         t0 = time.monotonic()
@@ -541,15 +369,45 @@ def test_jobs_list_and_follow(study, tmp_path, monkeypatch):
     assert [j["job"] for j in listed] == ["search-3", "search-2"]  # search-1 forgotten when search-3 started
     assert not (jobs.jobs_dir() / "search-1").exists()
     rows = jobs_rows(listed)
-    assert [r[:3] for r in rows] == [[j, study["job"]["study"], "26"] for j in ("search-3", "search-2")]
+    assert [r[:3] for r in rows] == [[j, study["job"]["study"], "16"] for j in ("search-3", "search-2")]
     assert all(r[4].startswith("failed: ") and "pick another --study name" in r[4] for r in rows)
     table = jobs_table(rows)
     assert "at most 2 run at once" in table.children[0].children
     assert start_or_open({"type": "search-follow", "job": "search-3"}, *(None,) * 8) == {
-        "job": "search-3", "storage": study["job"]["storage"], "study": study["job"]["study"], "trials": 26}
+        "job": "search-3", "storage": study["job"]["storage"], "study": study["job"]["study"], "trials": 16}
     assert start_or_open({"type": "search-follow", "job": "search-99"}, *(None,) * 8) == {
         "error": f"no search 'search-99' in {jobs.jobs_dir()}"}
     assert jobs.job_state("search-99") == ("none", "") and jobs.job_state("../x") == ("none", "")
+
+
+def test_a_storage_is_opened_once_and_read_as_it_is_now(tmp_path, monkeypatch):
+    """The page reads a followed study every second: its storage is opened (its schema checked) once, and each
+    read sees the file as it is now, a file deleted and made again included."""
+    import optuna
+
+    db = tmp_path / "s.db"
+    url = f"sqlite:///{db}"
+    real, opened = optuna.storages.RDBStorage, []
+
+    class Counted(real):
+        def __init__(self, url, *args, **kw):
+            opened.append(url)
+            super().__init__(url, *args, **kw)
+
+    optuna.create_study(storage=real(url), study_name="a")
+    monkeypatch.setattr(optuna.storages, "RDBStorage", Counted)
+    for _ in range(3):
+        assert data.study_names(str(db)) == ["a"] and data.study_data(str(db), "a")["finished"] == 0
+    assert opened == [url]
+    db.unlink()
+    optuna.create_study(storage=real(url), study_name="b")
+    assert data.study_names(str(db)) == ["b"] and opened == [url]  # no connection kept to the old file
+    db.unlink()
+    db.write_bytes(b"")  # an empty file: the kept storage fails, is opened anew, which makes the tables
+    assert data.study_names(str(db)) == [] and opened == [url, url]
+    db.write_text("not a database")
+    with pytest.raises(MksimError, match="cannot open study storage .*: .*file is not a database"):
+        data.study_names(str(db))
 
 
 def test_a_new_sqlite_storage_read_while_it_is_made_is_retried(tmp_path, monkeypatch):
@@ -572,43 +430,3 @@ def test_a_new_sqlite_storage_read_while_it_is_made_is_retried(tmp_path, monkeyp
     monkeypatch.setattr(_study.time, "sleep", lambda s: None)
     url, storage = _study.storage_for(f"sqlite:///{tmp_path / 's.db'}", "s")
     assert len(calls) == 2 and isinstance(storage, real)
-
-
-# -- the app -----------------------------------------------------------------------------
-@pytest.mark.slow  # 2.0 s of CPU
-def test_app_serves_timeline_and_search():
-    """In a process of its own: Dash gives the pages' callbacks to the first app a process creates."""
-    import subprocess
-    import sys
-
-    code = """if True:
-        import json, dash
-        from explorer.app import create_app
-        app = create_app()
-        client = app.server.test_client()
-        print(json.dumps({"pages": {p["path"]: p["name"] for p in dash.page_registry.values()},
-                          "status": [client.get(u).status_code
-                                     for u in ("/timeline", "/search", "/timeline?schedule=0123")],
-                          "outputs": " ".join(d["output"] for d in client.get("/_dash-dependencies").get_json())}))
-    """
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    got = json.loads(r.stdout.strip().splitlines()[-1])
-    assert got["pages"]["/timeline"] == "Timeline" and got["pages"]["/search"] == "Search"
-    assert got["status"] == [200, 200, 200]
-    assert "timeline-graph.figure" in got["outputs"] and "search-progress.children" in got["outputs"]
-
-
-def test_timeline_layout_takes_the_token_from_the_query():
-    from explorer.pages.timeline import layout
-
-    def find(node, id_):
-        if getattr(node, "id", None) == id_:
-            return node
-        for child in (node.children if isinstance(getattr(node, "children", None), list) else []):
-            if (hit := find(child, id_)) is not None:
-                return hit
-        return None
-
-    assert find(layout(schedule="abc"), "timeline-token").data == "abc"
-    assert find(layout(), "timeline-token").data is None

@@ -1,0 +1,48 @@
+"""The browser and the server every browser test module starts once: headless Chromium, and ``mksim explore``
+as a user starts it (its studies in a storage of the module's own).
+
+Needs Debian's ``chromium`` and ``chromium-driver`` (CI installs them in ``.ci/run``) and selenium (the ``dev``
+extra); without the browser or its driver the tests skip, saying why (in CI they fail instead). Both fixtures
+are module-scoped: tests/conftest.py keeps each module's tests on one pytest-xdist worker, so the modules run
+side by side, each with its own browser and server.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.explorer.browser import drive
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if not chromium or not driver:
+        drive.need("headless Chromium needs Debian's chromium and chromium-driver (apt-get install chromium "
+                   "chromium-driver)")
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        drive.need("selenium is not installed (python -m pip install -c constraints.txt -e '.[dev]')")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000"):
+        opts.add_argument(arg)
+    d = webdriver.Chrome(service=Service(driver), options=opts)
+    d.set_page_load_timeout(drive.WAIT_S)
+    yield d
+    d.quit()
+
+
+@pytest.fixture(scope="module")
+def server(browser, tmp_path_factory, request):
+    """``mksim explore`` on a free port, as a user starts it (its studies in a storage of the module's own; its
+    log in the artifacts as explore-<module>.log)."""
+    folder = tmp_path_factory.mktemp("explore")
+    log = folder / f"explore-{request.module.__name__.rsplit('.', 1)[-1]}.log"
+    with drive.explore(drive.free_port(), log, storage=folder / "studies.db") as url:
+        yield url
