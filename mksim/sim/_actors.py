@@ -1,12 +1,13 @@
-"""The engine's busiest actors, written as state machines rather than SimPy processes.
+"""The engine's busiest actors, written as coroutines resumed directly rather than SimPy processes.
 
 A process pays an event and a generator resume for every wait. An SM's loader and a
 chain-mode block slot wait several times per task, and only ever on a DRAM flow (the HBM
 calls them back when it ends), on an event (they add themselves to its callbacks), or on
-their executor (which calls them). So each is a small object whose ``run`` method advances
-through the steps of its task until one has to wait, and is called again when the wait is
-over. The steps are the same as a process's would be; :mod:`._engine` keeps the processes
-(launcher, barriers, executors) and wires these in.
+their executor (which calls them). So each is a small object whose steps are a generator that
+suspends (a bare ``yield``) where it has to wait, and that whoever ends the wait resumes at once
+(``wake``): the same steps at the same instants, in the same order, as a process's, with no
+event where none is needed and the state in the generator's locals. :mod:`._engine` keeps the
+processes (launcher, barriers, executors) and wires these in.
 """
 
 from __future__ import annotations

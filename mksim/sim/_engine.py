@@ -6,12 +6,13 @@ Durations come from :mod:`mksim.costs`, what differs between modes from their ho
 blocks dispatched to SM
 slots; persistent modes run per-SM queues with a loader (weight prefetch into shared-memory
 pages) and an executor. The launcher, the grid barriers and the executors are SimPy
-processes; the block slots and the loaders, which wait several times per task, are state
-machines called back by the HBM and by events (:mod:`._actors`).
+processes (:class:`~._env.Proc`, a lean one); the block slots and the loaders, which wait several
+times per task, are coroutines called back by the HBM and by events (:mod:`._actors`).
 
 For speed the hot loops read plain Python lists rather than numpy arrays (a numpy scalar
-costs more than the float it holds), a flow's DRAM latency is waited out inside the HBM, and
-an event is made only when something really has to wait.
+costs more than the float it holds), a flow's DRAM latency is waited out inside the HBM, an
+event is made only when something really has to wait, and the engine's own waits are the
+lightest events SimPy's loop can process (:class:`~._env.Wake`, in :class:`~._env.Env`).
 """
 
 from __future__ import annotations
