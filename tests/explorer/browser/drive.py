@@ -161,7 +161,9 @@ def upload(driver: Any, upload_id: str, path: Path) -> None:
     """Choose ``path`` in a dcc.Upload's file box, as a user does."""
     from selenium.webdriver.common.by import By
 
-    driver.find_element(By.CSS_SELECTOR, f"#{upload_id} input[type=file]").send_keys(str(path))
+    box = wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, f"#{upload_id} input[type=file]"),
+               f"the file box of {upload_id}")  # the page's scripts draw it: on a loaded machine, later
+    box[0].send_keys(str(path))
 
 
 def nav(driver: Any, name: str) -> None:
