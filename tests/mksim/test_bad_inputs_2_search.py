@@ -35,6 +35,7 @@ optuna = pytest.importorskip("optuna")
 import hwmodels  # noqa: E402
 from mksim.search import baseline_params, search  # noqa: E402
 from mksim.search._space import check_fixed  # noqa: E402
+from tests.mksim.searchkit import count  # noqa: E402
 from tests.mksim.test_bad_inputs import assert_one_line, run_cli  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,18 +141,6 @@ def finish(p: subprocess.Popen[str], timeout_s: float = CHILD_S) -> tuple[int, s
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
     return p.returncode, out, err
-
-
-def count(db: Path, states: tuple[str, ...] = ("COMPLETE",)) -> int:
-    """Trials of the storage in these states, read without optuna (cheap enough to poll); 0 before it exists."""
-    if not db.exists():
-        return 0
-    try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as c:
-            marks = ",".join("?" * len(states))
-            return int(c.execute(f"SELECT COUNT(*) FROM trials WHERE state IN ({marks})", states).fetchone()[0])
-    except sqlite3.Error:  # tables not made yet, or locked past the timeout
-        return 0
 
 
 def wait_for(what: str, cond: Callable[[], bool], p: subprocess.Popen[str] | None = None,

@@ -171,3 +171,11 @@ def nav(driver: Any, name: str) -> None:
     from selenium.webdriver.common.by import By
 
     wait(driver, lambda d: d.find_elements(By.LINK_TEXT, name), f"the link to {name}")[0].click()
+
+
+def search_page(driver: Any, url: str) -> None:
+    """Open the Search page and wait until its form is drawn."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(url + "/search")
+    wait(driver, lambda d: d.find_elements(By.ID, "search-start"), "the search page")

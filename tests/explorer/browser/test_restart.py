@@ -21,18 +21,12 @@ from tests.explorer.browser.drive import (  # noqa: E402
     click,
     explore,
     free_port,
+    search_page,
     shot,
     text,
     type_in,
     wait,
 )
-
-
-def _search_page(driver, url: str) -> None:
-    from selenium.webdriver.common.by import By
-
-    driver.get(url + "/search")
-    wait(driver, lambda d: d.find_elements(By.ID, "search-start"), "the search page")
 
 
 def _job_states(driver) -> dict[str, str]:
@@ -60,7 +54,7 @@ def test_search_survives_a_restart(browser, tmp_path):
     try:
         with explore(port, tmp_path / "explore-before-restart.log", stop=signal.SIGINT,
                      storage=tmp_path / "restart.db") as url:
-            _search_page(browser, url)
+            search_page(browser, url)
             type_in(browser, "search-trials", "2000")
             for name in ("kept", "killed", "third"):
                 type_in(browser, "search-study", name)

@@ -17,6 +17,7 @@ from tests.explorer.browser.drive import (  # noqa: E402
     click,
     figure,
     pick,
+    search_page,
     shot,
     text,
     type_in,
@@ -24,15 +25,8 @@ from tests.explorer.browser.drive import (  # noqa: E402
 )
 
 
-def _search_page(driver, url: str) -> None:
-    from selenium.webdriver.common.by import By
-
-    driver.get(url + "/search")
-    wait(driver, lambda d: d.find_elements(By.ID, "search-start"), "the search page")
-
-
 def test_search_runs_live_and_opens_its_best_in_timeline(browser, server):
-    _search_page(browser, server)
+    search_page(browser, server)
     wait(browser, lambda d: text(d, "search-hint").startswith("Start a search or open a study"), "the hint")
     assert not browser.find_element("id", "search-figures").is_displayed()  # no empty axes before a study
     pick(browser, "search-gpu", "a100")
@@ -54,7 +48,7 @@ def test_search_runs_live_and_opens_its_best_in_timeline(browser, server):
     assert f", {best} µs, " in summary  # the best trial's latency, simulated again
 
     # the study opens again from the list of the storage's studies, no name typed
-    _search_page(browser, server)
+    search_page(browser, server)
     wait(browser, lambda d: "latency+smem" in text(d, "search-studies"), "the study in the list")
     click(browser, "search-open")
     wait(browser, lambda d: text(d, "search-progress").startswith("16 trials finished"), "the opened study")
@@ -63,7 +57,7 @@ def test_search_runs_live_and_opens_its_best_in_timeline(browser, server):
 
 def test_search_cancel(browser, server):
     """A search started from the page stops on Cancel search; the page says so."""
-    _search_page(browser, server)
+    search_page(browser, server)
     type_in(browser, "search-trials", "2000")
     click(browser, "search-start")
     wait(browser, lambda d: "running" in text(d, "search-progress"), "the search to run")
