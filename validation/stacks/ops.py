@@ -134,12 +134,9 @@ def moe_units(s: tg.Shape, lw: dict[str, Any], h: torch.Tensor, count: int, es: 
     weighted sum, and the shared expert. Each carries its bytes (the grouped GEMMs read the experts chosen)."""
     t, k, hid, ei = h.shape[0], s.top_k, s.hidden, s.expert_intermediate
     topw, topi = tg.route(s, lw, h)
-    flat = topi.reshape(-1)
-    order = flat.argsort(stable=True)
-    counts = torch.zeros(s.experts, dtype=torch.int64, device=h.device).scatter_add_(0, flat, torch.ones_like(flat))
+    order, counts, xs = tg.sort_by_expert(s, h, topi)
     offs = counts.cumsum(0).to(torch.int32)
     distinct = int((counts > 0).sum().item())
-    xs = h.index_select(0, order // k)
     gu = torch._grouped_mm(xs, lw["wgu_e"].transpose(1, 2), offs=offs)
     act = F.silu(gu[:, :ei]) * gu[:, ei:]
     ys = torch._grouped_mm(act, lw["wdown_e"].transpose(1, 2), offs=offs)
@@ -151,9 +148,8 @@ def moe_units(s: tg.Shape, lw: dict[str, Any], h: torch.Tensor, count: int, es: 
         return tg.select(s, lw, logits)
 
     def permute() -> Any:
-        o = flat.argsort(stable=True)
-        c = torch.zeros(s.experts, dtype=torch.int64, device=h.device).scatter_add_(0, flat, torch.ones_like(flat))
-        return c.cumsum(0).to(torch.int32), h.index_select(0, o // k)
+        _, c, rows_sorted = tg.sort_by_expert(s, h, topi)
+        return c.cumsum(0).to(torch.int32), rows_sorted
 
     def silu_mul() -> torch.Tensor:
         return F.silu(gu[:, :ei]) * gu[:, ei:]

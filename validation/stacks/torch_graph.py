@@ -278,15 +278,21 @@ def moe_ffn(s: Shape, lw: Any, h: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def sort_by_expert(s: Shape, h: torch.Tensor, topi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The T*k (token, slot) rows sorted by expert: (the order, tokens per expert [experts], the rows of
+    ``h`` in that order), on the GPU without a host synchronisation."""
+    flat = topi.reshape(-1)
+    order = flat.argsort(stable=True)
+    counts = torch.zeros(s.experts, dtype=torch.int64, device=h.device).scatter_add_(0, flat, torch.ones_like(flat))
+    return order, counts, h.index_select(0, order // topi.shape[1])
+
+
 def _experts_grouped(s: Shape, lw: Any, h: torch.Tensor, topi: torch.Tensor) -> torch.Tensor:
     """Every (token, slot)'s expert output [T, k, H]: the T*k rows sorted by expert, two grouped GEMMs
     whose groups are the experts (offsets computed on the GPU), the rows put back in order."""
     t, k = topi.shape
-    flat = topi.reshape(-1)
-    order = flat.argsort(stable=True)
-    counts = torch.zeros(s.experts, dtype=torch.int64, device=h.device).scatter_add_(0, flat, torch.ones_like(flat))
+    order, counts, xs = sort_by_expert(s, h, topi)
     offs = counts.cumsum(0).to(torch.int32)
-    xs = h.index_select(0, order // k)
     gu = torch._grouped_mm(xs, lw["wgu_e"].transpose(1, 2), offs=offs)
     gate, up = gu.chunk(2, dim=-1)
     ys = torch._grouped_mm(F.silu(gate) * up, lw["wdown_e"].transpose(1, 2), offs=offs)
