@@ -179,7 +179,7 @@ def assumptions(g: GPUSpec) -> dict[str, Any]:
 
     >>> import hwmodels
     >>> assumptions(hwmodels.load("h200"))["text"][:80]
-    'assumes: hardware h200; implementation profile mksim (mksim's generated kernels, '
+    "assumes: hardware h200; implementation profile mksim (mksim's generated kernels,"
     >>> assumptions(hwmodels.load("h200"))["status"], assumptions(hwmodels.load("h100"))["status"]
     ('validated: whole steps measured on h200-calibrated', 'datasheet, unvalidated')
     """

@@ -199,7 +199,7 @@ def test_free_launches_help_the_chains_most(run):
     assert all(new <= base for base, new in lat.values())
     gain = {m: 1 - new / base for m, (base, new) in lat.items()}
     assert min(gain["stream"], gain["graph"]) > 0.15 > max(gain["persistent_barrier"], gain["megakernel"])
-    assert d["whatif"]["gpu"] == "h200 (what-if)"
+    assert d["whatif"]["gpu"] == "h200-datasheet (what-if)"
 
 
 def test_whatif_figure(run):
@@ -219,7 +219,7 @@ def test_compare_callback_returns_table_and_result(run):
     table, assumes = div.children  # h200 has every mode: no note of absent modes, no stack
     assert table.id == "compare-results" and assumes.id == "compare-assumes"
     assert assumes.children[0].children[:2] == ["the modes assume ", run["assumes"]["text"].removeprefix("assumes: ")]
-    assert assumes.children[0].children[3].startswith("interval unknown")  # no profile: no validation
+    assert assumes.children[0].children[3].startswith(f"± {run['interval']['half_width_pct']:.1f} %: the 90th")
     assert "no implementation profile" in run["assumes"]["text"]
     body = table.children[-1].children
     assert [r.children[0].children for r in body] == MODES
@@ -256,7 +256,7 @@ def test_hardware_callbacks():
     names = ["h200-datasheet", "h200-calibrated"]
     table, sources = (ET.fromstring(h) for h in gpu_table_html(names))  # well-formed: every text escaped
     assert [th.text for th in table.find("thead/tr")] == ["key", "unit", "h200-datasheet", "h200-calibrated"]
-    assert table.find("thead/tr")[3].find("small").text == "extends h200"
+    assert table.find("thead/tr")[3].find("small").text == "extends h200-datasheet"
     d = hardware_table(names)
     rows = table.findall("tbody/tr")
     assert [r.find("th/code").text for r in rows] == [r["key"] for r in d["rows"]]

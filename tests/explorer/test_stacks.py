@@ -103,12 +103,12 @@ def test_compare_callback_with_a_stack_and_a_profile(ref):
     assert f"predicted {ref['stack']['megakernel_speedup']:.2f}× faster than your stack" in speedup.children
     modes_li, stack_li = assumes.children
     assert modes_li.children[:2] == ["the modes assume ", ref["assumes"]["text"].removeprefix("assumes: ")]
-    assert modes_li.children[1].startswith("hardware h200; no implementation profile: the best kernels")
-    assert modes_li.children[3].startswith("interval unknown")
+    assert modes_li.children[1].startswith("hardware h200-datasheet (datasheet, held against the steps measured")
+    assert modes_li.children[3].startswith(f"± {ref['interval']['half_width_pct']:.1f} %: the 90th")
     assert stack_li.children[:2] == ["your stack (torch) assumes ", ref["stack"]["assumes"]["text"][len("assumes: "):]]
     h = ref["stack"]["interval"]["half_width_pct"]
     assert stack_li.children[3].startswith(f"± {h:.1f} %")  # torch on h200: a transfer, wider
-    assert stack_li.children[1].startswith("hardware h200; implementation profile torch (plain torch")
+    assert stack_li.children[1].startswith("hardware h200-datasheet; implementation profile torch (plain torch")
     msg, *_f, div, result = run_compare(1, "llama-3.2-1b", "h200-datasheet", 1, 1024, "decode", None, "mksim", "none")
     assert result["gpu"] == "h200-datasheet+mksim" and "stack" not in result
     assert "implementation profile mksim" in div.children[-1].children[0].children[1]
@@ -135,7 +135,7 @@ def test_trace_data_is_mksim_trace_import(trace_upload):
     assert t["path"] == TRACE.name and t["step_us"] == pytest.approx(2070.1, abs=0.05)
     mk = compare_modes("llama-3.2-1b", "h200-datasheet")["modes"]["megakernel"]["latency_us"]
     assert t["prediction"]["megakernel_us"] == mk
-    assert t["assumes"].startswith("assumes: hardware h200; no implementation profile")
+    assert t["assumes"].startswith("assumes: hardware h200-datasheet (datasheet, held")
 
 
 @pytest.mark.slow  # 1.1 s of CPU
@@ -192,8 +192,9 @@ def test_trace_callback(trace_upload):
     assert kinds[0] == "matmul" and kinds[-1] == "unmapped"
     mk = compare_modes("llama-3.2-1b", "h200-datasheet")["modes"]["megakernel"]["latency_us"]
     assert parts["compare-trace-prediction"].children.startswith(
-        f"The megakernel of the same ops is predicted {mk:.1f} µs on h200: {2070.1444765625 / mk:.2f}× faster")
-    assert parts["compare-trace-assumes"].children.startswith("the prediction assumes hardware h200; no implementa")
+        f"The megakernel of the same ops is predicted {mk:.1f} µs on h200-datasheet: "
+        f"{2070.1444765625 / mk:.2f}× faster")
+    assert parts["compare-trace-assumes"].children.startswith("the prediction assumes hardware h200-datasheet (datas")
     assert "hwmodels/data/h200-datasheet.toml" in parts["compare-trace-assumes"].children
     msg, view = import_trace_upload(_upload(b"{"), "bad.json", "llama-3.2-1b", "h200-datasheet", 1, 1024, "decode")
     assert msg.children.startswith("error: bad.json: not JSON") and view is None
@@ -214,7 +215,7 @@ def test_trace_callback_with_an_uploaded_config_and_a_profile(trace_upload):
     parts = {getattr(p, "id", None): p for p in view.children}
     assert parts["compare-trace-mapped"].children.startswith("mapped 99.0% of the kernel time to my-llama's ops")
     mk = compare_modes("llama-3.2-1b", "h200-datasheet+mksim")["modes"]["megakernel"]["latency_us"]
-    assert f"predicted {mk:.1f} µs on h200+mksim" in parts["compare-trace-prediction"].children
+    assert f"predicted {mk:.1f} µs on h200-datasheet+mksim" in parts["compare-trace-prediction"].children
     assert "implementation profile mksim" in parts["compare-trace-assumes"].children
     msg, view = import_trace_upload(trace_upload, TRACE.name, value, "h200-datasheet", 1, 1024, "decode", None)
     assert msg.children == "error: the uploaded config is gone; upload it again" and view is None
