@@ -29,9 +29,9 @@ class WhatIf:
       (both scale with the count), HBM bandwidth does not.
 
     >>> import hwmodels
-    >>> g = WhatIf(launch_scale=0.0, sm_count=66).apply(hwmodels.load("h200"))
+    >>> g = WhatIf(launch_scale=0.0, sm_count=66).apply(hwmodels.load("h200-datasheet"))
     >>> g.name, g.launch.graph_node_us, g.sm.count, g.compute.tensor_bf16_dense_TFLOPs
-    ('h200 (what-if)', 0.0, 66, 494.75)
+    ('h200-datasheet (what-if)', 0.0, 66, 494.75)
     """
     launch_scale: float = 1.0
     hbm_scale: float = 1.0

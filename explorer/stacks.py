@@ -241,7 +241,7 @@ def _trace_data(contents: str, name: str, model: str, gpu: str, batch: int, kv_l
         d["model"] = model
     pred = d["prediction"]
     d["assumes"] = assumptions(gpu_spec(gpu))["text"] if pred else None
-    if pred and pred["hardware_file"]:  # hwmodels/data/h200.toml, as the docs name it, where it is ours
+    if pred and pred["hardware_file"]:  # hwmodels/data/h200-datasheet.toml, as the docs name it, where it is ours
         hw, root = Path(pred["hardware_file"]), Path(hwmodels.__file__).resolve().parents[1]
         pred["hardware_file"] = str(hw.relative_to(root)) if hw.is_relative_to(root) else str(hw)
     return d

@@ -37,7 +37,8 @@ _HERE = Path(__file__).resolve().parent
 SEARCH_DIRS = (_HERE / "data", _HERE / "calibrated")
 PROFILE_DIR = _HERE / "profiles"
 
-_TOP_KEYS = set(IDENTITY_KEYS) | {"extends", "sources", "chip", "memory", "runtime", "schema_version", "profile"}
+_TOP_KEYS = set(IDENTITY_KEYS) | {"extends", "sources", "chip", "memory", "runtime", "schema_version", "profile",
+                                   "validation"}
 _PROFILE_KEYS = {"schema_version", "profile", "full_name", "measured_on", "kind", "runtime", "sources", "validation"}
 #: what a profile describes: a library people run as their stack (its kernels in a CUDA graph), or the
 #: device functions of a megakernel (mksim's generated one); the explorer lists stacks first
@@ -48,6 +49,10 @@ _VALIDATION_NUMBERS = {"cases": int, "mape_pct": float, "bias_pct": float, "p90_
                        "max_abs_pct": float, "held_out_cases": int, "held_out_inside_pct": float}
 _VALIDATION_TEXT = ("gpu", "what", "source", "command", "date", "held_out")
 _VALIDATION_REQUIRED = ("cases", "mape_pct", "bias_pct", "p90_abs_pct", "max_abs_pct", "gpu", "source", "command")
+#: a record's optional sub-tables, one per family of execution modes (mksim.schedule's mode kinds): the same
+#: numbers over that family's cases alone, where the evidence has them (``[validation.chain]``)
+VALIDATION_FAMILIES = ("chain", "persistent")
+_FAMILY_REQUIRED = ("cases", "mape_pct", "bias_pct", "p90_abs_pct", "max_abs_pct", "source")
 # task costs that are work on the SM, so scale with its clock when a profile moves to another GPU
 _CLOCKED = ("task_fixed_us", "task_row_us")
 _ENTRY_KEYS = {"value", "source", "note", "spread"}
@@ -143,6 +148,19 @@ def load(name_or_path: str | Path, profile: str | None = None) -> GPUSpec:
     return _build(raw, path)
 
 
+def hardware_validation(name_or_path: str | Path) -> dict[str, Any] | None:
+    """A hardware file's own ``[validation]`` table: how predictions with that file and no
+    implementation profile held against measured steps (the datasheet H200's, ``h200-datasheet``, against
+    our H200's), or ``None`` where the file has none. A record describes the file it is in: an overlay
+    does not inherit its base's. The same keys as a profile's (:func:`profile_info`).
+
+    >>> hardware_validation("h200-datasheet")["gpu"], hardware_validation("h100")
+    ('h200-calibrated', None)
+    """
+    path = resolve(split_profile(str(name_or_path))[0])
+    return _validation(_read(path).get("validation"), path)
+
+
 def profile_info(name_or_path: str | Path) -> dict[str, Any]:
     """A profile's identity, ``{"profile", "full_name", "measured_on", "kind"}`` (strings; ``kind``: a
     ``stack`` people run or a ``megakernel``'s device functions), and
@@ -178,13 +196,29 @@ def _validation(table: Any, path: Path) -> dict[str, Any] | None:
         return None
     if not isinstance(table, dict):
         raise HardwareFileError(f"{path}: validation must be a table")
-    known = set(_VALIDATION_NUMBERS) | set(_VALIDATION_TEXT)
+    known = set(_VALIDATION_NUMBERS) | set(_VALIDATION_TEXT) | set(VALIDATION_FAMILIES)
     for key in table:
         if key not in known:
             raise HardwareFileError(_unknown_key(str(path), "validation", key, known))
-    for key in _VALIDATION_REQUIRED:
+    out = _record(table, path, "validation", _VALIDATION_REQUIRED)
+    for fam in VALIDATION_FAMILIES:
+        if fam in table:
+            sub = table[fam]
+            if not isinstance(sub, dict):
+                raise HardwareFileError(f"{path}: validation.{fam} must be a table")
+            for key in sub:
+                if key not in set(_VALIDATION_NUMBERS) | set(_VALIDATION_TEXT):
+                    raise HardwareFileError(_unknown_key(str(path), f"validation.{fam}", key,
+                                                        set(_VALIDATION_NUMBERS) | set(_VALIDATION_TEXT)))
+            out[fam] = _record(sub, path, f"validation.{fam}", _FAMILY_REQUIRED)
+    return out
+
+
+def _record(table: dict[str, Any], path: Path, where: str, required: tuple[str, ...]) -> dict[str, Any]:
+    """One validation record's numbers and text, checked (one-line errors)."""
+    for key in required:
         if key not in table:
-            raise HardwareFileError(f"{path}: validation.{key} missing")
+            raise HardwareFileError(f"{path}: {where}.{key} missing")
     out: dict[str, Any] = {}
     for key, kind in _VALIDATION_NUMBERS.items():
         if key not in table:
@@ -193,14 +227,14 @@ def _validation(table: Any, path: Path) -> dict[str, Any] | None:
         ok = isinstance(v, int) if kind is int else isinstance(v, (int, float))
         if isinstance(v, bool) or not ok or not math.isfinite(v) or (key != "bias_pct" and v < 0):
             what = ("a whole number" if kind is int else "a number") + ("" if key == "bias_pct" else " >= 0")
-            raise HardwareFileError(f"{path}: validation.{key} must be {what}, got {v!r}")
+            raise HardwareFileError(f"{path}: {where}.{key} must be {what}, got {v!r}")
         out[key] = kind(v)
     if out["cases"] < 1:
-        raise HardwareFileError(f"{path}: validation.cases must be at least 1, got {out['cases']}")
+        raise HardwareFileError(f"{path}: {where}.cases must be at least 1, got {out['cases']}")
     for key in _VALIDATION_TEXT:
         if key in table:
             if not isinstance(table[key], str) or not table[key]:
-                raise HardwareFileError(f"{path}: validation.{key} must be a non-empty string")
+                raise HardwareFileError(f"{path}: {where}.{key} must be a non-empty string")
             out[key] = table[key]
     return out
 
@@ -300,6 +334,7 @@ def _merged(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
         raise HardwareFileError(f"{path}: 'extends' names unknown model {base_name!r}; known: "
                                 f"{', '.join(exc.known)}") from None
     base = _merged(base_file, (*chain, path.resolve()))
+    base.pop("validation", None)  # a record describes the file it is in, not the overlays of it
     files = base.pop("_files") + [str(path)]
     merged = _deep_merge(base, raw)
     merged["_files"] = files

@@ -249,6 +249,10 @@ class KernelSpec:
                                               doc="bulk copies a kernel's page ring keeps in flight per pipeline (an "
                                                   "implementation profile's): a block streams at most that many "
                                                   "pages per copy time (chip.movement.bulk_copy_*); absent: no limit")
+    blocks_per_sm_count: int = meta(1, 128, optional=True, integer=True,
+                                    doc="blocks of one kernel an implementation profile's kernels keep on an SM (their "
+                                        "launch: mksim's generated kernels run one); a chain mode's blocks_per_sm "
+                                        "defaults to it; absent: the mode's own default")
     # op kind -> its task costs, in file order; left out of the hash (a mapping has none)
     per_kind: Mapping[str, KernelCost] = field(default_factory=dict, hash=False, metadata={"per_kind": True})
 

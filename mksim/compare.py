@@ -26,18 +26,18 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from hwmodels import GPUSpec, profile_info
+from hwmodels import VALIDATION_FAMILIES, GPUSpec, hardware_validation, profile_info
 from mksim import models
-from mksim.errors import UnknownNameError
+from mksim.errors import MksimError, UnknownNameError
 from mksim.models import ModelConfig
-from mksim.schedule import build_schedule, design_rows, get_design, modes_on
+from mksim.schedule import build_schedule, design_rows, get_design, get_mode, modes_on
 from mksim.sim import CATEGORIES, SimResult, simulate
 from mksim.target import PROFILES, Target
 from mksim.workload import Step, Workload
 
-__all__ = ["TRANSFER_WIDENING", "Comparison", "ModeSummary", "absent_rows", "assumptions", "compare", "compare_modes",
-           "compare_workload",
-           "interval_basis", "latency_interval", "make_workload", "parallel_map", "parse_designs",
+__all__ = ["DATASHEET_REFERENCE", "TRANSFER_WIDENING", "Comparison", "ModeSummary", "absent_rows", "assumptions",
+           "compare", "compare_modes", "compare_workload", "family_of",
+           "interval_basis", "interval_bases", "latency_interval", "make_workload", "parallel_map", "parse_designs",
            "simulate_summary", "speedup_interval", "stack_row", "verdict"]
 
 T = TypeVar("T")
@@ -47,6 +47,10 @@ R = TypeVar("R")
 #: scaled by the clock, rates kept) has never been held against a measurement there, so its error is
 #: unknown; twice the measured one is a stated guess, not a fit, and the output says so
 TRANSFER_WIDENING = 2.0
+#: the hardware file whose own validation record (its datasheet-only predictions against our H200's
+#: measured steps) is the interval of every GPU described by numbers never held against a measurement
+DATASHEET_REFERENCE = "h200-datasheet"
+_FAMILY_WORDS = {"chain": "chain-mode (stream, graph, graph_pdl)", "persistent": "persistent-mode"}
 
 
 def parse_designs(text: str | None) -> list[str]:
@@ -175,54 +179,119 @@ def assumptions(g: GPUSpec) -> dict[str, Any]:
 
     >>> import hwmodels
     >>> assumptions(hwmodels.load("h200"))["text"][:80]
-    'assumes: hardware h200; no implementation profile: the best kernels the chip all'
-    >>> assumptions(hwmodels.load("h200-calibrated+mksim"))["profile"]
-    'mksim'
+    "assumes: hardware h200; implementation profile mksim (mksim's generated kernels,"
+    >>> assumptions(hwmodels.load("h200"))["status"], assumptions(hwmodels.load("h100"))["status"]
+    ('validated: whole steps measured on h200-calibrated', 'datasheet, unvalidated')
     """
     hw = g.name.split("+", 1)[0] if g.profile and "+" in g.name else g.name
     if not g.profile:
-        return {"hardware": hw, "profile": None,
-                "text": f"assumes: hardware {hw}; no implementation profile: the best kernels the chip allows, "
-                        f"not a particular library (GPU+PROFILE names one: {', '.join(PROFILES)})"}
+        status = _unprofiled_status(g)
+        return {"hardware": hw, "profile": None, "status": status,
+                "text": f"assumes: hardware {hw} ({status}); no implementation profile: the best kernels the chip "
+                        f"allows, not a particular library (GPU+PROFILE names one: {', '.join(PROFILES)})"}
     info = profile_info(g.profile)
-    moved = "" if info["measured_on"] in (hw, g.extends) else f", transferred to {hw}: unvalidated there"
-    return {"hardware": hw, "profile": g.profile, "measured_on": info["measured_on"],
+    home = info["measured_on"] in (hw, g.extends)
+    moved = "" if home else f", transferred to {hw}: unvalidated there"
+    status = ("validated: whole steps measured on " + info["validation"]["gpu"]
+              if home and info["validation"] else "unvalidated")
+    return {"hardware": hw, "profile": g.profile, "measured_on": info["measured_on"], "status": status,
             "text": f"assumes: hardware {hw}; implementation profile {g.profile} ({info['full_name']}, measured on "
-                    f"{info['measured_on']}{moved})"}
+                    f"{info['measured_on']}{moved}); {status}"}
 
 
-def interval_basis(g: GPUSpec) -> dict[str, Any]:
-    """How sure a prediction on ``g`` is, from its profile's validation record (``[validation]``,
-    :func:`hwmodels.profile_info`): ``half_width_pct`` is the 90th percentile of |error| over the
-    profile's measured cases (``None``: unknown), ``TRANSFER_WIDENING`` times that on a GPU the
-    profile was not measured on; ``text`` says which.
+def _unprofiled_status(g: GPUSpec) -> str:
+    """What a GPU without a profile is: ``"datasheet, unvalidated"`` (its numbers never held against a
+    measured step), ``"datasheet, held against the steps measured on ..."`` (a file with its own record:
+    ``h200-datasheet``), or ``"calibrated, unvalidated"`` (an overlay with measured numbers, no profile)."""
+    own = _own_record(g)
+    if own is not None:
+        return f"datasheet, held against the steps measured on {own['gpu']}"
+    calibrated = bool(g.extends) and any(s.kind == "measured" for s in g.sources.values())
+    return "calibrated, unvalidated" if calibrated else "datasheet, unvalidated"
+
+
+def _own_record(g: GPUSpec) -> dict[str, Any] | None:
+    """The validation record of ``g``'s own hardware file (no profile), if it has one."""
+    try:
+        return hardware_validation(g.path)
+    except MksimError:  # a what-if or a file since moved: no record of its own
+        return None
+
+
+def family_of(row: str) -> str:
+    """The mode family of a comparison row (``"chain"`` or ``"persistent"``: a validation record's
+    sub-tables, :data:`hwmodels.VALIDATION_FAMILIES`); a design's row (``megakernel:dies``) is its mode's.
+
+    >>> family_of("graph_pdl"), family_of("megakernel:sentinel")
+    ('chain', 'persistent')
+    """
+    return "chain" if get_mode(row.split(":", 1)[0]).kind == "chain" else "persistent"
+
+
+def interval_basis(g: GPUSpec, family: str | None = None) -> dict[str, Any]:
+    """How sure a prediction on ``g`` is: ``half_width_pct``, the 90th percentile of |error| over the
+    measured cases of a validation record (``None``: unknown), and ``text``, which says whose.
+
+    With a profile, its record (``[validation]``, :func:`hwmodels.profile_info`), the sub-table of the
+    mode ``family`` where it has one (``"chain"``, ``"persistent"``: :func:`family_of`);
+    ``TRANSFER_WIDENING`` times that on a GPU the profile was not measured on. Without a profile, the
+    hardware file's own record (``h200-datasheet``'s: its datasheet-only predictions against our H200's
+    measured steps), else that of :data:`DATASHEET_REFERENCE`, carried over and said to be:
+    ``datasheet, unvalidated``.
 
     >>> import hwmodels
     >>> interval_basis(hwmodels.load("h200-calibrated+torch"))["half_width_pct"]
     13.0
     >>> interval_basis(hwmodels.load("h100+torch"))["half_width_pct"]
     26.0
-    >>> interval_basis(hwmodels.load("h200"))["text"][:40]
-    'interval unknown: no implementation prof'
+    >>> interval_basis(hwmodels.load("h100"), "chain")["text"][:40]
+    'datasheet, unvalidated: h100 was never m'
     """
     a = assumptions(g)
     if a["profile"] is None:
-        return {"half_width_pct": None, "transfer": False, "cases": 0,
-                "text": "interval unknown: no implementation profile, so no validation (the best kernels the chip "
-                        "allows, never measured)"}
+        return _unprofiled_basis(g, a["hardware"], family)
     rec = profile_info(g.profile)["validation"]
     if rec is None:
         return {"half_width_pct": None, "transfer": False, "cases": 0,
                 "text": f"interval unknown: profile {g.profile} has no validation record"}
     transfer = a["measured_on"] not in (a["hardware"], g.extends)
-    h = float(rec["p90_abs_pct"])
-    basis = f"the 90th percentile of |error| of {g.profile} over {rec['cases']} cases measured on {rec['gpu']}"
+    sub = rec.get(family) if family else None
+    r = sub or rec
+    h = float(r["p90_abs_pct"])
+    which = f" {_FAMILY_WORDS[family]}" if sub and family else ""
+    basis = f"the 90th percentile of |error| of {g.profile} over {r['cases']}{which} cases measured on {rec['gpu']}"
     if transfer:
-        return {"half_width_pct": round(h * TRANSFER_WIDENING, 2), "transfer": True, "cases": rec["cases"],
-                "source": rec["source"],
+        return {"half_width_pct": round(h * TRANSFER_WIDENING, 2), "transfer": True, "cases": r["cases"],
+                "source": r["source"],
                 "text": f"{TRANSFER_WIDENING:g} × {h:.1f} %, {basis}: a transfer to {a['hardware']}, unvalidated"}
-    return {"half_width_pct": h, "transfer": False, "cases": rec["cases"], "source": rec["source"],
-            "text": f"{basis} ({rec['source']})"}
+    return {"half_width_pct": h, "transfer": False, "cases": r["cases"], "source": r["source"],
+            "text": f"{basis} ({r['source']})"}
+
+
+def _unprofiled_basis(g: GPUSpec, hw: str, family: str | None) -> dict[str, Any]:
+    """:func:`interval_basis` of a GPU without a profile."""
+    own = _own_record(g)
+    rec = own if own is not None else hardware_validation(DATASHEET_REFERENCE)
+    if rec is None:
+        return {"half_width_pct": None, "transfer": False, "cases": 0,
+                "text": "interval unknown: no implementation profile, so no validation (the best kernels the chip "
+                        "allows, never measured)"}
+    r = rec.get(family) or rec if family else rec
+    which = f" {_FAMILY_WORDS[family]}" if family and family in rec else ""
+    h = float(r["p90_abs_pct"])
+    if own is not None:
+        return {"half_width_pct": h, "transfer": False, "cases": r["cases"], "source": r["source"],
+                "text": f"the 90th percentile of |error| of {hw}'s datasheet-only predictions over {r['cases']}"
+                        f"{which} cases measured on {rec['gpu']} ({r['source']})"}
+    return {"half_width_pct": h, "transfer": True, "cases": r["cases"], "source": r["source"],
+            "text": f"{_unprofiled_status(g)}: {hw} was never measured; the 90th percentile of |error| of "
+                    f"datasheet-only predictions of the GPU we measured ({DATASHEET_REFERENCE} over {r['cases']}"
+                    f"{which} cases on {rec['gpu']}, {r['source']}), carried over"}
+
+
+def interval_bases(g: GPUSpec) -> dict[str, dict[str, Any]]:
+    """:func:`interval_basis` of each mode family (:data:`hwmodels.VALIDATION_FAMILIES`)."""
+    return {fam: interval_basis(g, fam) for fam in VALIDATION_FAMILIES}
 
 
 def latency_interval(latency_us: float, half_width_pct: float | None) -> list[float | None] | None:
@@ -303,17 +372,18 @@ class Comparison:
         workload's ``ops`` (``op kind unit dtype flops bytes``), the GPU's ``roofs`` and the breakdown's
         ``categories`` too."""
         g, wl, base = self.target.spec, self.workload, self.base_latency_us
-        basis = interval_basis(g)
+        bases = interval_bases(g)
         modes = {}
         for mode, r in self.results.items():
-            modes[mode] = {**r.row(base), "interval_us": latency_interval(r.latency_us, basis["half_width_pct"])}
+            h = bases[family_of(mode)]["half_width_pct"]
+            modes[mode] = {**r.row(base), "interval_us": latency_interval(r.latency_us, h)}
             if detail:
                 modes[mode]["op_time_us"] = r.op_time_us
         d: dict[str, Any] = {"model": self.step.model_name, "gpu": g.name, "workload": wl.name,
                              "batch": self.step.batch, "kv_len": self.step.kv_len, "phase": self.step.phase,
                              "bandwidth_floor_us": wl.bandwidth_floor_us(g.dram.bandwidth_spec_GBps * 1e9),
                              "modes": modes, "absent": dict(self.absent), "assumes": assumptions(g),
-                             "interval": basis}
+                             "interval": bases["persistent"], "intervals": bases}
         if self.stack is not None:
             d["stack"] = dict(self.stack)
         if detail:
@@ -372,13 +442,14 @@ def stack_row(wl: Workload, target: Target | str, impl: str, megakernel: ModeSum
     t = Target.of(target)
     sg = t.with_profile(impl).spec
     r = simulate_summary((wl, sg, "graph", {}))
-    basis = interval_basis(sg)
+    basis = interval_basis(sg, "chain")
     iv = latency_interval(r.latency_us, basis["half_width_pct"])
     out: dict[str, Any] = {"impl": impl, "gpu": sg.name, "mode": "graph", "latency_us": r.latency_us,
                            "tokens_per_s": r.tokens_per_s, "assumes": assumptions(sg), "interval": basis,
                            "interval_us": iv, "megakernel_speedup": None, "speedup_interval": None, "verdict": None}
     if megakernel:
         speedup = r.latency_us / megakernel.latency_us
-        siv = speedup_interval(iv, latency_interval(megakernel.latency_us, interval_basis(t.spec)["half_width_pct"]))
+        siv = speedup_interval(iv, latency_interval(megakernel.latency_us, interval_basis(t.spec,
+                                                                                          "persistent")["half_width_pct"]))
         out.update(megakernel_speedup=speedup, speedup_interval=siv, verdict=verdict(speedup, siv))
     return out

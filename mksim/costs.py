@@ -111,7 +111,7 @@ def device_costs(kernels: object) -> dict[str, DeviceCost]:
     :data:`mksim.workload.KINDS` is refused in one line.
 
     >>> import hwmodels
-    >>> device_costs(hwmodels.load("h200").kernels)  # a datasheet file: none
+    >>> device_costs(hwmodels.load("h200-datasheet").kernels)  # a datasheet file: none
     {}
     >>> sorted(device_costs(hwmodels.load("h200-mk-kernels").kernels))[:3]
     ['attn_partial', 'attn_reduce', 'embed']
@@ -266,7 +266,7 @@ def dispatch_times_us(seen_us: float, free_us: float, n_tasks: int, r: Rates) ->
 
     >>> import hwmodels
     >>> from dataclasses import replace
-    >>> r = replace(rates(hwmodels.load("h200")), dispatch_task_us=0.25, dispatch_pickup_us=0.5)
+    >>> r = replace(rates(hwmodels.load("h200-datasheet")), dispatch_task_us=0.25, dispatch_pickup_us=0.5)
     >>> dispatch_times_us(11.0, 0.0, 3, r)
     ([11.75, 12.0, 12.25], 11.75)
     >>> dispatch_times_us(11.0, 12.0, 1, r)   # busy with an earlier event until 12
@@ -341,7 +341,8 @@ def first_byte_us(fresh: bool, now_us: float, placed_us: float, cold_until_us: f
 
     >>> import hwmodels
     >>> from dataclasses import replace
-    >>> r = replace(rates(hwmodels.load("h200")), dram_latency_us=0.25, block_setup_us=0.25, first_load_us=0.5)
+    >>> r = replace(rates(hwmodels.load("h200-datasheet")), dram_latency_us=0.25, block_setup_us=0.25,
+    ...             first_load_us=0.5)
     >>> first_byte_us(True, 10.0, 10.0, 0.0, r), first_byte_us(True, 10.0, 9.0, 0.0, r)
     (0.75, 0.5)
     >>> first_byte_us(False, 10.0, 10.0, 10.5, r), first_byte_us(False, 10.0, 10.0, 10.125, r)
@@ -371,7 +372,7 @@ def loaded_total_Bpus(demand_Bpus: float, r: Rates) -> float:
 
     >>> import hwmodels
     >>> from dataclasses import replace
-    >>> r = replace(rates(hwmodels.load("h200")), hbm_Bpus=4000e3, stream_latency_us=0.5, queue_us=0.1)
+    >>> r = replace(rates(hwmodels.load("h200-datasheet")), hbm_Bpus=4000e3, stream_latency_us=0.5, queue_us=0.1)
     >>> round(loaded_total_Bpus(2000e3, r) / 1e3)      # half the peak asked: latency 0.58 us, not 0.5
     1734
     >>> round(loaded_total_Bpus(40000e3, r) / 1e3)     # ten times the peak asked: just below it
@@ -395,7 +396,7 @@ def loaded_latency_us(total_Bpus: float, r: Rates) -> float:
 
     >>> import hwmodels
     >>> from dataclasses import replace
-    >>> r = replace(rates(hwmodels.load("h200")), hbm_Bpus=4000e3, stream_latency_us=0.5, queue_us=0.1)
+    >>> r = replace(rates(hwmodels.load("h200-datasheet")), hbm_Bpus=4000e3, stream_latency_us=0.5, queue_us=0.1)
     >>> loaded_latency_us(0.0, r), round(loaded_latency_us(3000e3, r), 3)
     (0.5, 0.8)
     """
@@ -417,7 +418,8 @@ def ring_page_us(page_B: float, r: Rates, page_us: float = 0.0) -> float:
 
     >>> import hwmodels
     >>> from dataclasses import replace
-    >>> r = replace(rates(hwmodels.load("h200")), bulk_copy_latency_us=0.38, bulk_copy_Bpus=118e3, ring_copies=1)
+    >>> r = replace(rates(hwmodels.load("h200-datasheet")), bulk_copy_latency_us=0.38, bulk_copy_Bpus=118e3,
+    ...             ring_copies=1)
     >>> [round(ring_page_us(k * 1024, r), 3) for k in (8, 32)], round(ring_page_us(8192, r, page_us=0.2), 3)
     ([0.449, 0.658], 0.649)
     """
@@ -433,7 +435,8 @@ def ring_cap_Bpus(page_B: float, r: Rates) -> float:
 
     >>> import hwmodels
     >>> from dataclasses import replace
-    >>> r = replace(rates(hwmodels.load("h200")), bulk_copy_latency_us=0.38, bulk_copy_Bpus=118e3, ring_copies=1)
+    >>> r = replace(rates(hwmodels.load("h200-datasheet")), bulk_copy_latency_us=0.38, bulk_copy_Bpus=118e3,
+    ...             ring_copies=1)
     >>> [round(ring_cap_Bpus(k * 1024, r) / 1e3, 1) for k in (8, 16, 32)]   # GB/s per pipeline
     [18.2, 31.6, 49.8]
     """
@@ -449,7 +452,7 @@ def sync_load_us(total_Bpus: float, r: Rates) -> float:
 
     >>> import hwmodels
     >>> from dataclasses import replace
-    >>> r = replace(rates(hwmodels.load("h200")), hbm_Bpus=4000e3, stream_latency_us=0.5, queue_us=0.1,
+    >>> r = replace(rates(hwmodels.load("h200-datasheet")), hbm_Bpus=4000e3, stream_latency_us=0.5, queue_us=0.1,
     ...             sync_load_share=0.5)
     >>> sync_load_us(0.0, r), round(sync_load_us(3000e3, r), 3)   # the queue adds 0.3 us: half of it
     (0.0, 0.15)
@@ -467,7 +470,7 @@ def inflight_B(blocks: int, threads: int, loads_per_thread: float, smem_per_bloc
 
     >>> import hwmodels
     >>> from dataclasses import replace
-    >>> r = replace(rates(hwmodels.load("h200")), l1_load_B=248 * 1024)
+    >>> r = replace(rates(hwmodels.load("h200-datasheet")), l1_load_B=248 * 1024)
     >>> inflight_B(2, 512, 4, 0, r) / 1024, inflight_B(2, 512, 4, 100 * 1024, r) / 1024
     (64.0, 48.0)
     """
@@ -511,7 +514,7 @@ def compute_us(flops: ArrayLike, unit: str, dtype: str, r: Rates, efficiency: fl
     (element-wise; 0 for no FLOPs).
 
     >>> import hwmodels
-    >>> r = rates(hwmodels.load("h200"))
+    >>> r = rates(hwmodels.load("h200-datasheet"))
     >>> compute_us([0.0, 2 * r.vector_per_sm], "vector", "fp32", r).tolist()
     [0.0, 2.0]
     """
@@ -638,7 +641,7 @@ def task_times(graph: TaskGraph, r: Rates, *, blocks_per_sm: int = 1, page_KiB: 
 
     >>> import hwmodels
     >>> from mksim.workload import Op, TaskGraph, Tiling, Workload
-    >>> r = rates(hwmodels.load("h200"))
+    >>> r = rates(hwmodels.load("h200-datasheet"))
     >>> op = Op(name="k", kind="matmul", out_size=4, elem_bytes=2, flops=0.0, weight_bytes=0.0, align=1)
     >>> g = TaskGraph(Workload(name="w", ops=(op,), tokens=1), Tiling(default=1))
     >>> tt = task_times(g, r)       # no DRAM bytes: its 8 bytes of output, then the L2 latency

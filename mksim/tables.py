@@ -25,6 +25,7 @@ from mksim.target import GPUS, gpu_spec
 from mksim.workload import TaskGraph, Tiling, Workload
 
 __all__ = ["SHORT_CATEGORIES", "TABLE_WIDTH", "absent_lines", "assumes_line", "breakdown_table", "compare_table",
+           "interval_lines",
            "floor_line", "gpu_absent_lines", "gpu_numbers", "gpu_numbers_table", "gpu_rows", "gpu_table",
            "interval_line", "models_table", "search_lines", "search_table", "simulate_line", "source_lines",
            "stack_line", "sweep_table", "workload_summary", "workload_table"]
@@ -161,7 +162,7 @@ def gpu_absent_lines(gpu: str | GPUSpec, width: int = TABLE_WIDTH) -> list[str]:
     """:func:`absent_lines` for every mode ``gpu`` cannot run (what ``mksim search`` and ``mksim sweep``
     leave out there).
 
-    >>> gpu_absent_lines("h200"), len(gpu_absent_lines("l40s"))
+    >>> gpu_absent_lines("h200-datasheet"), len(gpu_absent_lines("l40s"))
     ([], 2)
     """
     g = gpu_spec(gpu)
@@ -182,7 +183,8 @@ def compare_table(d: dict[str, Any]) -> RenderableType:
     if "assumes" in d:
         parts.append(Text(textwrap.fill(d["assumes"]["text"], TABLE_WIDTH)))
     if "interval" in d:
-        parts.append(Text(textwrap.fill(interval_line(d["interval"]), TABLE_WIDTH)))
+        for line in interval_lines(d):
+            parts.append(Text(textwrap.fill(line, TABLE_WIDTH)))
     st = d.get("stack")
     if st:
         parts.append(Text(textwrap.fill(stack_line(st), TABLE_WIDTH)))
@@ -206,6 +208,24 @@ def _span(iv: list[float | None] | None, fmt: str = ".1f", unit: str = "") -> st
         return ""
     lo, hi = iv
     return f" ({format(lo or 0.0, fmt)}-{'∞' if hi is None else format(hi, fmt)}{unit})"
+
+
+def interval_lines(d: dict[str, Any]) -> list[str]:
+    """The lines under a comparison that say how sure its latencies are: one per mode family
+    (``d["intervals"]``: chain and persistent modes) where their intervals differ, else one.
+
+    >>> b = {"half_width_pct": 10.0, "text": "x"}
+    >>> interval_lines({"interval": b, "intervals": {"chain": b, "persistent": b}})
+    ['90 % interval: latency / (1 ± 10.0 %), from x']
+    >>> interval_lines({"interval": b, "intervals": {"chain": {**b, "half_width_pct": 5.0}, "persistent": b}})
+    ['chain modes: 90 % interval: latency / (1 ± 5.0 %), from x', 'persistent modes (the megakernel): 90 % \
+interval: latency / (1 ± 10.0 %), from x']
+    """
+    fams = d.get("intervals") or {}
+    if len({(b["half_width_pct"], b["text"]) for b in fams.values()}) <= 1:
+        return [interval_line(d["interval"])]
+    words = {"chain": "chain modes", "persistent": "persistent modes (the megakernel)"}
+    return [f"{words.get(f, f)}: {interval_line(b)}" for f, b in fams.items()]
 
 
 def interval_line(basis: dict[str, Any]) -> str:

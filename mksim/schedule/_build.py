@@ -58,7 +58,7 @@ def build_schedule(workload: Workload | str, gpu: GPUSpec | str, mode: str, *, p
     Example::
 
         >>> import mksim
-        >>> s = mksim.build_schedule("llama-3.2-1b", "h200", "megakernel", policy="rr")
+        >>> s = mksim.build_schedule("llama-3.2-1b", "h200-datasheet", "megakernel", policy="rr")
         >>> len(s.queues), s.options.prefetch_depth
         (132, 4)
     """

@@ -106,6 +106,16 @@ class ChainMode(BaseMode, ABC):
     waits_for_previous_end: ClassVar[bool] = True
     separate_release: ClassVar[bool] = False
 
+    def fit_defaults(self, options: Options, gpu: GPUSpec, given: set[str]) -> Options:
+        """The base's fit, and a ``blocks_per_sm`` not given set to the blocks the implementation
+        profile's kernels keep on an SM (``runtime.kernels.blocks_per_sm_count``: mksim's generated
+        kernels run one), where the profile says: its kernels run that way, and their task costs were
+        measured that way."""
+        blocks = gpu.kernels.blocks_per_sm_count
+        if "blocks_per_sm" not in given and blocks is not None and blocks != options.blocks_per_sm:
+            options = replace(options, blocks_per_sm=int(blocks))
+        return super().fit_defaults(options, gpu, given)
+
     @abstractmethod
     def dispatch_us(self, k: int, prev_start_us: float, prev_end_us: float, r: Rates) -> float:
         """When kernel ``k``'s blocks may be placed: ``prev_start_us`` is when kernel ``k - 1`` was

@@ -140,7 +140,7 @@ def chain_modes(gpu: GPUSpec) -> tuple[str, ...]:
     """The chain modes of :data:`CHAIN_MODES` that ``gpu`` can run (:func:`mksim.schedule.modes_on`).
 
     >>> import hwmodels
-    >>> chain_modes(hwmodels.load("h200")), chain_modes(hwmodels.load("l40s"))
+    >>> chain_modes(hwmodels.load("h200-datasheet")), chain_modes(hwmodels.load("l40s"))
     (('graph_pdl', 'graph'), ('graph',))
     """
     return modes_on(gpu, CHAIN_MODES)[0]
@@ -153,7 +153,7 @@ def pages_costed(gpu: GPUSpec) -> bool:
     through the pages (:func:`mksim.costs.ring_page_us`).
 
     >>> import hwmodels
-    >>> pages_costed(hwmodels.load("h200")), pages_costed(hwmodels.load("h200-calibrated+mksim-mm1"))
+    >>> pages_costed(hwmodels.load("h200-datasheet")), pages_costed(hwmodels.load("h200-calibrated+mksim-mm1"))
     (True, False)
     """
     if costs.ring_page_us(1.0, costs.rates(gpu)) <= 0:
@@ -171,7 +171,7 @@ def ring_fixed(gpu: GPUSpec, fixed: dict[str, Any] | None = None) -> dict[str, A
     >>> import hwmodels
     >>> ring_fixed(hwmodels.load("h200-calibrated+mksim-mm1"), {"smem_reserve_KiB": 137.0})
     {'smem_reserve_KiB': 137.0, 'page_KiB': 32.0, 'prefetch_depth': 2}
-    >>> ring_fixed(hwmodels.load("h200"), {"smem_reserve_KiB": 137.0})
+    >>> ring_fixed(hwmodels.load("h200-datasheet"), {"smem_reserve_KiB": 137.0})
     {'smem_reserve_KiB': 137.0}
     """
     fixed = dict(fixed or {})
@@ -226,7 +226,7 @@ def check_fixed_on(gpu: GPUSpec, fixed: dict[str, Any]) -> None:
 
     >>> import hwmodels
     >>> try:
-    ...     check_fixed_on(hwmodels.load("h200"), {"page_KiB": 1e9})
+    ...     check_fixed_on(hwmodels.load("h200-datasheet"), {"page_KiB": 1e9})
     ... except MksimError as exc:
     ...     print(str(exc).split(": ")[0], "->", str(exc).split("; ")[-1])
     --fix page_KiB=1e+09 -> give page_KiB <= 195
@@ -284,7 +284,7 @@ class Problem:
     """What is being scheduled: a model step on a GPU (:attr:`step`).
 
     >>> import hwmodels
-    >>> p = Problem("llama-3.2-1b", hwmodels.load("h200"), batch=4)
+    >>> p = Problem("llama-3.2-1b", hwmodels.load("h200-datasheet"), batch=4)
     >>> p.step.rows, p.workload(kv_split_mult=2.0).build.kv_splits
     (4, 10)
     """

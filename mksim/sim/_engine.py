@@ -44,7 +44,7 @@ def simulate(schedule: Schedule, timeline: bool = True) -> SimResult:
     Example::
 
         >>> import mksim
-        >>> res = mksim.simulate(mksim.build_schedule("llama-3.2-1b", "h200", "graph"))
+        >>> res = mksim.simulate(mksim.build_schedule("llama-3.2-1b", "h200-datasheet", "graph"))
         >>> res.latency_us > res.bandwidth_floor_us
         True
     """

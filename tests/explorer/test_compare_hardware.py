@@ -28,12 +28,12 @@ def _upload(obj: object) -> str:
 
 @pytest.fixture(scope="module")
 def run():
-    return data.compare_run("llama-3.2-1b", "h200")
+    return data.compare_run("llama-3.2-1b", "h200-datasheet")
 
 
 @pytest.fixture(scope="module")
 def ref():
-    return compare_modes("llama-3.2-1b", "h200")
+    return compare_modes("llama-3.2-1b", "h200-datasheet")
 
 
 # -- compare_run: what mksim compare computes, plus per-op times ---------------------------
@@ -49,16 +49,16 @@ def test_compare_run_is_mksim_compare(run, ref):
 
 
 def test_compare_run_is_remembered_and_copied(run):
-    again = data.compare_run("llama-3.2-1b", "h200")
+    again = data.compare_run("llama-3.2-1b", "h200-datasheet")
     assert again == run and again is not run
     again["modes"]["stream"]["latency_us"] = -1.0  # a caller's change does not reach the remembered run
-    remembered = data.compare_run("llama-3.2-1b", "h200")
+    remembered = data.compare_run("llama-3.2-1b", "h200-datasheet")
     assert remembered["modes"]["stream"]["latency_us"] == run["modes"]["stream"]["latency_us"]
 
 
 def test_compare_run_bad_input_raises():
     with pytest.raises(MksimError, match="batch must be a positive integer"):
-        data.compare_run("llama-3.2-1b", "h200", batch=0)
+        data.compare_run("llama-3.2-1b", "h200-datasheet", batch=0)
     with pytest.raises(MksimError, match="unknown GPU"):
         data.compare_run("llama-3.2-1b", "h999")
 
@@ -67,7 +67,7 @@ def test_uploaded_config_compares_as_the_built_in_model(run):
     up = data.parse_config_upload(_upload(json.loads(CONFIG.read_text())), "my-llama.json")
     assert up["name"] == "my-llama"
     assert up["summary"] == "my-llama: llama, 16 layers, hidden 2048, 32 heads (8 KV), 1.24 B parameters"
-    mine = data.compare_run(up["name"], "h200", config=up["config"])
+    mine = data.compare_run(up["name"], "h200-datasheet", config=up["config"])
     assert mine["workload"].startswith("my-llama ")
     assert {m: mine["modes"][m]["latency_us"] for m in MODES} == {m: run["modes"][m]["latency_us"] for m in MODES}
 
@@ -87,7 +87,7 @@ def test_malformed_upload_gives_mksims_one_line_error(content, filename, message
 # -- roofline ----------------------------------------------------------------------------
 def test_roofline_data(run):
     rd = data.roofline_data(run, "graph")
-    g = hwmodels.load("h200")
+    g = hwmodels.load("h200-datasheet")
     assert rd["roofs"]["hbm_spec_GBps"] == g.dram.bandwidth_spec_GBps
     assert rd["roofs"]["ridge_flop_per_B"] == pytest.approx(989.5e12 / 4800e9)
     assert len(rd["points"]) + rd["skipped"] == len(run["ops"])
@@ -144,7 +144,7 @@ def test_hardware_table_has_every_number_with_unit_and_source():
     assert row["dram.bandwidth_spec_GBps"]["unit"] == "GB/s (1e9 B/s)"
     assert row["sm.clock_boost_MHz"]["cells"]["h200-calibrated"]["overlay"]  # 1976, measured, over h200's 1980
     assert not row["sm.count"]["cells"]["h200-calibrated"]["overlay"]
-    assert [g["extends"] for g in t["gpus"] if g["name"] == "h200-calibrated"] == ["h200"]
+    assert [g["extends"] for g in t["gpus"] if g["name"] == "h200-calibrated"] == ["h200-datasheet"]
 
 
 def test_hardware_table_numbers_refs_as_the_hardware_page_of_the_docs():
@@ -152,12 +152,12 @@ def test_hardware_table_numbers_refs_as_the_hardware_page_of_the_docs():
 
     text = render()  # docs/hardware.md, as its generator writes it
     t = hardware_table()
-    h200 = next(r for r in t["rows"] if r["key"] == "dram.bandwidth_spec_GBps")["cells"]["h200"]
+    h200 = next(r for r in t["rows"] if r["key"] == "dram.bandwidth_spec_GBps")["cells"]["h200-datasheet"]
     assert f"4800 [{h200['ref']}]" in text
 
 
 def test_whatif_identity_is_the_gpu_itself():
-    g = hwmodels.load("h200")
+    g = hwmodels.load("h200-datasheet")
     assert WhatIf().apply(g) is g and WhatIf(sm_count=132).apply(g) is g
     assert whatif_changes(g, WhatIf().apply(g)) == []
 
@@ -189,17 +189,17 @@ def test_whatif_overrides():
                                       ({"sm_count": 1.5}, "sm_count must be a positive integer")])
 def test_whatif_bad_values(kw, match):
     with pytest.raises(MksimError, match=match):
-        WhatIf(**kw).apply(hwmodels.load("h200"))
+        WhatIf(**kw).apply(hwmodels.load("h200-datasheet"))
 
 
 def test_free_launches_help_the_chains_most(run):
-    d = data.whatif_data("llama-3.2-1b", "h200", WhatIf(launch_scale=0.0))
+    d = data.whatif_data("llama-3.2-1b", "h200-datasheet", WhatIf(launch_scale=0.0))
     assert d["base"] == run
     lat = {m: (d["base"]["modes"][m]["latency_us"], d["whatif"]["modes"][m]["latency_us"]) for m in MODES}
     assert all(new <= base for base, new in lat.values())
     gain = {m: 1 - new / base for m, (base, new) in lat.items()}
     assert min(gain["stream"], gain["graph"]) > 0.15 > max(gain["persistent_barrier"], gain["megakernel"])
-    assert d["whatif"]["gpu"] == "h200 (what-if)"
+    assert d["whatif"]["gpu"] == "h200-datasheet (what-if)"
 
 
 def test_whatif_figure(run):
@@ -214,12 +214,12 @@ def test_whatif_figure(run):
 def test_compare_callback_returns_table_and_result(run):
     from explorer.pages.compare import roofline, run_compare
 
-    msg, lat, _tok, _hbm, _brk, div, result = run_compare(1, "llama-3.2-1b", "h200", 1, 1024, "decode")
+    msg, lat, _tok, _hbm, _brk, div, result = run_compare(1, "llama-3.2-1b", "h200-datasheet", 1, 1024, "decode")
     assert msg == "" and result == run
     table, assumes = div.children  # h200 has every mode: no note of absent modes, no stack
     assert table.id == "compare-results" and assumes.id == "compare-assumes"
     assert assumes.children[0].children[:2] == ["the modes assume ", run["assumes"]["text"].removeprefix("assumes: ")]
-    assert assumes.children[0].children[3].startswith("interval unknown")  # no profile: no validation
+    assert assumes.children[0].children[3].startswith(f"± {run['interval']['half_width_pct']:.1f} %: the 90th")
     assert "no implementation profile" in run["assumes"]["text"]
     body = table.children[-1].children
     assert [r.children[0].children for r in body] == MODES
@@ -237,9 +237,10 @@ def test_upload_callback():
     msg, stored, options, value = upload_config(_upload(json.loads(CONFIG.read_text())), "tiny.json")
     assert msg.startswith("loaded tiny: llama, 16 layers")
     assert value == UPLOADED + "tiny" and options[-1] == value and "llama-3.2-1b" in options
-    out = run_compare(1, value, "h200", 1, 1024, "decode", stored)
+    out = run_compare(1, value, "h200-datasheet", 1, 1024, "decode", stored)
     assert out[0] == "" and out[-1]["workload"].startswith("tiny ")
-    assert run_compare(1, value, "h200", 1, 1024, "decode", None)[0] == "error: the uploaded config is gone; " \
+    assert run_compare(1, value, "h200-datasheet", 1, 1024, "decode",
+                       None)[0] == "error: the uploaded config is gone; " \
                                                                        "upload it again"
     msg, stored, options, value = upload_config(_upload(b"{"), "x.json")
     assert msg.children.startswith("error: x.json: not a readable JSON config") and stored is None
@@ -252,10 +253,10 @@ def test_hardware_callbacks():
 
     from explorer.pages.hardware import gpu_table, gpu_table_html, run_whatif
 
-    names = ["h200", "h200-calibrated"]
+    names = ["h200-datasheet", "h200-calibrated"]
     table, sources = (ET.fromstring(h) for h in gpu_table_html(names))  # well-formed: every text escaped
-    assert [th.text for th in table.find("thead/tr")] == ["key", "unit", "h200", "h200-calibrated"]
-    assert table.find("thead/tr")[3].find("small").text == "extends h200"
+    assert [th.text for th in table.find("thead/tr")] == ["key", "unit", "h200-datasheet", "h200-calibrated"]
+    assert table.find("thead/tr")[3].find("small").text == "extends h200-datasheet"
     d = hardware_table(names)
     rows = table.findall("tbody/tr")
     assert [r.find("th/code").text for r in rows] == [r["key"] for r in d["rows"]]
@@ -266,12 +267,12 @@ def test_hardware_callbacks():
     components = gpu_table(names)  # each one Markdown component of that HTML, not a component per cell
     assert [c.children for c in components] == list(gpu_table_html(names))
     assert all(c.dangerously_allow_html for c in components)
-    msg, changes, wtable, fig = run_whatif("llama-3.2-1b", "h200", 1, 1024, 1.0, 1.0, 1.0, 1.0)
+    msg, changes, wtable, fig = run_whatif("llama-3.2-1b", "h200-datasheet", 1, 1024, 1.0, 1.0, 1.0, 1.0)
     assert msg == "" and "No overrides" in changes.children
     assert [t.name for t in fig.data] == ["as specified", "what-if"]
-    msg, changes, wtable, fig = run_whatif("llama-3.2-1b", "h200", 1, 1024, 1.0, 1.0, 1.0, 0.5)
+    msg, changes, wtable, fig = run_whatif("llama-3.2-1b", "h200-datasheet", 1, 1024, 1.0, 1.0, 1.0, 0.5)
     assert "sm.count" in str(changes) and "66" in str(changes)
-    msg, *rest = run_whatif("llama-3.2-1b", "h200", 0, 1024, 1.0, 1.0, 1.0, 1.0)
+    msg, *rest = run_whatif("llama-3.2-1b", "h200-datasheet", 0, 1024, 1.0, 1.0, 1.0, 1.0)
     assert msg == "error: batch must be a positive integer, got 0" and len(rest[-1].data) == 0
 
 

@@ -18,7 +18,7 @@ MODES = ["stream", "graph", "graph_pdl", "persistent_barrier", "megakernel"]
 
 @pytest.fixture(scope="module")
 def cmp():
-    return data.compare_data("llama-3.2-1b", "h200")
+    return data.compare_data("llama-3.2-1b", "h200-datasheet")
 
 
 # -- data -------------------------------------------------------------------------------
@@ -33,15 +33,15 @@ def test_compare_data_bad_input_raises_mksim_error():
     from mksim.errors import MksimError
 
     with pytest.raises(MksimError, match="batch"):
-        data.compare_data("llama-3.2-1b", "h200", batch=0)
+        data.compare_data("llama-3.2-1b", "h200-datasheet", batch=0)
 
 
 def test_names_for_the_dropdowns():
     assert "llama-3.2-1b" in data.models()
-    assert {"h200", "h200-calibrated"} <= set(data.gpus())
+    assert {"h200-datasheet", "h200-calibrated"} <= set(data.gpus())
 
 
-@pytest.mark.parametrize("name", ["h200", "h200-heldout"])
+@pytest.mark.parametrize("name", ["h200-datasheet", "h200-heldout"])
 def test_validation_data_from_committed_summaries(name):
     import json
 
@@ -97,7 +97,7 @@ def test_scatter_has_band_identity_and_a_trace_per_mode():
 
 
 def test_error_figure_per_mode():
-    d = data.validation_data("h200")
+    d = data.validation_data("h200-datasheet")
     fig = figures.error_figure(d)
     assert [t.name for t in fig.data] == ["MAPE %", "mean error %"]
     assert list(fig.data[0].x) == MODES
@@ -108,7 +108,7 @@ def test_error_figure_per_mode():
 def test_compare_callback_good_input(cmp):
     from explorer.pages.compare import run_compare
 
-    msg, lat, tok, hbm, brk, _table, _result = run_compare(1, "llama-3.2-1b", "h200", 1, 1024, "decode")
+    msg, lat, tok, hbm, brk, _table, _result = run_compare(1, "llama-3.2-1b", "h200-datasheet", 1, 1024, "decode")
     assert msg == ""
     assert [t.name for t in lat.data] == MODES
     assert [t.y[0] for t in lat.data] == pytest.approx([cmp["modes"][m]["latency_us"] for m in MODES])
@@ -123,7 +123,7 @@ def test_compare_callback_good_input(cmp):
 def test_compare_callback_bad_input_returns_the_message(batch, kv_len, match):
     from explorer.pages.compare import run_compare
 
-    msg, *figs, table, result = run_compare(1, "llama-3.2-1b", "h200", batch, kv_len, "decode")
+    msg, *figs, table, result = run_compare(1, "llama-3.2-1b", "h200-datasheet", batch, kv_len, "decode")
     assert msg.startswith("error: ") and match in msg and "\n" not in msg
     assert table is None and result is None
     assert all(len(f.data) == 0 for f in figs)
@@ -132,7 +132,7 @@ def test_compare_callback_bad_input_returns_the_message(batch, kv_len, match):
 def test_validation_callback():
     from explorer.pages.validation import show_set
 
-    line, scatter, errors = show_set("h200")
+    line, scatter, errors = show_set("h200-datasheet")
     assert "MAPE" in line and "h200-mk-kernels" in line
     assert {t.name for t in scatter.data} >= set(MODES)
     assert show_set("nope")[0].startswith("error: unknown validation set")

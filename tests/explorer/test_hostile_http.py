@@ -173,18 +173,18 @@ def _upload(raw: bytes, kind: str = "application/json") -> str:
 
 
 # -- the pages' normal values, then each row's ------------------------------------------------------
-COMPARE = {"compare-run.n_clicks": 1, "compare-model.value": "llama-3.2-1b", "compare-gpu.value": "h200",
+COMPARE = {"compare-run.n_clicks": 1, "compare-model.value": "llama-3.2-1b", "compare-gpu.value": "h200-datasheet",
            "compare-batch.value": 1, "compare-kv-len.value": 1024, "compare-phase.value": "decode",
            "compare-profile.value": "none", "compare-stack.value": "none", "compare-upload.filename": "config.json",
            "compare-trace-upload.filename": "step.json.gz"}
-TIMELINE = {"timeline-run.n_clicks": 1, "timeline-model.value": "llama-3.2-1b", "timeline-gpu.value": "h200",
+TIMELINE = {"timeline-run.n_clicks": 1, "timeline-model.value": "llama-3.2-1b", "timeline-gpu.value": "h200-datasheet",
             "timeline-batch.value": 1, "timeline-kv-len.value": 1024, "timeline-phase.value": "decode",
             "timeline-mode.value": "megakernel", "timeline-prefill-tokens.value": 128, "timeline-trace.n_clicks": 1,
             "timeline-upload.filename": "s.json"}
-SEARCH = {"search-start.n_clicks": 1, "search-model.value": "llama-3.2-1b", "search-gpu.value": "h200",
+SEARCH = {"search-start.n_clicks": 1, "search-model.value": "llama-3.2-1b", "search-gpu.value": "h200-datasheet",
           "search-batch.value": 1, "search-kv-len.value": 1024, "search-trials.value": 60,
           "search-objectives.value": "latency", "search-cancel.n_clicks": 1}
-SCHEDULE = {"format": "mksim-schedule", "version": 1, "mode": "stream", "gpu": "h200",
+SCHEDULE = {"format": "mksim-schedule", "version": 1, "mode": "stream", "gpu": "h200-datasheet",
             "workload": {"model": "llama-3.2-1b", "batch": 1, "kv_len": 1024}, "tiling": {"default": 1}}
 
 
@@ -487,14 +487,14 @@ def test_run_does_not_import_again(monkeypatch, row):
     monkeypatch.setattr(stacks, "_TRACES", OrderedDict())
     monkeypatch.setattr(stacks, "_trace_data", lambda *a: calls.append(a[1]) or real(*a))
     good = _upload(TRACE.read_bytes(), "application/gzip")
-    first = stacks.trace_data(good, "t.json.gz", "llama-3.2-1b", "h200")
-    assert stacks.trace_data(good, "t.json.gz", "llama-3.2-1b", "h200") == first
+    first = stacks.trace_data(good, "t.json.gz", "llama-3.2-1b", "h200-datasheet")
+    assert stacks.trace_data(good, "t.json.gz", "llama-3.2-1b", "h200-datasheet") == first
     bad = _upload(gzip.compress(b" " * (65 << 20), 1), "application/gzip")
     for _ in range(2):
         with pytest.raises(MksimError, match=r"^b\.json\.gz: over 64 MiB uncompressed"):
-            stacks.trace_data(bad, "b.json.gz", "llama-3.2-1b", "h200")
+            stacks.trace_data(bad, "b.json.gz", "llama-3.2-1b", "h200-datasheet")
     assert calls == ["t.json.gz", "b.json.gz"]
-    stacks.trace_data(good, "t.json.gz", "llama-3.2-1b", "h200", kv_len=2048)  # other inputs: imported again
+    stacks.trace_data(good, "t.json.gz", "llama-3.2-1b", "h200-datasheet", kv_len=2048)  # other inputs: imported again
     assert calls == ["t.json.gz", "b.json.gz", "t.json.gz"]
 
 
@@ -691,7 +691,7 @@ def test_S6_planted_job_json_never_signals(tmp_path, monkeypatch, victim, how):
     folder = jobs.jobs_dir() / "search-7"
     folder.mkdir()
     pid = os.getpid() if how == "our-own-pid" else victim.pid
-    record = {"job": "search-7", "pid": pid, "model": "llama-3.2-1b", "gpu": "h200", "study": "s",
+    record = {"job": "search-7", "pid": pid, "model": "llama-3.2-1b", "gpu": "h200-datasheet", "study": "s",
               "storage": "sqlite:///x.db", "trials": 26, "objectives": "latency", "started": time.time()}
     if how != "pid-only":
         record["pid_start"] = _stat_start(pid)  # even the right start time: the process is no worker
@@ -761,7 +761,7 @@ def test_search_with_a_missing_registry_folder(tmp_path, monkeypatch, row):
     """A registry folder that does not exist yet is made (0700); a search's bad input still answers in one line."""
     monkeypatch.setenv("MKSIM_EXPLORER_JOBS", str(tmp_path / "new" / "jobs"))
     with pytest.raises(MksimError, match="trials must be at least"):
-        jobs.start_search("llama-3.2-1b", "h200", 1, 1024, 3)
+        jobs.start_search("llama-3.2-1b", "h200-datasheet", 1, 1024, 3)
     assert jobs.jobs_dir().stat().st_mode & 0o777 == 0o700
 
 

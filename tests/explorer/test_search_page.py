@@ -180,13 +180,13 @@ def test_figures_hidden_until_a_study_is_drawn(study):
 
 
 @pytest.mark.parametrize("args,match", [
-    (("llama-3.2-1b", "h200", 0, 1024, 30, "latency"), "batch must be a positive integer"),
-    (("llama-3.2-1b", "h200", 1, 1024, 3, "latency"), "trials must be at least 26"),
+    (("llama-3.2-1b", "h200-datasheet", 0, 1024, 30, "latency"), "batch must be a positive integer"),
+    (("llama-3.2-1b", "h200-datasheet", 1, 1024, 3, "latency"), "trials must be at least 26"),
     (("llama-3.2-1b", "h900", 1, 1024, 30, "latency"), "unknown GPU"),
-    (("gpt-9", "h200", 1, 1024, 30, "latency"), "unknown model"),
-    (("llama-3.2-1b", "h200", "x", 1024, 30, "latency"), "batch must be a whole number"),
-    (("llama-3.2-1b", "h200", 1, 1024, 30, "smem"), "objectives"),
-    (("llama-3.2-1b", "h200", 1, 1024, 10**12, "latency"), "trials must be at most 2000"),
+    (("gpt-9", "h200-datasheet", 1, 1024, 30, "latency"), "unknown model"),
+    (("llama-3.2-1b", "h200-datasheet", "x", 1024, 30, "latency"), "batch must be a whole number"),
+    (("llama-3.2-1b", "h200-datasheet", 1, 1024, 30, "smem"), "objectives"),
+    (("llama-3.2-1b", "h200-datasheet", 1, 1024, 10**12, "latency"), "trials must be at most 2000"),
     (("llama-3.2-1b", "/etc/passwd", 1, 1024, 30, "latency"), "unknown GPU '/etc/passwd': choose one of"),
 ])
 def test_search_bad_input_answers_at_once(args, match, tmp_path, monkeypatch):
@@ -268,7 +268,7 @@ def test_search_limit_and_cancel(tmp_path, monkeypatch):
 
     monkeypatch.setattr(jobs, "MAX_RUNNING", 1)
     monkeypatch.setenv("MKSIM_EXPLORER_STORAGE", str(tmp_path / "s.db"))
-    args = ("llama-3.2-1b", "h200", 1, 1024, 2000, "latency")
+    args = ("llama-3.2-1b", "h200-datasheet", 1, 1024, 2000, "latency")
     first = start_or_open("search-start", *args, "first")
     assert jobs.running_jobs() == [first["job"]]
     refused = start_or_open("search-start", *args, "second")
@@ -297,7 +297,7 @@ def test_search_survives_a_restart_and_is_cancelled_by_the_next_server(tmp_path,
     from explorer.pages.search import start_or_open
 
     monkeypatch.setenv("MKSIM_EXPLORER_STORAGE", str(tmp_path / "s.db"))
-    job = start_or_open("search-start", "llama-3.2-1b", "h200", 1, 1024, 2000, "latency", "restart")
+    job = start_or_open("search-start", "llama-3.2-1b", "h200-datasheet", 1, 1024, 2000, "latency", "restart")
     _until_trials(job)
     code = """if True:
         import json, sys
@@ -332,7 +332,7 @@ def test_a_search_whose_process_died_is_stopped(tmp_path, monkeypatch):
     from explorer.pages.search import cancel_search, poll, start_or_open
 
     monkeypatch.setenv("MKSIM_EXPLORER_STORAGE", str(tmp_path / "s.db"))
-    job = start_or_open("search-start", "llama-3.2-1b", "h200", 1, 1024, 2000, "latency", "killed")
+    job = start_or_open("search-start", "llama-3.2-1b", "h200-datasheet", 1, 1024, 2000, "latency", "killed")
     _until_trials(job)
     pid = _pid(job["job"])
     os.killpg(pid, signal.SIGKILL)

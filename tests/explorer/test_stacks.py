@@ -34,7 +34,7 @@ def trace_upload() -> str:
 
 @pytest.fixture(scope="module")
 def ref():
-    return compare_modes("llama-3.2-1b", "h200", stack="torch")
+    return compare_modes("llama-3.2-1b", "h200-datasheet", stack="torch")
 
 
 # -- choices -------------------------------------------------------------------------------------
@@ -53,7 +53,7 @@ def test_choices_name_every_profile_and_none():
 # -- your stack -------------------------------------------------------------------------------------
 @pytest.mark.slow  # 1.5 s of CPU
 def test_stack_data_is_mksim_compare_impl(ref):
-    run = data.compare_run("llama-3.2-1b", "h200")
+    run = data.compare_run("llama-3.2-1b", "h200-datasheet")
     st = stacks.stack_data(run, "torch")
     for key in ("impl", "gpu", "mode", "latency_us", "tokens_per_s", "assumes"):
         assert st[key] == ref["stack"][key], key
@@ -76,7 +76,7 @@ def test_stack_of_a_profiled_megakernel_runs_on_the_same_hardware():
 
 def test_stack_unknown_profile():
     with pytest.raises(MksimError, match="unknown stack 'tensorrt'; known: cublas, inductor, torch, mksim"):
-        stacks.stack_data(data.compare_run("llama-3.2-1b", "h200"), "tensorrt")
+        stacks.stack_data(data.compare_run("llama-3.2-1b", "h200-datasheet"), "tensorrt")
 
 
 def test_latency_figure_shows_the_stack_beside_the_modes(ref):
@@ -91,7 +91,8 @@ def test_latency_figure_shows_the_stack_beside_the_modes(ref):
 def test_compare_callback_with_a_stack_and_a_profile(ref):
     from explorer.pages.compare import run_compare
 
-    msg, lat, *_f, div, result = run_compare(1, "llama-3.2-1b", "h200", 1, 1024, "decode", None, "none", "torch")
+    msg, lat, *_f, div, result = run_compare(1, "llama-3.2-1b", "h200-datasheet", 1, 1024, "decode", None, "none",
+                                             "torch")
     assert msg == "" and result["stack"]["latency_us"] == ref["stack"]["latency_us"]
     assert lat.data[-1].name == "your stack: torch"
     table, speedup, assumes = div.children
@@ -102,47 +103,47 @@ def test_compare_callback_with_a_stack_and_a_profile(ref):
     assert f"predicted {ref['stack']['megakernel_speedup']:.2f}× faster than your stack" in speedup.children
     modes_li, stack_li = assumes.children
     assert modes_li.children[:2] == ["the modes assume ", ref["assumes"]["text"].removeprefix("assumes: ")]
-    assert modes_li.children[1].startswith("hardware h200; no implementation profile: the best kernels")
-    assert modes_li.children[3].startswith("interval unknown")
+    assert modes_li.children[1].startswith("hardware h200-datasheet (datasheet, held against the steps measured")
+    assert modes_li.children[3].startswith(f"± {ref['interval']['half_width_pct']:.1f} %: the 90th")
     assert stack_li.children[:2] == ["your stack (torch) assumes ", ref["stack"]["assumes"]["text"][len("assumes: "):]]
     h = ref["stack"]["interval"]["half_width_pct"]
     assert stack_li.children[3].startswith(f"± {h:.1f} %")  # torch on h200: a transfer, wider
-    assert stack_li.children[1].startswith("hardware h200; implementation profile torch (plain torch")
-    msg, *_f, div, result = run_compare(1, "llama-3.2-1b", "h200", 1, 1024, "decode", None, "mksim", "none")
-    assert result["gpu"] == "h200+mksim" and "stack" not in result
+    assert stack_li.children[1].startswith("hardware h200-datasheet; implementation profile torch (plain torch")
+    msg, *_f, div, result = run_compare(1, "llama-3.2-1b", "h200-datasheet", 1, 1024, "decode", None, "mksim", "none")
+    assert result["gpu"] == "h200-datasheet+mksim" and "stack" not in result
     assert "implementation profile mksim" in div.children[-1].children[0].children[1]
     assert result["modes"]["megakernel"]["latency_us"] == \
-        compare_modes("llama-3.2-1b", "h200+mksim")["modes"]["megakernel"]["latency_us"]
+        compare_modes("llama-3.2-1b", "h200-datasheet+mksim")["modes"]["megakernel"]["latency_us"]
 
 
 def test_compare_callback_with_a_stack_and_bad_input():
     from explorer.pages.compare import run_compare
 
-    msg, *_f, table, result = run_compare(1, "llama-3.2-1b", "h200", 0, 1024, "decode", None, "none", "torch")
+    msg, *_f, table, result = run_compare(1, "llama-3.2-1b", "h200-datasheet", 0, 1024, "decode", None, "none", "torch")
     assert msg == "error: batch must be a positive integer, got 0" and table is None and result is None
 
 
 # -- an uploaded trace ------------------------------------------------------------------------------
 @pytest.mark.slow  # 1.6 s of CPU
 def test_trace_data_is_mksim_trace_import(trace_upload):
-    t = stacks.trace_data(trace_upload, TRACE.name, "llama-3.2-1b", "h200")
-    ref = import_trace(TRACE, model="llama-3.2-1b", batch=1, kv_len=1024, gpu="h200").to_dict(kernels=False)
+    t = stacks.trace_data(trace_upload, TRACE.name, "llama-3.2-1b", "h200-datasheet")
+    ref = import_trace(TRACE, model="llama-3.2-1b", batch=1, kv_len=1024, gpu="h200-datasheet").to_dict(kernels=False)
     for key in ("step_us", "replay_us", "n_kernels", "busy_us", "gaps_us", "mapped_fraction", "by_kind",
                 "model"):
         assert t[key] == ref[key], key
-    assert t["prediction"] == {**ref["prediction"], "hardware_file": "hwmodels/data/h200.toml"}
+    assert t["prediction"] == {**ref["prediction"], "hardware_file": "hwmodels/data/h200-datasheet.toml"}
     assert t["path"] == TRACE.name and t["step_us"] == pytest.approx(2070.1, abs=0.05)
-    mk = compare_modes("llama-3.2-1b", "h200")["modes"]["megakernel"]["latency_us"]
+    mk = compare_modes("llama-3.2-1b", "h200-datasheet")["modes"]["megakernel"]["latency_us"]
     assert t["prediction"]["megakernel_us"] == mk
-    assert t["assumes"].startswith("assumes: hardware h200; no implementation profile")
+    assert t["assumes"].startswith("assumes: hardware h200-datasheet (datasheet, held")
 
 
 @pytest.mark.slow  # 1.1 s of CPU
 def test_trace_data_plain_json_and_an_uploaded_config(trace_upload):
     plain = _upload(gzip.decompress(TRACE.read_bytes()), "application/json")
     cfg = json.loads(CONFIG.read_text())
-    t = stacks.trace_data(plain, "step.json", "my-llama", "h200+mksim", config=cfg)
-    ref = stacks.trace_data(trace_upload, TRACE.name, "llama-3.2-1b", "h200+mksim")
+    t = stacks.trace_data(plain, "step.json", "my-llama", "h200-datasheet+mksim", config=cfg)
+    ref = stacks.trace_data(trace_upload, TRACE.name, "llama-3.2-1b", "h200-datasheet+mksim")
     assert t["model"] == "my-llama" and t["mapped_fraction"] == ref["mapped_fraction"]
     assert t["prediction"]["megakernel_us"] == ref["prediction"]["megakernel_us"]
     assert "implementation profile mksim" in t["assumes"]
@@ -159,7 +160,7 @@ def test_trace_data_plain_json_and_an_uploaded_config(trace_upload):
 ])
 def test_bad_trace_uploads_give_one_line(raw, name, match):
     with pytest.raises(MksimError, match=match) as err:
-        stacks.trace_data(_upload(raw), name, "llama-3.2-1b", "h200")
+        stacks.trace_data(_upload(raw), name, "llama-3.2-1b", "h200-datasheet")
     assert "\n" not in str(err.value) and "mksim-trace-" not in str(err.value)  # no temporary path
 
 
@@ -180,8 +181,8 @@ def test_trace_upload_size_bounds():
 def test_trace_callback(trace_upload):
     from explorer.pages.compare import import_trace_upload
 
-    assert import_trace_upload(None, None, "llama-3.2-1b", "h200", 1, 1024, "decode") == ("", None)
-    msg, view = import_trace_upload(trace_upload, TRACE.name, "llama-3.2-1b", "h200", 1, 1024, "decode")
+    assert import_trace_upload(None, None, "llama-3.2-1b", "h200-datasheet", 1, 1024, "decode") == ("", None)
+    msg, view = import_trace_upload(trace_upload, TRACE.name, "llama-3.2-1b", "h200-datasheet", 1, 1024, "decode")
     assert msg == f"imported {TRACE.name}"
     parts = {getattr(p, "id", None): p for p in view.children}
     assert "step 1 of 1 (by cuda graph launches) 2070.1 µs" in parts["compare-trace-step"].children
@@ -189,16 +190,17 @@ def test_trace_callback(trace_upload):
     assert parts["compare-trace-mapped"].children.startswith("mapped 99.0% of the kernel time to llama-3.2-1b")
     kinds = [getattr(r, "data-kind") for r in parts["compare-trace-kinds"].children[-1].children]
     assert kinds[0] == "matmul" and kinds[-1] == "unmapped"
-    mk = compare_modes("llama-3.2-1b", "h200")["modes"]["megakernel"]["latency_us"]
+    mk = compare_modes("llama-3.2-1b", "h200-datasheet")["modes"]["megakernel"]["latency_us"]
     assert parts["compare-trace-prediction"].children.startswith(
-        f"The megakernel of the same ops is predicted {mk:.1f} µs on h200: {2070.1444765625 / mk:.2f}× faster")
-    assert parts["compare-trace-assumes"].children.startswith("the prediction assumes hardware h200; no implementa")
-    assert "hwmodels/data/h200.toml" in parts["compare-trace-assumes"].children
-    msg, view = import_trace_upload(_upload(b"{"), "bad.json", "llama-3.2-1b", "h200", 1, 1024, "decode")
+        f"The megakernel of the same ops is predicted {mk:.1f} µs on h200-datasheet: "
+        f"{2070.1444765625 / mk:.2f}× faster")
+    assert parts["compare-trace-assumes"].children.startswith("the prediction assumes hardware h200-datasheet (datas")
+    assert "hwmodels/data/h200-datasheet.toml" in parts["compare-trace-assumes"].children
+    msg, view = import_trace_upload(_upload(b"{"), "bad.json", "llama-3.2-1b", "h200-datasheet", 1, 1024, "decode")
     assert msg.children.startswith("error: bad.json: not JSON") and view is None
-    msg, view = import_trace_upload(trace_upload, TRACE.name, "llama-3.2-1b", "h200", 0, 1024, "decode")
+    msg, view = import_trace_upload(trace_upload, TRACE.name, "llama-3.2-1b", "h200-datasheet", 0, 1024, "decode")
     assert msg.children == "error: batch must be a positive integer, got 0" and view is None
-    msg, _ = import_trace_upload(trace_upload, TRACE.name, "llama-3.2-1b", "h200", 1, 1024, "prefill")
+    msg, _ = import_trace_upload(trace_upload, TRACE.name, "llama-3.2-1b", "h200-datasheet", 1, 1024, "prefill")
     assert msg.children == "error: a trace is imported as a decode step: choose the decode phase"
 
 
@@ -207,12 +209,13 @@ def test_trace_callback_with_an_uploaded_config_and_a_profile(trace_upload):
     from explorer.pages.compare import UPLOADED, import_trace_upload, upload_config
 
     _msg, stored, _options, value = upload_config(_upload(CONFIG.read_bytes(), "application/json"), "my-llama.json")
-    msg, view = import_trace_upload(trace_upload, TRACE.name, value, "h200", 1, 1024, "decode", stored, "mksim")
+    msg, view = import_trace_upload(trace_upload, TRACE.name, value, "h200-datasheet", 1, 1024, "decode", stored,
+                                    "mksim")
     assert value == UPLOADED + "my-llama" and msg == f"imported {TRACE.name}"
     parts = {getattr(p, "id", None): p for p in view.children}
     assert parts["compare-trace-mapped"].children.startswith("mapped 99.0% of the kernel time to my-llama's ops")
-    mk = compare_modes("llama-3.2-1b", "h200+mksim")["modes"]["megakernel"]["latency_us"]
-    assert f"predicted {mk:.1f} µs on h200+mksim" in parts["compare-trace-prediction"].children
+    mk = compare_modes("llama-3.2-1b", "h200-datasheet+mksim")["modes"]["megakernel"]["latency_us"]
+    assert f"predicted {mk:.1f} µs on h200-datasheet+mksim" in parts["compare-trace-prediction"].children
     assert "implementation profile mksim" in parts["compare-trace-assumes"].children
-    msg, view = import_trace_upload(trace_upload, TRACE.name, value, "h200", 1, 1024, "decode", None)
+    msg, view = import_trace_upload(trace_upload, TRACE.name, value, "h200-datasheet", 1, 1024, "decode", None)
     assert msg.children == "error: the uploaded config is gone; upload it again" and view is None

@@ -20,7 +20,7 @@ EPS_US = 1e-9
 
 @pytest.fixture(scope="module")
 def mk():
-    return data.timeline_data("llama-3.2-1b", "h200", mode="megakernel")
+    return data.timeline_data("llama-3.2-1b", "h200-datasheet", mode="megakernel")
 
 
 def _check_tracks(d):
@@ -49,7 +49,7 @@ def test_timeline_data_megakernel_one_track_per_sm(mk):
 
 @pytest.mark.parametrize("mode,wait", [("graph_pdl", "dependency wait"), ("persistent_barrier", "barrier wait")])
 def test_timeline_data_other_modes(mode, wait):
-    d = data.timeline_data("llama-3.2-1b", "h200", mode=mode)
+    d = data.timeline_data("llama-3.2-1b", "h200-datasheet", mode=mode)
     _check_tracks(d)
     assert wait in d["waits"]["kind"]
     if mode == "graph_pdl":  # two blocks per SM: the slots share their SM's track
@@ -115,7 +115,7 @@ def test_timeline_figure_few_traces_every_bar_drawn(mk):
 
 
 def test_timeline_figure_slots_stay_inside_their_sm_track():
-    d = data.timeline_data("llama-3.2-1b", "h200", mode="graph")
+    d = data.timeline_data("llama-3.2-1b", "h200-datasheet", mode="graph")
     fig = figures.timeline_figure(d)
     import numpy as np
 
@@ -128,7 +128,7 @@ def test_timeline_figure_slots_stay_inside_their_sm_track():
 def test_timeline_callback_form(mk):
     from explorer.pages.timeline import show_timeline
 
-    msg, summary, fig, sched = show_timeline("timeline-run", "llama-3.2-1b", "h200", 1, 1024, "decode",
+    msg, summary, fig, sched = show_timeline("timeline-run", "llama-3.2-1b", "h200-datasheet", 1, 1024, "decode",
                                              "megakernel", None)
     assert msg == "" and "on 132 SMs" in summary and len(fig.data) > 0
     assert json.loads(sched)["format"] == "mksim-schedule"
@@ -146,7 +146,7 @@ def test_timeline_mode_menu_follows_the_gpu():
     reason = modes_on(hwmodels.load("a100"))[1]["graph_pdl"]
     assert [o["value"] for o in off] == ["graph_pdl"] and off[0]["title"] == reason
     assert off[0]["label"] == "graph_pdl (not on a100)" and note == f"graph_pdl: {reason}"
-    options, value, note = mode_options("h200", "graph_pdl")
+    options, value, note = mode_options("h200-datasheet", "graph_pdl")
     assert not any(o.get("disabled") for o in options) and value == "graph_pdl" and note == ""
     assert mode_options("a100", "stream")[1] == "stream"
     assert mode_options("no-such-gpu", "graph")[1:] == ("graph", "")  # running says the GPU is unknown
@@ -155,10 +155,11 @@ def test_timeline_mode_menu_follows_the_gpu():
 def test_timeline_callback_prefill():
     from explorer.pages.timeline import show_timeline
 
-    msg, summary, fig, _ = show_timeline("timeline-run", "llama-3.2-1b", "h200", 1, 1024, "prefill", "megakernel",
+    msg, summary, fig, _ = show_timeline("timeline-run", "llama-3.2-1b", "h200-datasheet", 1, 1024, "prefill",
+                                         "megakernel",
                                          None, prefill_tokens=16)
     assert msg == "" and "prefill" in summary
-    msg, *_ = show_timeline("timeline-run", "llama-3.2-1b", "h200", 1, 1024, "prefill", "megakernel", None,
+    msg, *_ = show_timeline("timeline-run", "llama-3.2-1b", "h200-datasheet", 1, 1024, "prefill", "megakernel", None,
                             prefill_tokens=0)
     assert msg.startswith("error: prefill needs prefill_tokens >= 1")
 
@@ -172,7 +173,7 @@ def test_timeline_callback_prefill():
 def test_timeline_callback_bad_input_one_line(batch, kv_len, mode, match):
     from explorer.pages.timeline import show_timeline
 
-    msg, summary, fig, sched = show_timeline("timeline-run", "llama-3.2-1b", "h200", batch, kv_len, "decode",
+    msg, summary, fig, sched = show_timeline("timeline-run", "llama-3.2-1b", "h200-datasheet", batch, kv_len, "decode",
                                              mode, None)
     assert msg.startswith("error: ") and match in msg and "\n" not in msg
     assert summary == "" and len(fig.data) == 0 and sched is None
@@ -201,10 +202,11 @@ def test_timeline_callback_token(mk):
 
     token = store.put_schedule(mk["schedule_json"])
     assert store.put_schedule(mk["schedule_json"]) == token and store.get_schedule(token) == mk["schedule_json"]
-    msg, summary, _, sched = show_timeline(None, "llama-3.2-1b", "h200", 1, 1024, "decode", "megakernel", None,
+    msg, summary, _, sched = show_timeline(None, "llama-3.2-1b", "h200-datasheet", 1, 1024, "decode", "megakernel",
+                                           None,
                                            token=token)
     assert msg == "" and summary.startswith("schedule from Search: ") and sched == mk["schedule_json"]
-    msg, *_ = show_timeline(None, "llama-3.2-1b", "h200", 1, 1024, "decode", "megakernel", None, token="nope")
+    msg, *_ = show_timeline(None, "llama-3.2-1b", "h200-datasheet", 1, 1024, "decode", "megakernel", None, token="nope")
     assert msg.startswith("error: no schedule kept under 'nope'")
 
 
@@ -249,7 +251,7 @@ def test_the_chart_box_starts_as_tall_as_the_first_chart(mk):
     Search kept), so the chart is not drawn a second time as it grows its box; each chart sets the height anew."""
     from explorer.pages.timeline import graph_style, layout, show_timeline
 
-    first = show_timeline(None, "llama-3.2-1b", "h200", 1, 1024, "decode", "megakernel", None)[2]
+    first = show_timeline(None, "llama-3.2-1b", "h200-datasheet", 1, 1024, "decode", "megakernel", None)[2]
     assert _find(layout(), "timeline-graph").style == graph_style(first.layout.height) == {"height": "1014px"}
     a100 = data.timeline_data("llama-3.2-1b", "a100", mode="megakernel")
     token = store.put_schedule(a100["schedule_json"])

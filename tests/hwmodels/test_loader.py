@@ -11,8 +11,8 @@ import pytest
 import hwmodels
 from hwmodels.errors import HardwareFileError, UnknownNameError
 
-EXPECTED = {"a100", "h100", "h200", "b200", "mi300x", "l40s", "rtx4090"}
-H200 = Path(hwmodels.__file__).parent / "data" / "h200.toml"
+EXPECTED = {"a100", "h100", "h200-datasheet", "b200", "mi300x", "l40s", "rtx4090"}
+H200 = Path(hwmodels.__file__).parent / "data" / "h200-datasheet.toml"
 
 
 def test_every_generation_is_available():
@@ -55,7 +55,7 @@ def test_multi_die_parts():
 
 
 def test_spec_is_frozen():
-    g = hwmodels.load("h200")
+    g = hwmodels.load("h200-datasheet")
     with pytest.raises(AttributeError):
         g.sm.count = 1  # type: ignore[misc]
 
@@ -91,7 +91,7 @@ def _mutate(old: str, new: str) -> str:
     ('kind = "datasheet"', 'kind = "rumour"', "kind is 'rumour'"),
     ("[memory.l2]", "[memory.l3]", r"missing table \[memory.l2\]"),
     ("size_MiB = { value = 60", "size_MiB = { valu = 60", "must be { value"),
-    ('name = "h200"', 'name = "h200"\ncolour = "green"', "unknown top-level key 'colour'"),
+    ('name = "h200-datasheet"', 'name = "h200-datasheet"\ncolour = "green"', "unknown top-level key 'colour'"),
     ("shared_memory_per_block_KiB = { value = 227", "shared_memory_per_block_KiB = { value = 400",
      "exceeds shared_memory_per_sm_KiB"),
 ])
@@ -117,7 +117,7 @@ def test_missing_path():
 # -- overlays -------------------------------------------------------------------------
 def test_overlay_extends_and_overrides(tmp_path):
     p = _write(tmp_path, '''
-extends = "h200"
+extends = "h200-datasheet"
 name = "h200-test"
 [memory.dram]
 latency_ns = { value = 701, source = "bench" }
@@ -127,8 +127,8 @@ title = "pointer chase"
 date = "2026-11-29"
 ''')
     g = hwmodels.load(p)
-    base = hwmodels.load("h200")
-    assert g.name == "h200-test" and g.extends == "h200"
+    base = hwmodels.load("h200-datasheet")
+    assert g.name == "h200-test" and g.extends == "h200-datasheet"
     assert g.dram.latency_ns == 701
     assert g.source_of("dram.latency_ns").kind == "measured"
     assert g.dram.bandwidth_spec_GBps == base.dram.bandwidth_spec_GBps
@@ -136,7 +136,7 @@ date = "2026-11-29"
 
 
 def test_overlay_errors_name_the_overlay(tmp_path):
-    p = _write(tmp_path, 'extends = "h200"\nname = "x"\n[memory.dram]\n'
+    p = _write(tmp_path, 'extends = "h200-datasheet"\nname = "x"\n[memory.dram]\n'
                          'latency_ns = { value = -1, source = "estimate-precal" }\n')
     with pytest.raises(HardwareFileError, match=r"bad\.toml.*latency_ns = -1 is negative"):
         hwmodels.load(p)
@@ -155,7 +155,7 @@ def test_overlay_cycle(tmp_path):
 
 def test_hwmodels_does_not_import_mksim():
     """The data layer stands alone: loading a GPU (and failing to) loads no part of the simulator."""
-    code = ("import sys, hwmodels\nhwmodels.load('h200')\ntry:\n    hwmodels.load('h900')\n"
+    code = ("import sys, hwmodels\nhwmodels.load('h200-datasheet')\ntry:\n    hwmodels.load('h900')\n"
             "except hwmodels.UnknownGPUError:\n    pass\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'mksim'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -173,7 +173,8 @@ def test_mksim_error_catches_hardware_errors():
 # -- [runtime.kernels.<kind>] tables -----------------------------------------------------
 def _kernels_overlay(tmp_path: Path, body: str, name: str = "k.toml") -> Path:
     p = tmp_path / name
-    p.write_text(f'extends = "h200"\nname = "h200-k"\n{body}\n[sources.fit]\nkind = "measured"\ntitle = "single ops"\n'
+    p.write_text(f'extends = "h200-datasheet"\nname = "h200-k"\n{body}\n[sources.fit]\nkind = "measured"\n'
+                 'title = "single ops"\n'
                  'date = "2026-11-30"\n')
     return p
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-SMALL_GPU = """extends = "h200"
+SMALL_GPU = """extends = "h200-datasheet"
 name = "h200-16sm"
 [chip.sm]
 count = { value = 16, source = "tests", note = "an H200 of 16 SMs: the same space, searched in a fraction of the time" }
@@ -20,11 +20,11 @@ title = "tests/mksim/searchkit.py"
 """
 
 
-def small_gpu(folder: Path, extends: str = "h200") -> Path:
+def small_gpu(folder: Path, extends: str = "h200-datasheet") -> Path:
     """The 16-SM variant of GPU ``extends`` as a hardware file in ``folder``; returns its path."""
     folder.mkdir(parents=True, exist_ok=True)
     p = folder / f"{extends}-16sm.toml"
-    p.write_text(SMALL_GPU.replace('extends = "h200"', f'extends = "{extends}"')
+    p.write_text(SMALL_GPU.replace('extends = "h200-datasheet"', f'extends = "{extends}"')
                  .replace('name = "h200-16sm"', f'name = "{extends}-16sm"'))
     return p
 

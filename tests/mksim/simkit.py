@@ -13,7 +13,7 @@ from mksim.workload import Input, Op, Workload
 # scheduler warp sees an event 1 µs after its last trigger and hands out a task every 0.25 µs, which
 # its worker sees 0.5 µs later.
 TOY = """
-extends = "h200"
+extends = "h200-datasheet"
 name = "toy"
 [chip.sm]
 count = {{ value = 2, source = "t" }}

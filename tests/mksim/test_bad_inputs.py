@@ -36,7 +36,7 @@ from mksim.schedule import Schedule
 
 ROOT = Path(__file__).resolve().parents[2]
 HF = json.loads((ROOT / "mksim/models/configs/llama-3.2-1b.json").read_text())
-H200 = (ROOT / "hwmodels/data/h200.toml").read_text()
+H200 = (ROOT / "hwmodels/data/h200-datasheet.toml").read_text()
 BW = 'bandwidth_spec_GBps = { value = 4800, source = "nv-h200-datasheet" }'
 ONE_LINE_S = 20  # an in-process case must answer within this many seconds
 
@@ -83,7 +83,7 @@ HW_FILES: dict[str, str | bytes] = {
     "stringbw": H200.replace(BW, BW.replace("4800", '"4800"')),
     "nanbw": H200.replace(BW, BW.replace("4800", "nan")),
     "hugebw": H200.replace(BW, BW.replace("4800", "1e300")),
-    "intname": H200.replace('name = "h200"', "name = 7", 1),
+    "intname": H200.replace('name = "h200-datasheet"', "name = 7", 1),
     "empty": "",
     "truncated": H200[:H200.index("[chip.sm]") + 6],
     "garbage": bytes(range(256)) * 4,
@@ -92,7 +92,7 @@ HW_FILES: dict[str, str | bytes] = {
     "cycle-a": 'extends = "hw-cycle-b.toml"\n',
     "cycle-b": 'extends = "hw-cycle-a.toml"\n',
     "extends-unknown": 'extends = "h900"\n',
-    "overlay-nosource": 'extends = "h200"\n[memory.dram]\n' + BW.replace("nv-h200-datasheet", "x") + "\n",
+    "overlay-nosource": 'extends = "h200-datasheet"\n[memory.dram]\n' + BW.replace("nv-h200-datasheet", "x") + "\n",
     # a large file (the note's was 50 MB) still answers with one line, and without reading it twice
     "huge": 'name = "huge"\n' + "".join(f"k{i} = {i}\n" for i in range(200_000)),
 }
@@ -115,7 +115,7 @@ def bad(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (d / "a-dir").mkdir()
     (d / "hfdir").mkdir()  # a Hugging Face model folder
     (d / "hfdir" / "config.json").write_text(json.dumps(HF))
-    good = json.loads(build_schedule("llama-3.2-1b", "h200", "megakernel").to_json())
+    good = json.loads(build_schedule("llama-3.2-1b", "h200-datasheet", "megakernel").to_json())
 
     def sched(name: str, **change: Any) -> None:
         s = json.loads(json.dumps(good))
@@ -524,12 +524,14 @@ API_CASES: list[tuple[str, Any]] = [
     ("workload-layers", lambda d: models.workload(
         models.config_from_hf(_hf(num_hidden_layers=10**9)))),
     ("workload-batch-bool", lambda d: models.workload("llama-3.2-1b", batch=True)),
-    ("build-blocks-str", lambda d: build_schedule("llama-3.2-1b", "h200", "megakernel", blocks_per_sm="abc")),
-    ("build-page-nan", lambda d: build_schedule("llama-3.2-1b", "h200", "megakernel", page_KiB=float("nan"))),
-    ("build-tasks-inf", lambda d: build_schedule("llama-3.2-1b", "h200", "stream", tasks_per_sm=float("inf"))),
-    ("build-policy-options", lambda d: build_schedule("llama-3.2-1b", "h200", "megakernel",
+    ("build-blocks-str", lambda d: build_schedule("llama-3.2-1b", "h200-datasheet", "megakernel", blocks_per_sm="abc")),
+    ("build-page-nan", lambda d: build_schedule("llama-3.2-1b", "h200-datasheet", "megakernel", page_KiB=float("nan"))),
+    ("build-tasks-inf", lambda d: build_schedule("llama-3.2-1b", "h200-datasheet", "stream",
+                                                 tasks_per_sm=float("inf"))),
+    ("build-policy-options", lambda d: build_schedule("llama-3.2-1b", "h200-datasheet", "megakernel",
                                                       policy_options="abc")),  # type: ignore[arg-type]
-    ("build-too-big", lambda d: build_schedule(models.workload("llama-3.2-1b", batch=10**6), "h200", "stream")),
+    ("build-too-big", lambda d: build_schedule(models.workload("llama-3.2-1b", batch=10**6), "h200-datasheet",
+                                               "stream")),
     ("from-json-bool", lambda d: Schedule.from_json(d / "sched-bool.json")),
     ("from-json-version", lambda d: Schedule.from_json(d / "sched-version99.json")),
     ("from-json-opt-str", lambda d: Schedule.from_json(d / "sched-opt-str.json")),

@@ -25,7 +25,7 @@ from mksim import build_schedule, models
 from mksim.errors import MksimError, UnknownNameError
 from tests.mksim.test_bad_inputs import HF, ROOT, _hf, assert_one_line, run_cli
 
-H200_TOML = ROOT / "hwmodels/data/h200.toml"
+H200_TOML = ROOT / "hwmodels/data/h200-datasheet.toml"
 RAW = ROOT / "validation/results/h200-2026-11-29/quick.raw.json"
 TRACE = ROOT / "tests/data/trace-llama-3.2-1b-b1-step.json.gz"
 NESTED = "[" * 100_000  # deeper than any decoder's recursion limit
@@ -89,7 +89,7 @@ def bad(tmp_path_factory: pytest.TempPathFactory) -> Path:
     os.mkfifo(d / "fifo.toml")
     os.symlink("loop.json", d / "loop.json")
     os.symlink("loop.toml", d / "loop.toml")
-    good = json.loads(build_schedule("llama-3.2-1b", "h200", "megakernel").to_json())
+    good = json.loads(build_schedule("llama-3.2-1b", "h200-datasheet", "megakernel").to_json())
     (d / "s-good.json").write_text(json.dumps(good))
     wl, q = good["workload"], good["queues"]
 
@@ -114,7 +114,7 @@ def bad(tmp_path_factory: pytest.TempPathFactory) -> Path:
     sched("kvsplits-str", workload={**wl, "kv_splits": "abc"})
     sched("fuse-str", workload={**wl, "fuse_norm": "yes"})
     sched("dtype-bad", workload={**wl, "weight_dtype": "int4"})
-    sched("gpu-profile-bad", gpu="h200+nope")
+    sched("gpu-profile-bad", gpu="h200-datasheet+nope")
     sched("policyopt-order-bad", policy_options={**good["policy_options"], "order": "random"})
     sched("policy-unknown-with-queues", policy="nonexistent")
     sched("queues-empty", queues=[])
@@ -188,13 +188,13 @@ REFUSED: list[tuple[str, list[str], str]] = [
     ("A84-hf-model-traversal", ["workload", "--model", TRAVERSAL], "no such config file"),
     ("A85-hf-model-json-suffix", ["workload", "--model", "llama-3.2-1b.json"], "no such config file"),
     # implementation profiles
-    ("A87-impl-gpu-nope", ["compare", "--gpu", "h200+nope"], "unknown implementation profile 'nope'"),
-    ("A88-impl-gpu-empty-profile", ["compare", "--gpu", "h200+"], "unknown implementation profile ''"),
+    ("A87-impl-gpu-nope", ["compare", "--gpu", "h200-datasheet+nope"], "unknown implementation profile 'nope'"),
+    ("A88-impl-gpu-empty-profile", ["compare", "--gpu", "h200-datasheet+"], "unknown implementation profile ''"),
     ("A89-impl-gpu-empty-name", ["compare", "--gpu", "+torch"], "the GPU name is empty"),
-    ("A90-impl-gpu-two-profiles", ["compare", "--gpu", "h200+torch+torch"], "profile 'torch+torch'"),
+    ("A90-impl-gpu-two-profiles", ["compare", "--gpu", "h200-datasheet+torch+torch"], "profile 'torch+torch'"),
     ("A91-impl-nope", ["compare", "--stack", "nope"], "unknown implementation profile 'nope'"),
     ("A92-impl-empty", ["compare", "--stack", ""], "unknown implementation profile ''"),
-    ("A98-impl-hw-show-empty-profile", ["hw", "show", "h200+"], "unknown implementation profile ''"),
+    ("A98-impl-hw-show-empty-profile", ["hw", "show", "h200-datasheet+"], "unknown implementation profile ''"),
     ("A99-impl-sweep-nope", ["sweep", "--batch", "1", "--impl", "nope"], "unknown implementation profile 'nope'"),
     ("A100-impl-search-nope", ["search", "--impl", "nope", "--storage", "memory", "--trials", "25"],
      "unknown implementation profile 'nope'"),
@@ -271,11 +271,11 @@ WORKS: list[Any] = [
     ("A51-hf-qwen3moe", _wl("qwen3moe")),
     ("A86-hf-model-uppercase", ["workload", "--model", "LLAMA-3.2-1B"]),
     ("A93-impl-uppercase", ["compare", "--stack", "TORCH"]),
-    ("A94-impl-gpu-and-impl", ["compare", "--gpu", "h200+torch", "--stack", "torch"]),
+    ("A94-impl-gpu-and-impl", ["compare", "--gpu", "h200-datasheet+torch", "--stack", "torch"]),
     ("A95-impl-simulate-toml", ["simulate", "--gpu", str(H200_TOML), "--impl", "torch"]),
     ("A95-impl-simulate-toml-plus", ["simulate", "--gpu", f"{H200_TOML}+torch"]),
     ("A96-impl-compare-toml", ["compare", "--gpu", str(H200_TOML), "--stack", "torch"]),
-    ("A97-impl-hw-show-profile", ["hw", "show", "h200+torch"]),
+    ("A97-impl-hw-show-profile", ["hw", "show", "h200-datasheet+torch"]),
     ("A101-impl-profile-on-a100", ["compare", "--gpu", "a100", "--stack", "mksim-fd0"]),
     ("A102-impl-mi300x-torch", ["compare", "--gpu", "mi300x", "--stack", "torch"]),
     ("A110-sched-graph-mode", _sim("graph-mode")),
@@ -348,7 +348,7 @@ def test_A77_windowed_schedule_round_trips(row: str, ) -> None:
     cfg = models.config_from_hf(_hf(model_type="qwen2", use_sliding_window=True, sliding_window=512,
                                     max_window_layers=8))
     wl = models.workload(cfg, kv_len=4096)
-    back = Schedule.from_json(build_schedule(wl, "h200", "megakernel").to_json())
+    back = Schedule.from_json(build_schedule(wl, "h200-datasheet", "megakernel").to_json())
     assert back.workload.model == cfg and back.workload.kv_bytes == wl.kv_bytes
 
 
@@ -539,7 +539,7 @@ def test_A188_worker_warps_at_import_is_one_line(row: str, ) -> None:
 @row("A190-env-columns-5")
 def test_A190_narrow_columns(row: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "5")  # the note's row pipes compare into head; a table is a table
-    code, out, err = run_cli(["hw", "show", "h200"], capsys)
+    code, out, err = run_cli(["hw", "show", "h200-datasheet"], capsys)
     assert code == 0 and "bandwidth" in out, err
 
 
@@ -548,7 +548,7 @@ def test_A191_no_color(row: str, capsys: pytest.CaptureFixture[str], monkeypatch
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("TERM", "dumb")
     code, out, _ = run_cli(["hw", "list"], capsys)
-    assert code == 0 and "h200" in out
+    assert code == 0 and "h200-datasheet" in out
 
 
 @row("A138-search-out-dev-full")
@@ -575,8 +575,8 @@ def test_A136_sweep_html_is_the_hardware_file(row: str, tmp_path: Path, capsys: 
     import mksim.report
 
     monkeypatch.setattr(mksim.report, "compare", _FakeComparison)
-    code, _, err = run_cli(["sweep", "--batch", "1", "--html", "h200"], capsys)
-    assert code == 0 and (tmp_path / "h200").stat().st_size > 0, err
+    code, _, err = run_cli(["sweep", "--batch", "1", "--html", "h200-datasheet"], capsys)
+    assert code == 0 and (tmp_path / "h200-datasheet").stat().st_size > 0, err
 
 
 def test_A183_validate_dry_run_out_warns(bad: Path, capsys: pytest.CaptureFixture[str]) -> None:

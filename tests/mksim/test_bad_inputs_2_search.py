@@ -41,7 +41,7 @@ from tests.mksim.test_bad_inputs import assert_one_line, run_cli  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 CHILD_S = 240  # a search child must end within this (a resumed search takes about 2 s alone)
 C_TABLE_REPEATS = int(os.environ.get("MKSIM_C_TABLE_REPEATS", "0"))  # the 20-in-a-row test runs when set
-SMALL_GPU = """extends = "h200"
+SMALL_GPU = """extends = "h200-datasheet"
 name = "h200-16sm"
 [chip.sm]
 count = { value = 16, source = "tests", note = "an H200 of 16 SMs: the same space, searched in a fraction of the time" }

@@ -194,7 +194,7 @@ REFUSED = [
     ("A36-model-deepseek", ["{T}", "--model", "{d}/hf-deepseek.json"], "multi-head latent attention"),
     ("A37-step-0", ["{T}", "--step", "0"], "step 0 out of range: the trace has 1 step(s)"),
     ("A38-step-99", ["{T}", "--step", "99"], "step 99 out of range"),
-    ("A39-gpu-profile", ["{T}", *M, "--gpu", "h200+nope"], "'nope'"),
+    ("A39-gpu-profile", ["{T}", *M, "--gpu", "h200-datasheet+nope"], "'nope'"),
     ("A40-dir", ["{d}/folder"], "a folder, not a regular file"),
     ("A41-symlink-loop", ["{d}/loop.json"], "a loop of symbolic links"),
     ("A42-fifo", ["{d}/fifo.json"], "a FIFO (named pipe), not a regular file; save it to a file"),

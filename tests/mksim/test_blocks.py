@@ -81,11 +81,11 @@ def test_a_registered_block_builds_the_ffn_of_every_layer(plain_mlp):
 
 def test_a_registered_block_round_trips_through_a_schedule_file(plain_mlp):
     wl = models.workload(replace(LLAMA, ffn_block="plain_mlp"), batch=2, kv_len=256)
-    s = mksim.build_schedule(wl, "h200", "graph")
+    s = mksim.build_schedule(wl, "h200-datasheet", "graph")
     assert s.workload_spec["model"]["mksim_blocks"] == {"ffn": "plain_mlp"}
     back = Schedule.from_json(s.to_json())
     assert back.workload == wl and back.workload.model.ffn_block == "plain_mlp"
-    assert "mksim_blocks" not in mksim.build_schedule(models.workload(replace(LLAMA, name="mine")), "h200",
+    assert "mksim_blocks" not in mksim.build_schedule(models.workload(replace(LLAMA, name="mine")), "h200-datasheet",
                                                        "graph").workload_spec["model"]  # defaults: no key
 
 
@@ -176,7 +176,7 @@ def test_the_search_scales_the_builders_kv_split_windows_and_prefill_included():
     import hwmodels
     from mksim.search._space import Problem
 
-    gpu = hwmodels.load("h200")
+    gpu = hwmodels.load("h200-datasheet")
 
     def splits(problem: Problem, mult: float) -> int:
         return next(op.attrs["kv_splits"] for op in problem.workload(kv_split_mult=mult).ops

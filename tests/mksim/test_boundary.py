@@ -28,7 +28,7 @@ def run(tmp_path, wl, mode, tiles=2, **opts):
 
 
 # -- the pure function -----------------------------------------------------------------------
-R = replace(rates(hwmodels.load("h200")), dram_latency_us=0.25, block_setup_us=0.5, first_load_us=1.0)
+R = replace(rates(hwmodels.load("h200-datasheet")), dram_latency_us=0.25, block_setup_us=0.5, first_load_us=1.0)
 
 
 @pytest.mark.parametrize("fresh,now,placed,cold_until,want", [
@@ -44,7 +44,7 @@ def test_first_byte(fresh, now, placed, cold_until, want):
 
 
 def test_rates_default_to_the_dram_latency_without_measured_parts():
-    base = rates(hwmodels.load("h200"))  # a datasheet file: neither key
+    base = rates(hwmodels.load("h200-datasheet"))  # a datasheet file: neither key
     assert base.block_setup_us == 0.0 and base.first_load_us == base.dram_latency_us
     cal = rates(hwmodels.load("h200-calibrated"))
     g = hwmodels.load("h200-calibrated")

@@ -30,14 +30,14 @@ def test_hw_list_shows_seven_gpus():
     r = run("hw", "list", "--json")
     assert r.returncode == 0, r.stderr
     names = {g["name"] for g in json.loads(r.stdout)}
-    assert {"a100", "h100", "h200", "b200", "mi300x", "l40s", "rtx4090"} <= names
+    assert {"a100", "h100", "h200-datasheet", "b200", "mi300x", "l40s", "rtx4090"} <= names
     table = run("hw", "list").stdout
     for name in ("a100", "mi300x", "rtx4090"):
         assert name in table
 
 
 def test_hw_show_json_has_sources():
-    r = run("hw", "show", "h200", "--json")
+    r = run("hw", "show", "h200-datasheet", "--json")
     data = json.loads(r.stdout)
     assert data["numbers"]["sm.count"] == {"value": 132, "source": "nv-h100-whitepaper"}
     assert data["sources"]["nv-h200-datasheet"]["kind"] == "datasheet"
@@ -51,7 +51,7 @@ def test_models_lists_nine():
 
 
 def test_workload_json():
-    r = run("workload", "--model", "llama-3.2-1b", "--gpu", "h200", "--json")
+    r = run("workload", "--model", "llama-3.2-1b", "--gpu", "h200-datasheet", "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["ops"] == 163 and d["tasks"] > d["ops"]
@@ -103,7 +103,7 @@ MODES = ["stream", "graph", "graph_pdl", "persistent_barrier", "megakernel"]
 
 @pytest.mark.slow
 def test_compare_json_has_every_mode_with_breakdown():
-    r = run("compare", "--model", "llama-3.2-1b", "--gpu", "h200", "--json")
+    r = run("compare", "--model", "llama-3.2-1b", "--gpu", "h200-datasheet", "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert list(d["modes"]) == MODES
@@ -112,7 +112,7 @@ def test_compare_json_has_every_mode_with_breakdown():
         assert 0 < m["hbm_util"] <= 1
         assert sum(m["breakdown_us"].values()) == pytest.approx(m["latency_us"])
     assert d["modes"]["stream"]["speedup_vs_stream"] == 1.0
-    table = run("compare", "--model", "llama-3.2-1b", "--gpu", "h200").stdout
+    table = run("compare", "--model", "llama-3.2-1b", "--gpu", "h200-datasheet").stdout
     for mode in MODES:
         assert mode in table
 
@@ -137,7 +137,8 @@ def test_simulate_trace_and_schedule_round_trip(tmp_path):
 def test_sweep_json_and_html(tmp_path):
     pytest.importorskip("plotly")
     html = tmp_path / "sweep.html"
-    r = run("sweep", "--model", "llama-3.2-1b", "--gpu", "h200", "--batch", "1,16", "--json", "--html", str(html))
+    r = run("sweep", "--model", "llama-3.2-1b", "--gpu", "h200-datasheet", "--batch", "1,16", "--json", "--html",
+            str(html))
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)["rows"]
     assert [row["batch"] for row in rows] == [1, 16]
@@ -222,7 +223,7 @@ def test_version():
     assert r.returncode == 0 and r.stdout == f"mksim {mksim.__version__}\n", r.stderr
 
 
-@pytest.mark.parametrize("args", [["hw", "show", "h200"], ["hw", "list"], ["models"],
+@pytest.mark.parametrize("args", [["hw", "show", "h200-datasheet"], ["hw", "list"], ["models"],
                                   ["workload", "-m", "llama-3.2-1b"], ["compare", "--json"]])
 def test_a_closed_pipe_ends_quietly_with_status_0(args):
     """``mksim hw show h200 | head -2``: the reader leaves early; neither an error nor a traceback."""
@@ -255,7 +256,7 @@ def test_search_says_where_it_makes_its_db_and_names_the_metrics(tmp_path):
 def test_a_trace_that_cannot_be_written_is_one_line_after_the_result():
     """/proc passes the writability check as root but refuses the file: still one line, exit 2, and the
     simulated result is printed before the failed write."""
-    r = run("simulate", "--model", "llama-3.2-1b", "--gpu", "h200", "--trace", "/proc/mksim-trace.json")
+    r = run("simulate", "--model", "llama-3.2-1b", "--gpu", "h200-datasheet", "--trace", "/proc/mksim-trace.json")
     assert r.returncode == 2
     assert r.stderr.startswith("error: --trace /proc/mksim-trace.json") and r.stderr.count("\n") == 1
     assert "Traceback" not in r.stderr

@@ -46,12 +46,12 @@ def test_parse_designs():
 
 @pytest.mark.slow  # 2.5 s of CPU
 def test_compare_workload_rows_and_json():
-    g = hwmodels.load("h200")
+    g = hwmodels.load("h200-datasheet")
     wl = make_workload("llama-3.2-1b", n_sms=g.sm.count)
     rows = compare_workload(wl, g, designs="dies")
     assert list(rows) == [*MODES, "megakernel:dies", "megakernel:die"]
     assert all(isinstance(r, ModeSummary) and len(r.op_time_us) == len(wl.ops) for r in rows.values())
     assert rows["megakernel:die"].policy == "die"
-    d = compare_modes("llama-3.2-1b", "h200", designs="dies")
+    d = compare_modes("llama-3.2-1b", "h200-datasheet", designs="dies")
     assert {m: r["latency_us"] for m, r in d["modes"].items()} == {m: r.latency_us for m, r in rows.items()}
     assert d["modes"]["graph"]["speedup_vs_stream"] == rows["stream"].latency_us / rows["graph"].latency_us

@@ -11,6 +11,7 @@ import hwmodels
 from mksim.compare import (
     TRANSFER_WIDENING,
     compare_modes,
+    family_of,
     interval_basis,
     latency_interval,
     speedup_interval,
@@ -55,16 +56,18 @@ def test_the_half_width_is_the_profiles_p90_on_its_own_gpu_and_wider_on_another(
     home = interval_basis(hwmodels.load("h200-calibrated+torch"))
     assert (home["half_width_pct"], home["transfer"]) == (p90, False) and "unvalidated" not in home["text"]
     assert interval_basis(hwmodels.load("h200-mk-kernels"))["transfer"] is False   # an overlay of h200-calibrated
-    for gpu in ("h100", "b200", "h200"):
+    for gpu in ("h100", "b200", "h200-datasheet"):
         moved = interval_basis(hwmodels.load(gpu, profile="torch"))
         assert moved["half_width_pct"] == pytest.approx(TRANSFER_WIDENING * p90) and moved["transfer"]
         assert f"a transfer to {gpu}, unvalidated" in moved["text"]
 
 
-def test_no_profile_means_no_validation_and_says_so():
+def test_no_profile_means_the_datasheet_interval_carried_over_and_says_so():
     b = interval_basis(hwmodels.load("h200-calibrated"))
-    assert b["half_width_pct"] is None and b["text"].startswith("interval unknown: no implementation profile")
-    assert interval_line(b) == b["text"]
+    ds = hwmodels.hardware_validation("h200-datasheet")
+    assert b["half_width_pct"] == ds["p90_abs_pct"] and b["transfer"]
+    assert b["text"].startswith("calibrated, unvalidated: h200-calibrated was never measured")
+    assert interval_line(b).startswith(f"90 % interval: latency / (1 ± {ds['p90_abs_pct']:.1f} %)")
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +79,10 @@ def compared():
 @pytest.mark.slow  # 2.1 s of CPU
 def test_compare_gives_every_row_and_the_stack_an_interval(compared):
     d = compared["h200-calibrated+mksim"]
-    h = d["interval"]["half_width_pct"]
-    for row in d["modes"].values():
+    rec = hwmodels.profile_info("mksim")["validation"]
+    for mode, row in d["modes"].items():
+        h = d["intervals"][family_of(mode)]["half_width_pct"]
+        assert h == rec[family_of(mode)]["p90_abs_pct"]  # each family's own record
         assert row["interval_us"] == latency_interval(row["latency_us"], h)
         assert row["interval_us"][0] < row["latency_us"] < row["interval_us"][1]
     st = d["stack"]
@@ -87,18 +92,21 @@ def test_compare_gives_every_row_and_the_stack_an_interval(compared):
     lines = render(compare_table(d)).splitlines()
     assert max(len(line) for line in lines) <= TABLE_WIDTH
     text = " ".join(lines)
-    cases = hwmodels.profile_info("mksim")["validation"]["cases"]
-    assert f"90 % interval: latency / (1 ± {h:.1f} %)" in text and f"{cases} cases measured on" in text
+    for fam in ("chain", "persistent"):
+        assert f"90 % interval: latency / (1 ± {rec[fam]['p90_abs_pct']:.1f} %)" in text
+        assert f"{rec[fam]['cases']} {'chain' if fam == 'chain' else 'persistent'}-mode" in text
 
 
-def test_compare_without_a_profile_says_the_interval_is_unknown(compared):
+def test_compare_without_a_profile_says_it_is_unvalidated(compared):
     d = compared["h200-calibrated"]
-    assert all(row["interval_us"] is None for row in d["modes"].values())
+    ds = hwmodels.hardware_validation("h200-datasheet")
+    for mode, row in d["modes"].items():
+        assert row["interval_us"] == latency_interval(row["latency_us"], ds[family_of(mode)]["p90_abs_pct"])
     st = d["stack"]
-    assert st["interval_us"] is not None and st["speedup_interval"] is None
-    assert st["verdict"].endswith("(interval unknown)")
-    assert "(interval unknown)" in stack_line(st)
-    assert "interval unknown: no implementation profile" in " ".join(render(compare_table(d)).splitlines())
+    assert st["interval_us"] is not None and st["speedup_interval"] is not None
+    assert st["verdict"] == verdict(st["megakernel_speedup"], st["speedup_interval"])
+    text = " ".join(render(compare_table(d)).splitlines())
+    assert "calibrated, unvalidated" in text and "h200-calibrated was never measured" in text
 
 
 def test_the_stack_line_says_tie():

@@ -42,7 +42,7 @@ def tiny(**kw):
 def results():
     out = {}
     for mode, pol, opts in CASES:
-        s = mksim.build_schedule(tiny(), "h200", mode, policy=pol, record=True, **dict(opts))
+        s = mksim.build_schedule(tiny(), "h200-datasheet", mode, policy=pol, record=True, **dict(opts))
         out[(mode, pol, opts)] = (s, mksim.simulate(s))
     return out
 
@@ -100,8 +100,10 @@ def test_breakdown_sums_to_latency(results, case):
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_time_is_monotone_in_bytes(case):
     mode, pol, opts = case
-    small = mksim.simulate(mksim.build_schedule(tiny(weight_dtype="fp8"), "h200", mode, policy=pol, **dict(opts)))
-    big = mksim.simulate(mksim.build_schedule(tiny(weight_dtype="bf16"), "h200", mode, policy=pol, **dict(opts)))
+    small = mksim.simulate(mksim.build_schedule(tiny(weight_dtype="fp8"), "h200-datasheet", mode, policy=pol,
+                                                **dict(opts)))
+    big = mksim.simulate(mksim.build_schedule(tiny(weight_dtype="bf16"), "h200-datasheet", mode, policy=pol,
+                                              **dict(opts)))
     assert big.latency_us >= small.latency_us
 
 
@@ -127,7 +129,7 @@ def test_schedule_json_round_trip_reproduces_latency(results):
 # -- physics -------------------------------------------------------------------------------
 def test_decode_is_never_faster_than_its_bandwidth_floor():
     for mode in MODES:
-        r = mksim.simulate(mksim.build_schedule("llama-3.2-1b", "h200", mode))
+        r = mksim.simulate(mksim.build_schedule("llama-3.2-1b", "h200-datasheet", mode))
         assert r.latency_us >= r.bandwidth_floor_us
 
 
@@ -135,8 +137,8 @@ def test_decode_is_never_faster_than_its_bandwidth_floor():
 def test_megakernel_beats_stream_at_batch_1_and_the_gap_narrows_with_batch():
     def gap(batch):
         wl = mksim.models.workload("llama-3.2-1b", batch=batch, kv_len=1024)
-        st_ = mksim.simulate(mksim.build_schedule(wl, "h200", "stream")).latency_us
-        mk = mksim.simulate(mksim.build_schedule(wl, "h200", "megakernel")).latency_us
+        st_ = mksim.simulate(mksim.build_schedule(wl, "h200-datasheet", "stream")).latency_us
+        mk = mksim.simulate(mksim.build_schedule(wl, "h200-datasheet", "megakernel")).latency_us
         return st_ / mk
 
     g1, g64 = gap(1), gap(64)

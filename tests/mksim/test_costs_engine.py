@@ -105,7 +105,7 @@ def test_chain_launches_follow_the_modes_hooks(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_without_the_timeline_every_number_is_the_same(mode):
-    s = mksim.build_schedule("llama-3.2-1b", "h200", mode)
+    s = mksim.build_schedule("llama-3.2-1b", "h200-datasheet", mode)
     full, fast = mksim.simulate(s), mksim.simulate(s, timeline=False)
     assert fast.latency_us == full.latency_us and fast.breakdown_us == full.breakdown_us
     assert fast.per_op == full.per_op and fast.dram_bytes == full.dram_bytes

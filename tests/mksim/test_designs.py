@@ -59,7 +59,7 @@ def test_sync_costs_side_by_side_on_every_gpu():
 
 def test_unknown_sync_is_one_line():
     with pytest.raises(ScheduleError, match="sync must be one of counter, flag, sentinel"):
-        mksim.build_schedule("llama-3.2-1b", "h200", "megakernel", sync="nan")
+        mksim.build_schedule("llama-3.2-1b", "h200-datasheet", "megakernel", sync="nan")
 
 
 # -- dynamic dispatch (MPK) against static queues (Hazy) -------------------------------------------

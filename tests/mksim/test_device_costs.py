@@ -181,7 +181,7 @@ def test_the_h200_with_task_costs_is_slower(tmp_path):
     # the real device functions' order of magnitude: every mode slows down, none gets faster
     p = tmp_path / "h200-costed.toml"
     p.write_text("\n".join([
-        'name = "h200-costed"', 'full_name = "test"', f'extends = "{hwmodels.load("h200").path}"',
+        'name = "h200-costed"', 'full_name = "test"', f'extends = "{hwmodels.load("h200-datasheet").path}"',
         "[runtime.kernels]",
         'matmul_task_fixed_us = { value = 1.4, source = "t" }',
         'matmul_consume_GBps = { value = 30, source = "t" }',
@@ -190,7 +190,7 @@ def test_the_h200_with_task_costs_is_slower(tmp_path):
         "[sources.t]", 'kind = "estimate"', 'title = "round numbers for tests"', ""]))
     wl = mksim.models.workload("llama-3.2-1b", batch=1, kv_len=1024)
     for mode in ("graph", "megakernel"):
-        plain = mksim.simulate(mksim.build_schedule(wl, "h200", mode)).latency_us
+        plain = mksim.simulate(mksim.build_schedule(wl, "h200-datasheet", mode)).latency_us
         costed = mksim.simulate(mksim.build_schedule(wl, str(p), mode)).latency_us
         assert costed > plain + 16 * 7  # at least one attention partial per layer on the path
 

@@ -162,7 +162,7 @@ def test_a_mode_file_dropped_into_the_modes_package_is_all_it_takes(tmp_path):
         "    def dispatch_us(self, k: int, prev_start_us: float, prev_end_us: float, r: Rates) -> float:\n"
         "        return r.launch_latency_us if k == 0 else prev_end_us\n")
     code = ("import mksim; from mksim.schedule import MODES; "
-            "g = [mksim.simulate(mksim.build_schedule('llama-3.2-1b', 'h200', m)).latency_us "
+            "g = [mksim.simulate(mksim.build_schedule('llama-3.2-1b', 'h200-datasheet', m)).latency_us "
             "for m in ('graph', 'graph_eager')]; print(MODES[-1], g[1] < g[0])")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300,
                        env={"PYTHONPATH": str(tmp_path), "PATH": ""})
@@ -179,7 +179,7 @@ def test_a_registered_design_is_in_the_search_space(lean):
     from mksim.search._space import check_designs
 
     assert check_designs("lean") == ("lean",)
-    gpu = mksim.build_schedule("llama-3.2-1b", "h200", "graph").gpu
+    gpu = mksim.build_schedule("llama-3.2-1b", "h200-datasheet", "graph").gpu
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     for _ in range(20):  # the first random draw that fits in shared memory
         try:
@@ -267,7 +267,7 @@ def test_a_design_dropped_in_is_three_files(tmp_path):
         from mksim.search import suggest
         lat = {}
         for cap in (0.0, 10.0):
-            s = mksim.build_schedule("llama-3.2-1b", "h200", "megakernel", loader_cap_GBps=cap)
+            s = mksim.build_schedule("llama-3.2-1b", "h200-datasheet", "megakernel", loader_cap_GBps=cap)
             res = mksim.simulate(s, timeline=False)
             lat[cap] = res.latency_us
         print(design_names()[-1], lat[10.0] > 2 * lat[0.0], res.to_dict()["capped"])

@@ -142,7 +142,7 @@ def test_rope_is_not_fused_with_q_k_norms():
 
 def test_schedule_files_keep_the_fusions():
     wl = models.workload("llama-3.2-1b", fuse_rope=True, fuse_silu=True, fuse_reduce=True)
-    s = mksim.build_schedule(wl, "h200", "megakernel")
+    s = mksim.build_schedule(wl, "h200-datasheet", "megakernel")
     assert all(s.workload_spec[k] is True for k in ("fuse_rope", "fuse_silu", "fuse_reduce"))
     back = Schedule.from_json(s.to_json())
     assert back.workload == wl and back.queues == s.queues

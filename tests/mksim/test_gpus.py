@@ -31,7 +31,7 @@ def _compared(name: str) -> dict:
 
 #: the GPUs whose comparison the quick loop (-m "not slow") runs: the main job's, and one without PDL; the
 #: others (about 1 s of CPU each) run in the whole suite
-QUICK_GPUS = ("h200", "l40s")
+QUICK_GPUS = ("h200-datasheet", "l40s")
 
 
 @pytest.fixture(scope="module", params=[n if n in QUICK_GPUS else pytest.param(n, marks=pytest.mark.slow)
@@ -76,12 +76,13 @@ def test_graph_pdl_on_amd_says_hip_has_none():
 
 
 def test_a_schedule_file_of_graph_pdl_for_a_gpu_without_pdl_is_refused():
-    text = mksim.build_schedule("llama-3.2-1b", "h200", "graph_pdl").to_json().replace('"gpu":"h200"', '"gpu":"l40s"')
+    text = mksim.build_schedule("llama-3.2-1b", "h200-datasheet",
+                                "graph_pdl").to_json().replace('"gpu":"h200-datasheet"', '"gpu":"l40s"')
     with pytest.raises(ScheduleError, match="mode graph_pdl: l40s has no programmatic dependent launch"):
         Schedule.from_json(text)
 
 
-@pytest.mark.parametrize("name,depth", [("l40s", 2), ("rtx4090", 2), ("mi300x", 1), ("h200", 4), ("a100", 4)])
+@pytest.mark.parametrize("name,depth", [("l40s", 2), ("rtx4090", 2), ("mi300x", 1), ("h200-datasheet", 4), ("a100", 4)])
 def test_the_default_prefetch_depth_fits_the_shared_memory(name, depth):
     s = mksim.build_schedule("llama-3.2-1b", name, "megakernel")
     assert s.options.prefetch_depth == depth
@@ -109,7 +110,7 @@ def _render(d, width=80) -> str:
 
 
 def test_the_main_jobs_table_reads_well_at_80_columns():
-    d = _compared("h200")
+    d = _compared("h200-datasheet")
     for width in (80, 160):  # a terminal 80 wide, and a pipe (mksim.console's 160)
         text = _render(d, width)
         lines = text.splitlines()
@@ -127,7 +128,7 @@ def test_a_search_never_picks_a_mode_the_gpu_lacks():
     from mksim.search import baseline_params
     from mksim.search._space import chain_modes
 
-    assert chain_modes(hwmodels.load("h200")) == ("graph_pdl", "graph")
+    assert chain_modes(hwmodels.load("h200-datasheet")) == ("graph_pdl", "graph")
     for name in sorted(NO_PDL) + ["mi300x"]:
         g = hwmodels.load(name)
         assert chain_modes(g) == ("graph",)
@@ -173,7 +174,7 @@ def _mksim(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow  # 1.7 s of CPU
 def test_the_main_job_through_a_pipe_fits_80_columns():
-    r = _mksim("compare", "--model", "llama-3.2-1b", "--gpu", "h200")
+    r = _mksim("compare", "--model", "llama-3.2-1b", "--gpu", "h200-datasheet")
     assert r.returncode == 0, r.stderr
     assert max(map(len, r.stdout.splitlines())) <= 80
     for mode in MODES:
@@ -193,7 +194,7 @@ def test_designs_all_leaves_out_a_design_the_gpu_cannot_have():
 
     from mksim.compare import absent_rows, compare_workload, make_workload
 
-    h = hwmodels.load("h200")
+    h = hwmodels.load("h200-datasheet")
     g = replace(h, name="no-movement", movement=replace(h.movement, mma_latency_ns=None))
     rows = compare_workload(make_workload("llama-3.2-1b", n_sms=g.sm.count), g, designs="all")
     assert "megakernel:native" not in rows and "megakernel:sentinel" in rows

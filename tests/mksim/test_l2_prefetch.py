@@ -89,10 +89,10 @@ def test_a_lead_smaller_than_m_leaves_the_rest_to_dram(tmp_path):
 ])
 def test_the_prefetcher_needs_static_queues(mode, opts, msg):
     with pytest.raises(ScheduleError, match=msg) as exc:
-        mksim.build_schedule("llama-3.2-1b", "h200", mode, l2_prefetch_KiB=256, **opts)
+        mksim.build_schedule("llama-3.2-1b", "h200-datasheet", mode, l2_prefetch_KiB=256, **opts)
     assert "\n" not in str(exc.value)
 
 
 def test_a_negative_lead_is_refused():
     with pytest.raises(ScheduleError, match="l2_prefetch_KiB must be >= 0, got -1"):
-        mksim.build_schedule("llama-3.2-1b", "h200", "megakernel", l2_prefetch_KiB=-1)
+        mksim.build_schedule("llama-3.2-1b", "h200-datasheet", "megakernel", l2_prefetch_KiB=-1)

@@ -84,7 +84,7 @@ def test_a_sync_under_load_takes_its_share_of_the_queueing_delay():
     extra = costs.sync_load_us(t, R)
     assert extra == pytest.approx(R.sync_load_share * (costs.loaded_latency_us(t, R) - R.stream_latency_us))
     assert costs.sync_load_us(0.0, R) == 0.0
-    assert costs.sync_load_us(t, costs.rates(hwmodels.load("h200"))) == 0.0  # a datasheet file: unmeasured
+    assert costs.sync_load_us(t, costs.rates(hwmodels.load("h200-datasheet"))) == 0.0  # a datasheet file: unmeasured
 
 
 def test_the_engine_charges_the_sync_load(monkeypatch):
@@ -102,7 +102,7 @@ def _chain(n: int = 8, nbytes: float = 4e6) -> Workload:
     return Workload(name="chain", ops=ops, tokens=1)
 
 
-def _lat(mode: str, gpu: str = "h200", **opts) -> float:
+def _lat(mode: str, gpu: str = "h200-datasheet", **opts) -> float:
     s = mksim.build_schedule(_chain(), gpu, mode, tasks_per_sm=1.0, blocks_per_sm=2, **opts)
     return mksim.simulate(s, timeline=False).latency_us
 
@@ -110,7 +110,7 @@ def _lat(mode: str, gpu: str = "h200", **opts) -> float:
 def test_a_trigger_never_saves_only_the_node_interval():
     """With the trigger never called, kernel k is placed and released at kernel k-1's end + the
     PDL node interval: the chain differs from a plain graph by the two node intervals, per kernel."""
-    g = hwmodels.load("h200")
+    g = hwmodels.load("h200-datasheet")
     diff = _lat("graph") - _lat("graph_pdl", pdl_trigger="never", prefetch_depth=0)
     assert diff == pytest.approx(7 * (g.launch.graph_node_us - g.launch.pdl_node_us), rel=1e-6)
 
@@ -124,7 +124,7 @@ def test_an_early_trigger_overlaps_more_than_a_late_one():
 
 def test_an_unknown_trigger_is_one_line():
     with pytest.raises(MksimError, match="pdl_trigger must be one of early, late, never"):
-        mksim.build_schedule("llama-3.2-1b", "h200", "graph_pdl", pdl_trigger="sometimes")
+        mksim.build_schedule("llama-3.2-1b", "h200-datasheet", "graph_pdl", pdl_trigger="sometimes")
 
 
 # -- implementation profiles -------------------------------------------------------------------------
@@ -152,7 +152,7 @@ def test_a_profile_moves_to_another_gpu_by_the_clock():
 
 def test_an_unknown_profile_is_one_line():
     with pytest.raises(MksimError, match="unknown implementation profile 'cudnn'"):
-        hwmodels.load("h200+cudnn")
+        hwmodels.load("h200-datasheet+cudnn")
 
 
 def test_without_a_profile_no_kind_has_task_costs():
@@ -187,6 +187,6 @@ def test_impl_on_the_command_line(capsys):
     want = mksim.simulate(mksim.build_schedule("llama-3.2-1b", "h200-calibrated+torch", "graph"), timeline=False)
     assert got["latency_us"] == pytest.approx(want.latency_us)
     with pytest.raises(SystemExit) as e:
-        main(["simulate", "--gpu", "h200+mksim", "--impl", "torch"])
+        main(["simulate", "--gpu", "h200-datasheet+mksim", "--impl", "torch"])
     assert e.value.code == 2
     assert capsys.readouterr().err.strip().startswith("error: --gpu h200+mksim already names a profile")

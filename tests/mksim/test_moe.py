@@ -128,7 +128,7 @@ def test_config_import(model_type):
     wl = models.workload(cfg, batch=3)
     names = {op.name for op in wl.ops}
     assert ("L1.shared_gate" in names) == (model_type == "qwen2_moe") == ("L1.shared_down" in names)
-    back = Schedule.from_json(mksim.build_schedule(wl, "h200", "graph").to_json())  # an imported MoE config
+    back = Schedule.from_json(mksim.build_schedule(wl, "h200-datasheet", "graph").to_json())  # an imported MoE config
     assert back.workload == wl and back.workload.model == cfg  # round-trips through a schedule file
 
 
@@ -148,14 +148,14 @@ def test_routing_travels_with_the_step():
     assert a.name == "tiny-moe decode b8 kv1024 routing=zipf:1.5 seed2"
     assert a == models.workload(cfg, batch=8, routing="zipf:1.5", routing_seed=2)  # deterministic
     assert [r.experts for r in a.routing] != [r.experts for r in models.workload(cfg, batch=8).routing]
-    back = Schedule.from_json(mksim.build_schedule(a, "h200", "megakernel").to_json())
+    back = Schedule.from_json(mksim.build_schedule(a, "h200-datasheet", "megakernel").to_json())
     assert back.workload == a and back.workload.step.routing == "zipf:1.5"
     with pytest.raises(WorkloadError, match="llama-3.2-1b has no experts: routing 'zipf:1.2' applies to mixture"):
         models.workload("llama-3.2-1b", routing="zipf:1.2")
 
 
 def test_every_mode_simulates_an_moe_step():
-    c = compare(Step(_cfg(), batch=4), "h200", designs="all")
+    c = compare(Step(_cfg(), batch=4), "h200-datasheet", designs="all")
     assert set(MODES) <= set(c.results)
     lat = {k: r.latency_us for k, r in c.results.items()}
     assert all(0 < v < 1e4 for v in lat.values()), lat
@@ -165,7 +165,7 @@ def test_every_mode_simulates_an_moe_step():
 @pytest.mark.slow  # about 30 s each: 48 layers, every mode and design
 @pytest.mark.parametrize("batch", [1, 8])
 def test_qwen3_30b_a3b_in_every_mode(batch):
-    c = compare(Step("qwen3-30b-a3b", batch=batch), "h200", designs="all")
+    c = compare(Step("qwen3-30b-a3b", batch=batch), "h200-datasheet", designs="all")
     lat = {k: r.latency_us for k, r in c.results.items()}
     floor = c.workload.bandwidth_floor_us(4.8e12)
     assert set(MODES) <= set(lat) and all(floor < v < 5 * floor for v in lat.values()), (floor, lat)

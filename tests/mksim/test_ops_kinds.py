@@ -73,8 +73,8 @@ def test_logit_softcap_adds_one_op_after_the_lm_head():
     assert (op.kind, op.unit, op.out_size, op.attrs) == ("softcap", "vector", 128256, {"rows": 2, "cap": 30.0})
     assert op.inputs[0].op == "lm_head" and op.flops == 3.0 * 2 * 128256
     for mode in ("graph", "megakernel"):  # costs what its bytes and FLOPs do: a little, not nothing
-        a = mksim.simulate(mksim.build_schedule(plain, "h200", mode)).latency_us
-        b = mksim.simulate(mksim.build_schedule(capped, "h200", mode)).latency_us
+        a = mksim.simulate(mksim.build_schedule(plain, "h200-datasheet", mode)).latency_us
+        b = mksim.simulate(mksim.build_schedule(capped, "h200-datasheet", mode)).latency_us
         assert a < b < a + 20
 
 
@@ -92,7 +92,7 @@ def test_a_workload_option_round_trips_through_a_schedule_file():
     from mksim.schedule import Schedule
 
     wl = mksim.models.workload("llama-3.2-1b", logit_softcap=30.0)
-    s = mksim.build_schedule(wl, "h200", "graph")
+    s = mksim.build_schedule(wl, "h200-datasheet", "graph")
     back = Schedule.from_json(s.to_json())
     assert back.workload == wl and back.workload.ops[-1].kind == "softcap"
     assert mksim.models.workload("llama-3.2-1b").options == ()

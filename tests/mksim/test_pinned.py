@@ -12,11 +12,11 @@ import mksim
 from mksim.schedule import MODES
 
 BEFORE = {  # llama-3.2-1b, batch 1, KV 1024, µs
-    ("h200", "stream"): 862.769687111108,
-    ("h200", "graph"): 861.672247111108,
-    ("h200", "graph_pdl"): 592.8450498721633,
-    ("h200", "persistent_barrier"): 894.0722471111095,
-    ("h200", "megakernel"): 622.4514871891481,
+    ("h200-datasheet", "stream"): 862.769687111108,
+    ("h200-datasheet", "graph"): 861.672247111108,
+    ("h200-datasheet", "graph_pdl"): 592.8450498721633,
+    ("h200-datasheet", "persistent_barrier"): 894.0722471111095,
+    ("h200-datasheet", "megakernel"): 622.4514871891481,
     ("b200", "graph_pdl"): 403.9629284520375,
     ("b200", "megakernel"): 477.88692567351404,
     ("b200", "persistent_barrier"): 744.2711943788643,

@@ -20,7 +20,7 @@ from mksim.search._report import candidate_rows, report_rows  # noqa: E402
 from tests.clirun import mksim  # noqa: E402
 from tests.mksim.searchkit import count, small_gpu  # noqa: E402
 
-N_BASE = len(baseline_params(hwmodels.load("h200")))
+N_BASE = len(baseline_params(hwmodels.load("h200-datasheet")))
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -73,7 +73,7 @@ def test_seeded_search_is_deterministic(seeded, gpu, tmp_path):
 
 
 def test_shared_memory_overflow_is_pruned_with_its_reason():
-    gpu = hwmodels.load("h200")
+    gpu = hwmodels.load("h200-datasheet")
     params = {"mode": "megakernel", "policy": "rr", "order": "op", "page_KiB": 64, "prefetch_depth": 12,
               "sync": "counter", "fuse_norm": False, "split_qkv": False, "split_gate_up": False,
               "fuse_rope": False, "fuse_silu": False, "l2_prefetch_KiB": 0.0, "kv_split_mult": 1.0, "grain_small": 1.0,
@@ -88,7 +88,7 @@ def test_shared_memory_overflow_is_pruned_with_its_reason():
 
 
 def test_grain_choices_change_the_tiling():
-    gpu = hwmodels.load("h200")
+    gpu = hwmodels.load("h200-datasheet")
     p = {"mode": "megakernel", "policy": "dag", "order": "op", "dag_sync_scale": 1.0, "page_KiB": 32,
          "prefetch_depth": 4, "sync": "flag", "fuse_norm": False, "split_qkv": False, "split_gate_up": False,
          "fuse_rope": False, "fuse_silu": False, "l2_prefetch_KiB": 0.0,
@@ -107,7 +107,7 @@ def test_grain_choices_change_the_tiling():
 
 
 def test_fused_candidates_drop_the_norm_rope_and_silu_ops():
-    gpu = hwmodels.load("h200")
+    gpu = hwmodels.load("h200-datasheet")
     params = baseline_params(gpu)
     fused = build(suggest(optuna.trial.FixedTrial(params["graph_pdl:fused"]), gpu, "graph_pdl"),
                   Problem("llama-3.2-1b", gpu))
@@ -122,7 +122,7 @@ def test_fused_candidates_drop_the_norm_rope_and_silu_ops():
 def test_epilogue_fusions_need_the_fused_projections_and_prune_what_a_model_cannot_take():
     from mksim.errors import ScheduleError
 
-    gpu = hwmodels.load("h200")
+    gpu = hwmodels.load("h200-datasheet")
     p = {**baseline_params(gpu)["megakernel:rr"], "split_qkv": True, "split_gate_up": True}
     del p["fuse_rope"], p["fuse_silu"]  # not asked with split projections
     c = suggest(optuna.trial.FixedTrial(p), gpu)
@@ -134,7 +134,7 @@ def test_epilogue_fusions_need_the_fused_projections_and_prune_what_a_model_cann
 
 
 def test_split_projections_interleave_under_level_order():
-    gpu = hwmodels.load("h200")
+    gpu = hwmodels.load("h200-datasheet")
     p = {**baseline_params(gpu)["megakernel:rr"], "order": "level", "split_qkv": True, "split_gate_up": True}
     s = build(suggest(optuna.trial.FixedTrial(p), gpu), Problem("llama-3.2-1b", gpu))
     assert s.policy_options == {"order": "level"}
@@ -256,7 +256,7 @@ def test_two_workers_fill_one_postgresql_study():
 def test_a_study_from_another_search_space_is_refused_in_one_line(tmp_path):
     url = f"sqlite:///{tmp_path}/old.db"
     st = optuna.create_study(study_name="old", storage=url)
-    st.set_user_attr("problem", {"model": "llama-3.2-1b", "gpu": "h200", "batch": 1, "kv_len": 1024,
+    st.set_user_attr("problem", {"model": "llama-3.2-1b", "gpu": "h200-datasheet", "batch": 1, "kv_len": 1024,
                                  "phase": "decode", "objectives": ["latency"]})
     r = cli("search", "--storage", url, "--study", "old", "--trials", "30")
     assert r.returncode == 2 and "another version of the search space" in r.stderr

@@ -9,7 +9,7 @@ import mksim
 
 @pytest.fixture(scope="module", params=["graph", "megakernel"])
 def trace(request, tmp_path_factory):
-    res = mksim.simulate(mksim.build_schedule("llama-3.2-1b", "h200", request.param))
+    res = mksim.simulate(mksim.build_schedule("llama-3.2-1b", "h200-datasheet", request.param))
     path = res.to_perfetto(tmp_path_factory.mktemp("trace") / "t.json")
     return res, json.loads(path.read_text())  # valid JSON
 
@@ -68,6 +68,6 @@ def test_hbm_counter(trace):
 
 
 def test_no_counter_without_log(tmp_path):
-    res = mksim.simulate(mksim.build_schedule("llama-3.2-1b", "h200", "graph"), timeline=False)
+    res = mksim.simulate(mksim.build_schedule("llama-3.2-1b", "h200-datasheet", "graph"), timeline=False)
     ev = json.loads(res.to_perfetto(tmp_path / "t.json").read_text())["traceEvents"]
     assert not [e for e in ev if e["ph"] in "XC"]

@@ -43,7 +43,7 @@ def synthetic_raw(seed: int = 0, scale: float = 1.0) -> dict:
     sizes = [64 << 10, 1 << 20, 16 << 20, 256 << 20]
     return {
         "meta": {"device": "NVIDIA H200", "sms": 132, "l2_bytes": 60 << 20, "cc": "9.0", "driver_version": 13000,
-                 "runtime_version": 13000, "quick": False, "base": "h200", "date": "2026-11-29T20:00:00Z",
+                 "runtime_version": 13000, "quick": False, "base": "h200-datasheet", "date": "2026-11-29T20:00:00Z",
                  "driver": "580.159.04, CUDA 13.0"},
         "memory": {"read_bytes": 2 << 30, "read_us": noisy(us(2 << 30, T["read_GBps"]), rng),
                    "copy_bytes": 2 << 30, "copy_us": noisy(us(2 << 30, T["copy_GBps"]), rng),
@@ -88,7 +88,7 @@ def synthetic_parts(node=0.6, pdl_node=0.65, start=3.0, setup=0.3, first=0.6, re
         extra = setup + first if mode == "graph" else first
         rows.append({"part": "read", "kernel": "read_nowrite", "chain": 16, "mode": mode, "bytes": 65536,
                      "threads": 512, "us": noisy(base + extra, rng, 11, 0.002)})
-    return {"meta": {"device": "NVIDIA H200", "sms": 132, "base": "h200", "host": "machine t",
+    return {"meta": {"device": "NVIDIA H200", "sms": 132, "base": "h200-datasheet", "host": "machine t",
                      "date": "2026-11-29T22:00:00Z"}, "boundary_parts": {"device": "NVIDIA H200", "rows": rows}}
 
 
@@ -220,13 +220,13 @@ def test_combine_takes_mean_and_reports_run_to_run_spread():
 
 def test_overlay_loads_as_a_measured_model_that_extends_the_base(tmp_path):
     ps, _ = params(synthetic_raw(), 4800.0)
-    text = overlay_text(ps, base="h200", name="h200-test", full_name="NVIDIA H200 (calibrated)",
+    text = overlay_text(ps, base="h200-datasheet", name="h200-test", full_name="NVIDIA H200 (calibrated)",
                         device="NVIDIA H200", driver="580.159.04", date="2026-11-29", raw_files=["r.raw.json"])
     path = tmp_path / "h200-test.toml"
     path.write_text(text)
     g = hwmodels.load(path)
-    base = hwmodels.load("h200")
-    assert g.name == "h200-test" and g.extends == "h200"
+    base = hwmodels.load("h200-datasheet")
+    assert g.name == "h200-test" and g.extends == "h200-datasheet"
     assert g.dram.latency_ns == pytest.approx(TRUTH["dram_ns"], rel=0.02)
     assert g.launch.stream_gap_us == pytest.approx(TRUTH["gap_us"], rel=0.02)
     assert g.source_of("dram.latency_ns").kind == "measured"
@@ -235,7 +235,7 @@ def test_overlay_loads_as_a_measured_model_that_extends_the_base(tmp_path):
 
 
 def test_base_model_from_device_name():
-    assert base_model("NVIDIA H200") == "h200"
+    assert base_model("NVIDIA H200") == "h200-datasheet"
     assert base_model("NVIDIA H100 80GB HBM3") == "h100"
     with pytest.raises(Exception, match="--base"):
         base_model("Some Future GPU")
@@ -256,7 +256,7 @@ def test_cli_fits_saved_runs_without_a_gpu(tmp_path):
     assert set(got["run_to_run"]) == set(got["params"])
     assert hwmodels.load(out).launch.graph_node_us == pytest.approx(TRUTH["graph_us"], rel=0.02)
     summary = json.loads((tmp_path / "h200-cal.fits.json").read_text())
-    assert summary["datasheet"]["memory.dram.latency_ns"] == hwmodels.load("h200").dram.latency_ns
+    assert summary["datasheet"]["memory.dram.latency_ns"] == hwmodels.load("h200-datasheet").dram.latency_ns
     # the simulator takes the calibrated model by path
     r = clirun.mksim("simulate", "--model", "llama-3.2-1b", "--gpu", str(out), "--mode", "graph", "--json")
     assert r.returncode == 0, r.stderr

@@ -13,7 +13,7 @@ from mksim.errors import MksimError
 from validation import kernel_costs as kc
 
 ROOT = Path(__file__).resolve().parents[2]
-MEASURED = ROOT / "validation" / "results" / "h200" / "measured.json"
+MEASURED = ROOT / "validation" / "results" / "h200-datasheet" / "measured.json"
 
 
 def rec(kind: str, B: float, us: float, batch: int = 1, op: str | None = None, **kw) -> dict:
@@ -192,7 +192,7 @@ def test_cli_writes_a_fragment_the_calibrated_overlay_takes(tmp_path, monkeypatc
     res = mksim.simulate(mksim.build_schedule(wl, g, "megakernel"))
     assert res.latency_us > res.bandwidth_floor_us + 16 * 7  # an attention partial per layer, at least
     import hwmodels.docs as docs
-    monkeypatch.setattr(docs, "available", lambda: ["h200", str(tmp_path / "h200-costed.toml")])
+    monkeypatch.setattr(docs, "available", lambda: ["h200-datasheet", str(tmp_path / "h200-costed.toml")])
     page = docs.render()
     assert "| `kernels.matmul.consume_GBps` | GB/s (1e9 B/s) | – | 30 [" in page
 

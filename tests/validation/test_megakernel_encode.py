@@ -15,7 +15,7 @@ from . import nvcc_builds
 
 @pytest.mark.parametrize("policy,sync", [("dag", "counter"), ("rr", "flag"), ("pool", "counter")])
 def test_encode_decode_round_trip(policy, sync):
-    s = mksim.build_schedule("llama-3.2-1b", "h200", "megakernel", policy=policy, sync=sync)
+    s = mksim.build_schedule("llama-3.2-1b", "h200-datasheet", "megakernel", policy=policy, sync=sync)
     prog = encode(s)
     queues, deps = decode(prog)
     assert queues == s.queues
@@ -27,7 +27,7 @@ def test_encode_decode_round_trip(policy, sync):
 
 
 def test_rows_carry_the_tile_and_what_it_streams():
-    s = mksim.build_schedule("llama-3.2-1b", "h200", "megakernel")
+    s = mksim.build_schedule("llama-3.2-1b", "h200-datasheet", "megakernel")
     prog = encode(s)
     g = s.graph
     for row, t in zip(prog.tasks[:500].tolist(), prog.task_id[:500].tolist(), strict=True):
@@ -43,7 +43,7 @@ def test_rows_carry_the_tile_and_what_it_streams():
 
 
 def test_chain_modes_have_no_queues_to_encode():
-    s = mksim.build_schedule("llama-3.2-1b", "h200", "graph")
+    s = mksim.build_schedule("llama-3.2-1b", "h200-datasheet", "graph")
     with pytest.raises(ScheduleError, match="no per-SM queues"):
         encode(s)
 
@@ -51,7 +51,7 @@ def test_chain_modes_have_no_queues_to_encode():
 def test_chain_tables_list_every_task_in_id_order():
     from validation.megakernel.encode import encode_queues
 
-    s = mksim.build_schedule("llama-3.2-1b", "h200", "graph")
+    s = mksim.build_schedule("llama-3.2-1b", "h200-datasheet", "graph")
     prog = encode_queues(s.graph, [list(range(len(s.graph)))])
     assert prog.task_id.tolist() == list(range(len(s.graph)))
     assert list(prog.op_tiles) == [int(n) for n in s.graph.n_tiles]

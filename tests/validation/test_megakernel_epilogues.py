@@ -29,7 +29,7 @@ FUSED = {"fuse_rope": True, "fuse_silu": True}
 def _plan(tiles: int | None = None, mode: str = "megakernel", batch: int = 2, **kw):
     wl = build_llm_workload(TINY, batch=batch, kv_len=70, n_sms=8, kv_splits=3, **kw)
     tiling = Tiling(default=tiles, per_kind={"attn_partial": 0, "attn_reduce": 0}) if tiles else None
-    return P.plan(mksim.build_schedule(wl, "h200", mode, blocks_per_sm=1, tiling=tiling))
+    return P.plan(mksim.build_schedule(wl, "h200-datasheet", mode, blocks_per_sm=1, tiling=tiling))
 
 
 
@@ -106,7 +106,7 @@ def test_the_option_bits_match_the_cuda_defines():
 
 def test_an_epilogue_off_the_tensor_cores_is_refused_in_one_line():
     wl = build_llm_workload(TINY, batch=1, kv_len=70, n_sms=8, fuse_silu=True)
-    s = mksim.build_schedule(wl, "h200", "megakernel", blocks_per_sm=1, page_KiB=2.5)
+    s = mksim.build_schedule(wl, "h200-datasheet", "megakernel", blocks_per_sm=1, page_KiB=2.5)
     with pytest.raises(ScheduleError, match="fused silu_mul epilogue runs on the tensor-core matmul only") as exc:
         P.plan(s)
     assert "\n" not in str(exc.value)

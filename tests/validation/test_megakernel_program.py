@@ -107,7 +107,7 @@ TINY = ModelConfig(name="tiny", hidden_size=256, intermediate_size=512, num_laye
 
 def _tiny(mode="megakernel", batch=2, **kw):
     wl = build_llm_workload(TINY, batch=batch, kv_len=70, n_sms=8, kv_splits=3, **kw)
-    return P.plan(mksim.build_schedule(wl, "h200", mode, blocks_per_sm=1))
+    return P.plan(mksim.build_schedule(wl, "h200-datasheet", mode, blocks_per_sm=1))
 
 
 
@@ -332,7 +332,8 @@ def test_every_tensor_core_matmul_has_the_row_group_slots_it_needs(model, batch)
         depth = min(2, (227 - opts["smem_reserve_KiB"]) // page_KiB)
         if depth < 1:
             continue
-        s = mksim.build_schedule(wl, "h200", "megakernel", **(opts | {"page_KiB": page_KiB, "prefetch_depth": depth}))
+        s = mksim.build_schedule(wl, "h200-datasheet", "megakernel", **(opts | {"page_KiB": page_KiB,
+                                                                                "prefetch_depth": depth}))
         plan = P.plan(s)
         slot_B = P.CONSUMERS * 16 * batch * 4
         for r in plan.ops:
@@ -343,12 +344,13 @@ def test_every_tensor_core_matmul_has_the_row_group_slots_it_needs(model, batch)
 
 def test_llama_matmuls_run_on_the_tensor_cores():
     wl = mksim.models.workload("llama-3.2-1b", batch=1, kv_len=128)
-    s = mksim.build_schedule(wl, "h200", "megakernel", **P.kernel_options("llama-3.2-1b", 1))
+    s = mksim.build_schedule(wl, "h200-datasheet", "megakernel", **P.kernel_options("llama-3.2-1b", 1))
     plan = P.plan(s)
     mm = [r for r, op in zip(plan.ops, wl.ops, strict=True) if op.kind == "matmul"]
     assert mm and all(r["opt"] & P.OPT_MMA for r in mm)
     assert all(plan.buffers[r["W"]].layout == "mma" for r in mm)
-    s2 = mksim.build_schedule(wl, "h200", "megakernel", **(P.kernel_options("llama-3.2-1b", 1) | {"page_KiB": 2.5}))
+    s2 = mksim.build_schedule(wl, "h200-datasheet", "megakernel", **(P.kernel_options("llama-3.2-1b",
+                                                                                      1) | {"page_KiB": 2.5}))
     assert not any(r["opt"] & P.OPT_MMA for r, op in zip(P.plan(s2).ops, wl.ops, strict=True) if op.kind == "matmul")
 
 
@@ -399,7 +401,7 @@ def test_a_kind_without_a_device_function_is_refused_in_one_line():
     wl = Workload(name="x", ops=(*wl.ops, extra), tokens=1, batch=1, kv_len=70, model=TINY)
     with pytest.raises(ScheduleError, match="no device function for op kind 'elementwise'; the generated "
                                             "kernel runs embed, rmsnorm") as exc:
-        P.plan(mksim.build_schedule(wl, "h200", "megakernel", blocks_per_sm=1))
+        P.plan(mksim.build_schedule(wl, "h200-datasheet", "megakernel", blocks_per_sm=1))
     assert "\n" not in str(exc.value)
 
 
@@ -446,7 +448,7 @@ def test_the_l2_prefetchers_lead_reaches_the_kernels_parameters():
     warp is one of the block's threads (MK_THREADS)."""
     wl = build_llm_workload(TINY, batch=2, kv_len=70, n_sms=8, kv_splits=3)
     for mode in ("megakernel", "persistent_barrier"):
-        plan = P.plan(mksim.build_schedule(wl, "h200", mode, blocks_per_sm=1, l2_prefetch_KiB=256))
+        plan = P.plan(mksim.build_schedule(wl, "h200-datasheet", mode, blocks_per_sm=1, l2_prefetch_KiB=256))
         assert plan.l2_lead_B == 256 * 1024
     assert _tiny().l2_lead_B == 0
     assert "l2_lead_B" in P.PARAM_INT_FIELDS and P.THREADS == (P.CONSUMERS + 4) * 32

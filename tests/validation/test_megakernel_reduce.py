@@ -29,7 +29,7 @@ Q, G, D = 8 * 64, 4, 64
 
 def _plan(batch: int = 2, splits: int = 3, mode: str = "megakernel", **kw):
     wl = build_llm_workload(TINY, batch=batch, kv_len=70, n_sms=8, kv_splits=splits, **kw)
-    return P.plan(mksim.build_schedule(wl, "h200", mode, blocks_per_sm=1))
+    return P.plan(mksim.build_schedule(wl, "h200-datasheet", mode, blocks_per_sm=1))
 
 
 
@@ -74,7 +74,7 @@ def test_the_option_bit_matches_the_cuda_define_and_every_loader_merges():
 ])
 def test_what_the_merge_cannot_run_is_refused_in_one_line(attr, value, msg):
     wl = build_llm_workload(TINY, batch=1, kv_len=70, n_sms=8, kv_splits=3, fuse_reduce=True)
-    s = mksim.build_schedule(wl, "h200", "megakernel", blocks_per_sm=1)
+    s = mksim.build_schedule(wl, "h200-datasheet", "megakernel", blocks_per_sm=1)
     s.workload.ops[wl.index["L0.o_proj"]].attrs[attr] = value  # attrs are the encoder's to read
     with pytest.raises(ScheduleError, match=f"op L0.o_proj: .*{msg}") as exc:
         P.plan(s)

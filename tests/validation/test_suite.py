@@ -389,7 +389,7 @@ def test_kendall_tau_b_matches_scipy_on_ties():
             assert got == pytest.approx(want, abs=1e-12)
 
 
-@pytest.mark.parametrize("name", ["h200", "h200-heldout"])
+@pytest.mark.parametrize("name", ["h200-datasheet", "h200-heldout"])
 def test_committed_kendall_tau_recomputes_exactly_and_agrees_with_scipy(name):
     path = ROOT / "validation" / "results" / name / "summary.json"
     if not path.is_file():
@@ -672,7 +672,7 @@ REPORT_H200 = ("mksim validate report validation/results/h200 --docs docs/valida
 
 
 def test_docs_results_table_is_current():
-    summary = ROOT / "validation" / "results" / "h200" / "summary.json"
+    summary = ROOT / "validation" / "results" / "h200-datasheet" / "summary.json"
     if not summary.is_file():
         pytest.skip("the suite has not run on the H200 yet")
     assert _between(PAGE.read_text(), vs.DOCS_BEGIN, vs.DOCS_END) == vs.markdown_table(

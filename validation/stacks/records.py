@@ -19,6 +19,20 @@ the committed summaries, never by hand (``--check`` only says whether they are c
   ``validation/results/h200-mechanisms/summary.json`` (fitted to single kernels, never to chains);
 - ``cublas``: the chains of cuBLAS kernels in ``validation/results/h200-mechanisms/summary.json``.
 
+A record may hold a sub-table per family of modes (``[validation.chain]``: stream, graph, graph_pdl;
+``[validation.persistent]``: persistent_barrier and the megakernel's schedules), which
+``mksim.compare.interval_basis`` takes for that family's rows:
+
+- ``mksim``: the validation suite on our H200 (``validation/results/h200/summary.json``: 40 whole
+  steps of llama-3.2-1b and llama-3.1-8b in every mode, predicted with ``h200-mk-kernels``, today's
+  ``h200``); the profile was fitted to single ops only (``validation.kernel_costs`` reads a run's
+  ``single_ops`` and nothing else), so no step of the suite was used to fit. Held out: the same run's
+  llama-3.2-3b steps (``validation/results/h200-heldout``), inside each family's p90;
+- the hardware file ``h200-datasheet`` (no profile: the datasheet's numbers alone): the same 40 steps
+  predicted with it (``validation/results/h200-datasheet/summary.json``): how far a GPU described by
+  its datasheet alone is from what it measures. ``mksim.compare`` states it as the interval of every
+  GPU never measured (``datasheet, unvalidated``).
+
 An error is (predicted - measured) / measured in %. ``p90_abs_pct`` is the 90th percentile of |error|
 by nearest rank (the ceil(0.9 n)-th smallest): the half-width of mksim's 90 % intervals
 (``mksim.compare.interval_basis``). ``held_out_inside_pct`` is the share of the held-out cases whose
@@ -47,6 +61,12 @@ MK_STEPS = {"mksim": ("validation/results/h200-mk-steps-fd", "the tensor-core at
                           "MK_MM_FASTDIV=0)")}
 MK_STEPS_DATE = "2026-12-01"
 MK_FIT_MODELS = ("llama-3.2-1b", "llama-3.1-8b")  # the models whose single ops the mksim profile was fitted to
+DENSE_SUITE = "validation/results/h200/summary.json"  # the suite on our H200, predicted with h200-mk-kernels
+HELDOUT_SUITE = "validation/results/h200-heldout/summary.json"  # the same run's llama-3.2-3b steps
+DATASHEET_SUITE = "validation/results/h200-datasheet/summary.json"  # those 40 steps predicted with h200-datasheet
+DATASHEET = "h200-datasheet"
+#: the mode families of a record's sub-tables (hwmodels.VALIDATION_FAMILIES), by mode
+CHAIN_MODES = ("stream", "graph", "graph_pdl")
 MARKER = "# -- validation record (written by python -m validation stacks records; do not edit by hand)"
 GPU = "h200-calibrated"
 
@@ -77,6 +97,51 @@ def inside_pct(held: Sequence[float], others: Sequence[float]) -> float:
 
 def _load(root: Path, rel: str) -> Any:
     return json.loads((root / rel).read_text())
+
+
+def family_of(mode: str) -> str:
+    """``"chain"`` for a chain mode, ``"persistent"`` for the others (the megakernel's schedules too)."""
+    return "chain" if mode in CHAIN_MODES else "persistent"
+
+
+def _suite_errors(summary: dict[str, Any]) -> dict[str, list[float]]:
+    """A suite summary's signed errors (%) by family, over the cases predicted and measured."""
+    out: dict[str, list[float]] = {"chain": [], "persistent": []}
+    for c in summary["cases"]:
+        if c.get("error_pct") is not None and not c.get("error"):
+            out[family_of(c["mode"])].append(float(c["error_pct"]))
+    return out
+
+
+def _families(src: str, errs: dict[str, list[float]], held: dict[str, list[float]] | None,
+              what: str) -> dict[str, dict[str, Any]]:
+    out = {}
+    for fam, e in errs.items():
+        modes = ("the chain modes (stream, graph, graph_pdl)" if fam == "chain" else
+                 "the persistent modes (persistent_barrier, the megakernel's schedules)")
+        rec = {**stats(e), "source": src, "what": f"{modes} of {what}"}
+        if held and held.get(fam):
+            rec.update(held_out=f"the same run's steps of llama-3.2-3b ({HELDOUT_SUITE}), a model never fitted, "
+                                "inside this family's p90",
+                       held_out_cases=len(held[fam]), held_out_inside_pct=inside_pct(held[fam], e))
+        out[fam] = rec
+    return out
+
+
+def hardware_records(root: Path = ROOT) -> dict[str, dict[str, Any]]:
+    """``{hardware file: its [validation] table}``: the datasheet H200's predictions (no profile) against
+    the suite's measured steps."""
+    ds = _load(root, DATASHEET_SUITE)
+    errs = _suite_errors(ds)
+    every = errs["chain"] + errs["persistent"]
+    what = ("whole decode steps of the validation suite on our H200 (llama-3.2-1b, llama-3.1-8b; batch 1/4/8, kv "
+            "1024; mksim's generated kernels), predicted with the datasheet's numbers alone and no implementation "
+            "profile")
+    rec = {**stats(every), "gpu": GPU, "date": str(ds["date"])[:10], "what": what, "source": DATASHEET_SUITE,
+           "command": f"mksim validate report validation/results/h200 --gpu {DATASHEET} --out "
+                      f"{DATASHEET_SUITE.rsplit('/', 1)[0]}",
+           **_families(DATASHEET_SUITE, errs, None, "the same steps, predicted with the datasheet's numbers alone")}
+    return {DATASHEET: rec}
 
 
 def records(root: Path = ROOT) -> dict[str, dict[str, Any]]:
@@ -121,6 +186,11 @@ def records(root: Path = ROOT) -> dict[str, dict[str, Any]]:
                      "held_out": f"the steps of models never used to fit ({', '.join(sorted(held_models))}), "
                                  "inside the p90 of the fitted models' steps",
                      "held_out_cases": len(mk_held), "held_out_inside_pct": inside_pct(mk_held, mk_fit)}
+    dense = _load(root, DENSE_SUITE)
+    out["mksim"].update(_families(DENSE_SUITE, _suite_errors(dense), _suite_errors(_load(root, HELDOUT_SUITE)),
+                                  "the validation suite's whole steps on our H200 (llama-3.2-1b, llama-3.1-8b; batch "
+                                  f"1/4/8, kv 1024), predicted with {dense['predicted_with']} (this profile on "
+                                  f"{GPU}); the profile was fitted to single ops only"))
     out["mksim-attn1"] = {**stats(steps), "gpu": GPU, "date": str(suite["date"])[:10],
                           "what": "whole decode steps of our generated kernels in every mode (llama-3.2-1b, "
                                   "llama-3.1-8b at batch 1, 4 and 8, kv 1024), predicted with "
@@ -146,8 +216,13 @@ def records(root: Path = ROOT) -> dict[str, dict[str, Any]]:
 def toml_block(rec: dict[str, Any]) -> str:
     """The ``[validation]`` table's text, after :data:`MARKER`."""
     lines = [MARKER, "[validation]"]
+    subs = {k: v for k, v in rec.items() if isinstance(v, dict)}
     for k, v in rec.items():
-        lines.append(f"{k} = {json.dumps(v) if isinstance(v, str) else v}")
+        if k not in subs:
+            lines.append(f"{k} = {json.dumps(v) if isinstance(v, str) else v}")
+    for name, sub in subs.items():
+        lines.append(f"\n[validation.{name}]")
+        lines += [f"{k} = {json.dumps(v) if isinstance(v, str) else v}" for k, v in sub.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -166,8 +241,12 @@ def write(root: Path = ROOT, check: bool = False) -> list[str]:
     """Write (or, with ``check``, only compare) each profile's record; returns the profiles that were
     (or would be) changed."""
     changed = []
-    for prof, rec in records(root).items():
-        path = hwmodels.resolve_profile(prof) if root == ROOT else root / "hwmodels/profiles" / f"{prof}.toml"
+    files = [(prof, rec,
+              hwmodels.resolve_profile(prof) if root == ROOT else root / "hwmodels/profiles" / f"{prof}.toml")
+             for prof, rec in records(root).items()]
+    files += [(gpu, rec, hwmodels.resolve(gpu) if root == ROOT else root / "hwmodels/data" / f"{gpu}.toml")
+              for gpu, rec in hardware_records(root).items()]
+    for prof, rec, path in files:
         text = path.read_text()
         new = with_record(text, rec)
         if new != text:
