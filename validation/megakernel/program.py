@@ -351,7 +351,7 @@ def _step_needs(model: str, batch: int, kv_len: int, gpu: str) -> tuple[int, int
     return x_region_bytes(probe), k_min, probe.gpu.sm.shared_memory_per_block_KiB
 
 
-def kernel_options(model: str, batch: int, kv_len: int = 1024, gpu: str = "h200-calibrated",
+def kernel_options(model: str | mksim.models.ModelConfig, batch: int, kv_len: int = 1024, gpu: str = "h200-calibrated",
                    mode: str | None = None) -> dict:
     """Schedule options the generated kernels need for ``model`` at ``batch``: one block per SM,
     the shared memory they keep besides the weight pages (``smem_reserve_KiB``) and, where the
