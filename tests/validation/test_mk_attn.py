@@ -290,3 +290,46 @@ ATTN_BUILDS = [name for name in nvcc_builds.BUILDS if name.startswith("mk-attn-"
 def test_attention_instances_compile_for_sm90(name):
     r = nvcc_builds.build(name)
     assert r.returncode == 0, r.stderr
+
+
+# -- the cases predicted before their first run ------------------------------------------------------
+def test_the_committed_predictions_name_every_case_once():
+    import json
+    from pathlib import Path
+
+    from validation.megakernel import attn_suite as A
+
+    doc = json.loads((Path(__file__).resolve().parents[2] / "validation/results/h200-attn/predicted.json").read_text())
+    assert doc["format"] == A.FORMAT and doc["gpu"] == A.GPU
+    assert [r["name"] for r in doc["cases"]] == [A.case_name(*c) for c in A.all_cases()]
+    for r in doc["cases"]:  # a prediction, or a one-line refusal (batch 8 of the 8B-class built-ins)
+        assert ("predicted_us" in r) != ("refused" in r)
+        assert r.get("predicted_us", 1) > 0 and "\n" not in r.get("refused", "")
+    refused = {r["name"] for r in doc["cases"] if "refused" in r}
+    modes = ("megakernel", "graph_pdl")
+    assert refused == {A.case_name(m, 8, mode) for m in ("qwen3-8b", "qwen2.5-7b") for mode in modes}
+    attn = {(r["attention"]["head_dim"], r["attention"]["group"]) for r in doc["cases"] if "attention" in r}
+    assert {(128, 1), (64, 1), (128, 6), (128, 7), (128, 8), (128, 4)} <= attn
+
+
+def test_a_case_builds_the_same_schedule_each_time_and_compares(tmp_path):
+    """The device rebuilds each schedule: the hash predicted is the hash run (same code); compare
+    holds a measured record against the prediction and flags another schedule."""
+    import json
+
+    from validation.megakernel import attn_suite as A
+
+    a, b = A.build("qwen3-30b-a3b-attn", 1, "graph"), A.build("qwen3-30b-a3b-attn", 1, "graph")
+    assert A.schedule_hash(a) == A.schedule_hash(b)
+    name = A.case_name("qwen3-30b-a3b-attn", 1, "graph")
+    (tmp_path / "p.json").write_text(json.dumps({"cases": [{"name": name, "predicted_us": 110.0,
+                                                            "schedule_sha256": A.schedule_hash(a)}]}))
+    rec = {"name": name, "schedule_json": a.to_dict(), "measurement": {"measured_us": 100.0, "max_rel_err": 1e-4,
+                                                                       "ok": True}}
+    (tmp_path / "m.json").write_text(json.dumps({"cases": [rec]}))
+    doc = A.compare(tmp_path / "p.json", [tmp_path / "m.json"])
+    assert doc["cases"][0]["error_pct"] == 10.0 and doc["cases"][0]["same_schedule"] is True
+    assert doc["mape_pct"] == 10.0
+    rec["schedule_json"] = A.build("qwen3-30b-a3b-attn", 8, "graph").to_dict()
+    (tmp_path / "m.json").write_text(json.dumps({"cases": [rec]}))
+    assert A.compare(tmp_path / "p.json", [tmp_path / "m.json"])["cases"][0]["same_schedule"] is False
