@@ -18,7 +18,7 @@ beyond the suite's Llamas, predicted before they are first measured.
 - ``compare PREDICTED MEASURED...``: each measured case against the prediction made before, in a
   table (and ``--json FILE``), the schedules' hashes checked.
 
-Run ``python -m validation.megakernel.attn_suite --help``.
+Run ``python -m validation megakernel-attn --help``.
 """
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ def _table(doc: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m validation.megakernel.attn_suite", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m validation megakernel-attn", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="verb", required=True)
     p = sub.add_parser("predict", help="write OUT/predicted.json (on the CPU, before the run)")
     p.add_argument("out")
