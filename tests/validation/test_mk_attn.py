@@ -333,3 +333,32 @@ def test_a_case_builds_the_same_schedule_each_time_and_compares(tmp_path):
     rec["schedule_json"] = A.build("qwen3-30b-a3b-attn", 8, "graph").to_dict()
     (tmp_path / "m.json").write_text(json.dumps({"cases": [rec]}))
     assert A.compare(tmp_path / "p.json", [tmp_path / "m.json"])["cases"][0]["same_schedule"] is False
+
+
+def test_run_measures_the_schedules_predicted(tmp_path):
+    """run, with a stand-in for the GPU's measure: the imported models through schedule files, the
+    built-ins as suite cases, a refused case recorded as such; compare finds every schedule measured
+    the one predict hashed (the schedule file read back is the schedule built)."""
+    import json
+
+    from validation.megakernel import attn_suite as A
+
+    seen = []
+
+    def measure(schedule, **kw):
+        seen.append(schedule.workload.model.name)
+        return {"measured_us": 1000.0, "max_rel_err": 1e-4, "ok": True}
+
+    only = ["smollm2-1.7b/b1/megakernel", "qwen3-8b/b8/megakernel", "qwen3-30b-a3b-attn/b1"]
+    doc = A.run(tmp_path, only, None, measure=measure)
+    assert sorted(seen) == ["qwen3-30b-a3b-attn", "smollm2-1.7b"]
+    assert {r["name"]: "refused" in r for r in doc["cases"]} == {
+        "smollm2-1.7b/b1/megakernel:default": False, "qwen3-30b-a3b-attn/b1/graph": False,
+        "qwen3-8b/b8/megakernel:default": True}
+    predicted = tmp_path / "predicted.json"
+    predicted.write_text(json.dumps({"cases": [
+        {"name": A.case_name(m, 1, mode), "predicted_us": 900.0,
+         "schedule_sha256": A.schedule_hash(A.build(m, 1, mode))}
+        for m, mode in (("smollm2-1.7b", "megakernel"), ("qwen3-30b-a3b-attn", "graph"))]}))
+    rows = A.compare(predicted, [tmp_path / "measured.json"])["cases"]
+    assert [r.get("same_schedule") for r in rows if not r["refused"]] == [True, True]

@@ -138,8 +138,9 @@ def predict(out_dir: Path, gpu: str = GPU) -> dict:
 
 
 def run(out_dir: Path, only: list[str], timeout_s: float | None, reps: int = 20,
-        say: Any = lambda _msg: None) -> dict:
-    """The cases on the GPU, as the suite runs them, into ``out_dir/measured.json``."""
+        say: Any = lambda _msg: None, measure: Any = None) -> dict:
+    """The cases on the GPU, as the suite runs them, into ``out_dir/measured.json`` (``measure``:
+    the suite's runner by default, :func:`validation.megakernel.gpu.measure`)."""
     from validation import suite as vs
 
     cases = []
@@ -157,7 +158,7 @@ def run(out_dir: Path, only: list[str], timeout_s: float | None, reps: int = 20,
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(s.to_dict()))
         cases.append(vs.Case(model, batch, mode, schedule="default", schedule_file=str(path)))
-    return vs.run_suite(cases, out_dir, reps=reps, say=say, timeout_s=timeout_s, resume=True)
+    return vs.run_suite(cases, out_dir, measure, reps=reps, say=say, timeout_s=timeout_s, resume=True)
 
 
 def compare(predicted: Path, measured: list[Path]) -> dict:
