@@ -14,7 +14,8 @@ beyond the suite's Llamas, predicted before they are first measured.
   schedule predicted. Commit it before the run.
 - ``run OUT [--only S ...] [--timeout S]``: on the GPU, the cases as the suite runs them
   (:func:`validation.suite.run_suite`: checked against torch, timed; ``OUT/measured.json`` in the
-  suite's format), the imported models through schedule files written to ``OUT/schedules``.
+  suite's format), the imported models through schedule files (in a temporary folder: each case's
+  record keeps its schedule).
 - ``compare PREDICTED MEASURED...``: each measured case against the prediction made before, in a
   table (and ``--json FILE``), the schedules' hashes checked.
 
@@ -27,6 +28,7 @@ import argparse
 import hashlib
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -143,22 +145,22 @@ def run(out_dir: Path, only: list[str], timeout_s: float | None, reps: int = 20,
     the suite's runner by default, :func:`validation.megakernel.gpu.measure`)."""
     from validation import suite as vs
 
-    cases = []
-    for model, batch, mode in all_cases():
-        if only and not any(s in case_name(model, batch, mode) for s in only):
-            continue
-        if model not in CONFIGS:
-            cases.append(vs.Case(model, batch, mode))
-            continue
-        path = out_dir / "schedules" / (case_name(model, batch, mode).replace("/", "-").replace(":", "-") + ".json")
-        try:
-            s = build(model, batch, mode)
-        except vs.Refused:
-            continue  # refused before any schedule: predicted.json says so
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(s.to_dict()))
-        cases.append(vs.Case(model, batch, mode, schedule="default", schedule_file=str(path)))
-    return vs.run_suite(cases, out_dir, measure, reps=reps, say=say, timeout_s=timeout_s, resume=True)
+    with tempfile.TemporaryDirectory() as tmp:  # the imported models' schedules (measured.json keeps each)
+        cases = []
+        for model, batch, mode in all_cases():
+            if only and not any(s in case_name(model, batch, mode) for s in only):
+                continue
+            if model not in CONFIGS:
+                cases.append(vs.Case(model, batch, mode))
+                continue
+            try:
+                s = build(model, batch, mode)
+            except vs.Refused:
+                continue  # refused before any schedule: predicted.json says so
+            path = Path(tmp) / (case_name(model, batch, mode).replace("/", "-").replace(":", "-") + ".json")
+            path.write_text(json.dumps(s.to_dict()))
+            cases.append(vs.Case(model, batch, mode, schedule="default", schedule_file=str(path)))
+        return vs.run_suite(cases, out_dir, measure, reps=reps, say=say, timeout_s=timeout_s, resume=True)
 
 
 def compare(predicted: Path, measured: list[Path]) -> dict:
