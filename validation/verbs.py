@@ -55,6 +55,8 @@ VERBS: tuple[Verb, ...] = (
          "the megakernel's counter, flag and sentinel syncs: checked, timed, predicted (GPU)"),
     Verb("megakernel-l2", "validation.megakernel.l2_sweep",
          "sweep the megakernel's L2 prefetcher: lead x instruction (GPU)"),
+    Verb("megakernel-attn", "validation.megakernel.attn_suite",
+         "the attention models' cases: predict (CPU, before the run), run (GPU), compare (CPU)"),
     Verb("kernel-costs", "validation.kernel_costs",
          "fit the generated kernels' per-task costs to single ops (CPU)"),
     Verb("calibrate", "validation.cli",

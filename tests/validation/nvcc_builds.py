@@ -38,6 +38,15 @@ BUILDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "mk-l2pf2": (MK, ("-DMK_L2PF_KIND=2",)),
     "mk-sentinel-nofence": (MK, ("-DMK_SENTINEL_FENCE=0", "-DMK_POLL_SLEEP_NS=100", "-DMK_POLL_BATCH=8")),
     "mk-attn1": (MK, ("-DMK_ATTN=1",)),
+    # one attention instance each (program.attn_defines): MHA at head sizes 128 and 64, Qwen2.5-7B's group
+    # of 7, qwen3-30b-a3b's of 8, head sizes 80 and 96 (rows of 10 and 12 chunks) and 256
+    "mk-attn-128x1": (MK, ("-DMK_ATTN_HD=128", "-DMK_ATTN_G=1")),
+    "mk-attn-64x1": (MK, ("-DMK_ATTN_HD=64", "-DMK_ATTN_G=1")),
+    "mk-attn-128x7": (MK, ("-DMK_ATTN_HD=128", "-DMK_ATTN_G=7")),
+    "mk-attn-128x8": (MK, ("-DMK_ATTN_HD=128", "-DMK_ATTN_G=8")),
+    "mk-attn-80x4": (MK, ("-DMK_ATTN_HD=80", "-DMK_ATTN_G=4")),
+    "mk-attn-96x2": (MK, ("-DMK_ATTN_HD=96", "-DMK_ATTN_G=2")),
+    "mk-attn-256x1": (MK, ("-DMK_ATTN_HD=256", "-DMK_ATTN_G=1")),
     "calibrate-kernels": ("validation/calibrate/kernels.cu", ()),
     "launch-bench": ("validation/calibrate/launch_bench.cu", ()),
 }

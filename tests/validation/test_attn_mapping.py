@@ -133,8 +133,10 @@ def attn_smem_bytes(D: int, G: int, nwarps: int) -> int:  # mk_attn_smem_bytes<D
 class Op:
     """The fields of MkOp that attention reads, with the cache and input as flat bf16 arrays."""
 
-    def __init__(self, rng, *, T: int, hkv: int, G: int, D: int, splits: int, kv_total: int, s_max: int):
+    def __init__(self, rng, *, T: int, hkv: int, G: int, D: int, splits: int, kv_total: int, s_max: int,
+                 window: int = 0):
         self.T, self.hkv, self.hd, self.splits, self.kv_total, self.s_max = T, hkv, D, splits, kv_total, s_max
+        self.K = window  # MkOp.K of a partial: a sliding window's positions (0: all)
         self.G = G
         self.scale = np.float32(D ** -0.5)
         self.ld0 = (hkv * G + 2 * hkv) * D  # a rope row [q; k; v]
@@ -148,24 +150,29 @@ class Op:
         C = self.splits
         g, b, c = i // (self.T * C), (i // C) % self.T, i % C
         row0 = (b * self.hkv + g) * self.s_max
-        return row0 * self.hd, c * self.kv_total // C, (c + 1) * self.kv_total // C, b, g
+        w0 = self.kv_total - self.K if 0 < self.K < self.kv_total else 0  # mk_attn_first
+        n = self.kv_total - w0
+        return row0 * self.hd, w0 + c * n // C, w0 + (c + 1) * n // C, b, g
 
 
 def stage(op: Op, sm: Smem, k0: int, p1: int, P_: int, ks: int) -> None:
-    """mk_attn_stage: lane l copies chunk l % CH of rows l / CH + (32 / CH) k, K and V."""
+    """mk_attn_stage: chunk q = lane + 32 k of the tile is chunk q % CH of row q / CH, K and V
+    (lane l: chunk l % CH of rows l / CH + (32 / CH) k where 32 is a multiple of CH)."""
     D = op.hd
     CH, RB = D // 8, tile_row_b(D)
-    RS = 32 // CH
-    r0, c = L // CH, L % CH
-    dst = ks + r0 * RB + 16 * c
-    for k in range(16 // RS):
-        p = P_ + r0 + RS * k
+    for k in range(D // 16):
+        q = L + 32 * k
+        r, c = q // CH, q % CH
+        if 32 % CH == 0:
+            assert (r == L // CH + 32 // CH * k).all() and (c == L % CH).all()
+        p = P_ + r
         ok = p < p1
         src = k0 + np.minimum(p, p1 - 1) * D + 8 * c
+        dst = ks + r * RB + 16 * c
         for lane in range(32):
             for cache, off in ((op.kc, 0), (op.vc, 16 * RB)):
                 chunk = cache[src[lane]:src[lane] + 8] if ok[lane] else np.zeros(8, dtype=np.uint16)
-                sm.write(int(dst[lane]) + RS * k * RB + off, chunk)
+                sm.write(int(dst[lane]) + off, chunk)
 
 
 def attn_partial(op: Op, i: int, nw: int, sm: Smem) -> None:
@@ -323,17 +330,23 @@ def test_partial_mapping_splits_batch_and_sixteen_warps():
 
 # ---------------------------------------------------------------- the reduction, transcribed
 def attn_reduce(op: Op, parts: np.ndarray, lo: int, hi: int, nw: int) -> np.ndarray:
-    """mk_attn_reduce (MK_ATTN 2): warps of 32 consecutive items, lane c < 16 holding split c0 + c."""
+    """mk_attn_reduce (MK_ATTN 2): warps of 32 consecutive items, lane c < 16 holding split c0 + c; a
+    head takes HW = ceil(D / 64) x 32 items, those past its D elements merging its first pair, unstored."""
     D, G, C, T = op.hd, op.G, op.splits, op.T
-    CB, per = 16, G * D // 2
+    CB, HW = 16, (D + 63) // 64 * 32
+    per = G * HW
     out = np.full((T, op.hkv * G * D), np.nan, np.float32)
     flat = parts.ravel()
     stride = G * (D + 2)
     for it0 in range(0, (hi - lo) * per, 32):
         it = it0 + L
-        assert len(set(it // per)) == 1 and len(set((2 * (it % per)) // D)) == 1, "a warp: one reduction, one head"
-        i, k = lo + it // per, 2 * (it % per)
-        h, g, b = k // D, i // T, i % T
+        r = it % per
+        h, jj = r // HW, 2 * (r % HW)
+        assert len(set(it // per)) == 1 and len(set(h)) == 1, "a warp: one reduction, one head"
+        i, k = lo + it // per, h * D + np.where(jj < D, jj, 0)
+        if D % 64 == 0:
+            assert (k == 2 * r).all()  # the mapping before other head sizes were built
+        h, g, b = h[0], i // T, i % T
         base = i * C * stride
         M, Ls = np.full(32, -np.inf, np.float32), np.zeros(32, np.float32)
         O0, O1 = np.zeros(32, np.float32), np.zeros(32, np.float32)
@@ -355,8 +368,9 @@ def attn_reduce(op: Op, parts: np.ndarray, lo: int, hi: int, nw: int) -> np.ndar
                 O0 = O0 + ov[j][0] * w[j]
                 O1 = O1 + ov[j][1] * w[j]
             M = mn
-        col = g * G * D + k
-        out[b, col], out[b, col + 1] = O0 / Ls, O1 / Ls
+        ok = jj < D
+        col = (g * G * D + k)[ok]
+        out[b[ok], col], out[b[ok], col + 1] = (O0 / Ls)[ok], (O1 / Ls)[ok]
     return out
 
 

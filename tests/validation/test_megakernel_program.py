@@ -66,7 +66,7 @@ def test_op_table_packs_addresses():
     plan = P.plan(s)
     addr = {name: 4096 * (i + 1) for i, name in enumerate(plan.buffers)}
     t = P.op_table(plan, addr)
-    assert t.dtype.itemsize == 184 and len(t) == len(plan.ops)
+    assert t.dtype.itemsize == 192 and len(t) == len(plan.ops)
     qkv = s.workload.index["L0.qkv_proj"]
     assert t[qkv]["W"] == addr["w:L0.qkv_proj"] and t[qkv]["in0"] == addr["out:L0.attn_norm"]
     assert t[qkv]["K"] == 2048 and t[qkv]["N"] == 3072 and t[qkv]["in1"] == 0
@@ -87,8 +87,11 @@ def test_unsupported_schedules_fail_in_one_line(model, batch, opts, msg):
 
 
 def test_models_without_device_functions_are_refused():
-    s = mksim.build_schedule("qwen3-8b", "h200-calibrated", "graph", blocks_per_sm=1)
-    with pytest.raises(ScheduleError, match="q/k norms"):
+    # open_llama_3b's shape: 32 heads of 100 (3200 / 32), no tensor-core k-step fits
+    cfg = ModelConfig(name="head100", hidden_size=3200, intermediate_size=8640, num_layers=2, num_heads=32,
+                      num_kv_heads=32, head_dim=100, vocab_size=32000)
+    s = mksim.build_schedule(build_llm_workload(cfg, batch=1), "h200-calibrated", "graph", blocks_per_sm=1)
+    with pytest.raises(ScheduleError, match="head100: no attention device function: head size 100 is not a multiple"):
         P.plan(s)
 
 

@@ -22,6 +22,9 @@
 #define MK_OPT_SILU 16       // matmul epilogue: out = silu(gate) * up of the (gate, up) row pairs
 #define MK_OPT_PAIRS (MK_OPT_ROPE | MK_OPT_SILU)  // an epilogue that takes the rows in pairs (mk_epilogue_pair)
 #define MK_OPT_REDUCE 32     // matmul prologue: the input rows merged from the attention partials at in0 (mk_load_x_reduce)
+// rope_kv's opt: RMS norms of q and k before the rotation (mk_rope_kv_norm), weights W (q) and w2 (k)
+#define MK_ROPE_NORM_HEAD 1  // over each head (Qwen3): weights of hd
+#define MK_ROPE_NORM_ALL 2   // over the token's whole q and whole k (OLMoE, OLMo 2): weights of hq hd and hkv hd
 
 // Keep in step with OP_FIELDS in validation/megakernel/program.py (a test compares the two).
 struct MkOp {
@@ -42,6 +45,7 @@ struct MkOp {
     mk_bf16* vc;
     const float* rope;               // cos[hd/2], sin[hd/2] at position pos
     const int* tokens;               // [T] token ids (embedding)
+    const mk_bf16* bias;             // matmul: a bias per weight row, in the rows' stored order (null: none)
 };
 
 __device__ __forceinline__ mk_bf16 mk_f32_to_bf16(float f) {
@@ -161,6 +165,60 @@ __device__ void mk_rope_kv(const MkOp& o, int lo, int hi, int tid, int nw) {
         }
 }
 
+// mk_rope_kv with the RMS norms of q and k first (MK_ROPE_NORM_*, as the workload's rope_kv does
+// them: the norm needs the whole head, or the whole q / k, before the rotation): each q or k value
+// becomes bf16(bf16(x inv) w), as mk_rmsnorm makes it, and is rotated from there. A warp takes a
+// head of one row at a time: over the head (HEAD) its lanes sum the squares and shuffle the sum;
+// over all of q and k (ALL) the block sums them once per row first (the op waits for the whole
+// projection). The v heads are copied to out and the cache as mk_rope_kv does.
+__device__ void mk_rope_kv_norm(const MkOp& o, int lo, int hi, int tid, int nw, float* red) {
+    mk_bf16* out = (mk_bf16*)o.out;
+    const int D = o.hd, half = D / 2, Q = o.hq * D, KV = o.hkv * D, lane = tid & 31, nwarps = nw >> 5;
+    const bool all = o.opt & MK_ROPE_NORM_ALL;
+    for (int b = 0; b < o.T; ++b) {
+        float inv_q = 0.f, inv_k = 0.f;
+        if (all) {  // every worker: mk_row_sumsq synchronises them
+            inv_q = rsqrtf(mk_row_sumsq(o.in0 + (size_t)b * o.ld0, Q, tid, nw, red) / Q + o.eps);
+            inv_k = rsqrtf(mk_row_sumsq(o.in1 + (size_t)b * o.ld1 + o.off1, KV, tid, nw, red) / KV + o.eps);
+        }
+        mk_bf16* row = out + (size_t)b * o.ld_out;
+        for (int h = lo / D + (tid >> 5); h < hi / D; h += nwarps) {  // tiles are whole heads
+            const int e0 = h * D;
+            if (e0 >= Q + KV) {  // a v head: to out and the cache slot
+                mk_bf16* slot = o.vc + (((size_t)b * o.hkv + (e0 - Q - KV) / D) * o.s_max + o.pos) * D;
+                for (int d = lane; d < D; d += 32) row[e0 + d] = slot[d] = mk_f32_to_bf16(mk_qkv_at(o, b, e0 + d));
+                continue;
+            }
+            const bool is_q = e0 < Q;
+            float inv = is_q ? inv_q : inv_k;
+            if (!all) {
+                float ss = 0.f;
+                for (int d = lane; d < D; d += 32) {
+                    const float x = mk_qkv_at(o, b, e0 + d);
+                    ss = fmaf(x, x, ss);
+                }
+                inv = rsqrtf(mk_warp_sum(ss) / D + o.eps);
+            }
+            const mk_bf16* w = (is_q ? o.W : o.w2) + (all ? (is_q ? e0 : e0 - Q) : 0);
+            mk_bf16* slot = is_q ? nullptr : o.kc + (((size_t)b * o.hkv + (e0 - Q) / D) * o.s_max + o.pos) * D;
+            for (int d = lane; d < half; d += 32) {
+                const float n0 = mk_bf16_to_f32(mk_f32_to_bf16(mk_qkv_at(o, b, e0 + d) * inv));
+                const float n1 = mk_bf16_to_f32(mk_f32_to_bf16(mk_qkv_at(o, b, e0 + d + half) * inv));
+                const float x0 = mk_bf16_to_f32(mk_f32_to_bf16(n0 * mk_bf16_to_f32(w[d])));
+                const float x1 = mk_bf16_to_f32(mk_f32_to_bf16(n1 * mk_bf16_to_f32(w[d + half])));
+                const float c = o.rope[d], s = o.rope[half + d];
+                const mk_bf16 r0 = mk_f32_to_bf16(x0 * c - x1 * s), r1 = mk_f32_to_bf16(x1 * c + x0 * s);
+                row[e0 + d] = r0;
+                row[e0 + d + half] = r1;
+                if (slot) {
+                    slot[d] = r0;
+                    slot[d + half] = r1;
+                }
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------- matmul epilogues
 // A fused matmul (MK_OPT_PAIRS) stores its weight rows so that each output pair of its epilogue
 // lies on the adjacent rows (2r, 2r + 1) of a 16-row group (program.py: rope_pair_rows,
@@ -177,10 +235,15 @@ struct MkEpilogue {              // what an epilogue needs of its op (MkOp)
     mk_bf16* kc;
     mk_bf16* vc;
     const float* rope;
+    const mk_bf16* bias;         // the op's bias (rows in stored order), added before the rounding; null: none
     int opt, ld_out, hd, hq, hkv, s_max, pos;
 };
 
 __device__ __forceinline__ void mk_epilogue_pair(const MkEpilogue& o, int b, int p, float acc0, float acc1) {
+    if (o.bias) {  // the projection's bias (Qwen2's q, k, v): part of the product the unfused op stored
+        acc0 += mk_bf16_to_f32(o.bias[p]);
+        acc1 += mk_bf16_to_f32(o.bias[p + 1]);
+    }
     const float x0 = mk_bf16_to_f32(mk_f32_to_bf16(acc0)), x1 = mk_bf16_to_f32(mk_f32_to_bf16(acc1));
     mk_bf16* out = o.out + (size_t)b * o.ld_out;
     if (o.opt & MK_OPT_SILU) {
@@ -234,14 +297,19 @@ __device__ __noinline__ void mk_epilogue_one(const MkEpilogue o, int b, int p, f
 
 // The epilogue fields of op o.
 __device__ __forceinline__ MkEpilogue mk_epilogue_of(const MkOp& o) {
-    return MkEpilogue{(mk_bf16*)o.out, o.kc, o.vc, o.rope, o.opt, o.ld_out, o.hd, o.hq, o.hkv, o.s_max, o.pos};
+    return MkEpilogue{(mk_bf16*)o.out, o.kc, o.vc, o.rope, o.bias, o.opt, o.ld_out, o.hd, o.hq, o.hkv, o.s_max, o.pos};
 }
 
 // ---------------------------------------------------------------- decode attention
 // Partial i = (kv head g, sequence b, split c), g-major: the G = hq / hkv query heads of group g
-// over cache positions [c * kv_total / splits, (c + 1) * kv_total / splits). Writes the
-// unnormalised output o[G][D], the max m[G] and the sum of exponentials l[G] (fp32, G (D + 2)
-// floats a partial); the reduction merges a head's splits into its bf16 output row.
+// over cache positions [w0 + c * n / splits, w0 + (c + 1) * n / splits), n = kv_total - w0 the
+// positions attended: all of them (w0 = 0), or with a sliding window the last o.K (mk_attn_first).
+// Writes the unnormalised output o[G][D], the max m[G] and the sum of exponentials l[G] (fp32,
+// G (D + 2) floats a partial); the reduction merges a head's splits into its bf16 output row.
+//
+// The (head size, group) the partials are built for: the plan's (MK_ATTN_HD, MK_ATTN_G, passed by
+// the runner: program.attn_defines), one template instance, so that a build compiles what its
+// model runs; without them the four shapes of the built-in models before any other was built.
 //
 // MK_ATTN (-DMK_ATTN=..., through MKSIM_KERNEL_DEFINES) picks the device functions:
 //   1  a lane per position on the CUDA cores, 32 positions per warp;
@@ -257,6 +325,13 @@ __device__ __forceinline__ MkEpilogue mk_epilogue_of(const MkOp& o) {
 #if MK_ATTN != 1 && MK_ATTN != 2
 #error "MK_ATTN must be 1 (a lane per position) or 2 (tensor cores)"
 #endif
+#if defined(MK_ATTN_HD) != defined(MK_ATTN_G)
+#error "give both MK_ATTN_HD and MK_ATTN_G (program.attn_defines), or neither"
+#endif
+
+// The first cache position the partials read: a sliding window of o.K positions (the last o.K of
+// the kv_total, the new token's included), or 0 (o.K 0, or a window that holds them all).
+__device__ __forceinline__ int mk_attn_first(const MkOp& o) { return o.K > 0 && o.K < o.kv_total ? o.kv_total - o.K : 0; }
 
 #if MK_ATTN == 1
 // A lane owns one position at a time (scores for 32 positions per warp step) and, while it loads
@@ -268,8 +343,10 @@ template <int D, int G>
 __device__ void mk_attn_partial_one(const MkOp& o, int i, int tid, int nw, float* smem) {
     constexpr int E = D / 32;
     const int lane = tid & 31, warp = tid >> 5, nwarps = nw >> 5;
+    static_assert(E == 2 || E == 4, "a lane per position: head sizes 64 and 128");
     const int C = o.splits, g = i / (o.T * C), b = (i / C) % o.T, c = i % C;
-    const int p0 = (int)((long long)c * o.kv_total / C), p1 = (int)((long long)(c + 1) * o.kv_total / C);
+    const int w0 = mk_attn_first(o), n = o.kv_total - w0;
+    const int p0 = w0 + (int)((long long)c * n / C), p1 = w0 + (int)((long long)(c + 1) * n / C);
     float* qs = smem;
     float* part = smem + G * D;
     mk_bf16* vw = reinterpret_cast<mk_bf16*>(part + nwarps * G * (D + 2)) + warp * 32 * D;  // this warp's V rows
@@ -441,8 +518,9 @@ template <int D>
 __device__ __forceinline__ MkAttnSpan mk_attn_span(const MkOp& o, int i) {
     const int C = o.splits, g = i / (o.T * C), b = (i / C) % o.T, c = i % C;
     const size_t row0 = ((size_t)b * o.hkv + g) * o.s_max;
-    return {o.kc + row0 * D, o.vc + row0 * D, (int)((long long)c * o.kv_total / C),
-            (int)((long long)(c + 1) * o.kv_total / C), b, g};
+    const int w0 = mk_attn_first(o), n = o.kv_total - w0;
+    return {o.kc + row0 * D, o.vc + row0 * D, w0 + (int)((long long)c * n / C), w0 + (int)((long long)(c + 1) * n / C),
+            b, g};
 }
 
 // Shared memory of the partials: per worker warp a K tile and a V tile (16 rows of D bf16 each,
@@ -462,21 +540,24 @@ __host__ __device__ constexpr int mk_attn_smem_bytes(int nwarps) {
 }
 
 // cp.async of the K and V rows of positions P .. P + 15 into the warp's tiles (ks, vs = ks + tile);
-// rows at or past p1 become zeros (their scores are masked, and a zero V row adds nothing). Lane l
-// copies chunk l % CH of rows l / CH + (32 / CH) k: consecutive lanes read adjacent 16 bytes.
+// rows at or past p1 become zeros (their scores are masked, and a zero V row adds nothing). The
+// tile's 16 D / 8 chunks of 16 bytes go to the lanes in order: chunk q = lane + 32 k is chunk
+// q % CH of row q / CH, so consecutive lanes read adjacent 16 bytes (where 32 is a multiple of CH,
+// lane l copies chunk l % CH of rows l / CH + (32 / CH) k, as before any other head size was built).
 template <int D>
 __device__ __forceinline__ void mk_attn_stage(const MkAttnSpan& a, int P, unsigned ks, int lane) {
-    constexpr int CH = D / 8, RS = 32 / CH;  // 16-byte chunks a row; rows a round of the warp's lanes
-    static_assert(32 % CH == 0, "a row of at most 32 chunks");
-    const int r0 = lane / CH, c = lane % CH;
-    const unsigned dst = ks + r0 * MK_TILE_ROW_B<D> + 16 * c;
+    constexpr int CH = D / 8;  // 16-byte chunks a row
+    static_assert(D % 16 == 0, "a tile of whole 16-element k-steps");
+    constexpr bool RS = 32 % CH == 0;  // whole rows a round: lane l's chunk is l % CH of every round
 #pragma unroll
-    for (int k = 0; k < 16 / RS; ++k) {
-        const int p = P + r0 + RS * k;
+    for (int k = 0; k < D / 16; ++k) {  // 16 CH / 32 rounds of the warp's lanes
+        const int q = lane + 32 * k, r = RS ? lane / CH + 32 / CH * k : q / CH, c = RS ? lane % CH : q - r * CH;
+        const int p = P + r;
         const bool ok = p < a.p1;
         const size_t src = (size_t)min(p, a.p1 - 1) * D + 8 * c;  // a row of the split, read or not
-        mk_cp16(dst + RS * k * MK_TILE_ROW_B<D>, a.K + src, ok);
-        mk_cp16(dst + 16 * MK_TILE_ROW_B<D> + RS * k * MK_TILE_ROW_B<D>, a.V + src, ok);
+        const unsigned dst = ks + r * MK_TILE_ROW_B<D> + 16 * c;
+        mk_cp16(dst, a.K + src, ok);
+        mk_cp16(dst + 16 * MK_TILE_ROW_B<D>, a.V + src, ok);
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
@@ -665,18 +746,21 @@ MK_ATTN_FN bool mk_attn_partial(const MkOp& o, int lo, int hi, int tid, float* s
     const int G = o.hq / o.hkv;
     for (int i = lo; i < hi; ++i) {
 #if MK_ATTN == 1
-        if (o.hd == 64 && G == 4) mk_attn_partial_one<64, 4>(o, i, tid, nw, smem);
-        else if (o.hd == 128 && G == 4) mk_attn_partial_one<128, 4>(o, i, tid, nw, smem);
-        else if (o.hd == 128 && G == 3) mk_attn_partial_one<128, 3>(o, i, tid, nw, smem);
-        else if (o.hd == 64 && G == 8) mk_attn_partial_one<64, 8>(o, i, tid, nw, smem);
+#define MK_ATTN_CASE(D_, G_) mk_attn_partial_one<D_, G_>(o, i, tid, nw, smem)
+#else
+#define MK_ATTN_CASE(D_, G_) mk_attn_partial_at<D_, G_>(o, i, hi, tid, nw, smem)
+#endif
+#if defined(MK_ATTN_HD)
+        if (o.hd == MK_ATTN_HD && G == MK_ATTN_G) MK_ATTN_CASE(MK_ATTN_HD, MK_ATTN_G);
         else return false;
 #else
-        if (o.hd == 64 && G == 4) mk_attn_partial_at<64, 4>(o, i, hi, tid, nw, smem);
-        else if (o.hd == 128 && G == 4) mk_attn_partial_at<128, 4>(o, i, hi, tid, nw, smem);
-        else if (o.hd == 128 && G == 3) mk_attn_partial_at<128, 3>(o, i, hi, tid, nw, smem);
-        else if (o.hd == 64 && G == 8) mk_attn_partial_at<64, 8>(o, i, hi, tid, nw, smem);
+        if (o.hd == 64 && G == 4) MK_ATTN_CASE(64, 4);
+        else if (o.hd == 128 && G == 4) MK_ATTN_CASE(128, 4);
+        else if (o.hd == 128 && G == 3) MK_ATTN_CASE(128, 3);
+        else if (o.hd == 64 && G == 8) MK_ATTN_CASE(64, 8);
         else return false;
 #endif
+#undef MK_ATTN_CASE
     }
     return true;
 }
@@ -747,16 +831,20 @@ __device__ void mk_attn_reduce(const MkOp& o, int lo, int hi, int tid, int nw) {
     }
 }
 #else
-// A thread takes two adjacent elements of one head (a warp: 64 elements of that head; D is a
-// multiple of 64): mk_reduce_pair.
+// A thread takes two adjacent elements of one head (a warp: 64 elements of that head; mk_reduce_pair
+// needs a warp's lanes in one head): a head takes HW = ceil(D / 64) x 32 threads, those past its D
+// elements (D not a multiple of 64: 80, 96) merging its first pair again and storing nothing. For
+// D a multiple of 64 thread it takes elements 2 it, as before other head sizes were built.
 __device__ void mk_attn_reduce(const MkOp& o, int lo, int hi, int tid, int nw) {
-    const int D = o.hd, G = o.hq / o.hkv, C = o.splits, stride = G * (D + 2), per = G * D / 2, lane = tid & 31;
+    const int D = o.hd, G = o.hq / o.hkv, C = o.splits, stride = G * (D + 2), HW = (D + 63) / 64 * 32;
+    const int per = G * HW, lane = tid & 31;
     const float* parts = reinterpret_cast<const float*>(o.in0);
     mk_bf16* out = (mk_bf16*)o.out;
     for (int it = tid; it < (hi - lo) * per; it += nw) {  // per, nw: multiples of 32, so warps stay whole
-        const int i = lo + it / per, k = 2 * (it % per), h = k / D, g = i / o.T, b = i % o.T;
+        const int i = lo + it / per, r = it % per, h = r / HW, j = 2 * (r - h * HW), g = i / o.T, b = i % o.T;
+        const int k = h * D + (j < D ? j : 0);
         const unsigned pair = mk_reduce_pair(parts + (size_t)i * C * stride, stride, G * D, G, h, k, C, lane);
-        *reinterpret_cast<unsigned*>(out + (size_t)b * o.ld_out + g * G * D + k) = pair;
+        if (j < D) *reinterpret_cast<unsigned*>(out + (size_t)b * o.ld_out + g * G * D + k) = pair;
     }
 }
 #endif  // MK_ATTN
@@ -771,7 +859,10 @@ __device__ __forceinline__ bool mk_run_worker_op(const MkOp& o, int opcode, int 
     switch (opcode) {
     case MK_OP_EMBED: mk_embed(o, lo, hi, tid, nw); return true;
     case MK_OP_RMSNORM: mk_rmsnorm(o, lo, hi, tid, nw, red); return true;
-    case MK_OP_ROPE_KV: mk_rope_kv(o, lo, hi, tid, nw); return true;
+    case MK_OP_ROPE_KV:
+        if (o.opt & (MK_ROPE_NORM_HEAD | MK_ROPE_NORM_ALL)) mk_rope_kv_norm(o, lo, hi, tid, nw, red);
+        else mk_rope_kv(o, lo, hi, tid, nw);
+        return true;
     case MK_OP_ATTN_REDUCE: mk_attn_reduce(o, lo, hi, tid, nw); return true;
     case MK_OP_SILU_MUL: mk_silu_mul(o, lo, hi, tid, nw); return true;
     case MK_OP_SOFTCAP: mk_softcap(o, lo, hi, tid, nw); return true;

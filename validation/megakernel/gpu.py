@@ -43,7 +43,7 @@ ERRORS = {1: "an op counter was not reached in 2 s (a dependency never finished)
           2: "a tile flag was not set in 2 s (a dependency never finished)",
           3: "a grid barrier was not reached in 2 s",
           4: "a shared-memory page was not filled or freed in 2 s (the weight pipeline stalled)",
-          5: "no attention device function for this head shape",
+          5: "no attention device function for this head shape in this build (program.attn_defines)",
           6: "an unknown opcode in the task table",
           7: "no matmul device function for this batch",
           8: "polled data kept its sentinel for 2 s (sync=sentinel: a producer never wrote it)"}
@@ -55,16 +55,17 @@ kernel_options = P.kernel_options
 PDL_TRIGGERS = {"early": 0, "late": 1}
 
 
-def compile_options(pdl_trigger: str = "early") -> tuple[str, ...]:
+def compile_options(pdl_trigger: str = "early", defines: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The flags the kernels are compiled with (NVRTC here; ``nvcc -arch=sm_90 -c`` takes the same):
     C++17, the include path, the worker warps, the op kinds' opcodes (:func:`.encode.opcode_defines`),
-    the PDL trigger's position (:data:`PDL_TRIGGERS`) and an experiment's ``MKSIM_KERNEL_DEFINES``
-    (``-DNAME=VALUE ...``)."""
+    the PDL trigger's position (:data:`PDL_TRIGGERS`), a plan's ``defines`` (``Plan.defines``: its
+    attention's template instance, :func:`.program.attn_defines`) and an experiment's
+    ``MKSIM_KERNEL_DEFINES`` (``-DNAME=VALUE ...``)."""
     if pdl_trigger not in PDL_TRIGGERS:
         raise MksimError(f"unknown PDL trigger {pdl_trigger!r}; give one of {', '.join(PDL_TRIGGERS)}")
     extra = tuple(os.environ.get("MKSIM_KERNEL_DEFINES", "").split())
     return ("-std=c++17", f"-I{KERNELS}", f"-DMK_CONSUMERS={P.CONSUMERS}", *opcode_defines(),
-            f"-DMK_PDL_TRIGGER={PDL_TRIGGERS[pdl_trigger]}", *extra)
+            f"-DMK_PDL_TRIGGER={PDL_TRIGGERS[pdl_trigger]}", *defines, *extra)
 
 
 def _cupy():
@@ -133,7 +134,7 @@ class Runner:
             for src in SOURCES:
                 (source_dir / src.name).write_text(src.read_text())
                 self.sources.append(str(source_dir / src.name))
-        options = compile_options(pdl_trigger)
+        options = compile_options(pdl_trigger, plan.defines)
         if source_dir is not None:  # the flags too: the opcodes are not in the sources
             (source_dir / "compile_options.txt").write_text(" ".join(options) + "\n")
             self.sources.append(str(source_dir / "compile_options.txt"))

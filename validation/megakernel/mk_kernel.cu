@@ -420,6 +420,7 @@ __device__ __forceinline__ void mk_matmul_flush(const MkOp& o, int lo, int r0, i
         float* slot = acc_s + b * R + (rr & (R - 1));
         float v = *slot;
         *slot = 0.f;
+        if (o.bias) v += mk_bf16_to_f32(o.bias[lo + rr]);
         if (o.opt & MK_OPT_RESIDUAL) v += have_res ? res : mk_ld_bf16(o.in1 + (size_t)b * o.ld1 + lo + rr);
         out[(size_t)b * o.ld_out + lo + rr] = mk_f32_to_bf16(v);
     }
@@ -836,6 +837,10 @@ __device__ __forceinline__ void mk_mm_out2(const MkOp& o, int lo, int b, int r, 
         return;
     }
 #endif
+    if (o.bias) {  // the projection's bias (Qwen2's q, k, v), before the rounding
+        v0 += mk_bf16_to_f32(o.bias[lo + r]);
+        v1 += mk_bf16_to_f32(o.bias[lo + r + 1]);
+    }
     if (o.opt & MK_OPT_RESIDUAL) {
         if (!have_res) {
             const mk_bf16* in1 = o.in1 + (size_t)b * o.ld1 + lo + r;
@@ -1383,7 +1388,8 @@ __device__ __forceinline__ MkSeg mk_pf_seg(const MkPfRow& r, int s) {
     const int i = r.lo + (s >> 1), T = __ldg(&o->T), C = __ldg(&o->splits), kv_total = __ldg(&o->kv_total);
     const int D = __ldg(&o->hd), hkv = __ldg(&o->hkv), s_max = __ldg(&o->s_max);
     const int g = i / (T * C), b = (i / C) % T, c = i % C;
-    const int p0 = (int)((long long)c * kv_total / C), p1 = (int)((long long)(c + 1) * kv_total / C);
+    const int Kw = __ldg(&o->K), w0 = Kw > 0 && Kw < kv_total ? kv_total - Kw : 0, n = kv_total - w0;  // mk_attn_first
+    const int p0 = w0 + (int)((long long)c * n / C), p1 = w0 + (int)((long long)(c + 1) * n / C);
     const unsigned long long cache = __ldg(reinterpret_cast<const unsigned long long*>((s & 1) ? (const void*)&o->vc
                                                                                               : (const void*)&o->kc));
     const unsigned char* base = reinterpret_cast<const unsigned char*>(cache)

@@ -60,7 +60,10 @@ SLOT_B = 224                     # a task slot the waiter fills: the op descript
 SMEM_MAX_B = 227 * 1024          # opt-in shared memory per block on sm_90
 RING_WITHOUT_PREFETCH = 4        # pages a task streams through when the schedule prefetches nothing
 BATCHES = (1, 2, 4, 8)           # rows a matmul task handles at once (template instances)
-ATTN_SHAPES = {(64, 4), (128, 4), (128, 3), (64, 8)}  # (head size, query heads per kv head) built
+ATTN_SHAPES = {(64, 4), (128, 4), (128, 3), (64, 8)}  # (head size, group) a build without attn_defines has
+ATTN_GROUPS = range(1, 9)        # query heads per KV head the partials take (MHA: 1): the 8 columns of one mma
+ATTN_HEAD_DIM_MAX = 256          # the largest head size: a multiple of 16 (the partials' k-steps) up to this
+ROPE_NORM = {"head": 1, "all": 2}  # rope_kv's opt for q/k norms by qk_norm_scope: MK_ROPE_NORM_HEAD, _ALL in mk_ops.cuh
 
 OPT_FUSED_NORM, OPT_RESIDUAL, OPT_MMA = 1, 2, 4
 OPT_ROPE, OPT_SILU = 8, 16  # matmul epilogues (fuse_rope, fuse_silu): MK_OPT_ROPE, MK_OPT_SILU in mk_ops.cuh
@@ -70,7 +73,7 @@ PROLOGUE_OPT = {"attn_reduce": OPT_REDUCE}  # a matmul's attrs["prologue"] -> it
 OP_INT_FIELDS = ("kind", "n_tiles", "N", "K", "T", "flag_base", "opt", "ld_out", "ld0", "ld1", "ld2", "off1",
                  "off2", "hq", "hkv", "hd", "splits", "kv_total", "pos", "s_max")
 OP_FLOAT_FIELDS = ("eps", "scale", "pad0", "pad1")
-OP_PTR_FIELDS = ("bounds", "W", "w2", "in0", "in1", "in2", "out", "kc", "vc", "rope", "tokens")
+OP_PTR_FIELDS = ("bounds", "W", "w2", "in0", "in1", "in2", "out", "kc", "vc", "rope", "tokens", "bias")
 OP_FIELDS = np.dtype([(f, "<i4") for f in OP_INT_FIELDS] + [(f, "<f4") for f in OP_FLOAT_FIELDS]
                      + [(f, "<u8") for f in OP_PTR_FIELDS])
 PARAM_PTR_FIELDS = ("tasks", "queue_start", "deps", "op_tiles", "ops", "counters", "flags", "barrier", "error",
@@ -125,6 +128,7 @@ class Plan:
     acc_rows: int
     smem_B: int
     outputs: list[str] = field(default_factory=list)  # buffer of each op's output, in op order
+    defines: tuple[str, ...] = ()  # compiler flags the plan's kernels need (attn_defines: its attention's instance)
     sentinel: SentinelPlan | None = None  # sync="sentinel": what is polled and reset
     l2_lead_B: int = 0           # the L2 prefetcher's lead ahead of the producer (0: off; l2_prefetch_KiB)
 
@@ -142,8 +146,49 @@ def x_region_bytes(schedule) -> int:
         elif op.kind == "attn_partial":
             cfg = wl.model
             G, D = cfg.num_heads // cfg.num_kv_heads, cfg.head_dim
-            need = max(need, (G * D + CONSUMERS * G * (D + 2)) * 4 + CONSUMERS * 32 * D * 2)
+            need = max(need, (G * D + CONSUMERS * G * (D + 2)) * 4 + CONSUMERS * 32 * D * 2, attn_smem_bytes(D, G))
     return -(-need // 16) * 16
+
+
+def attn_smem_bytes(D: int, G: int, nwarps: int = CONSUMERS) -> int:
+    """Shared memory of the tensor-core partials (``mk_attn_smem_bytes<D, G>`` in mk_ops.cuh): per
+    worker warp a K and a V tile of 16 rows of ``2 D + 16`` bytes, then q (G rows of D / 2 + 4
+    words), then m and l of every warp and head. For the shapes built before any other (and every
+    G <= 8 at D 64 and 128) the older layout's region (MK_ATTN 1) is the larger.
+
+    >>> attn_smem_bytes(128, 4, 8), attn_smem_bytes(96, 1, 8)
+    (70976, 53520)
+    """
+    return nwarps * 2 * 16 * (2 * D + 16) + G * (D // 2 + 4) * 4 + 2 * nwarps * G * 4
+
+
+def attn_shape_problem(head_dim: int, group: int) -> str | None:
+    """Why the partials have no device function for ``head_dim`` and ``group`` (query heads per KV
+    head), or None: a head is whole 16-element k-steps of the tensor cores up to
+    :data:`ATTN_HEAD_DIM_MAX`, a group fills at most the 8 columns of one mma (:data:`ATTN_GROUPS`).
+
+    >>> attn_shape_problem(128, 1) is None, attn_shape_problem(100, 4)
+    (True, 'head size 100 is not a multiple of 16 (the tensor cores take 16 elements a step)')
+    """
+    if head_dim % 16:
+        return f"head size {head_dim} is not a multiple of 16 (the tensor cores take 16 elements a step)"
+    if head_dim > ATTN_HEAD_DIM_MAX:
+        return f"head size {head_dim} is over {ATTN_HEAD_DIM_MAX}"
+    if group not in ATTN_GROUPS:
+        return (f"{group} query heads per KV head is over {ATTN_GROUPS[-1]} (one mma's 8 columns hold a KV head's "
+                "query heads)")
+    return None
+
+
+def attn_defines(cfg) -> tuple[str, ...]:
+    """The compiler flags that build the attention partials for ``cfg``'s (head size, group) only
+    (``MK_ATTN_HD``, ``MK_ATTN_G`` in mk_ops.cuh): one template instance per build, the model's.
+
+    >>> import mksim
+    >>> attn_defines(mksim.models.get("qwen2.5-7b"))
+    ('-DMK_ATTN_HD=128', '-DMK_ATTN_G=7')
+    """
+    return (f"-DMK_ATTN_HD={cfg.head_dim}", f"-DMK_ATTN_G={cfg.num_heads // cfg.num_kv_heads}")
 
 
 def mma_pack(w):
@@ -306,7 +351,7 @@ def _step_needs(model: str, batch: int, kv_len: int, gpu: str) -> tuple[int, int
     return x_region_bytes(probe), k_min, probe.gpu.sm.shared_memory_per_block_KiB
 
 
-def kernel_options(model: str, batch: int, kv_len: int = 1024, gpu: str = "h200-calibrated",
+def kernel_options(model: str | mksim.models.ModelConfig, batch: int, kv_len: int = 1024, gpu: str = "h200-calibrated",
                    mode: str | None = None) -> dict:
     """Schedule options the generated kernels need for ``model`` at ``batch``: one block per SM,
     the shared memory they keep besides the weight pages (``smem_reserve_KiB``) and, where the
@@ -364,12 +409,16 @@ def check_supported(schedule) -> None:
     if missing:
         raise ScheduleError(f"no device function for op kind {missing[0]!r}; the generated kernel runs "
                             f"{', '.join(ROWS)}")
-    if cfg.qk_norm or cfg.attention_bias:
-        raise ScheduleError(f"{cfg.name}: q/k norms and attention biases have no device function yet")
     G = cfg.num_heads // cfg.num_kv_heads
-    if (cfg.head_dim, G) not in ATTN_SHAPES:
-        raise ScheduleError(f"{cfg.name}: no attention device function for head size {cfg.head_dim} with "
-                            f"{G} query heads per KV head; built: {sorted(ATTN_SHAPES)}")
+    why = attn_shape_problem(cfg.head_dim, G)
+    if why is None and "-DMK_ATTN=1" in os.environ.get("MKSIM_KERNEL_DEFINES", "").split() \
+            and cfg.head_dim not in (64, 128):
+        why = f"head size {cfg.head_dim} with MK_ATTN=1 (a lane per position takes head sizes 64 and 128)"
+    if why:
+        raise ScheduleError(f"{cfg.name}: no attention device function: {why}")
+    if cfg.qk_norm and getattr(cfg, "qk_norm_scope", "head") not in ROPE_NORM:
+        raise ScheduleError(f"{cfg.name}: no device function for q/k norms over {cfg.qk_norm_scope!r}; the kernel "
+                            f"runs {', '.join(ROPE_NORM)}")
     for op in wl.ops:
         if op.kind == "matmul" and op.attrs["k"] % 256:
             raise ScheduleError(f"op {op.name}: input size {op.attrs['k']} is not a multiple of 256")
@@ -421,6 +470,9 @@ def _matmul_row(a: RowArgs) -> Buffer:
     if not a.ins:  # the first op of a chain (validation.chains): its input is a buffer of its own
         a.buffers[src] = Buffer((a.T, K), "bf16", "normal", 1.0)
     r.update(K=K, W=f"w:{op.name}", in0=src, ld0=K, opt=OPT_MMA if mma else 0)
+    if has_bias(op):  # one per weight row, in the rows' stored order (as the weight: epilogue_rows)
+        a.buffers[f"b:{op.name}"] = Buffer((n_rows,), "bf16", "normal", 1.0)
+        r.update(bias=f"b:{op.name}")
     if op.attrs.get("fused_norm"):
         a.buffers[f"w2:{op.name}"] = Buffer((K,), "bf16", "norm")
         r.update(opt=r["opt"] | OPT_FUSED_NORM, w2=f"w2:{op.name}", eps=a.cfg.rms_norm_eps)
@@ -437,6 +489,24 @@ def _matmul_row(a: RowArgs) -> Buffer:
         if epi == "rope_kv":  # rotated with the RoPE table; k and v appended to the layer's KV cache
             r.update(_kv_cache(a), rope="rope")
     return Buffer((a.T, op.out_size), "bf16", "poison")
+
+
+def has_bias(op: Op) -> bool:
+    """Whether matmul ``op`` adds a bias (Qwen2's q, k and v projections): the workload charges its
+    bytes, one bf16 per output element, beside the weight's (and a fused norm's) bytes, and the
+    kernel reads what the simulator charges.
+
+    >>> import mksim
+    >>> ops = {op.name: op for op in mksim.models.workload("qwen2.5-7b").ops}
+    >>> has_bias(ops["L0.qkv_proj"]), has_bias(ops["L0.o_proj"])
+    (True, False)
+    """
+    if op.kind != "matmul":
+        return False
+    k, n = op.attrs["k"], op.out_size
+    rows = weight_rows_per_output(op) * n
+    plain = k * rows * 2 + (k * 2 if op.attrs.get("fused_norm") else 0)
+    return op.weight_bytes == plain + n * 2
 
 
 def _reduce_prologue(a: RowArgs) -> None:
@@ -478,6 +548,12 @@ def _kv_cache(a: RowArgs) -> dict:
 def _rope_kv_row(a: RowArgs) -> Buffer:
     Q, KV = a.cfg.num_heads * a.cfg.head_dim, a.cfg.num_kv_heads * a.cfg.head_dim
     a.row.update(_kv_cache(a), rope="rope")
+    if a.op.attrs.get("qk_norm"):  # RMS norms of q (weight W) and k (w2) before the rotation
+        scope = getattr(a.cfg, "qk_norm_scope", "head")
+        q_n, k_n = (Q, KV) if scope == "all" else (a.cfg.head_dim, a.cfg.head_dim)
+        a.buffers[f"w:{a.op.name}"] = Buffer((q_n,), "bf16", "norm")
+        a.buffers[f"w2:{a.op.name}"] = Buffer((k_n,), "bf16", "norm")
+        a.row.update(opt=ROPE_NORM[scope], W=f"w:{a.op.name}", w2=f"w2:{a.op.name}", eps=a.cfg.rms_norm_eps)
     if len(a.ins) == 1:  # one fused projection [q; k; v]
         ld = a.ins_op[0].out_size
         a.row.update(in0=a.ins[0], in1=a.ins[0], in2=a.ins[0], ld0=ld, ld1=ld, ld2=ld, off1=Q, off2=Q + KV)
@@ -488,8 +564,9 @@ def _rope_kv_row(a: RowArgs) -> Buffer:
 
 def _attn_partial_row(a: RowArgs) -> Buffer:
     cfg, hd = a.cfg, a.cfg.head_dim
+    # K: the positions a sliding window attends (the last K of kv_total; 0: all of them)
     a.row.update(_kv_cache(a), splits=a.op.attrs["kv_splits"], kv_total=a.op.attrs["kv_total"], in0=a.ins[0],
-                 ld0=a.ins_op[0].out_size, scale=hd ** -0.5)
+                 ld0=a.ins_op[0].out_size, scale=hd ** -0.5, K=a.op.attrs.get("window", 0))
     return Buffer((a.op.out_size, (cfg.num_heads // cfg.num_kv_heads) * (hd + 2)), "f32", "poison")
 
 
@@ -729,7 +806,7 @@ def plan(schedule, seed: int = 0) -> Plan:
         sentinel = sentinel_plan(schedule, rows, buffers, program)
     return Plan(schedule=schedule, buffers=buffers, ops=rows, program=program, page_B=page_B, depth=depth,
                 ahead=o.prefetch_depth > 0, x_B=x_B, acc_rows=n_rows, smem_B=smem, outputs=outputs,
-                sentinel=sentinel, l2_lead_B=l2_lead_B(o.l2_prefetch_KiB))
+                sentinel=sentinel, l2_lead_B=l2_lead_B(o.l2_prefetch_KiB), defines=attn_defines(cfg))
 
 
 def l2_lead_B(l2_prefetch_KiB: float) -> int:

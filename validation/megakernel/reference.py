@@ -19,7 +19,7 @@ import numpy as np
 
 from mksim.workload import Op
 
-from .program import epilogue_rows
+from .program import ROPE_NORM, epilogue_rows
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,8 @@ def _matmul(s: Step, op: Op, row: dict, ins: list):
     if pro is not None:  # a fused prologue (fuse_reduce): the input rows are what the absorbed op made
         x = REFERENCES[pro](s, op, row, [ins[0]])
     acc = x.float() @ s.bufs[row["W"]].float().t()
+    if row["bias"]:  # one per weight row, in their stored order (as the weight's rows), before the rounding
+        acc = acc + s.bufs[row["bias"]].float()
     if len(ins) > 1:
         acc = acc + ins[1].float()
     y = acc.to(torch.bfloat16)
@@ -108,10 +110,15 @@ def _rope_kv(s: Step, op: Op, row: dict, ins: list):
         a, b = x[..., :half], x[..., half:]
         return torch.cat([a * s.cos - b * s.sin, b * s.cos + a * s.sin], dim=-1)
 
-    qkv = (ins[0] if len(ins) == 1 else torch.cat(ins, dim=1)).float()
-    q = rot(qkv[:, :Q].reshape(T, nq, hd)).reshape(T, Q)
-    k = rot(qkv[:, Q:Q + KV].reshape(T, nkv, hd)).reshape(T, KV)
-    return torch.cat([q, k, qkv[:, Q + KV:]], dim=1).to(torch.bfloat16)
+    qkv = ins[0] if len(ins) == 1 else torch.cat(ins, dim=1)
+    q, k = qkv[:, :Q], qkv[:, Q:Q + KV]
+    if op.attrs.get("qk_norm"):  # q/k RMS norms first (ROPE_NORM): over each head, or over all of q and all of k
+        per_head = row["opt"] == ROPE_NORM["head"]
+        q = _norm(q.reshape(T, nq, hd) if per_head else q, s.bufs[row["W"]], row["eps"]).reshape(T, Q)
+        k = _norm(k.reshape(T, nkv, hd) if per_head else k, s.bufs[row["w2"]], row["eps"]).reshape(T, KV)
+    q = rot(q.float().reshape(T, nq, hd)).reshape(T, Q)
+    k = rot(k.float().reshape(T, nkv, hd)).reshape(T, KV)
+    return torch.cat([q, k, qkv[:, Q + KV:].float()], dim=1).to(torch.bfloat16)
 
 
 def _attn_partial(s: Step, op: Op, row: dict, ins: list):
@@ -120,6 +127,7 @@ def _attn_partial(s: Step, op: Op, row: dict, ins: list):
     T, hd, nkv, Q, KV, pos = s.T, s.cfg.head_dim, s.cfg.num_kv_heads, s.Q, s.KV, s.pos
     G = s.cfg.num_heads // nkv
     C, total = row["splits"], row["kv_total"]
+    w0 = total - row["K"] if 0 < row["K"] < total else 0  # a sliding window: the last K positions (mk_attn_first)
     rope = ins[0]
     q = rope[:, :Q].float().reshape(T, nkv, G, hd) * row["scale"]
     k_new = rope[:, Q:Q + KV].reshape(T, nkv, 1, hd)
@@ -128,7 +136,7 @@ def _attn_partial(s: Step, op: Op, row: dict, ins: list):
     V = torch.cat([s.bufs[row["vc"]][:, :, :pos], v_new], dim=2).float()
     parts = []
     for c in range(C):
-        p0, p1 = c * total // C, (c + 1) * total // C
+        p0, p1 = w0 + c * (total - w0) // C, w0 + (c + 1) * (total - w0) // C
         sc = torch.einsum("tgjd,tgpd->tgjp", q, K[:, :, p0:p1])
         m = sc.amax(dim=-1)
         p = torch.exp(sc - m[..., None])
