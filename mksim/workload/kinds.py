@@ -13,7 +13,7 @@ the cost fit and the torch reference of ``validation.megakernel`` all take kinds
 >>> get_kind("matmul").unit, get_kind("matmul").cost_fields
 ('tensor', ('task_fixed_us', 'task_row_us', 'consume_GBps', 'consume_row_GBps', 'page_us'))
 >>> [k.name for k in KINDS.values() if k.opcode is None]   # simulated only: no device function
-['add', 'elementwise', 'topk', 'combine']
+['add', 'elementwise']
 """
 
 from __future__ import annotations

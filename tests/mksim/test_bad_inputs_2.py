@@ -575,8 +575,8 @@ def test_A136_sweep_html_is_the_hardware_file(row: str, tmp_path: Path, capsys: 
     import mksim.report
 
     monkeypatch.setattr(mksim.report, "compare", _FakeComparison)
-    code, _, err = run_cli(["sweep", "--batch", "1", "--html", "h200-datasheet"], capsys)
-    assert code == 0 and (tmp_path / "h200-datasheet").stat().st_size > 0, err
+    code, _, err = run_cli(["sweep", "--batch", "1", "--html", "h200"], capsys)
+    assert code == 0 and (tmp_path / "h200").stat().st_size > 0, err
 
 
 def test_A183_validate_dry_run_out_warns(bad: Path, capsys: pytest.CaptureFixture[str]) -> None:

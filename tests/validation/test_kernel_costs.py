@@ -13,7 +13,7 @@ from mksim.errors import MksimError
 from validation import kernel_costs as kc
 
 ROOT = Path(__file__).resolve().parents[2]
-MEASURED = ROOT / "validation" / "results" / "h200-datasheet" / "measured.json"
+MEASURED = ROOT / "validation" / "results" / "h200" / "measured.json"
 
 
 def rec(kind: str, B: float, us: float, batch: int = 1, op: str | None = None, **kw) -> dict:

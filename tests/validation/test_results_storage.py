@@ -60,7 +60,7 @@ def test_resume_keeps_the_code_of_the_earlier_run(tmp_path):
 
 @pytest.mark.skipif(not HAS_GIT, reason="needs git and the repository's history")
 def test_h200_sources_are_in_the_commit_recorded():
-    doc = json.loads((RESULTS / "h200-datasheet" / "sources.json").read_text())
+    doc = json.loads((RESULTS / "h200" / "sources.json").read_text())
     assert set(doc["files"]) == {"mk_kernel.cu", "mk_ops.cuh", "mk_device.cuh"}
     for entry in doc["files"].values():
         try:

@@ -672,7 +672,7 @@ REPORT_H200 = ("mksim validate report validation/results/h200 --docs docs/valida
 
 
 def test_docs_results_table_is_current():
-    summary = ROOT / "validation" / "results" / "h200-datasheet" / "summary.json"
+    summary = ROOT / "validation" / "results" / "h200" / "summary.json"
     if not summary.is_file():
         pytest.skip("the suite has not run on the H200 yet")
     assert _between(PAGE.read_text(), vs.DOCS_BEGIN, vs.DOCS_END) == vs.markdown_table(

@@ -28,7 +28,7 @@ from validation.mechanisms.analysis import RawError
 from validation.mechanisms.runner import BuildError, run_all
 
 from ._gpu import Gpu, launch_harness
-from ._params import Param, base_model, combine, overlay_text, params, run_to_run
+from ._params import RENAMED, Param, base_model, combine, overlay_text, params, run_to_run
 from .plots import write_plots
 
 T = TypeVar("T")
@@ -158,7 +158,7 @@ def finish(raw_paths: list[Path], out: Path, *, base: str | None = None, results
         raise MksimError(f"raw results come from different GPUs ({', '.join(sorted(devices))}); combine runs "
                          "of one GPU")
     meta = raws[0]["meta"]
-    base = base or meta.get("base") or base_model(meta["device"])
+    base = base or RENAMED.get(meta.get("base"), meta.get("base")) or base_model(meta["device"])
     spec = hwmodels.load(base)
     fitted = [params(r, spec.dram.bandwidth_spec_GBps) for r in raws]
     runs = [f[0] for f in fitted]

@@ -16,8 +16,13 @@ from mksim.errors import MksimError
 from .fit import fit_boundary, fit_boundary_parts, fit_concurrency, stat, tflops
 
 # Device-name fragments -> built-in hardware model (first match wins).
-BASES = (("H200", "h200"), ("H100", "h100"), ("A100", "a100"), ("B200", "b200"), ("L40S", "l40s"),
+BASES = (("H200", "h200-datasheet"), ("H100", "h100"), ("A100", "a100"), ("B200", "b200"), ("L40S", "l40s"),
          ("RTX 4090", "rtx4090"), ("MI300X", "mi300x"))
+
+
+# raw runs record the datasheet file they were fitted against; those from before 2026-12-03 name the
+# H200's "h200", which is now the validated target (the calibrated H200 with mksim's kernels)
+RENAMED = {"h200": "h200-datasheet"}
 
 
 def base_model(device_name: str) -> str:

@@ -849,6 +849,145 @@ __device__ void mk_attn_reduce(const MkOp& o, int lo, int hi, int tid, int nw) {
 }
 #endif  // MK_ATTN
 
+// ---------------------------------------------------------------- mixture of experts
+// An MoE layer (program.py: _topk_row, _combine_row, the expert rows of _matmul_row; moe.py for
+// the tasks): `topk` writes the layer's route table, which every expert task and the combine read.
+// The route table (fp32 words; ids are whole numbers, exact in fp32), C = the layer's capacity
+// (min(N, T k) expert slots; MkOp.pos of every MoE row of the layer):
+//   [0]                       the active experts' count D (distinct experts the T tokens chose)
+//   [1 + j], j < C            the expert of slot j: the active experts in ascending order, -1 past D
+//   [1 + C + t k + i]         the slot of token t's i-th choice (choices by descending logit)
+//   [1 + C + T k + t k + i]   its weight
+// An expert matmul task (MK_OPT_EXPERTS) is (slot j, rows [lo, hi) of that slot's output): its
+// weight rows are those of expert route[1 + j], known only once the top-k is done, so the producer
+// streams them only then (mk_expert_stream in mk_kernel.cu); a slot j >= D exits early.
+#define MK_OPT_EXPERTS 64    // matmul: the weights of the slot's expert (route table at `tokens`, pos outputs a slot)
+#define MK_OPT_SLOT_IN 128   // matmul: each slot has its own input rows, K elements apart (an expert op's output)
+#define MK_TOPK_SIGMOID 1    // topk: sigmoid scores (else softmax over the N logits)
+#define MK_TOPK_NORM 2       // topk: the k weights renormalised to sum 1
+#define MK_MOE_OPT_SHARED 1  // combine: + the shared expert's output (W, ld2)
+#define MK_MOE_OPT_GATED 2   // combine: ... times sigmoid of its gate (w2, one element per token)
+
+// The slot of an expert matmul task whose weight rows start at lo (pos outputs a slot; two weight
+// rows per output with the fused SiLU).
+__device__ __forceinline__ int mk_expert_slot(const MkOp& o, int lo) {
+    return lo / ((o.opt & MK_OPT_SILU ? 2 : 1) * o.pos);
+}
+
+// Whether the slot of an expert matmul task is active (read through L2: the top-k ran elsewhere).
+__device__ __forceinline__ bool mk_expert_active(const MkOp& o, int lo) {
+    return mk_expert_slot(o, lo) < (int)__ldcg(reinterpret_cast<const float*>(o.tokens));
+}
+
+// A task's own input rows (MK_OPT_SLOT_IN): its slot's K columns of the previous expert op's output.
+// Static (the slot, not its expert): applied where the task's op description is copied.
+__device__ __forceinline__ void mk_expert_input(MkOp& o, int lo) {
+    if (o.opt & MK_OPT_SLOT_IN) o.in0 += (size_t)mk_expert_slot(o, lo) * o.K;
+}
+
+// The top-k of a layer's T tokens and its route table, in one task (T <= 8: a tiny serial step).
+// Warp w takes tokens w, w + warps, ...: the N bf16 logits into shared memory, the max and (softmax)
+// the sum of exponentials, then k rounds of a warp arg-max (the larger logit, the lower index on a
+// tie), each choice taken out; the scores of the choices and their weights (renormalised with
+// MK_TOPK_NORM, summed in choice order). Then the distinct experts (a bit mask), their slots in
+// ascending order and the table. scratch: T N + 2 T k + N / 32 + 1 words (x_region_bytes).
+// Not inlined, and given the op in global memory: the kernel's other tasks keep their registers.
+__device__ __noinline__ void mk_topk(const MkOp* og, int tid, int nw, float* scratch) {
+    const MkOp& o = *og;
+    const int T = o.T, N = o.N, k = o.K, C = o.pos, lane = tid & 31, warps = nw >> 5, words = (N + 31) >> 5;
+    float* vals = scratch;                                     // [T][N]
+    int* sel = reinterpret_cast<int*>(vals + T * N);           // [T][k] chosen experts
+    float* wts = reinterpret_cast<float*>(sel + T * k);        // [T][k] their weights
+    unsigned* mask = reinterpret_cast<unsigned*>(wts + T * k); // [words] active experts
+    for (int i = tid; i < words; i += nw) mask[i] = 0u;
+    for (int i = tid; i < T * N; i += nw) {
+        const int b = i / N, e = i - b * N;
+        vals[i] = mk_ld_bf16(o.in0 + (size_t)b * o.ld0 + e);
+    }
+    mk_bar(nw);
+    for (int b = tid >> 5; b < T; b += warps) {
+        float* v = vals + b * N;
+        float m = MK_NEG_INF;
+        for (int e = lane; e < N; e += 32) m = fmaxf(m, v[e]);
+        m = mk_warp_max(m);
+        float S = 0.f;
+        if (!(o.opt & MK_TOPK_SIGMOID)) {
+            for (int e = lane; e < N; e += 32) S += __expf(v[e] - m);
+            S = mk_warp_sum(S);
+        }
+        float sum = 0.f;
+        for (int i = 0; i < k; ++i) {
+            float best = MK_NEG_INF;
+            int at = N;
+            for (int e = lane; e < N; e += 32)
+                if (v[e] > best || (v[e] == best && e < at)) { best = v[e]; at = e; }
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+                const float ob = __shfl_xor_sync(0xffffffffu, best, off);
+                const int oa = __shfl_xor_sync(0xffffffffu, at, off);
+                if (ob > best || (ob == best && oa < at)) { best = ob; at = oa; }
+            }
+            const float p = o.opt & MK_TOPK_SIGMOID ? 1.f / (1.f + __expf(-best)) : __expf(best - m) / S;
+            sum += p;
+            if (lane == 0) {
+                sel[b * k + i] = at;
+                wts[b * k + i] = p;
+            }
+            __syncwarp();
+            if (lane == (at & 31)) v[at] = MK_NEG_INF;  // taken: not chosen again
+            __syncwarp();
+        }
+        if (lane < k && (o.opt & MK_TOPK_NORM)) wts[b * k + lane] /= sum;
+    }
+    mk_bar(nw);
+    for (int i = tid; i < T * k; i += nw) atomicOr(mask + (sel[i] >> 5), 1u << (sel[i] & 31));
+    mk_bar(nw);
+    float* route = reinterpret_cast<float*>(o.out);
+    // the slot of expert e: the active experts below it
+    auto slot_of = [&](int e) {
+        int s = __popc(mask[e >> 5] & ((1u << (e & 31)) - 1u));
+        for (int w = 0; w < (e >> 5); ++w) s += __popc(mask[w]);
+        return s;
+    };
+    int count = 0;
+    for (int w = 0; w < words; ++w) count += __popc(mask[w]);
+    if (tid == 0) route[0] = (float)count;
+    for (int e = tid; e < N; e += nw)
+        if (mask[e >> 5] & (1u << (e & 31))) route[1 + slot_of(e)] = (float)e;
+    for (int j = count + tid; j < C; j += nw) route[1 + j] = -1.f;
+    for (int i = tid; i < T * k; i += nw) {
+        route[1 + C + i] = (float)slot_of(sel[i]);
+        route[1 + C + T * k + i] = wts[i];
+    }
+}
+
+// The layer's output, features [lo, hi) of every token: its k experts' rows (slot s of the down
+// projection's output at s * N, ld0 a token), weighted, + the shared expert (times the sigmoid of
+// its gate) + the residual, in fp32, rounded once. The tokens' slots and weights are read into
+// shared memory first (scratch: 2 T k words).
+// Not inlined, and given the op in global memory (as mk_topk).
+__device__ __noinline__ void mk_combine(const MkOp* og, int lo, int hi, int tid, int nw, float* scratch) {
+    const MkOp& o = *og;
+    const float* route = reinterpret_cast<const float*>(o.tokens);
+    const int T = o.T, k = o.K, C = o.pos, H = o.N;
+    for (int i = tid; i < 2 * T * k; i += nw) scratch[i] = __ldcg(route + 1 + C + i);
+    mk_bar(nw);
+    mk_bf16* out = (mk_bf16*)o.out;
+    for (int i = tid; i < T * (hi - lo); i += nw) {
+        const int b = i / (hi - lo), e = lo + i - b * (hi - lo);
+        const mk_bf16* y = o.in0 + (size_t)b * o.ld0 + e;
+        const float* sw = scratch + b * k;
+        float acc = 0.f;
+        for (int c = 0; c < k; ++c) acc = fmaf(sw[T * k + c], mk_ld_bf16(y + (size_t)(int)sw[c] * H), acc);
+        if (o.opt & MK_MOE_OPT_SHARED) {
+            const float g = o.opt & MK_MOE_OPT_GATED ? 1.f / (1.f + __expf(-mk_ld_bf16(o.w2 + b))) : 1.f;
+            acc = fmaf(g, mk_ld_bf16(o.W + (size_t)b * o.ld2 + e), acc);
+        }
+        acc += mk_ld_bf16(o.in1 + (size_t)b * o.ld1 + e);
+        out[(size_t)b * o.ld_out + e] = mk_f32_to_bf16(acc);
+    }
+}
+
 // ---------------------------------------------------------------- dispatch
 // The ops whose device function needs nothing of the block but its workers and the reduction
 // scratch red (>= 32 floats): a new op kind adds its function above and its case here. False:

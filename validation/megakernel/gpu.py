@@ -118,6 +118,20 @@ class _Launch:
             raise MksimError(f"cuLaunchKernelEx failed with CUDA error {rc}")
 
 
+class _Unpacking(dict):
+    """Buffers as torch tensors; those in ``packed`` (tensor-core weights in fragment order) unpacked
+    each time they are read, not kept: a step's weights unpacked all at once would be a second copy of
+    them (a Mixtral step's 93 GB does not fit twice)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.packed: set[str] = set()
+
+    def __getitem__(self, name: str):
+        a = super().__getitem__(name)
+        return P.mma_unpack(a) if name in self.packed else a
+
+
 class Runner:
     """A planned schedule's buffers and kernels on the GPU."""
 
@@ -145,7 +159,7 @@ class Runner:
             k.max_dynamic_shared_size_bytes = plan.smem_B
         rng = cp.random.default_rng(seed)
         self.bufs = {name: self._alloc(name, b, rng) for name, b in plan.buffers.items()}
-        g = schedule.graph
+        g = plan.graph  # the tasks the kernel runs (an MoE step's: validation/megakernel/moe.py)
         for i, op in enumerate(schedule.workload.ops):
             self.bufs[f"bounds:{op.name}"][...] = cp.asarray(g.bounds[i].astype(np.int32))
         sp = plan.sentinel
@@ -295,13 +309,13 @@ class Runner:
         import torch
 
         sp = self.plan.sentinel
-        out = {}
+        out = _Unpacking()
         for name in self.plan.buffers:
             a = self.bufs[P.twin(name, parity) if sp is not None and name in sp.twins else name]
             if a.dtype == self.cp.uint16:
                 out[name] = torch.from_dlpack(a.view(self.cp.int16)).view(torch.bfloat16)
-                if self.plan.buffers[name].layout == "mma":  # the weight the packed array holds
-                    out[name] = P.mma_unpack(out[name])
+                if self.plan.buffers[name].layout == "mma":  # the weight the packed array holds, when read
+                    out.packed.add(name)
             else:
                 out[name] = torch.from_dlpack(a)
         return out
@@ -329,17 +343,20 @@ class Runner:
         tb = self.torch_buffers(parity)
         ops = self.schedule.workload.ops
         local = reference.run(self.plan, tb, local=True)
-        e_local = {op.name: reference.rel_err(tb[n], local[n]) for op, n in zip(ops, self.plan.outputs, strict=True)}
+        rows = self.plan.ops
+        e_local = {op.name: reference.op_rel_err(op, r, tb[n], local[n], tb)
+                   for op, r, n in zip(ops, rows, self.plan.outputs, strict=True)}
         del local
         e2e = reference.run(self.plan, tb)
-        e_e2e = {op.name: reference.rel_err(tb[n], e2e[n]) for op, n in zip(ops, self.plan.outputs, strict=True)}
+        e_e2e = {op.name: reference.op_rel_err(op, r, tb[n], e2e[n], tb)
+                 for op, r, n in zip(ops, rows, self.plan.outputs, strict=True)}
         return e_local, e_e2e
 
     def trace_summary(self) -> dict:
         """Per op kind, from the last run's %globaltimer stamps: tasks, mean µs waiting for inputs,
         computing and publishing, and the weight bandwidth of a computing SM."""
         tr = self.cp.asnumpy(self.trace).astype(np.int64)
-        prog, g = self.plan.program, self.schedule.graph
+        prog, g = self.plan.program, self.plan.graph
         ops = self.schedule.workload.ops
         t0 = tr[:, 0][tr[:, 0] > 0].min()
         out: dict = {"span_us": float((tr[:, 3].max() - t0) / 1e3), "kinds": {}}
@@ -372,7 +389,7 @@ class Runner:
         faster alone than in the step: docs/validation-log.md)."""
         if not self.launches:
             return []
-        g, ops = self.schedule.graph, self.schedule.workload.ops
+        g, ops = self.plan.graph, self.schedule.workload.ops
         flush = self.cp.empty(L2_FLUSH_B // 4, dtype=self.cp.float32) if cold else None
         seen: dict[tuple, dict] = {}
         for i, op in enumerate(ops):

@@ -329,7 +329,7 @@ __device__ bool mk_mbar_wait(unsigned long long* b, unsigned parity, int* error)
 // What the producer needs of one task row: where its weight rows start and how many bytes.
 struct MkStream {
     const unsigned char* src;
-    long long bytes;            // 0: the task streams nothing through the ring
+    long long bytes;            // 0: the task streams nothing through the ring; -1: an expert task, not resolved yet
 };
 
 __device__ __forceinline__ MkStream mk_stream_of(const MkParams& P, const int* t) {
@@ -337,10 +337,43 @@ __device__ __forceinline__ MkStream mk_stream_of(const MkParams& P, const int* t
     if (__ldg(t) != MK_OP_MATMUL) return m;
     const int op = __ldg(t + 1), lo = __ldg(t + 3), hi = __ldg(t + 4);
     const MkOp* o = P.ops + op;
+    if (__ldg(&o->opt) & MK_OPT_EXPERTS) { m.bytes = -1; return m; }  // its expert is known after the top-k
     const int K = __ldg(&o->K);
     m.src = reinterpret_cast<const unsigned char*>(__ldg(reinterpret_cast<const unsigned long long*>(&o->W)))
             + (size_t)lo * K * 2;
     m.bytes = (long long)(hi - lo) * K * 2;
+    return m;
+}
+
+// An expert matmul task's weight rows (MK_OPT_EXPERTS), once its layer's top-k is done: `gate` says
+// how the producer knows. 0: the waiter has found task row i's dependencies met (*ready >= i; the
+// top-k is one of them); 1: the workers have begun it (*ready: `started`; persistent_barrier, whose
+// workers pass the grid barrier themselves); 2: the kernel's prerequisite grid is done (a chain:
+// griddepcontrol.wait). Nothing of the expert's weights is streamed before (no speculation). A slot
+// past the active experts streams nothing (its workers exit early, mk_expert_active). Bytes -2 when
+// the grid failed meanwhile.
+__device__ __forceinline__ MkStream mk_expert_stream(const MkParams& P, const int* t, int i, const int* ready, int gate) {
+    MkStream m{nullptr, -2};  // -2: the grid failed
+    if (gate == 2) {
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+    } else {
+        for (int n = 0; *(const volatile int*)ready < i; ++n)
+            if ((n & 255) == 255 && mk_failed(P.error)) return m;
+        if (mk_failed(P.error)) return m;
+        __threadfence();  // the top-k's table, seen through the waiter's acquire, before it is read
+    }
+    const int lo = __ldg(t + 3), hi = __ldg(t + 4);
+    const MkOp* o = P.ops + __ldg(t + 1);
+    const int K = __ldg(&o->K), opt = __ldg(&o->opt), per = (opt & MK_OPT_SILU ? 2 : 1) * __ldg(&o->pos);
+    const float* route = reinterpret_cast<const float*>(__ldg(reinterpret_cast<const unsigned long long*>(&o->tokens)));
+    const int j = lo / per;
+    const float count = __ldcg(route), expert = __ldcg(route + 1 + j);
+    m.bytes = 0;
+    if (j < (int)count) {
+        m.src = reinterpret_cast<const unsigned char*>(__ldg(reinterpret_cast<const unsigned long long*>(&o->W)))
+                + ((size_t)(int)expert * per + (lo - j * per)) * K * 2;
+        m.bytes = (long long)(hi - lo) * K * 2;
+    }
     return m;
 }
 
@@ -350,7 +383,8 @@ __device__ __forceinline__ MkStream mk_stream_of(const MkParams& P, const int* t
 // have begun the task (no prefetch across tasks). With `pf_pos` (the L2 prefetcher runs), it
 // posts where it is after every copy: the row in the high word, the bytes of that row issued in
 // the low one; (i1, 0) once it is done.
-__device__ void mk_produce(const MkParams& P, int i0, int i1, MkRing& r, const int* started,
+// An expert task's rows are resolved only at its turn, once `gate` allows (mk_expert_stream).
+__device__ void mk_produce(const MkParams& P, int i0, int i1, MkRing& r, const int* started, const int* ready, int gate,
                            unsigned long long* pf_pos = nullptr) {
     if (i0 >= i1) return;
 #if MK_RING_HINT
@@ -359,6 +393,10 @@ __device__ void mk_produce(const MkParams& P, int i0, int i1, MkRing& r, const i
 #endif
     MkStream cur = mk_stream_of(P, P.tasks + (size_t)i0 * MK_TASK_FIELDS);
     for (int i = i0; i < i1; ++i) {
+        if (cur.bytes == -1) {
+            cur = mk_expert_stream(P, P.tasks + (size_t)i * MK_TASK_FIELDS, i, ready, gate);
+            if (cur.bytes < 0) return;
+        }
         const MkStream next = i + 1 < i1 ? mk_stream_of(P, P.tasks + (size_t)(i + 1) * MK_TASK_FIELDS) : MkStream{nullptr, 0};
         if (cur.bytes > 0 && !P.ahead)
             while (*(const volatile int*)started < i)
@@ -1189,6 +1227,10 @@ __device__ __forceinline__ void mk_matmul(const MkParams& P, MkBlock& k, const M
 __device__ __forceinline__ int mk_run_task(const MkParams& P, MkBlock& k, const MkOp& o, int opcode, int op, int lo, int hi, int tid) {
     switch (opcode) {
     case MK_OP_MATMUL:
+        if (o.opt & MK_OPT_EXPERTS) {
+            if (!mk_expert_active(o, lo)) return 0;  // a slot past the active experts: no pages came for it
+            if (o.opt & MK_OPT_SLOT_IN) k.x_of = -1;  // its own input rows (mk_expert_input)
+        }
 #if MK_MM == 2
         switch (o.T) {
         case 1: return mk_matmul<1>(P, k, o, op, lo, hi, tid);
@@ -1215,6 +1257,14 @@ __device__ __forceinline__ int mk_run_task(const MkParams& P, MkBlock& k, const 
     case MK_OP_ATTN_PARTIAL:
         k.x_of = -1;  // the scratch overwrites xs
         return mk_attn_partial<MK_NW>(o, lo, hi, tid, reinterpret_cast<float*>(k.xs)) ? 0 : MK_ERR_ATTN;
+    case MK_OP_TOPK:  // an MoE layer's top-k and route table (mk_ops.cuh)
+        k.x_of = -1;  // the scratch overwrites xs
+        mk_topk(P.ops + op, tid, MK_NW, reinterpret_cast<float*>(k.xs));
+        return 0;
+    case MK_OP_COMBINE:  // an MoE layer's output (mk_ops.cuh)
+        k.x_of = -1;  // the scratch overwrites xs
+        mk_combine(P.ops + op, lo, hi, tid, MK_NW, reinterpret_cast<float*>(k.xs));
+        return 0;
     default:  // the ops that need only the workers (mk_ops.cuh)
         return mk_run_worker_op(o, opcode, lo, hi, tid, MK_NW, k.red) ? 0 : MK_ERR_OPCODE;
     }
@@ -1280,7 +1330,9 @@ __device__ void mk_wait_tasks(const MkParams& P, MkBlock& k, int i0, int i1, int
         const unsigned* src = reinterpret_cast<const unsigned*>(P.ops + op);
         unsigned* dst = reinterpret_cast<unsigned*>(&sl->op);
         for (int w = lane; w < (int)(sizeof(MkOp) / 4); w += 32) dst[w] = __ldg(src + w);
+        __syncwarp();
         if (lane == 0) {
+            if (__ldg(t) == MK_OP_MATMUL) mk_expert_input(sl->op, __ldg(t + 3));
             sl->opcode = __ldg(t);
             sl->opi = op;
             sl->lo = __ldg(t + 3);
@@ -1372,8 +1424,9 @@ __device__ __forceinline__ MkPfRow mk_pf_row(const MkParams& P, int row) {
     const int* t = P.tasks + (size_t)row * MK_TASK_FIELDS;
     const int opcode = __ldg(t);
     MkPfRow r{P.ops + __ldg(t + 1), 0, __ldg(t + 3), __ldg(t + 4), 0};
-    if (opcode == MK_OP_MATMUL) { r.kind = 1; r.nseg = 1; }
-    else if (opcode == MK_OP_ATTN_PARTIAL) { r.kind = 2; r.nseg = 2 * (r.hi - r.lo); }
+    if (opcode == MK_OP_MATMUL) {  // an expert task's rows are unknown until its top-k: never asked for
+        if (!(__ldg(&r.o->opt) & MK_OPT_EXPERTS)) { r.kind = 1; r.nseg = 1; }
+    } else if (opcode == MK_OP_ATTN_PARTIAL) { r.kind = 2; r.nseg = 2 * (r.hi - r.lo); }
     return r;
 }
 
@@ -1473,7 +1526,8 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1) mk_persistent(const 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
     const int q0 = P.queue_start[blockIdx.x], q1 = P.queue_start[blockIdx.x + 1];
     if (warp == MK_CONSUMERS) {
-        if (lane == 0) mk_produce(P, q0, q1, k.ring, k.started, P.l2_lead_B > 0 ? k.pf_pos : nullptr);
+        if (lane == 0) mk_produce(P, q0, q1, k.ring, k.started, barrier_mode ? k.started : k.ready, barrier_mode,
+                                  P.l2_lead_B > 0 ? k.pf_pos : nullptr);
         return;
     }
     if (warp == MK_CONSUMERS + 1) {
@@ -1548,7 +1602,7 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1) mk_chain(const MkPar
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
     const int* t = P.tasks + (size_t)(task0 + blockIdx.x) * MK_TASK_FIELDS;
     if (warp == MK_CONSUMERS) {
-        if (lane == 0) mk_produce(P, task0 + blockIdx.x, task0 + blockIdx.x + 1, k.ring, k.started);
+        if (lane == 0) mk_produce(P, task0 + blockIdx.x, task0 + blockIdx.x + 1, k.ring, k.started, nullptr, 2);
         return;
     }
     if (warp >= MK_CONSUMERS + 1) return;  // kernel boundaries publish and order
@@ -1560,7 +1614,8 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1) mk_chain(const MkPar
         if (P.trace) P.trace[4 * row + 1] = mk_now();
     }
     mk_bar(MK_NW);
-    const MkOp o = P.ops[__ldg(t + 1)];  // by value: the fields live in registers
+    MkOp o = P.ops[__ldg(t + 1)];  // by value: the fields live in registers
+    if (__ldg(t) == MK_OP_MATMUL) mk_expert_input(o, __ldg(t + 3));
     const int code = mk_run_task(P, k, o, __ldg(t), __ldg(t + 1), __ldg(t + 3), __ldg(t + 4), tid);
 #if MK_PDL_TRIGGER == 1
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

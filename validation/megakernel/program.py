@@ -30,7 +30,8 @@ from mksim.errors import MksimError, ScheduleError
 from mksim.schedule import MODE_DEFAULTS
 from mksim.workload import Op
 
-from .encode import OPCODES, Program, encode, encode_queues, weight_rows_per_output
+from .encode import OPCODES, Program, encode_queues, weight_rows_per_output
+from .moe import capacity, kernel_graph
 
 MAX_WORKER_WARPS = 28  # a block holds at most 32 warps: the workers and the 4 others
 
@@ -70,6 +71,12 @@ OPT_ROPE, OPT_SILU = 8, 16  # matmul epilogues (fuse_rope, fuse_silu): MK_OPT_RO
 EPILOGUE_OPT = {"rope_kv": OPT_ROPE, "silu_mul": OPT_SILU}  # a matmul's attrs["epilogue"] -> its option bit
 OPT_REDUCE = 32  # matmul prologue (fuse_reduce): the input rows merged from attention partials, MK_OPT_REDUCE
 PROLOGUE_OPT = {"attn_reduce": OPT_REDUCE}  # a matmul's attrs["prologue"] -> its option bit
+# mixture of experts (mk_ops.cuh, "mixture of experts"): an expert matmul's weights are its slot's
+# expert's (MK_OPT_EXPERTS), its input rows its slot's (MK_OPT_SLOT_IN); topk's and combine's own options
+OPT_EXPERTS, OPT_SLOT_IN = 64, 128
+TOPK_SIGMOID, TOPK_NORM = 1, 2          # MK_TOPK_SIGMOID, MK_TOPK_NORM
+COMBINE_SHARED, COMBINE_GATED = 1, 2    # MK_MOE_OPT_SHARED, MK_MOE_OPT_GATED
+MOE_MAX_TOPK = 32                       # a top-k task's warp takes its choices one lane each
 OP_INT_FIELDS = ("kind", "n_tiles", "N", "K", "T", "flag_base", "opt", "ld_out", "ld0", "ld1", "ld2", "off1",
                  "off2", "hq", "hkv", "hd", "splits", "kv_total", "pos", "s_max")
 OP_FLOAT_FIELDS = ("eps", "scale", "pad0", "pad1")
@@ -131,6 +138,7 @@ class Plan:
     defines: tuple[str, ...] = ()  # compiler flags the plan's kernels need (attn_defines: its attention's instance)
     sentinel: SentinelPlan | None = None  # sync="sentinel": what is polled and reset
     l2_lead_B: int = 0           # the L2 prefetcher's lead ahead of the producer (0: off; l2_prefetch_KiB)
+    graph: Any = None            # the tasks the kernel runs: the schedule's graph, or an MoE step's (moe.KernelGraph)
 
 
 def x_region_bytes(schedule) -> int:
@@ -147,6 +155,11 @@ def x_region_bytes(schedule) -> int:
             cfg = wl.model
             G, D = cfg.num_heads // cfg.num_kv_heads, cfg.head_dim
             need = max(need, (G * D + CONSUMERS * G * (D + 2)) * 4 + CONSUMERS * 32 * D * 2, attn_smem_bytes(D, G))
+        elif op.kind == "topk":  # the logits, each token's choices and weights, the active experts' mask
+            N, k = op.attrs["experts"], op.attrs["top_k"]
+            need = max(need, (T * N + 2 * T * k + (N + 31) // 32) * 4)
+        elif op.kind == "combine":  # each token's slots and weights
+            need = max(need, 2 * T * op.attrs["top_k"] * 4)
     return -(-need // 16) * 16
 
 
@@ -422,11 +435,40 @@ def check_supported(schedule) -> None:
     for op in wl.ops:
         if op.kind == "matmul" and op.attrs["k"] % 256:
             raise ScheduleError(f"op {op.name}: input size {op.attrs['k']} is not a multiple of 256")
+    check_moe(schedule)
     if schedule.options.blocks_per_sm != 1:
         raise ScheduleError("the generated kernels run one block per SM; build the schedule with blocks_per_sm=1")
     page_B = int(schedule.options.page_KiB * 1024)
     if page_B % 512 or page_B != schedule.options.page_KiB * 1024:
         raise ScheduleError(f"page_KiB must be a multiple of 0.5 KiB, got {schedule.options.page_KiB}")
+
+
+def check_moe(schedule) -> None:
+    """Refuse, in one line, a mixture-of-experts step the kernel does not run: a design with no device
+    code (the drain queue, the expert prefetch), sync="sentinel" (an inactive slot writes nothing to
+    poll), expert ops other than fused gate/up (``fuse_silu``) and down, a top-k above
+    :data:`MOE_MAX_TOPK`, sigmoid-scored routers' extras."""
+    wl, o = schedule.workload, schedule.options
+    if not any(op.kind == "topk" for op in wl.ops):
+        return
+    why = None
+    grouped = [op for op in wl.ops if op.attrs.get("grouped") == "experts"]
+    if getattr(o, "moe_dispatch", "plan") == "queue":
+        why = ("moe_dispatch='queue' (the route-finalize and drain queue) has no device code yet; "
+               "use 'stride' or 'plan'")
+    elif getattr(o, "moe_prefetch_MiB", 0):
+        why = "moe_prefetch_MiB > 0 (the expert prefetch into L2) has no device code yet; leave it at 0"
+    elif o.sync == "sentinel":
+        why = ("sync='sentinel' polls every slot's outputs and a slot past the active experts writes none; "
+               "use counter or flag")
+    elif wl.model.experts_per_token > MOE_MAX_TOPK:
+        why = f"a top-k of {wl.model.experts_per_token} > {MOE_MAX_TOPK} has no device function"
+    elif any(op.kind != "matmul" for op in grouped) or any(
+            op.attrs.get("epilogue") != "silu_mul" for op in grouped
+            if wl.ops[wl.index[op.inputs[0].op]].attrs.get("grouped") != "experts"):
+        why = "the expert gate/up runs with its SiLU fused (fuse_silu=True, split_gate_up=False) only"
+    if why:
+        raise ScheduleError(f"the generated kernel cannot run this MoE step: {why}")
 
 
 @dataclass
@@ -460,6 +502,8 @@ def _rmsnorm_row(a: RowArgs) -> Buffer:
 
 
 def _matmul_row(a: RowArgs) -> Buffer:
+    if a.op.attrs.get("grouped") == "experts":
+        return _expert_row(a)
     op, r = a.op, a.row
     K = op.attrs["k"]
     mma = mma_ok(op, a.bounds, a.page_B)
@@ -507,6 +551,61 @@ def has_bias(op: Op) -> bool:
     rows = weight_rows_per_output(op) * n
     plain = k * rows * 2 + (k * 2 if op.attrs.get("fused_norm") else 0)
     return op.weight_bytes == plain + n * 2
+
+
+def _expert_row(a: RowArgs) -> Buffer:
+    """A grouped expert matmul as ``C`` slots (moe.py): its weight is every expert's, stacked (expert
+    ``e``'s rows at ``e * rows``, each in the order its epilogue pairs them, in fragment order); its
+    output ``C`` slots of ``n`` elements per token; ``tokens`` names the layer's route table (the top-k's
+    output), ``pos`` the elements of a slot. Its input is the normed rows (or the residual, the norm
+    fused), or the slots of the expert op before it (``OPT_SLOT_IN``: slot ``j``'s ``K`` columns)."""
+    op, r, cfg = a.op, a.row, a.cfg
+    K, G = op.attrs["k"], op.attrs["groups"]
+    n, f, C = op.out_size // G, weight_rows_per_output(op), capacity(cfg, a.T)
+    if not mma_ok(op, a.bounds, a.page_B):
+        raise ScheduleError(f"op {op.name}: expert tiles run on the tensor-core matmul only, which needs inputs a "
+                            "multiple of 32, tiles of whole 16-row groups and pages of whole KiB")
+    a.buffers[f"w:{op.name}"] = Buffer((cfg.num_experts * f * n, K), "bf16", "normal", K ** -0.5, "mma")
+    route = f"out:L{op.layer}.topk"
+    if route not in a.buffers:
+        raise ScheduleError(f"op {op.name}: no top-k of layer {op.layer} before it")
+    r.update(N=C * n, ld_out=C * n, K=K, W=f"w:{op.name}", in0=a.ins[0], ld0=a.ins_op[0].out_size, pos=n,
+             tokens=route, opt=OPT_MMA | OPT_EXPERTS)
+    if a.ins_op[0].attrs.get("grouped") == "experts":  # slot j's input: the previous expert op's slot j
+        r.update(ld0=C * K, opt=r["opt"] | OPT_SLOT_IN)
+    if op.attrs.get("fused_norm"):
+        a.buffers[f"w2:{op.name}"] = Buffer((K,), "bf16", "norm")
+        r.update(opt=r["opt"] | OPT_FUSED_NORM, w2=f"w2:{op.name}", eps=cfg.rms_norm_eps)
+    if op.attrs.get("epilogue") == "silu_mul":
+        r.update(opt=r["opt"] | OPT_SILU)
+    return Buffer((a.T, C * n), "bf16", "poison")
+
+
+def _topk_row(a: RowArgs) -> Buffer:
+    """The layer's top-k and route table (``mk_topk``; layout in mk_ops.cuh): ``1 + C + 2 T k`` fp32 words."""
+    op = a.op
+    N, k, C = op.attrs["experts"], op.attrs["top_k"], capacity(a.cfg, a.T)
+    scoring = op.attrs["scoring"]
+    if scoring not in ("softmax", "sigmoid"):
+        raise ScheduleError(f"op {op.name}: no device function for {scoring!r} router scores")
+    opt = (TOPK_SIGMOID if scoring == "sigmoid" else 0) | (TOPK_NORM if op.attrs["norm_topk_prob"] else 0)
+    a.row.update(N=N, K=k, pos=C, in0=a.ins[0], ld0=a.ins_op[0].out_size, opt=opt, ld_out=0)
+    return Buffer((1 + C + 2 * a.T * k,), "f32", "poison")
+
+
+def _combine_row(a: RowArgs) -> Buffer:
+    """The layer's output (``mk_combine``): in0 the down projection's slots, in1 the residual, tokens the
+    route table; the shared expert's output in W (its row stride in ld2) and its gate in w2."""
+    op, cfg = a.op, a.cfg
+    C = capacity(cfg, a.T)
+    down, x, route = a.ins[:3]
+    a.row.update(K=op.attrs["top_k"], pos=C, in0=down, ld0=C * op.out_size, in1=x, ld1=a.ins_op[1].out_size,
+                 tokens=route)
+    if len(a.ins) > 3:
+        a.row.update(W=a.ins[3], ld2=a.ins_op[3].out_size, opt=COMBINE_SHARED)
+    if len(a.ins) > 4:
+        a.row.update(w2=a.ins[4], opt=COMBINE_SHARED | COMBINE_GATED)
+    return Buffer((a.T, op.out_size), "bf16", "poison")
 
 
 def _reduce_prologue(a: RowArgs) -> None:
@@ -597,7 +696,7 @@ def _softcap_row(a: RowArgs) -> Buffer:
 ROWS: dict[str, Callable[[RowArgs], Buffer]] = {
     "embed": _embed_row, "rmsnorm": _rmsnorm_row, "matmul": _matmul_row, "rope_kv": _rope_kv_row,
     "attn_partial": _attn_partial_row, "attn_reduce": _attn_reduce_row, "silu_mul": _silu_mul_row,
-    "softcap": _softcap_row,
+    "softcap": _softcap_row, "topk": _topk_row, "combine": _combine_row,
 }
 
 
@@ -754,7 +853,8 @@ def reset_table(sp: SentinelPlan, address: dict[str, int]) -> np.ndarray:
 def plan(schedule, seed: int = 0) -> Plan:
     """The buffers, op table and instruction tables of ``schedule`` (any mode)."""
     check_supported(schedule)
-    wl, g = schedule.workload, schedule.graph
+    wl = schedule.workload
+    g = kernel_graph(schedule)  # the tasks the kernel runs (an MoE step's differ from the graph's: moe.py)
     cfg = wl.model
     T, kv_len = wl.batch, wl.kv_len
     buffers: dict[str, Buffer] = {
@@ -798,7 +898,8 @@ def plan(schedule, seed: int = 0) -> Plan:
                             f"{page_B // 1024} KiB + {(smem - depth * page_B) / 1024:.1f} KiB of inputs and "
                             f"accumulators) > 227 KiB; use prefetch_depth <= {max(room, 0)} or smaller pages")
     if schedule.queues is not None:
-        program = encode(schedule)
+        queues = g.queues(schedule) if g is not schedule.graph else schedule.queues
+        program = encode_queues(g, queues, o.sync)
     else:  # chains: every task in id order, one block per task
         program = encode_queues(g, [list(range(len(g)))], o.sync)
     sentinel = None
@@ -806,7 +907,7 @@ def plan(schedule, seed: int = 0) -> Plan:
         sentinel = sentinel_plan(schedule, rows, buffers, program)
     return Plan(schedule=schedule, buffers=buffers, ops=rows, program=program, page_B=page_B, depth=depth,
                 ahead=o.prefetch_depth > 0, x_B=x_B, acc_rows=n_rows, smem_B=smem, outputs=outputs,
-                sentinel=sentinel, l2_lead_B=l2_lead_B(o.l2_prefetch_KiB), defines=attn_defines(cfg))
+                sentinel=sentinel, l2_lead_B=l2_lead_B(o.l2_prefetch_KiB), defines=attn_defines(cfg), graph=g)
 
 
 def l2_lead_B(l2_prefetch_KiB: float) -> int:

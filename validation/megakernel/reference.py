@@ -19,7 +19,8 @@ import numpy as np
 
 from mksim.workload import Op
 
-from .program import ROPE_NORM, epilogue_rows
+from .program import (COMBINE_GATED, COMBINE_SHARED, OPT_EXPERTS, OPT_SILU, ROPE_NORM, TOPK_NORM, TOPK_SIGMOID,
+                      epilogue_rows)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ def run(plan, bufs: dict, local: bool = False) -> dict:
     for op, row, name in zip(wl.ops, plan.ops, plan.outputs, strict=True):
         src = bufs if local else out
         ins = [src[f"out:{i.op}"] for i in op.inputs] or ([bufs[row["in0"]]] if row["in0"] else [])
+        if op.kind == "matmul" and row["opt"] & OPT_EXPERTS:  # its layer's route table, last
+            ins = [ins[0], src[row["tokens"]]]
         out[name] = REFERENCES[op.kind](step, op, row, ins)
     return out
 
@@ -78,6 +81,9 @@ def _rmsnorm(s: Step, op: Op, row: dict, ins: list):
 
 def _matmul(s: Step, op: Op, row: dict, ins: list):
     import torch
+
+    if row["opt"] & OPT_EXPERTS:
+        return _experts(s, op, row, ins)
 
     x = _norm(ins[0], s.bufs[row["w2"]], row["eps"]) if row["w2"] else ins[0]
     pro = op.attrs.get("prologue")
@@ -179,11 +185,102 @@ def _softcap(s: Step, op: Op, row: dict, ins: list):
     return (cap * torch.tanh(ins[0].float() / cap)).to(torch.bfloat16)
 
 
+def route_parts(route, T: int, k: int, C: int) -> dict:
+    """A route table (mk_ops.cuh, "mixture of experts") as its parts: the active count, the expert of
+    each slot (-1 past the count), each token's slots [T, k] and weights [T, k]."""
+    n = int(route[0].item())
+    return {"count": n, "experts": route[1:1 + C].long(), "slots": route[1 + C:1 + C + T * k].long().reshape(T, k),
+            "weights": route[1 + C + T * k:1 + C + 2 * T * k].reshape(T, k)}
+
+
+def _topk(s: Step, op: Op, row: dict, ins: list):
+    """The top-k of every token as mk_topk makes it: the k largest logits (the lower index first on a
+    tie), their scores (softmax over all N, or sigmoid) and weights (renormalised with TOPK_NORM), and
+    the route table of the distinct experts in ascending order."""
+    import torch
+
+    k, C = row["K"], row["pos"]
+    logits = ins[0].float()
+    order = torch.sort(-logits, dim=-1, stable=True).indices[:, :k]  # descending, lower index on ties
+    if row["opt"] & TOPK_SIGMOID:
+        p = torch.sigmoid(logits)
+    else:
+        p = torch.softmax(logits, dim=-1)
+    w = torch.gather(p, 1, order)
+    if row["opt"] & TOPK_NORM:
+        w = w / w.sum(dim=-1, keepdim=True)
+    active = torch.unique(order)  # sorted ascending
+    experts = torch.full((C,), -1.0, device=logits.device)
+    experts[:len(active)] = active.float()
+    slots = torch.searchsorted(active, order.reshape(-1)).float()
+    head = torch.tensor([float(len(active))], device=logits.device)
+    return torch.cat([head, experts, slots, w.reshape(-1).float()])
+
+
+def _experts(s: Step, op: Op, row: dict, ins: list):
+    """An expert matmul over the layer's slots: slot j < the active count multiplies its input rows by
+    its expert's weight rows (stored as the kernel streams them: with the SiLU fused, the (gate, up)
+    pairs adjacent); the slots past the count are zero (the kernel writes nothing there, and the
+    comparison leaves them out: :func:`op_rel_err`)."""
+    import torch
+
+    x = _norm(ins[0], s.bufs[row["w2"]], row["eps"]) if row["w2"] else ins[0]
+    n, K, f = row["pos"], row["K"], 2 if row["opt"] & OPT_SILU else 1
+    C = row["N"] // n
+    rt = route_parts(ins[-1], s.T, s.cfg.experts_per_token, C)
+    W = s.bufs[row["W"]]
+    out = torch.zeros((s.T, C * n), dtype=torch.bfloat16, device=x.device)
+    slot_in = x.shape[1] == C * K
+    for j in range(rt["count"]):
+        e = int(rt["experts"][j])
+        xj = x[:, j * K:(j + 1) * K] if slot_in else x
+        y = (xj.float() @ W[e * f * n:(e + 1) * f * n].float().t()).to(torch.bfloat16)
+        if f == 2:
+            g, u = y[:, 0::2].float(), y[:, 1::2].float()
+            y = (g / (1 + torch.exp(-g)) * u).to(torch.bfloat16)
+        out[:, j * n:(j + 1) * n] = y
+    return out
+
+
+def _combine(s: Step, op: Op, row: dict, ins: list):
+    """Each token's k experts' outputs, weighted, in choice order, + the shared expert (times the
+    sigmoid of its gate) + the residual, in fp32 and rounded once (mk_combine)."""
+    import torch
+
+    T, k, C, H = s.T, row["K"], row["pos"], op.out_size
+    rt = route_parts(ins[2], T, k, C)
+    y = ins[0].reshape(T, C, H).float()
+    rows = torch.arange(T, device=y.device)
+    acc = torch.zeros((T, H), device=y.device)
+    for i in range(k):
+        acc = acc + rt["weights"][:, i:i + 1] * y[rows, rt["slots"][:, i]]
+    if row["opt"] & COMBINE_SHARED:
+        g = torch.sigmoid(ins[4].float()[:, :1]) if row["opt"] & COMBINE_GATED else 1.0
+        acc = acc + g * ins[3].float()
+    return (acc + ins[1].float()).to(torch.bfloat16)
+
+
+def op_rel_err(op: Op, row: dict, got, ref, bufs: dict) -> float:
+    """:func:`rel_err` of one op's output, as the kernel's MoE ops are compared: a top-k's route table
+    must hold the same experts, slots and count exactly (else inf), its weights within the error; an
+    expert op's slots past the active count (the kernel's, from ``bufs``) are left out."""
+    if op.kind == "topk":
+        C, T, k = row["pos"], row["T"], row["K"]
+        ids = 1 + C + T * k
+        if not bool((got[:ids] == ref[:ids]).all()):
+            return float("inf")
+        return rel_err(got[ids:], ref[ids:])
+    if op.kind == "matmul" and row["opt"] & OPT_EXPERTS:
+        n = int(bufs[row["tokens"]][0].item()) * row["pos"]
+        return rel_err(got[:, :n], ref[:, :n])
+    return rel_err(got, ref)
+
+
 # op kind -> its output from (step, op, op-table row, input tensors): one per kind with an opcode
 # (a test holds this table, program.ROWS and the opcodes together)
 REFERENCES: dict[str, Callable[[Step, Op, dict, list], Any]] = {
     "embed": _embed, "rmsnorm": _rmsnorm, "matmul": _matmul, "rope_kv": _rope_kv, "attn_partial": _attn_partial,
-    "attn_reduce": _attn_reduce, "silu_mul": _silu_mul, "softcap": _softcap,
+    "attn_reduce": _attn_reduce, "silu_mul": _silu_mul, "softcap": _softcap, "topk": _topk, "combine": _combine,
 }
 
 

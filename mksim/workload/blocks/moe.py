@@ -39,9 +39,11 @@ from ..routing import RoutedLayer, parse_routing, route
 from .mlp import GatedMLP
 
 KINDS.register("topk", OpKind("topk", "vector", "an MoE router's scores (softmax or sigmoid), each token's top-k "
-                                               "experts and their weights (renormalised where the config says)"))
+                                               "experts and their weights (renormalised where the config says)",
+                               opcode=9))
 KINDS.register("combine", OpKind("combine", "vector", "an MoE layer's output: each token's top-k expert outputs, "
-                                                     "weighted, + the shared expert's + the residual", per_row=True))
+                                                     "weighted, + the shared expert's + the residual", opcode=10,
+                                  per_row=True))
 
 WEIGHT_BYTES, INDEX_BYTES = 4, 4  # what the top-k writes per expert of a token: its weight (fp32), its index
 
