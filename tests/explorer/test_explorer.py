@@ -41,7 +41,7 @@ def test_names_for_the_dropdowns():
     assert {"h200-datasheet", "h200-calibrated"} <= set(data.gpus())
 
 
-@pytest.mark.parametrize("name", ["h200-datasheet", "h200-heldout"])
+@pytest.mark.parametrize("name", ["h200", "h200-heldout"])
 def test_validation_data_from_committed_summaries(name):
     import json
 
@@ -97,7 +97,7 @@ def test_scatter_has_band_identity_and_a_trace_per_mode():
 
 
 def test_error_figure_per_mode():
-    d = data.validation_data("h200-datasheet")
+    d = data.validation_data("h200")
     fig = figures.error_figure(d)
     assert [t.name for t in fig.data] == ["MAPE %", "mean error %"]
     assert list(fig.data[0].x) == MODES
@@ -132,7 +132,7 @@ def test_compare_callback_bad_input_returns_the_message(batch, kv_len, match):
 def test_validation_callback():
     from explorer.pages.validation import show_set
 
-    line, scatter, errors = show_set("h200-datasheet")
+    line, scatter, errors = show_set("h200")
     assert "MAPE" in line and "h200-mk-kernels" in line
     assert {t.name for t in scatter.data} >= set(MODES)
     assert show_set("nope")[0].startswith("error: unknown validation set")

@@ -189,4 +189,4 @@ def test_impl_on_the_command_line(capsys):
     with pytest.raises(SystemExit) as e:
         main(["simulate", "--gpu", "h200-datasheet+mksim", "--impl", "torch"])
     assert e.value.code == 2
-    assert capsys.readouterr().err.strip().startswith("error: --gpu h200+mksim already names a profile")
+    assert capsys.readouterr().err.strip().startswith("error: --gpu h200-datasheet+mksim already names a profile")

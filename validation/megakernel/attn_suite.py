@@ -38,6 +38,7 @@ from mksim.errors import MksimError
 from mksim.models import ModelConfig, config_from_hf
 from mksim.schedule import MODE_DEFAULTS
 from mksim.workload import build_llm_workload
+from validation import suite as vs
 
 from . import program as P
 
@@ -94,7 +95,6 @@ def build(model: str, batch: int, mode: str, gpu: str = GPU):
     """The case's schedule, as :func:`validation.suite.build` makes a default case's: the kernel's
     options (``validation.suite.kernel_options``; :class:`validation.suite.Refused` where not even
     the mode's weight pages fit beside its inputs), the GPU's SMs, the mode's default policy."""
-    from validation import suite as vs
 
     cfg = model_config(model)
     if model not in CONFIGS:
@@ -116,7 +116,6 @@ def schedule_hash(schedule) -> str:
 
 def predict(out_dir: Path, gpu: str = GPU) -> dict:
     """``predicted.json``: every case's prediction (or refusal), made before it runs."""
-    from validation import suite as vs
 
     rows = []
     for model, batch, mode in all_cases():
@@ -143,7 +142,6 @@ def run(out_dir: Path, only: list[str], timeout_s: float | None, reps: int = 20,
         say: Any = lambda _msg: None, measure: Any = None) -> dict:
     """The cases on the GPU, as the suite runs them, into ``out_dir/measured.json`` (``measure``:
     the suite's runner by default, :func:`validation.megakernel.gpu.measure`)."""
-    from validation import suite as vs
 
     with tempfile.TemporaryDirectory() as tmp:  # the imported models' schedules (measured.json keeps each)
         cases = []

@@ -24,6 +24,9 @@ from typing import Any
 import mksim
 from mksim import models
 
+from . import gpu, reference
+from . import program as P
+
 GPU = "h200"  # the validated target: the calibrated H200 with the mksim profile of these kernels
 KV = 1024
 MODES = ("megakernel", "megakernel:plan", "persistent_barrier", "stream", "graph", "graph_pdl")
@@ -63,8 +66,6 @@ def cases(quick: bool) -> list[tuple[str, Any, int, str]]:
 
 
 def schedule(cfg: Any, T: int, mode: str) -> Any:
-    from validation.megakernel import program as P
-
     base, _, design = mode.partition(":")
     opts = dict(P.kernel_options(cfg, T, KV, GPU, base))
     if base == "megakernel" and design != "plan":
@@ -74,8 +75,6 @@ def schedule(cfg: Any, T: int, mode: str) -> Any:
 
 
 def run_case(name: str, cfg: Any, T: int, mode: str, reps: int, watchdog_s: float) -> dict:
-    from validation.megakernel import gpu, reference
-
     rec: dict[str, Any] = {"case": f"{name}/b{T}/{mode}", "model": name, "batch": T, "mode": mode}
     t0 = time.monotonic()
     try:

@@ -19,8 +19,8 @@ import numpy as np
 
 from mksim.workload import Op
 
-from .program import (COMBINE_GATED, COMBINE_SHARED, OPT_EXPERTS, OPT_SILU, ROPE_NORM, TOPK_NORM, TOPK_SIGMOID,
-                      epilogue_rows)
+from . import program as P
+from .program import epilogue_rows
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def run(plan, bufs: dict, local: bool = False) -> dict:
     for op, row, name in zip(wl.ops, plan.ops, plan.outputs, strict=True):
         src = bufs if local else out
         ins = [src[f"out:{i.op}"] for i in op.inputs] or ([bufs[row["in0"]]] if row["in0"] else [])
-        if op.kind == "matmul" and row["opt"] & OPT_EXPERTS:  # its layer's route table, last
+        if op.kind == "matmul" and row["opt"] & P.OPT_EXPERTS:  # its layer's route table, last
             ins = [ins[0], src[row["tokens"]]]
         out[name] = REFERENCES[op.kind](step, op, row, ins)
     return out
@@ -82,7 +82,7 @@ def _rmsnorm(s: Step, op: Op, row: dict, ins: list):
 def _matmul(s: Step, op: Op, row: dict, ins: list):
     import torch
 
-    if row["opt"] & OPT_EXPERTS:
+    if row["opt"] & P.OPT_EXPERTS:
         return _experts(s, op, row, ins)
 
     x = _norm(ins[0], s.bufs[row["w2"]], row["eps"]) if row["w2"] else ins[0]
@@ -119,7 +119,7 @@ def _rope_kv(s: Step, op: Op, row: dict, ins: list):
     qkv = ins[0] if len(ins) == 1 else torch.cat(ins, dim=1)
     q, k = qkv[:, :Q], qkv[:, Q:Q + KV]
     if op.attrs.get("qk_norm"):  # q/k RMS norms first (ROPE_NORM): over each head, or over all of q and all of k
-        per_head = row["opt"] == ROPE_NORM["head"]
+        per_head = row["opt"] == P.ROPE_NORM["head"]
         q = _norm(q.reshape(T, nq, hd) if per_head else q, s.bufs[row["W"]], row["eps"]).reshape(T, Q)
         k = _norm(k.reshape(T, nkv, hd) if per_head else k, s.bufs[row["w2"]], row["eps"]).reshape(T, KV)
     q = rot(q.float().reshape(T, nq, hd)).reshape(T, Q)
@@ -195,19 +195,19 @@ def route_parts(route, T: int, k: int, C: int) -> dict:
 
 def _topk(s: Step, op: Op, row: dict, ins: list):
     """The top-k of every token as mk_topk makes it: the k largest logits (the lower index first on a
-    tie), their scores (softmax over all N, or sigmoid) and weights (renormalised with TOPK_NORM), and
+    tie), their scores (softmax over all N, or sigmoid) and weights (renormalised with P.TOPK_NORM), and
     the route table of the distinct experts in ascending order."""
     import torch
 
     k, C = row["K"], row["pos"]
     logits = ins[0].float()
     order = torch.sort(-logits, dim=-1, stable=True).indices[:, :k]  # descending, lower index on ties
-    if row["opt"] & TOPK_SIGMOID:
+    if row["opt"] & P.TOPK_SIGMOID:
         p = torch.sigmoid(logits)
     else:
         p = torch.softmax(logits, dim=-1)
     w = torch.gather(p, 1, order)
-    if row["opt"] & TOPK_NORM:
+    if row["opt"] & P.TOPK_NORM:
         w = w / w.sum(dim=-1, keepdim=True)
     active = torch.unique(order)  # sorted ascending
     experts = torch.full((C,), -1.0, device=logits.device)
@@ -225,7 +225,7 @@ def _experts(s: Step, op: Op, row: dict, ins: list):
     import torch
 
     x = _norm(ins[0], s.bufs[row["w2"]], row["eps"]) if row["w2"] else ins[0]
-    n, K, f = row["pos"], row["K"], 2 if row["opt"] & OPT_SILU else 1
+    n, K, f = row["pos"], row["K"], 2 if row["opt"] & P.OPT_SILU else 1
     C = row["N"] // n
     rt = route_parts(ins[-1], s.T, s.cfg.experts_per_token, C)
     W = s.bufs[row["W"]]
@@ -254,8 +254,8 @@ def _combine(s: Step, op: Op, row: dict, ins: list):
     acc = torch.zeros((T, H), device=y.device)
     for i in range(k):
         acc = acc + rt["weights"][:, i:i + 1] * y[rows, rt["slots"][:, i]]
-    if row["opt"] & COMBINE_SHARED:
-        g = torch.sigmoid(ins[4].float()[:, :1]) if row["opt"] & COMBINE_GATED else 1.0
+    if row["opt"] & P.COMBINE_SHARED:
+        g = torch.sigmoid(ins[4].float()[:, :1]) if row["opt"] & P.COMBINE_GATED else 1.0
         acc = acc + g * ins[3].float()
     return (acc + ins[1].float()).to(torch.bfloat16)
 
@@ -270,7 +270,7 @@ def op_rel_err(op: Op, row: dict, got, ref, bufs: dict) -> float:
         if not bool((got[:ids] == ref[:ids]).all()):
             return float("inf")
         return rel_err(got[ids:], ref[ids:])
-    if op.kind == "matmul" and row["opt"] & OPT_EXPERTS:
+    if op.kind == "matmul" and row["opt"] & P.OPT_EXPERTS:
         n = int(bufs[row["tokens"]][0].item()) * row["pos"]
         return rel_err(got[:, :n], ref[:, :n])
     return rel_err(got, ref)
