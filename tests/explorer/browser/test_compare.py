@@ -118,9 +118,11 @@ def test_compare_your_stack_and_an_imported_trace(browser, server, tmp_path):
     ref = _compare_json("--stack", "torch")
     st = ref["stack"]
     _first_comparison(browser, server)
+    iv = ref["interval"]  # h200 is the validated target: its modes have an interval
     assert text(browser, "compare-assumes").startswith(
-        "the modes assume " + ref["assumes"]["text"].removeprefix("assumes: ") + "; interval unknown")
-    assert "no implementation profile: the best kernels the chip allows" in text(browser, "compare-assumes")
+        "the modes assume " + ref["assumes"]["text"].removeprefix("assumes: ")
+        + f"; ± {iv['half_width_pct']:.1f} %: {iv['text']}")
+    assert "implementation profile mksim" in text(browser, "compare-assumes")  # the validated default names its kernels
     assert not browser.find_elements(By.CSS_SELECTOR, "#compare-results tr[data-mode=stack]")
     pick(browser, "compare-stack", "torch")
     click(browser, "compare-run")
@@ -134,7 +136,8 @@ def test_compare_your_stack_and_an_imported_trace(browser, server, tmp_path):
     assert speedup.startswith(f"The megakernel ({ref['modes']['megakernel']['latency_us']:.1f} µs on h200) is "
                               f"predicted {st['megakernel_speedup']:.2f}× faster than your stack, torch's kernels in "
                               f"one CUDA graph ({st['latency_us']:.1f} µs) (")
-    assert speedup.endswith(f"({st['verdict']}).") and "interval unknown" in st["verdict"]  # no profile: no interval
+    lo, hi = st["speedup_interval"]  # both validated: an interval
+    assert speedup.endswith(f"(interval {lo:.2f}–{hi:.2f}×: {st['verdict']}).")
     lines = text(browser, "compare-assumes").splitlines()
     assert lines[0].startswith("the modes assume " + ref["assumes"]["text"].removeprefix("assumes: "))
     assert lines[1].startswith("your stack (torch) assumes " + st["assumes"]["text"].removeprefix("assumes: ")
@@ -160,7 +163,7 @@ def test_compare_your_stack_and_an_imported_trace(browser, server, tmp_path):
         f"the traced step (2070.1 µs); mksim's own one-kernel-per-op CUDA graph "
         f"{ref['modes']['graph']['latency_us']:.1f} µs.")
     assert text(browser, "compare-trace-assumes") == \
-        f"the prediction assumes {ref['assumes']['text'].removeprefix('assumes: ')} (hwmodels/data/h200.toml)"
+        f"the prediction assumes {ref['assumes']['text'].removeprefix('assumes: ')} (hwmodels/calibrated/h200.toml)"
     shot(browser, "trace", browser.find_element(By.ID, "compare-trace"))
     type_in(browser, "compare-kv-len", "4096")  # Run imports the trace again with the page's inputs as they are
     click(browser, "compare-run")
