@@ -146,6 +146,19 @@ def chain_modes(gpu: GPUSpec) -> tuple[str, ...]:
     return modes_on(gpu, CHAIN_MODES)[0]
 
 
+def chain_blocks(gpu: GPUSpec) -> tuple[int, ...]:
+    """The blocks per SM a chain candidate may have on ``gpu``: :data:`CHAIN_BLOCKS`, or only the blocks
+    the implementation profile's kernels run (``runtime.kernels.blocks_per_sm_count``; mksim's generated
+    kernels: one), which is also the chain modes' default there.
+
+    >>> import hwmodels
+    >>> chain_blocks(hwmodels.load("h200-datasheet")), chain_blocks(hwmodels.load("h200"))
+    ((1, 2, 4), (1,))
+    """
+    n = gpu.kernels.blocks_per_sm_count
+    return CHAIN_BLOCKS if n is None else (int(n),)
+
+
 def pages_costed(gpu: GPUSpec) -> bool:
     """Whether the model prices the loader's page size and ring depth on ``gpu``: it has no page
     ring (without an implementation profile's ``ring_copies_in_flight_count`` pages cost what their
@@ -365,7 +378,7 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any]
             "tasks_per_sm": pick("chain_tasks_per_sm", lambda: trial.suggest_categorical("chain_tasks_per_sm",
                                                                                           CHAIN_TASKS)),
             "blocks_per_sm": pick("chain_blocks_per_sm", lambda: trial.suggest_categorical("chain_blocks_per_sm",
-                                                                                            CHAIN_BLOCKS)),
+                                                                                            chain_blocks(gpu))),
             **fx}, fuse_norm=trial.suggest_categorical("fuse_norm", FUSE),
             fuse_rope=trial.suggest_categorical("fuse_rope", FUSE),
             fuse_silu=trial.suggest_categorical("fuse_silu", FUSE))
@@ -458,15 +471,16 @@ def baseline_params(gpu: GPUSpec, fixed: dict[str, Any] | None = None,
     # never worse than what fusing alone gives (a model that cannot take one prunes it with its reason)
     out[FUSED_MEGAKERNEL] = unfixed({**default, **{k: True for k in plain}})
     tasks = (fixed["tasks_per_sm"],) if "tasks_per_sm" in fixed else CHAIN_TASKS
-    blocks = (fixed["blocks_per_sm"],) if "blocks_per_sm" in fixed else CHAIN_BLOCKS
+    blocks = (fixed["blocks_per_sm"],) if "blocks_per_sm" in fixed else chain_blocks(gpu)
+    b_default = 2 if len(chain_blocks(gpu)) > 1 else chain_blocks(gpu)[0]  # the chain modes' default there
     for m in chain_modes(gpu):
         for t in tasks:
             for b in blocks:
-                plain_default = (t == 2.0 or "tasks_per_sm" in fixed) and (b == 2 or "blocks_per_sm" in fixed)
+                plain_default = (t == 2.0 or "tasks_per_sm" in fixed) and (b == b_default or "blocks_per_sm" in fixed)
                 name = m if plain_default else f"{m}:{t:g}x{b}"
                 out[name] = unfixed({"mode": m, "chain_tasks_per_sm": t, "chain_blocks_per_sm": b, **plain})
         t = fixed.get("tasks_per_sm", 2.0)
-        b = fixed.get("blocks_per_sm", 2)
+        b = fixed.get("blocks_per_sm", b_default)
         out[f"{m}:fused"] = unfixed({"mode": m, "chain_tasks_per_sm": t, "chain_blocks_per_sm": b,
                                      **{k: True for k in plain}})
     return out

@@ -123,7 +123,7 @@ def test_the_ring_is_searched_only_where_the_profile_prices_pages(tmp_path):
     assert (cand.options["page_KiB"], cand.options["prefetch_depth"]) == (32.0, 4)
     base = baseline_params(unpriced, {"smem_reserve_KiB": 44.0})["megakernel:rr"]
     assert "page_KiB" not in base and "prefetch_depth" not in base
-    chain = suggest(optuna.trial.FixedTrial({"mode": "graph", "chain_tasks_per_sm": 2.0, "chain_blocks_per_sm": 2,
+    chain = suggest(optuna.trial.FixedTrial({"mode": "graph", "chain_tasks_per_sm": 2.0, "chain_blocks_per_sm": 1,
                                              "fuse_norm": False,
                                              "fuse_rope": False, "fuse_silu": False}), unpriced, mode="graph")
     assert "page_KiB" not in chain.options and "prefetch_depth" not in chain.options  # chains keep their defaults
