@@ -1123,9 +1123,6 @@ __device__ int mk_matmul_kc(const MkParams& P, const MkOp& o, int lo, int hi, Mk
     int issued = 0, ready = -1;  // the last chunk whose copy is issued, and the last one in
     uint4* z4 = reinterpret_cast<uint4*>(sl.base);  // the slots in the x region: zero (the barrier below orders it)
     for (int j = tid; j < (sl.dirty_B >> 4); j += MK_NW) z4[j] = make_uint4(0u, 0u, 0u, 0u);
-    const bool have_res = (o.opt & MK_OPT_RESIDUAL) && ng * 8 * T <= MK_NW;
-    float2 res = make_float2(0.f, 0.f);
-    if (have_res && tid < ng * 8 * T) res = mk_mm_res2<T>(o, lo, tid);
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
     float d[4][4];
 #pragma unroll
@@ -1191,7 +1188,9 @@ __device__ int mk_matmul_kc(const MkParams& P, const MkOp& o, int lo, int hi, Mk
         __syncwarp();
         if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(mk_smem_addr(r.empty + stage)) : "memory");
     }
-    mk_mm_flush<T>(o, lo, 0, ng, sl, tid, have_res, res, false);
+    // the residuals are loaded by the flush (kept in registers across the walk, as mk_matmul_mma2
+    // does, they made the persistent kernel spill)
+    mk_mm_flush<T>(o, lo, 0, ng, sl, tid, false, make_float2(0.f, 0.f), false);
     return 0;
 }
 
@@ -1344,7 +1343,8 @@ template <int T>
 MK_MM_FN int mk_matmul(const MkParams& P, MkBlock& k, const MkOp& o, int op, int lo, int hi, int tid) {
     if (o.opt & MK_OPT_KCHUNK) {  // input rows chunked along k: staged anew by every task
         k.x_of = -1;
-        return mk_matmul_kc<T>(P, o, lo, hi, k.ring, k.xs, tid);
+        if constexpr (T >= 4) return mk_matmul_kc<T>(P, o, lo, hi, k.ring, k.xs, tid);  // program.kc_problem
+        else return MK_ERR_KCHUNK;
     }
     if (o.opt & MK_OPT_MMA) {
         const MkMmSlots sl = mk_mm_slots<T>(P, o, k.xs);

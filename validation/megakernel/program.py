@@ -200,6 +200,8 @@ def kc_problem(op: Op, T: int, bounds, page_B: int, mma: bool) -> str | None:
     K, kc = op.attrs["k"], k_chunk(T, op.attrs["k"])
     if op.attrs.get("grouped") == "experts":
         return "an expert matmul's input rows are not chunked along k"
+    if T < 4:  # (k_chunk chunks a batch below 4 only for K over 22528)
+        return f"chunked input rows at batch {T} have no device function (the chunked walk is built for batch 4 and 8)"
     if not mma:
         return ("chunked input rows run on the tensor-core matmul only, which needs inputs a multiple of 32, tiles "
                 "of whole 16-row groups and pages of whole KiB")
@@ -208,7 +210,8 @@ def kc_problem(op: Op, T: int, bounds, page_B: int, mma: bool) -> str | None:
     if op.attrs.get("prologue"):
         return "a fused attention reduction over chunked input rows has no device code (fuse_reduce=False)"
     if kc * 32 < page_B:
-        return f"pages of {page_B // 1024} KiB are larger than a row group's chunk of {kc} inputs; use page_KiB <= {kc * 32 // 1024}"
+        return (f"pages of {page_B // 1024} KiB are larger than a row group's chunk of {kc} inputs; use page_KiB <= "
+                f"{kc * 32 // 1024}")
     f = weight_rows_per_output(op)
     cb = int(np.diff(np.asarray(bounds)).max()) * f // 16 * (kc // 32)  # the blocks of a chunk of the largest task
     if not (fastdiv_ok((K // kc) * cb, cb) and fastdiv_ok((K // kc) * cb, kc // 32)):
