@@ -340,7 +340,9 @@ def test_every_tensor_core_matmul_has_the_row_group_slots_it_needs(model, batch)
         plan = P.plan(s)
         slot_B = P.CONSUMERS * 16 * batch * 4
         for r in plan.ops:
-            if r["opt"] & P.OPT_MMA:
+            if r["opt"] & P.OPT_KCHUNK:  # chunked input rows: a slot per row group of a task (check_kc_slots)
+                assert P.kc_slots(r["off2"], plan.x_B, plan.acc_rows, batch) >= 2
+            elif r["opt"] & P.OPT_MMA:
                 S = min(16, (plan.x_B + 4 * batch * plan.acc_rows - batch * r["K"] * 2) // slot_B)
                 assert S >= P.mm_groups_per_page(plan.page_B, r["K"])
 

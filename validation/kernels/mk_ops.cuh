@@ -22,6 +22,7 @@
 #define MK_OPT_SILU 16       // matmul epilogue: out = silu(gate) * up of the (gate, up) row pairs
 #define MK_OPT_PAIRS (MK_OPT_ROPE | MK_OPT_SILU)  // an epilogue that takes the rows in pairs (mk_epilogue_pair)
 #define MK_OPT_REDUCE 32     // matmul prologue: the input rows merged from the attention partials at in0 (mk_load_x_reduce)
+#define MK_OPT_KCHUNK 256    // matmul: input rows held off2 (Kc) inputs at a time, W stored chunk by chunk (mk_matmul_kc)
 // rope_kv's opt: RMS norms of q and k before the rotation (mk_rope_kv_norm), weights W (q) and w2 (k)
 #define MK_ROPE_NORM_HEAD 1  // over each head (Qwen3): weights of hd
 #define MK_ROPE_NORM_ALL 2   // over the token's whole q and whole k (OLMoE, OLMo 2): weights of hq hd and hkv hd

@@ -46,7 +46,10 @@ ERRORS = {1: "an op counter was not reached in 2 s (a dependency never finished)
           5: "no attention device function for this head shape in this build (program.attn_defines)",
           6: "an unknown opcode in the task table",
           7: "no matmul device function for this batch",
-          8: "polled data kept its sentinel for 2 s (sync=sentinel: a producer never wrote it)"}
+          8: "polled data kept its sentinel for 2 s (sync=sentinel: a producer never wrote it)",
+          9: "fewer row-group slots than one page's row groups (program.acc_rows)",
+          10: "a k-chunked matmul task without the slots or chunk shape it needs (program.check_kc_slots), or "
+              "a build without the chunked walk (MK_MM=1)"}
 WARMUP_MS = 20.0
 L2_FLUSH_B = 256 << 20  # written before each single-op launch: over four times the H200's 60 MB L2
 kernel_options = P.kernel_options
@@ -125,11 +128,11 @@ class _Unpacking(dict):
 
     def __init__(self) -> None:
         super().__init__()
-        self.packed: set[str] = set()
+        self.packed: dict[str, P.Buffer] = {}
 
     def __getitem__(self, name: str):
         a = super().__getitem__(name)
-        return P.mma_unpack(a) if name in self.packed else a
+        return P.unpack_buffer(a, self.packed[name]) if name in self.packed else a
 
 
 class Runner:
@@ -314,8 +317,8 @@ class Runner:
             a = self.bufs[P.twin(name, parity) if sp is not None and name in sp.twins else name]
             if a.dtype == self.cp.uint16:
                 out[name] = torch.from_dlpack(a.view(self.cp.int16)).view(torch.bfloat16)
-                if self.plan.buffers[name].layout == "mma":  # the weight the packed array holds, when read
-                    out.packed.add(name)
+                if self.plan.buffers[name].layout.startswith("mma"):  # the weight the packed array holds, when read
+                    out.packed[name] = self.plan.buffers[name]
             else:
                 out[name] = torch.from_dlpack(a)
         return out

@@ -78,6 +78,7 @@
 #define MK_ERR_BATCH 7
 #define MK_ERR_DATA 8
 #define MK_ERR_SLOTS 9            // MK_MM=2: fewer row-group slots than one page's row groups (program.acc_rows)
+#define MK_ERR_KCHUNK 10          // a k-chunked matmul without its slots or chunk shape (program.check_kc_slots), or MK_MM=1
 
 // The tensor-core matmul's row sums (see "matmul on the tensor cores"): 1, each warp adds its 16 x 8
 // partial into shared fp32 row sums with atomicAdd after every page (a CAS loop on sm_90); 2, each
@@ -1041,6 +1042,158 @@ __device__ int mk_matmul_mma2(const MkOp& o, int lo, int hi, MkRing& r, const mk
     return 0;
 }
 
+// ---------------------------------------------------------------- k-chunked input rows (MK_OPT_KCHUNK)
+// A matmul whose T input rows of K are too long to hold whole (program.k_chunk: llama-3.1-8b's
+// down_proj at batch 8 would take 224 KiB) holds them Kc = o.off2 inputs at a time, in two buffers
+// of T x Kc at the start of xs, each in the k order of mk_load_x_mma2. Its weights are stored so
+// that a task walks them chunk by chunk (program.kc_pack): in the task's rows [lo, hi), for chunk
+// c = 0, 1, ... its ng row groups' blocks of inputs [c Kc, (c + 1) Kc) in fragment order, so block
+// q of the task is chunk c, group rg, block kb of the chunk with q = (c ng + rg) KBc + kb. The
+// task's bytes stay one contiguous range: the producer and the L2 prefetcher stream them as any
+// other task's, page for page. Chunk c + 1 is copied in (cp.async) while the warps work on chunk
+// c: at the first page that begins in chunk c every warp is past chunk c - 1 (a barrier), and the
+// copy of chunk c + 1 into that buffer is issued; a page that reaches into a chunk not yet in waits
+// for its copy (cp.async.wait_group, a barrier). A page spans at most two chunks (a chunk of one
+// row group is at least a page: program.kc_problem). Every group of the task keeps its slot for the
+// whole task (ng <= S: program.check_kc_slots) and a warp adds each of its partials into its own
+// entry; the groups are flushed once, at the end. The same product as mk_matmul_mma2, its fp32
+// partial sums added in another order. Two barriers a chunk, no other cost beyond the unchunked
+// walk: the input rows are read from L2 once, as before, only in pieces.
+
+// Issue the copies of chunk c of the T input rows into the buffer at shared address buf_s (one
+// commit group per thread, empty for a thread with no words).
+template <int T>
+__device__ __forceinline__ void mk_kc_stage(const MkOp& o, unsigned buf_s, int c, int Kc, int tid) {
+    const int kv = Kc >> 3;
+    const mk_bf16* base = o.in0 + (size_t)c * Kc;
+#pragma unroll 1
+    for (int w = tid; w < kv; w += MK_NW) {
+        const unsigned dst = buf_s + 16u * (unsigned)((w >> 2) * T * 4 + (w & 3));
+        const mk_bf16* src = base + 8 * w;
+#pragma unroll
+        for (int b = 0; b < T; ++b)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+                         :: "r"(dst + 64u * b), "l"(src + (size_t)b * o.ld0) : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// mk_mm_deposit, added into the warp's entry of group rg's slot (slot rg: rg < S) rather than stored:
+// a warp deposits a group once per chunk.
+template <int T>
+__device__ __forceinline__ void mk_kc_deposit(const MkMmSlots& sl, int rg, int warp, int g, int t, float d[4][4]) {
+    float v[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        v[e] = (d[0][e] + d[1][e]) + (d[2][e] + d[3][e]);
+        d[0][e] = d[1][e] = d[2][e] = d[3][e] = 0.f;
+    }
+    float* ent = sl.base + (rg * MK_CONSUMERS + warp) * 16 * T;
+    if (T == 1) {
+        if (t == 0) {
+            ent[g] += v[0];
+            ent[g + 8] += v[2];
+        }
+    } else if (2 * t < T) {
+        float2* p0 = reinterpret_cast<float2*>(ent + g * T + 2 * t);
+        float2* p1 = reinterpret_cast<float2*>(ent + (g + 8) * T + 2 * t);
+        const float2 a0 = *p0, a1 = *p1;
+        *p0 = make_float2(a0.x + v[0], a0.y + v[1]);
+        *p1 = make_float2(a1.x + v[2], a1.y + v[3]);
+    }
+}
+
+template <int T>
+__device__ int mk_matmul_kc(const MkParams& P, const MkOp& o, int lo, int hi, MkRing& r, mk_bf16* xs, int tid) {
+    const int Kc = o.off2, KBc = Kc >> 5, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int ng = (hi - lo) >> 4, cb = ng * KBc, nb = r.P >> 10;  // cb: the task's blocks of one chunk
+    const int nch = Kc > 0 ? o.K / Kc : 0, NB = nch * cb;
+    constexpr int slot_B = MK_CONSUMERS * 16 * T * 4;
+    const int buf_B = T * Kc * 2;
+    MkMmSlots sl;
+    sl.base = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(xs) + 2 * buf_B);
+    sl.S = min(MK_MM_SLOTS, (P.x_B + 4 * P.acc_floats - 2 * buf_B) / slot_B);
+    sl.dirty_B = max(0, min(P.x_B - 2 * buf_B, sl.S * slot_B));
+    sl.Sm = MK_MM_FASTDIV && sl.S >= 2 ? mk_div_magic((unsigned)sl.S) : 0u;
+    if (KBc < 2 || (Kc & 31) || nch * Kc != o.K || ng > sl.S || sl.S < 2 || KBc < nb) return MK_ERR_KCHUNK;
+    const unsigned cbm = MK_MM_FASTDIV ? mk_div_magic((unsigned)cb) : 0u;  // cb >= KBc >= 2 (fastdiv: kc_problem)
+    const unsigned kbm = MK_MM_FASTDIV ? mk_div_magic((unsigned)KBc) : 0u;
+    const unsigned xs_s = mk_smem_addr(xs);
+    mk_kc_stage<T>(o, xs_s, 0, Kc, tid);
+    int issued = 0, ready = -1;  // the last chunk whose copy is issued, and the last one in
+    uint4* z4 = reinterpret_cast<uint4*>(sl.base);  // the slots in the x region: zero (the barrier below orders it)
+    for (int j = tid; j < (sl.dirty_B >> 4); j += MK_NW) z4[j] = make_uint4(0u, 0u, 0u, 0u);
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    float d[4][4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) d[j][e] = 0.f;
+    for (int q0 = 0; q0 < NB; q0 += nb) {
+        const int n = min(nb, NB - q0), cf = mk_div(q0, cb, cbm), cl = mk_div(q0 + n - 1, cb, cbm);
+        if (issued <= cf && cf + 1 < nch) {  // every warp is past chunk cf - 1: its buffer takes chunk cf + 1
+            mk_bar(MK_NW);
+            mk_kc_stage<T>(o, xs_s + (unsigned)(((cf + 1) & 1) * buf_B), cf + 1, Kc, tid);
+            issued = cf + 1;
+        }
+        if (cl > ready) {  // the page reaches into a chunk not yet waited for
+            if (issued > cl) asm volatile("cp.async.wait_group 1;" ::: "memory");
+            else asm volatile("cp.async.wait_group 0;" ::: "memory");
+            mk_bar(MK_NW);
+            ready = cl;
+        }
+        const int stage = r.stage;
+        const unsigned parity = r.phase;
+        r.advance();
+        mk_mbar_wait(r.full + stage, parity, P.error);
+        const int a = warp * n / MK_CONSUMERS, z = (warp + 1) * n / MK_CONSUMERS;
+        if (a < z && !MK_NO_MMA) {
+            const uint4* pg = reinterpret_cast<const uint4*>(r.pages + (size_t)stage * r.P);
+            int c = mk_div(q0 + a, cb, cbm), kb = q0 + a - c * cb;
+            int rg = mk_div(kb, KBc, kbm);
+            kb -= rg * KBc;
+            const uint4* x4 = reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned char*>(xs) + (c & 1) * buf_B);
+            for (int i = a; i < z;) {
+                const int e = min(z, i + KBc - kb);  // blocks [i, e) of the run lie in group rg of chunk c
+                for (; i + 1 < e; i += 2, kb += 2) {
+                    const uint4 w0 = pg[i * 64 + lane], w1 = pg[i * 64 + 32 + lane];
+                    const uint4 w2 = pg[i * 64 + 64 + lane], w3 = pg[i * 64 + 96 + lane];
+                    const uint4 xa = g < T ? x4[(kb * T + g) * 4 + t] : zero;
+                    const uint4 xb = g < T ? x4[((kb + 1) * T + g) * 4 + t] : zero;
+                    mk_mma16816(d[0], w0.x, w1.x, w0.y, w1.y, xa.x, xa.y);
+                    mk_mma16816(d[1], w0.z, w1.z, w0.w, w1.w, xa.z, xa.w);
+                    mk_mma16816(d[2], w2.x, w3.x, w2.y, w3.y, xb.x, xb.y);
+                    mk_mma16816(d[3], w2.z, w3.z, w2.w, w3.w, xb.z, xb.w);
+                }
+                if (i < e) {
+                    const uint4 w0 = pg[i * 64 + lane], w1 = pg[i * 64 + 32 + lane];
+                    const uint4 xa = g < T ? x4[(kb * T + g) * 4 + t] : zero;
+                    mk_mma16816(d[0], w0.x, w1.x, w0.y, w1.y, xa.x, xa.y);
+                    mk_mma16816(d[1], w0.z, w1.z, w0.w, w1.w, xa.z, xa.w);
+                    ++i;
+                    ++kb;
+                }
+                if (kb == KBc) {  // the group's last block of this chunk
+                    mk_kc_deposit<T>(sl, rg, warp, g, t, d);
+                    kb = 0;
+                    if (++rg == ng) {  // the chunk's last group: the next block is the next chunk's
+                        rg = 0;
+                        ++c;
+                        x4 = reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned char*>(xs) + (c & 1) * buf_B);
+                    }
+                }
+            }
+            if (kb != 0) mk_kc_deposit<T>(sl, rg, warp, g, t, d);  // the run ends inside a group
+        }
+        __syncwarp();
+        if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(mk_smem_addr(r.empty + stage)) : "memory");
+    }
+    // the residuals are loaded by the flush (kept in registers across the walk, as mk_matmul_mma2
+    // does, they made the persistent kernel spill)
+    mk_mm_flush<T>(o, lo, 0, ng, sl, tid, false, make_float2(0.f, 0.f), false);
+    return 0;
+}
+
 // 8 normed words of column c (inputs 8c .. 8c + 7) of every row, in place.
 template <int T>
 __device__ __forceinline__ void mk_norm_column(uint4* x4, int c, uint4 w, const float inv[T]) {
@@ -1188,6 +1341,11 @@ __device__ MkBlock mk_block_init(const MkParams& P) {
 // left them in xs: on the tensor cores when its weights are in fragment order. An error code or 0.
 template <int T>
 MK_MM_FN int mk_matmul(const MkParams& P, MkBlock& k, const MkOp& o, int op, int lo, int hi, int tid) {
+    if (o.opt & MK_OPT_KCHUNK) {  // input rows chunked along k: staged anew by every task
+        k.x_of = -1;
+        if constexpr (T >= 4) return mk_matmul_kc<T>(P, o, lo, hi, k.ring, k.xs, tid);  // program.kc_problem
+        else return MK_ERR_KCHUNK;
+    }
     if (o.opt & MK_OPT_MMA) {
         const MkMmSlots sl = mk_mm_slots<T>(P, o, k.xs);
         if (k.x_of != op) {
@@ -1240,6 +1398,7 @@ __device__ __forceinline__ int mk_run_task(const MkParams& P, MkBlock& k, const 
         default: return MK_ERR_BATCH;
         }
 #else
+        if (o.opt & MK_OPT_KCHUNK) return MK_ERR_KCHUNK;  // the chunked walk is MK_MM=2's
         if (k.x_of != op) {
             if (o.opt & MK_OPT_MMA) mk_load_x_mma(o, k.xs, k.red, tid);
             else mk_load_x(o, k.xs, k.red, tid);

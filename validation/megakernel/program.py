@@ -71,6 +71,13 @@ OPT_ROPE, OPT_SILU = 8, 16  # matmul epilogues (fuse_rope, fuse_silu): MK_OPT_RO
 EPILOGUE_OPT = {"rope_kv": OPT_ROPE, "silu_mul": OPT_SILU}  # a matmul's attrs["epilogue"] -> its option bit
 OPT_REDUCE = 32  # matmul prologue (fuse_reduce): the input rows merged from attention partials, MK_OPT_REDUCE
 PROLOGUE_OPT = {"attn_reduce": OPT_REDUCE}  # a matmul's attrs["prologue"] -> its option bit
+# k-chunked input rows (MK_OPT_KCHUNK; mk_matmul_kc in mk_kernel.cu): a matmul whose T input rows of K
+# take more than X_WHOLE_MAX_B holds them Kc inputs at a time (k_chunk), in two buffers of at most
+# KCHUNK_X_B together; its op-table row carries Kc in ``off2``. The bound is the largest whole input of
+# any case measured before chunking (llama-2-7b b8: 172 KiB), so that every such case keeps its plan.
+OPT_KCHUNK = 256
+X_WHOLE_MAX_B = 176 * 1024
+KCHUNK_X_B = 64 * 1024
 # mixture of experts (mk_ops.cuh, "mixture of experts"): an expert matmul's weights are its slot's
 # expert's (MK_OPT_EXPERTS), its input rows its slot's (MK_OPT_SLOT_IN); topk's and combine's own options
 OPT_EXPERTS, OPT_SLOT_IN = 64, 128
@@ -115,7 +122,9 @@ class Buffer:
     dtype: str                 # "bf16", "f32" or "i32"
     fill: str
     scale: float = 1.0
-    layout: str = "rows"       # "mma": a matmul weight in fragment order (see mma_pack)
+    layout: str = "rows"       # "mma": a matmul weight in fragment order (see mma_pack); "mma-kc": ... by k-chunk
+    kc: int = 0                # "mma-kc": inputs a chunk (kc_pack)
+    tiles: tuple[int, ...] = ()  # "mma-kc": the weight rows' task bounds (kc_pack)
 
     @property
     def nbytes(self) -> int:
@@ -150,7 +159,8 @@ def x_region_bytes(schedule) -> int:
     need = 0
     for op in wl.ops:
         if op.kind == "matmul":
-            need = max(need, T * op.attrs["k"] * 2)
+            kc = k_chunk(T, op.attrs["k"])
+            need = max(need, 2 * T * kc * 2 if kc else T * op.attrs["k"] * 2)
         elif op.kind == "attn_partial":
             cfg = wl.model
             G, D = cfg.num_heads // cfg.num_kv_heads, cfg.head_dim
@@ -161,6 +171,86 @@ def x_region_bytes(schedule) -> int:
         elif op.kind == "combine":  # each token's slots and weights
             need = max(need, 2 * T * op.attrs["top_k"] * 4)
     return -(-need // 16) * 16
+
+
+def k_chunk(T: int, K: int) -> int:
+    """Inputs per chunk of a matmul's T input rows of K (``mk_matmul_kc``), or 0 when the rows are
+    held whole (at most :data:`X_WHOLE_MAX_B`): the fewest equal chunks, each a multiple of 32 inputs
+    (a tensor-core block's), whose two buffers take at most :data:`KCHUNK_X_B`. :class:`ScheduleError`
+    in one line when K has no such chunk.
+
+    >>> k_chunk(4, 14336), k_chunk(8, 14336), k_chunk(8, 18944), k_chunk(8, 12288)
+    (0, 2048, 1184, 2048)
+    """
+    if T * K * 2 <= X_WHOLE_MAX_B:
+        return 0
+    for n in range(2, K // 32 + 1):
+        kc = K // n
+        if K % n == 0 and kc % 32 == 0 and 2 * T * kc * 2 <= KCHUNK_X_B:
+            return kc
+    raise ScheduleError(f"the input rows of a matmul with {K} inputs at batch {T} do not fit in shared memory and "
+                        f"{K} has no chunk of a multiple of 32 inputs that does")
+
+
+def kc_problem(op: Op, T: int, bounds, page_B: int, mma: bool) -> str | None:
+    """Why the k-chunked walk (``mk_matmul_kc``) cannot run matmul ``op`` at batch T, or None: it runs
+    on the tensor cores, without a fused norm or attention-reduction prologue (which read whole
+    rows), on pages no larger than one chunk of a row group (a page then spans at most two chunks),
+    with the per-page divisions exact (:func:`fastdiv_ok`)."""
+    K, kc = op.attrs["k"], k_chunk(T, op.attrs["k"])
+    if op.attrs.get("grouped") == "experts":
+        return "an expert matmul's input rows are not chunked along k"
+    if T < 4:  # (k_chunk chunks a batch below 4 only for K over 22528)
+        return f"chunked input rows at batch {T} have no device function (the chunked walk is built for batch 4 and 8)"
+    if not mma:
+        return ("chunked input rows run on the tensor-core matmul only, which needs inputs a multiple of 32, tiles "
+                "of whole 16-row groups and pages of whole KiB")
+    if op.attrs.get("fused_norm"):
+        return "a fused norm over chunked input rows has no device code (unfuse the norm: fuse_norm=False)"
+    if op.attrs.get("prologue"):
+        return "a fused attention reduction over chunked input rows has no device code (fuse_reduce=False)"
+    if kc * 32 < page_B:
+        return (f"pages of {page_B // 1024} KiB are larger than a row group's chunk of {kc} inputs; use page_KiB <= "
+                f"{kc * 32 // 1024}")
+    f = weight_rows_per_output(op)
+    cb = int(np.diff(np.asarray(bounds)).max()) * f // 16 * (kc // 32)  # the blocks of a chunk of the largest task
+    if not (fastdiv_ok((K // kc) * cb, cb) and fastdiv_ok((K // kc) * cb, kc // 32)):
+        return "its largest task is too large for the per-page divisions"
+    return None
+
+
+def kc_pack(w, tiles, kc: int):
+    """A matmul weight [N, K] (numpy or torch) as the k-chunked walk (``mk_matmul_kc``) reads it: each
+    task's rows (``tiles``: bounds of whole 16-row groups) stay one contiguous range, in it chunk by
+    chunk (inputs ``[c kc, (c + 1) kc)``) its rows in fragment order (:func:`mma_pack`). One chunk of
+    all K is :func:`mma_pack`."""
+    N, K = w.shape
+    parts = [mma_pack(w[a:z, c:c + kc]).reshape(-1) for a, z in zip(tiles[:-1], tiles[1:], strict=True)
+             for c in range(0, K, kc)]
+    if isinstance(w, np.ndarray):
+        return np.concatenate(parts).reshape(N, K)
+    import torch
+
+    return torch.cat(parts).reshape(N, K)
+
+
+def kc_unpack(p, tiles, kc: int):
+    """The inverse of :func:`kc_pack`: the [N, K] weight (in stored row order) a packed array holds."""
+    N, K = p.shape
+    flat = p.reshape(-1)
+    out = np.empty_like(p) if isinstance(p, np.ndarray) else p.new_empty((N, K))
+    at = 0
+    for a, z in zip(tiles[:-1], tiles[1:], strict=True):
+        for c in range(0, K, kc):
+            n = (z - a) * kc
+            out[a:z, c:c + kc] = mma_unpack(flat[at:at + n].reshape(z - a, kc))
+            at += n
+    return out
+
+
+def unpack_buffer(a, b: Buffer):
+    """The [N, K] weight (stored row order) that a packed weight buffer ``b``'s array ``a`` holds."""
+    return kc_unpack(a, b.tiles, b.kc) if b.layout == "mma-kc" else mma_unpack(a)
 
 
 def attn_smem_bytes(D: int, G: int, nwarps: int = CONSUMERS) -> int:
@@ -509,11 +599,22 @@ def _matmul_row(a: RowArgs) -> Buffer:
     mma = mma_ok(op, a.bounds, a.page_B)
     # a fused epilogue's weight holds its rows in the order the epilogue pairs them (epilogue_rows)
     n_rows = weight_rows_per_output(op) * op.out_size
-    a.buffers[f"w:{op.name}"] = Buffer((n_rows, K), "bf16", "normal", K ** -0.5, "mma" if mma else "rows")
+    kc = k_chunk(a.T, K)
+    why = kc_problem(op, a.T, a.bounds, a.page_B, mma) if kc else None
+    if why:
+        raise ScheduleError(f"op {op.name}: its {a.T} input rows of {K} do not fit in shared memory whole and "
+                            f"{why}")
+    w = Buffer((n_rows, K), "bf16", "normal", K ** -0.5, "mma" if mma else "rows")
+    if kc:  # each task's rows chunk by chunk (kc_pack)
+        w = Buffer((n_rows, K), "bf16", "normal", K ** -0.5, "mma-kc", kc,
+                   tuple(int(x) * weight_rows_per_output(op) for x in a.bounds))
+    a.buffers[f"w:{op.name}"] = w
     src = a.ins[0] if a.ins else f"x:{op.name}"
     if not a.ins:  # the first op of a chain (validation.chains): its input is a buffer of its own
         a.buffers[src] = Buffer((a.T, K), "bf16", "normal", 1.0)
     r.update(K=K, W=f"w:{op.name}", in0=src, ld0=K, opt=OPT_MMA if mma else 0)
+    if kc:
+        r.update(opt=r["opt"] | OPT_KCHUNK, off2=kc)
     if has_bias(op):  # one per weight row, in the rows' stored order (as the weight: epilogue_rows)
         a.buffers[f"b:{op.name}"] = Buffer((n_rows,), "bf16", "normal", 1.0)
         r.update(bias=f"b:{op.name}")
@@ -892,6 +993,9 @@ def plan(schedule, seed: int = 0) -> Plan:
     if depth == 0:  # the ring still needs pages to stream a task through; as many as fit, up to 4
         depth = max(2, min(RING_WITHOUT_PREFETCH, (SMEM_MAX_B - smem_bytes(0, 0, x_B, n_rows, T)) // (page_B + 16)))
     smem = smem_bytes(page_B, depth, x_B, n_rows, T)
+    for i, r in enumerate(rows):
+        if r["opt"] & OPT_KCHUNK:
+            check_kc_slots(wl.ops[i], r["off2"], g.bounds[i], x_B, n_rows, T)
     if smem > SMEM_MAX_B:
         room = (SMEM_MAX_B - smem_bytes(0, 0, x_B, n_rows, T)) // (page_B + 16)
         raise ScheduleError(f"the kernel needs {smem / 1024:.1f} KiB of shared memory per block ({depth} pages of "
@@ -908,6 +1012,22 @@ def plan(schedule, seed: int = 0) -> Plan:
     return Plan(schedule=schedule, buffers=buffers, ops=rows, program=program, page_B=page_B, depth=depth,
                 ahead=o.prefetch_depth > 0, x_B=x_B, acc_rows=n_rows, smem_B=smem, outputs=outputs,
                 sentinel=sentinel, l2_lead_B=l2_lead_B(o.l2_prefetch_KiB), defines=attn_defines(cfg), graph=g)
+
+
+def kc_slots(kc: int, x_B: int, rows: int, T: int) -> int:
+    """The row-group slots of a k-chunked matmul (``mk_matmul_kc``): past its two chunk buffers in
+    the x region, then the accumulator region, at most ``MK_MM_SLOTS`` (16)."""
+    return min(16, (x_B + 4 * T * rows - 2 * T * kc * 2) // (CONSUMERS * 16 * T * 4))
+
+
+def check_kc_slots(op: Op, kc: int, bounds, x_B: int, rows: int, T: int) -> None:
+    """Refuse, in one line, a k-chunked matmul whose largest task has more 16-row groups than slots:
+    every group of a task keeps its slot until the last chunk is in (``mk_matmul_kc``)."""
+    ng = int(np.diff(np.asarray(bounds)).max()) * weight_rows_per_output(op) // 16
+    S = kc_slots(kc, x_B, rows, T)
+    if ng > S or S < 2:
+        raise ScheduleError(f"op {op.name}: a task of {ng} row groups with chunked input rows needs a slot each, and "
+                            f"shared memory holds {S}; use smaller tiles")
 
 
 def l2_lead_B(l2_prefetch_KiB: float) -> int:
