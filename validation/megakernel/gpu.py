@@ -367,7 +367,50 @@ class Runner:
             out["kinds"][kind] = {"tasks": int(sel.sum()), "wait_us": float(w.mean()), "compute_us": float(c.mean()),
                                   "publish_us": float(p.mean()),
                                   "GBps_per_sm": float(streamed[sel].sum() / max(c.sum(), 1e-9) / 1e3)}
+        moe = self._moe_trace(tr)
+        if moe:
+            out["moe"] = moe
         return out
+
+    def _moe_trace(self, tr: np.ndarray) -> dict:
+        """An MoE step's expert tasks split by whether their slot was active (the kernel's route tables):
+        ``expert_active`` and ``expert_exit`` (the early exit of a slot past the active experts), as the
+        kinds above; and per MoE layer, means over the layers: ``router_to_topk_us`` (the router's last
+        task finished to the top-k's) and ``topk_to_expert_us`` (the top-k finished to the first expert
+        task's dependencies met, as its SM's waiter saw them)."""
+        g, prog = self.plan.graph, self.plan.program
+        per = getattr(g, "per", None)
+        if per is None:
+            return {}
+        ops = self.schedule.workload.ops
+        idx = {op.name: i for i, op in enumerate(ops)}
+        count = {}
+        for op, out in zip(ops, self.plan.outputs, strict=True):
+            if op.kind == "topk":
+                count[op.layer] = int(self.cp.asnumpy(self.bufs[out][:1])[0])
+        t = prog.task_id
+        op_of = g.op_of[t]
+        is_exp = per[op_of] > 0
+        slot = np.where(is_exp, g.tile_of[t] // np.maximum(per[op_of], 1), 0)
+        layer_count = np.array([count.get(op.layer, 0) if op.layer is not None else 0 for op in ops])
+        active = is_exp & (slot < layer_count[op_of])
+        res: dict = {}
+        for name, sel in (("expert_active", active), ("expert_exit", is_exp & ~active)):
+            if sel.any():
+                w, c, p = (np.diff(tr[sel], axis=1) / 1e3).T
+                res[name] = {"tasks": int(sel.sum()), "wait_us": float(w.mean()), "compute_us": float(c.mean()),
+                             "publish_us": float(p.mean())}
+        lags: dict[str, list[float]] = {"router_to_topk_us": [], "topk_to_expert_us": []}
+        for L in sorted(count):
+            rows = {n: np.flatnonzero(op_of == idx[f"L{L}.{n}"]) for n in ("router", "topk", "experts_gate_up")
+                    if f"L{L}.{n}" in idx}
+            if len(rows) < 3:
+                continue
+            done = tr[rows["topk"], 3].max()
+            lags["router_to_topk_us"].append(float(done - tr[rows["router"], 3].max()) / 1e3)
+            lags["topk_to_expert_us"].append(float(tr[rows["experts_gate_up"], 1].min() - done) / 1e3)
+        res.update({k: float(np.mean(v)) for k, v in lags.items() if v})
+        return res
 
     def time(self, reps: int = 20, watchdog_s: float = 60.0) -> list[float]:
         t_end = time.monotonic() + WARMUP_MS / 1e3
