@@ -34,6 +34,13 @@ costs"), per op kind, in the form the kind's description declares (``mksim.workl
   consumption term and the rest is least squares as above, until that split settles. Where no
   record is held back, ``page_us`` is 0 (the data bound it from above only, the note says so).
 
+Mixture-of-experts single ops (``validation.megakernel.moe_ops``): ``topk`` (one task: the layer's
+routing, the simulator's serial point) and ``combine`` (a row kind) are fitted as above. The expert
+matmuls (records with ``experts_op``: their tasks' time and bytes over the slots their route table
+made active) run the matmul's device function, so they are not fitted into a table of their own
+(the simulator prices them with the ``matmul`` table) nor into the dense ``matmul`` fit, whose
+predictions they would move: :func:`expert_check` holds them against the ``matmul`` table instead.
+
 A coefficient that comes out negative is fixed at 0 and the rest refitted. ``spread`` is the
 larger of the fit's largest relative residual and the median within-op spread of the task times
 (``task_us_max / task_us_mean - 1``); the note names the shapes and the residuals.
@@ -105,6 +112,7 @@ def fit(single_ops: list[dict], *, dram_bound_GBps: float | None = None,
     # records without the key come from runs that timed them warm
     if any(r.get("l2") == "flushed" for r in recs):
         recs = [r for r in recs if r.get("l2") == "flushed"]
+    recs = [r for r in recs if not r.get("experts_op")]  # held against the matmul table: expert_check
     out: dict[str, dict[str, dict]] = {}
     for kind in KINDS:
         rs = [r for r in recs if r["kind"] == kind]
@@ -289,6 +297,40 @@ def _fit_pages(cols: dict[str, np.ndarray], t: np.ndarray, B: np.ndarray, rows: 
         q = 0.0
         _, c, held = at(q)
     return c, q, held
+
+
+def expert_check(recs: list[dict], cost: DeviceCost, ring: Rates | None = None, page_us: float = 0.0) -> list[dict]:
+    """The expert matmuls' single ops (``experts_op`` records) against a ``matmul`` cost: per record,
+    the measured time of an active slot's task, the cost's at the rows the kernel computes
+    (``task_rows``: every token's) and at those the simulator charges (``group_rows_mean``), and
+    the relative errors of both. ``ring`` (the simulator's rates): each record's ring held as
+    :func:`_predict` holds it.
+
+    >>> from mksim.costs import DeviceCost
+    >>> r = {"op": "L0.experts_down", "kind": "matmul", "experts_op": True, "task_us_mean": 2.0,
+    ...      "task_B_mean": 25e3, "task_rows": 1, "group_rows_mean": 1.0, "batch": 1}
+    >>> c = expert_check([r], DeviceCost(fixed_us=1.0, row_us=0.0, consume_Bpus=25e3, row_consume_Bpus=math.inf))
+    >>> c[0]["table_us"], c[0]["error"]
+    (2.0, 0.0)
+    """
+    out = []
+    for r in recs:
+        if not r.get("experts_op") or "task_us_mean" not in r:
+            continue
+        page = (r.get("page_KiB") or PAGE_KiB) * 1024
+        depth = int(r.get("depth") or DEPTH)
+        per_page = ring_page_us(page, ring, page_us) if ring is not None else 0.0
+
+        def at(rows: float, r: dict = r, page: float = page, depth: int = depth, per_page: float = per_page) -> float:
+            return float(device_task_us(0.0, r["task_B_mean"], rows, cost, 1.0, page, per_page, depth)[0])
+
+        rows, sim_rows = float(r.get("task_rows", r.get("batch", 1))), float(r.get("group_rows_mean", 1.0))
+        t = float(r["task_us_mean"])
+        out.append({"op": r["op"], "model": r.get("model"), "batch": r.get("batch", 1), "measured_us": t,
+                    "table_us": at(rows), "error": at(rows) / t - 1, "sim_rows": sim_rows,
+                    "table_sim_rows_us": at(sim_rows), "sim_error": at(sim_rows) / t - 1,
+                    "exit_us": r.get("exit_us_mean")})
+    return out
 
 
 def _shape(r: dict) -> str:
@@ -496,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
             ring = rates(hwmodels.load(a.gpu))
         except hwmodels.HardwareError as exc:
             raise MksimError(f"--gpu {a.gpu}: {exc}".splitlines()[0]) from None
-        recs = records(docs)
+        recs = all_recs = records(docs)
         if a.kinds is not None:
             recs = only_kinds(recs, a.kinds)
         params = fit(recs, dram_bound_GBps=a.dram_bound_GBps, ring=ring)
@@ -526,5 +568,19 @@ def main(argv: list[str] | None = None) -> int:
     for kind, costs in params.items():
         for key, p in costs.items():
             print(f"{kind + '.' + key:30s} {p['value']:10.4g}   spread {p['spread']:.1%}", file=report)
+    if any(r.get("experts_op") for r in all_recs):
+        mm = params.get("matmul")
+        cost = (_cost({"fixed": mm["task_fixed_us"]["value"], "row": mm.get("task_row_us", {}).get("value", 0.0),
+                       "per_B": 1e-3 / mm["consume_GBps"]["value"],
+                       "row_per_B": 1e-3 / mm["consume_row_GBps"]["value"] if "consume_row_GBps" in mm else 0.0})
+                if mm else ring.device.get("matmul"))
+        page_us = mm["page_us"]["value"] if mm and "page_us" in mm else (cost.page_us if cost else 0.0)
+        if cost is not None:
+            print("expert matmuls (active slots) against the matmul table: measured, at the kernel's rows, at the "
+                  "simulator's", file=report)
+            for c in expert_check(all_recs, cost, ring, page_us):
+                print(f"  {c['op']:22s} {c['model'] or '':14s} b{c['batch']}: {c['measured_us']:7.2f} us; "
+                      f"{c['table_us']:7.2f} ({c['error']:+.0%}); {c['table_sim_rows_us']:7.2f} at "
+                      f"{c['sim_rows']:.2f} rows ({c['sim_error']:+.0%})", file=report)
     return 0
 

@@ -886,6 +886,178 @@ __device__ __forceinline__ void mk_expert_input(MkOp& o, int lo) {
     if (o.opt & MK_OPT_SLOT_IN) o.in0 += (size_t)mk_expert_slot(o, lo) * o.K;
 }
 
+// The MoE tasks' device functions run once per layer (top-k) or on a few SMs (combine), each time
+// on an SM that has not run them for a while: the persistent kernel's code is ~800 KB, and the
+// weights streaming through L2 may evict their lines there too. The first versions (MK_MOE_V1=1,
+// kept below for A/B runs) were 28.8 KB (top-k) and 8.3 KB (combine) of SASS in the persistent
+// kernel (nvcc 13.0, sm_90: the compiler unrolled their loops) and took 10.3 and 3.0 us a task on
+// the H200 (validation/results/h200-moe-dev): 0.36 us a KB both, as if their time were the fetch
+// of their code. These are small: no loop unrolled but where a lane's registers need it, selects
+// rather than branches (tests/validation/test_mk_moe_build.py bounds their sizes).
+#ifndef MK_MOE_V1
+#define MK_MOE_V1 0
+#endif
+#define MK_TOPK_REGS 4  // logits a lane holds: the warp-per-token top-k takes N <= 32 * MK_TOPK_REGS
+
+#if MK_MOE_V1
+#define mk_topk mk_topk_v1
+#define mk_combine mk_combine_v1
+#else
+// The top-k of a layer's T tokens and its route table, in one task (T <= 8: a tiny serial step).
+// One warp per token, all tokens at once. Each lane holds the logits lane, lane + 32, ... as keys:
+// the bf16 bits made order-preserving as unsigned (-0 as +0) in the high half, 0xFFFF - the expert
+// in the low half, so that the largest key is the larger logit and on a tie the lower expert (the
+// order mk_topk_v1 picks in); 0 for a lane's slots past N. A choice is one warp max of the keys
+// (redux.sync, sm_80+), its key then set to 0 in its lane. The max logit is the first choice's; the
+// softmax's sum of exponentials is summed in mk_topk_v1's order (the same bits). Lane i keeps the
+// i-th choice and its weight (renormalised with MK_TOPK_NORM by the sum in choice order). Then each
+// active expert's slot: the active experts below it (popcounts of the mask words), and the table.
+// Logits that are NaN are not ordered as mk_topk_v1 orders them (a broken router either way).
+// scratch: the mask (MK_TOPK_REGS words), each token's choices and weights (2 T k words), within
+// mk_topk_v1's (x_region_bytes). N > 32 MK_TOPK_REGS: mk_topk_v1, which keeps the logits in shared
+// memory. Selects rather than branches: the fewer instructions, the fewer lines fetched (see above).
+__device__ __forceinline__ unsigned mk_topk_key(unsigned short u, int e) {
+    const unsigned o = u == 0x8000u ? 0x8000u : (u & 0x8000u ? ~u & 0xFFFFu : u | 0x8000u);
+    return o << 16 | (0xFFFFu - (unsigned)e);
+}
+__device__ __forceinline__ float mk_topk_logit(unsigned key) {  // the logit of a key (-0 read as +0)
+    const unsigned o = key >> 16;
+    return __uint_as_float((o & 0x8000u ? o & 0x7FFFu : ~o & 0xFFFFu) << 16);
+}
+__device__ __noinline__ void mk_topk_v1(const MkOp* og, int tid, int nw, float* scratch);
+__device__ __noinline__ void mk_topk(const MkOp* og, int tid, int nw, float* scratch) {
+    const int T = og->T, N = og->N, k = og->K, C = og->pos, opt = og->opt, ld0 = og->ld0;
+    if (N > 32 * MK_TOPK_REGS) {
+        mk_topk_v1(og, tid, nw, scratch);
+        return;
+    }
+    const unsigned short* in = reinterpret_cast<const unsigned short*>(og->in0);
+    float* route = reinterpret_cast<float*>(og->out);
+    const int lane = tid & 31, warps = nw >> 5;
+    unsigned* mask = reinterpret_cast<unsigned*>(scratch);                  // [MK_TOPK_REGS] active experts
+    int* sel = reinterpret_cast<int*>(scratch + MK_TOPK_REGS);              // [T][k] chosen experts
+    float* wts = reinterpret_cast<float*>(scratch + MK_TOPK_REGS + T * k);  // [T][k] their weights
+    if (tid < MK_TOPK_REGS) mask[tid] = 0u;
+    mk_bar(nw);
+#pragma unroll 1
+    for (int b = tid >> 5; b < T; b += warps) {
+        unsigned key[MK_TOPK_REGS];
+        unsigned top = 0u;
+#pragma unroll
+        for (int j = 0; j < MK_TOPK_REGS; ++j) {  // past N: a load of logit N - 1 (not a branch), key 0
+            const int e = lane + 32 * j;
+            const unsigned short u = __ldcg(in + (size_t)b * ld0 + min(e, N - 1));
+            key[j] = e < N ? mk_topk_key(u, e) : 0u;
+            top = max(top, key[j]);
+        }
+        const float m = mk_topk_logit(__reduce_max_sync(0xffffffffu, top));
+        float S = 0.f;
+        if (!(opt & MK_TOPK_SIGMOID)) {
+#pragma unroll
+            for (int j = 0; j < MK_TOPK_REGS; ++j)
+                S += lane + 32 * j < N ? __expf(mk_topk_logit(key[j]) - m) : 0.f;  // + 0: S exactly
+            S = mk_warp_sum(S);
+        }
+        float sum = 0.f, mine_w = 0.f;
+        int mine = 0;
+#pragma unroll 1
+        for (int i = 0; i < k; ++i) {
+            top = 0u;
+#pragma unroll
+            for (int j = 0; j < MK_TOPK_REGS; ++j) top = max(top, key[j]);
+            top = __reduce_max_sync(0xffffffffu, top);
+            const float best = mk_topk_logit(top);
+            const float p = opt & MK_TOPK_SIGMOID ? 1.f / (1.f + __expf(-best)) : __expf(best - m) / S;
+            sum += p;
+            mine = lane == i ? 0xFFFF - (int)(top & 0xFFFFu) : mine;
+            mine_w = lane == i ? p : mine_w;
+#pragma unroll
+            for (int j = 0; j < MK_TOPK_REGS; ++j) key[j] = key[j] == top ? 0u : key[j];  // taken
+        }
+        if (lane < k) {
+            if (opt & MK_TOPK_NORM) mine_w /= sum;
+            sel[b * k + lane] = mine;
+            wts[b * k + lane] = mine_w;
+            atomicOr(mask + (mine >> 5), 1u << (mine & 31));
+        }
+    }
+    mk_bar(nw);
+    int count = 0;  // active experts
+#pragma unroll
+    for (int w = 0; w < MK_TOPK_REGS; ++w) count += __popc(mask[w]);
+    const auto slot_of = [&](int e) {  // the active experts below e
+        int s = __popc(mask[e >> 5] & ((1u << (e & 31)) - 1u));
+#pragma unroll
+        for (int w = 0; w < MK_TOPK_REGS; ++w) s += w < (e >> 5) ? __popc(mask[w]) : 0;
+        return s;
+    };
+    if (tid == 0) route[0] = (float)count;
+#pragma unroll 1
+    for (int e = tid; e < N; e += nw)
+        if (mask[e >> 5] & (1u << (e & 31))) route[1 + slot_of(e)] = (float)e;
+#pragma unroll 1
+    for (int j = count + tid; j < C; j += nw) route[1 + j] = -1.f;
+#pragma unroll 1
+    for (int i = tid; i < T * k; i += nw) {
+        route[1 + C + i] = (float)slot_of(sel[i]);
+        route[1 + C + T * k + i] = wts[i];
+    }
+}
+
+#ifndef MK_COMBINE_CHUNK
+#define MK_COMBINE_CHUNK 8  // expert rows a worker loads at once (a token's k, for k <= 8): one round trip
+#endif
+
+// The layer's output, features [lo, hi) of every token: its k experts' rows (slot s of the down
+// projection's output at s * N, ld0 a token), weighted, + the shared expert (times the sigmoid of
+// its gate) + the residual, in fp32, rounded once: the arithmetic of mk_combine_v1 in its order.
+// The tokens' slots and weights are read into shared memory first (scratch: 2 T k words); then a
+// worker per element issues its loads at once (the residual, the shared expert, its gate and up to
+// MK_COMBINE_CHUNK expert rows) before it adds them up.
+__device__ __noinline__ void mk_combine(const MkOp* og, int lo, int hi, int tid, int nw, float* scratch) {
+    const int T = og->T, k = og->K, C = og->pos, H = og->N, opt = og->opt, ld0 = og->ld0, ld1 = og->ld1,
+              ld2 = og->ld2, ld_out = og->ld_out;
+    const float* route = reinterpret_cast<const float*>(og->tokens);
+    const mk_bf16 *y0 = og->in0, *res = og->in1, *sh = og->W, *gate = og->w2;
+    mk_bf16* out = (mk_bf16*)og->out;
+#pragma unroll 1
+    for (int i = tid; i < 2 * T * k; i += nw) scratch[i] = __ldcg(route + 1 + C + i);
+    mk_bar(nw);
+    const int n = hi - lo;
+#pragma unroll 1
+    for (int i = tid; i < T * n; i += nw) {
+        const int b = i / n, e = lo + i - b * n;
+        const mk_bf16* y = y0 + (size_t)b * ld0 + e;
+        const float* sw = scratch + b * k;
+        const float r = mk_ld_bf16(res + (size_t)b * ld1 + e);
+        float s = 0.f, g = 1.f;
+        if (opt & MK_MOE_OPT_SHARED) {
+            s = mk_ld_bf16(sh + (size_t)b * ld2 + e);
+            if (opt & MK_MOE_OPT_GATED) g = mk_ld_bf16(gate + b);
+        }
+        float acc = 0.f;
+#pragma unroll 1
+        for (int c0 = 0; c0 < k; c0 += MK_COMBINE_CHUNK) {
+            float yv[MK_COMBINE_CHUNK];
+#pragma unroll
+            for (int u = 0; u < MK_COMBINE_CHUNK; ++u)
+                yv[u] = c0 + u < k ? mk_ld_bf16(y + (int)sw[c0 + u] * H) : 0.f;
+#pragma unroll
+            for (int u = 0; u < MK_COMBINE_CHUNK; ++u)
+                if (c0 + u < k) acc = fmaf(sw[T * k + c0 + u], yv[u], acc);
+        }
+        if (opt & MK_MOE_OPT_SHARED) {
+            if (opt & MK_MOE_OPT_GATED) g = 1.f / (1.f + __expf(-g));
+            acc = fmaf(g, s, acc);
+        }
+        acc += r;
+        out[(size_t)b * ld_out + e] = mk_f32_to_bf16(acc);
+    }
+}
+#endif  // MK_MOE_V1
+
+// The first versions (validation/results/h200-moe-dev), kept for A/B runs (MK_MOE_V1=1); mk_topk_v1
+// also runs the top-k of more than 32 MK_TOPK_REGS experts.
 // The top-k of a layer's T tokens and its route table, in one task (T <= 8: a tiny serial step).
 // Warp w takes tokens w, w + warps, ...: the N bf16 logits into shared memory, the max and (softmax)
 // the sum of exponentials, then k rounds of a warp arg-max (the larger logit, the lower index on a
@@ -893,7 +1065,7 @@ __device__ __forceinline__ void mk_expert_input(MkOp& o, int lo) {
 // MK_TOPK_NORM, summed in choice order). Then the distinct experts (a bit mask), their slots in
 // ascending order and the table. scratch: T N + 2 T k + N / 32 + 1 words (x_region_bytes).
 // Not inlined, and given the op in global memory: the kernel's other tasks keep their registers.
-__device__ __noinline__ void mk_topk(const MkOp* og, int tid, int nw, float* scratch) {
+__device__ __noinline__ void mk_topk_v1(const MkOp* og, int tid, int nw, float* scratch) {
     const MkOp& o = *og;
     const int T = o.T, N = o.N, k = o.K, C = o.pos, lane = tid & 31, warps = nw >> 5, words = (N + 31) >> 5;
     float* vals = scratch;                                     // [T][N]
@@ -967,7 +1139,7 @@ __device__ __noinline__ void mk_topk(const MkOp* og, int tid, int nw, float* scr
 // its gate) + the residual, in fp32, rounded once. The tokens' slots and weights are read into
 // shared memory first (scratch: 2 T k words).
 // Not inlined, and given the op in global memory (as mk_topk).
-__device__ __noinline__ void mk_combine(const MkOp* og, int lo, int hi, int tid, int nw, float* scratch) {
+__device__ __noinline__ void mk_combine_v1(const MkOp* og, int lo, int hi, int tid, int nw, float* scratch) {
     const MkOp& o = *og;
     const float* route = reinterpret_cast<const float*>(o.tokens);
     const int T = o.T, k = o.K, C = o.pos, H = o.N;

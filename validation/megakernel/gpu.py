@@ -370,7 +370,50 @@ class Runner:
             out["kinds"][kind] = {"tasks": int(sel.sum()), "wait_us": float(w.mean()), "compute_us": float(c.mean()),
                                   "publish_us": float(p.mean()),
                                   "GBps_per_sm": float(streamed[sel].sum() / max(c.sum(), 1e-9) / 1e3)}
+        moe = self._moe_trace(tr)
+        if moe:
+            out["moe"] = moe
         return out
+
+    def _moe_trace(self, tr: np.ndarray) -> dict:
+        """An MoE step's expert tasks split by whether their slot was active (the kernel's route tables):
+        ``expert_active`` and ``expert_exit`` (the early exit of a slot past the active experts), as the
+        kinds above; and per MoE layer, means over the layers: ``router_to_topk_us`` (the router's last
+        task finished to the top-k's) and ``topk_to_expert_us`` (the top-k finished to the first expert
+        task's dependencies met, as its SM's waiter saw them)."""
+        g, prog = self.plan.graph, self.plan.program
+        per = getattr(g, "per", None)
+        if per is None:
+            return {}
+        ops = self.schedule.workload.ops
+        idx = {op.name: i for i, op in enumerate(ops)}
+        count = {}
+        for op, out in zip(ops, self.plan.outputs, strict=True):
+            if op.kind == "topk":
+                count[op.layer] = int(self.cp.asnumpy(self.bufs[out][:1])[0])
+        t = prog.task_id
+        op_of = g.op_of[t]
+        is_exp = per[op_of] > 0
+        slot = np.where(is_exp, g.tile_of[t] // np.maximum(per[op_of], 1), 0)
+        layer_count = np.array([count.get(op.layer, 0) if op.layer is not None else 0 for op in ops])
+        active = is_exp & (slot < layer_count[op_of])
+        res: dict = {}
+        for name, sel in (("expert_active", active), ("expert_exit", is_exp & ~active)):
+            if sel.any():
+                w, c, p = (np.diff(tr[sel], axis=1) / 1e3).T
+                res[name] = {"tasks": int(sel.sum()), "wait_us": float(w.mean()), "compute_us": float(c.mean()),
+                             "publish_us": float(p.mean())}
+        lags: dict[str, list[float]] = {"router_to_topk_us": [], "topk_to_expert_us": []}
+        for L in sorted(count):
+            rows = {n: np.flatnonzero(op_of == idx[f"L{L}.{n}"]) for n in ("router", "topk", "experts_gate_up")
+                    if f"L{L}.{n}" in idx}
+            if len(rows) < 3:
+                continue
+            done = tr[rows["topk"], 3].max()
+            lags["router_to_topk_us"].append(float(done - tr[rows["router"], 3].max()) / 1e3)
+            lags["topk_to_expert_us"].append(float(tr[rows["experts_gate_up"], 1].min() - done) / 1e3)
+        res.update({k: float(np.mean(v)) for k, v in lags.items() if v})
+        return res
 
     def time(self, reps: int = 20, watchdog_s: float = 60.0) -> list[float]:
         t_end = time.monotonic() + WARMUP_MS / 1e3
@@ -419,15 +462,46 @@ class Runner:
             a, b = int(g.op_first[i]), int(g.op_first[i + 1])
             tr = self.cp.asnumpy(self.trace[a:b]).astype(np.int64)
             task_us = (tr[:, 2] - tr[:, 1]) / 1e3
-            seen[key] = {"op": op.name, "kind": op.kind, "l2": "flushed" if cold else "warm",
-                         "page_KiB": self.plan.page_B / 1024, "depth": self.plan.depth,
-                         "N": op.out_size, "K": op.attrs.get("k"),
-                         "tiles": int(g.n_tiles[i]), "us": med, "spread_us": float(np.ptp(times)),
-                         "streamed_B": streamed, "GBps": streamed / med / 1e3,
-                         "task_us_mean": float(task_us.mean()), "task_us_max": float(task_us.max()),
-                         "task_B_mean": float((g.weight_bytes[a:b] + g.kv_read_bytes[a:b]).mean()),
-                         "start_spread_us": float((tr[:, 1].max() - tr[:, 1].min()) / 1e3)}
+            task_B = g.weight_bytes[a:b] + g.kv_read_bytes[a:b]
+            rec = {"op": op.name, "kind": op.kind, "l2": "flushed" if cold else "warm",
+                   "page_KiB": self.plan.page_B / 1024, "depth": self.plan.depth,
+                   "N": op.out_size, "K": op.attrs.get("k"),
+                   "tiles": int(g.n_tiles[i]), "us": med, "spread_us": float(np.ptp(times)),
+                   "streamed_B": streamed, "GBps": streamed / med / 1e3,
+                   "task_us_mean": float(task_us.mean()), "task_us_max": float(task_us.max()),
+                   "task_B_mean": float(task_B.mean()),
+                   "start_spread_us": float((tr[:, 1].max() - tr[:, 1].min()) / 1e3)}
+            rec.update(self._moe_op_fields(i, op, task_us, task_B, med))
+            seen[key] = rec
         return list(seen.values())
+
+    def _moe_op_fields(self, i: int, op: Any, task_us: np.ndarray, task_B: np.ndarray, med_us: float) -> dict:
+        """What a single MoE op's record adds (validation.kernel_costs reads them): a top-k's experts and
+        top k; an expert op's slots (``slots``, ``per_slot`` tiles each), how many its route table made
+        active, its tasks' time and bytes over the active slots only (the others stream nothing and exit
+        early: ``exit_us_mean``), the rows each task computes (every token's: ``task_rows``) and those
+        the simulator charges it (its expert's tokens in the draw, on average: ``group_rows_mean``)."""
+        g = self.plan.graph
+        per = getattr(g, "per", None)
+        if op.kind == "topk":
+            return {"experts": op.attrs["experts"], "top_k": op.attrs["top_k"]}
+        if per is None or not per[i]:
+            return {}
+        ops = self.schedule.workload.ops
+        topk = next(j for j, o in enumerate(ops) if o.kind == "topk" and o.layer == op.layer)
+        count = int(self.cp.asnumpy(self.bufs[self.plan.outputs[topk]][:1])[0])
+        p = int(per[i])
+        act = np.arange(len(task_us)) < count * p
+        out = {"experts_op": True, "slots": int(len(task_us) // p), "per_slot": p, "active_slots": count,
+               "task_rows": self.schedule.workload.batch,
+               "group_rows_mean": float(np.mean(op.attrs["group_rows"])), "streamed_B": float(task_B[act].sum()),
+               "GBps": float(task_B[act].sum()) / med_us / 1e3}
+        if act.any():
+            out.update(task_us_mean=float(task_us[act].mean()), task_us_max=float(task_us[act].max()),
+                       task_B_mean=float(task_B[act].mean()))
+        if (~act).any():
+            out["exit_us_mean"] = float(task_us[~act].mean())
+        return out
 
     def close(self) -> None:
         self.bufs.clear()
