@@ -149,7 +149,7 @@ def timeline_view(trigger: str | None, model: str | None, gpu: str | None, batch
     a dense model ignores it), ``design`` a row of :func:`explorer.data.moe_design_rows` (``None``: none),
     ``colour_by`` ``kind`` or ``expert`` (:func:`explorer.figures.timeline_figure`)."""
     try:
-        if colour_by not in ("kind", "expert"):
+        if colour_by not in (None, "kind", "expert"):
             raise MksimError("colour by: choose op kind or expert")
         if design is not None and not isinstance(design, str):
             raise MksimError("MoE design: choose none or a design of the list")
@@ -181,7 +181,7 @@ def timeline_view(trigger: str | None, model: str | None, gpu: str | None, batch
                + (f" ({d['policy']})" if d["policy"] else "") + f", {d['latency_us']:.1f} µs, {d['n_tasks']} tasks"
                f" on {len(d['tracks'])} SMs; " + ", ".join(f"{n} {k}s" for k, n in waits.items() if n)
                + ". Drag to zoom, double-click to reset, hover a bar for its task.")
-    return "", summary, figures.timeline_figure(d, colour_by), d["schedule_json"], moe_view(d)
+    return "", summary, figures.timeline_figure(d, colour_by or "kind"), d["schedule_json"], moe_view(d)
 
 
 def moe_view(d: dict[str, Any]) -> html.Div | None:
