@@ -23,11 +23,12 @@ from hwmodels.files import parse_json
 from mksim.compare import compare
 from mksim.errors import MksimError, UnknownNameError
 from mksim.extras import require
-from mksim.schedule import Schedule, build_schedule
+from mksim.schedule import Schedule, build_schedule, design_rows, registered_designs
 from mksim.search import Problem, build, candidate_from_params
-from mksim.sim import CATEGORIES, simulate
+from mksim.sim import CATEGORIES, simulate, task_experts
 from mksim.target import GPUS, PROFILES, Target, gpu_spec
 from mksim.workload import Step
+from mksim.workload.routing import ROUTINGS, CountsFile, parse_routing
 
 #: Validation result sets committed under ``validation/results/``, in display order.
 VALIDATION_SETS = ("h200", "h200-heldout")
@@ -81,6 +82,74 @@ def check_gpu(gpu: object) -> str:
                      f"one of {', '.join(PROFILES)})")
 
 
+#: The longest routing text a page takes (``uniform``, ``zipf:1.2``): a name and a number, never a path.
+MAX_ROUTING_CHARS = 40
+
+
+def named_routings() -> list[str]:
+    """The routing models a page may name (every registered one but the counts file, which names a path)."""
+    return [n for n in ROUTINGS if n != CountsFile.name]
+
+
+def check_routing(routing: object) -> str:
+    """``routing`` as a :class:`mksim.workload.Step` takes it, if it names a registered routing model
+    (:func:`named_routings`: ``uniform``, ``zipf:S``); empty or ``None`` is ``uniform``. Anything else
+    (a path, a counts file, text over :data:`MAX_ROUTING_CHARS`) is refused in one line (MksimError): the
+    explorer never opens a file the browser names.
+
+    >>> check_routing(" zipf:1.2 "), check_routing(None)
+    ('zipf:1.2', 'uniform')
+    >>> check_routing("/etc/counts.json")
+    Traceback (most recent call last):
+    ...
+    hwmodels.errors.InputError: routing '/etc/counts.json': give uniform or zipf:S (S > 0, 1.2 is typical)
+    """
+    if routing is None or (isinstance(routing, str) and not routing.strip()):
+        return "uniform"
+    if not isinstance(routing, str) or len(routing) > MAX_ROUTING_CHARS:
+        raise MksimError(f"routing {_shown(routing)}: give uniform or zipf:S (S > 0, 1.2 is typical), "
+                         f"at most {MAX_ROUTING_CHARS} characters")
+    text = routing.strip()
+    if text.partition(":")[0] not in named_routings():
+        raise MksimError(f"routing {_shown(text)}: give uniform or zipf:S (S > 0, 1.2 is typical)")
+    parse_routing(text)  # zipf:abc: mksim's one line
+    return text
+
+
+def has_experts(model: str, config: dict[str, Any] | None = None) -> bool:
+    """Whether the built-in ``model`` (or the uploaded ``config``) is a mixture of experts."""
+    cfg = mksim.models.get(check_model(model)) if config is None else mksim.models.config_from_hf(config, name=model)
+    return bool(getattr(cfg, "num_experts", 0))
+
+
+def routing_for(model: str, routing: object, config: dict[str, Any] | None = None) -> str:
+    """The routing a page simulates ``model`` with: ``routing`` checked (:func:`check_routing`) for a
+    mixture of experts, ``uniform`` for a dense model (which has no router: the page's choice is ignored)."""
+    text = check_routing(routing)
+    return text if text != "uniform" and has_experts(model, config) else "uniform"
+
+
+def moe_design_rows() -> dict[str, dict[str, Any]]:
+    """The megakernel rows (label: ``build_schedule`` options) of the registered designs that place a mixture of
+    experts' expert tiles (those a model without experts cannot have), as ``mksim compare --designs`` names
+    them: ``megakernel:moe_stride``, ``megakernel:moe_queue``, ...
+
+    >>> list(moe_design_rows())[:2]
+    ['megakernel:moe_stride', 'megakernel:moe_queue']
+    """
+    dense = _Dense()
+    moe = [d.name for d in registered_designs() if d.available_for(dense) is not None]
+    return {label: opts for rows in design_rows(moe).values() for label, opts in rows}
+
+
+class _Dense:
+    """A stand-in workload without experts, to ask each design whether it needs them."""
+
+    ops: tuple[Any, ...] = ()
+    model = None
+    name = "a dense model"
+
+
 def check_schedule_text(text: str) -> None:
     """Check a schedule file's JSON before :meth:`mksim.schedule.Schedule.from_json` reads it: a JSON object
     (nested no deeper than a schedule is) whose ``gpu`` is a GPU name (:func:`check_gpu`) and whose
@@ -99,6 +168,11 @@ def check_schedule_text(text: str) -> None:
             check_model(wl["model"])
         except MksimError as exc:
             raise MksimError(f"schedule workload {exc}") from None
+    if isinstance(wl, dict) and "routing" in wl:
+        try:
+            check_routing(wl["routing"])
+        except MksimError as exc:
+            raise MksimError(f"schedule workload {exc}; the explorer reads no routing file") from None
 
 
 def compare_data(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase: str = "decode") -> dict[str, Any]:
@@ -159,18 +233,20 @@ def metrics_line(m: dict[str, Any]) -> str:
 # -- Timeline: one simulated step, task by task ------------------------------------------
 #: Segments the simulator records on an SM besides its tasks, drawn as bars of their own kind.
 WAIT_KINDS = ("dependency wait", "barrier wait")
-TASK_COLUMNS = ("task", "name", "op", "kind", "sm", "slot", "start_us", "end_us", "bytes")
+TASK_COLUMNS = ("task", "name", "op", "kind", "sm", "slot", "start_us", "end_us", "bytes", "expert")
 WAIT_COLUMNS = ("kind", "task", "name", "sm", "slot", "start_us", "end_us")
 
 
 def timeline_schedule(model: str = "llama-3.2-1b", gpu: str = "h200", batch: int = 1, kv_len: int = 1024,
                       phase: str = "decode", mode: str = "megakernel", policy: str | None = None,
-                      schedule: str | None = None, prefill_tokens: int = 0):
+                      schedule: str | None = None, prefill_tokens: int = 0, routing: str | None = None,
+                      design: str | None = None):
     """The :class:`mksim.schedule.Schedule` the Timeline page simulates.
     ``schedule`` is the JSON text of a schedule file (what ``mksim simulate --save`` and ``mksim search --out``
     write); without it, ``mode``'s default schedule of the workload (``policy``: a persistent mode's placement
-    policy, ``None`` for the default; ``prefill_tokens``: new tokens per sequence, for the prefill phase).
-    Raises :class:`mksim.errors.MksimError` on bad input.
+    policy, ``None`` for the default; ``prefill_tokens``: new tokens per sequence, for the prefill phase;
+    ``routing``: a mixture of experts' routing model, :func:`routing_for`; ``design``: a row of
+    :func:`moe_design_rows`, ``None`` for none). Raises :class:`mksim.errors.MksimError` on bad input.
     """
     if schedule is not None:
         if not isinstance(schedule, str) or not schedule.lstrip().startswith("{"):  # from_json would take other
@@ -183,27 +259,39 @@ def timeline_schedule(model: str = "llama-3.2-1b", gpu: str = "h200", batch: int
             raise MksimError(f"not a schedule this mksim reads ({first})") from None
 
     g = gpu_spec(check_gpu(gpu))
-    wl = mksim.models.workload(check_model(model), batch=batch, kv_len=kv_len, phase=phase,
-                               prefill_tokens=prefill_tokens, n_sms=g.sm.count)
-    return build_schedule(wl, g, mode, policy=policy or None)
+    opts: dict[str, Any] = {}
+    if design:
+        rows = moe_design_rows()
+        if design not in rows:
+            raise MksimError(f"unknown MoE design {_shown(design)}: choose none or one of {', '.join(rows)}")
+        opts = dict(rows[design])
+    step = Step(check_model(model), batch, kv_len, phase, prefill_tokens, routing=routing_for(model, routing))
+    wl = mksim.models.workload(step, n_sms=g.sm.count)
+    return build_schedule(wl, g, mode, **{"policy": policy or None, **opts})
 
 
 def timeline_data(model: str = "llama-3.2-1b", gpu: str = "h200", batch: int = 1, kv_len: int = 1024,
                   phase: str = "decode", mode: str = "megakernel", policy: str | None = None,
-                  schedule: str | None = None, prefill_tokens: int = 0) -> dict[str, Any]:
+                  schedule: str | None = None, prefill_tokens: int = 0, routing: str | None = None,
+                  design: str | None = None) -> dict[str, Any]:
     """One simulated step, task by task, for the per-SM Gantt chart (arguments as :func:`timeline_schedule`).
     Keys: ``workload gpu mode policy latency_us n_tasks n_sms lanes_per_sm``; ``tracks``, the SMs that ran a
     task, in order; ``tasks``, one row per task as columns (``TASK_COLUMNS``: equal-length lists; ``slot`` is
-    the block slot on its SM in chain modes, ``bytes`` what the task reads and writes); ``waits``, each
-    dependency or barrier wait on an SM (``WAIT_COLUMNS``; ``task`` is the task waiting); ``wait_kinds`` and
-    ``schedule_json`` (the schedule simulated: to download, or to trace again). Times in µs from the step's start.
+    the block slot on its SM in chain modes, ``bytes`` what the task reads and writes, ``expert`` the expert an
+    expert task serves, -1 for another task); ``waits``, each dependency or barrier wait on an SM
+    (``WAIT_COLUMNS``; ``task`` is the task waiting); ``wait_kinds``, ``schedule_json`` (the schedule simulated:
+    to download, or to trace again), ``moe`` (the workload's routing summary, ``None`` for a dense step) and
+    ``design_stats`` (what the designs on reported: an MoE design's per-layer expert tiles per SM and the top-k's
+    serial time). Times in µs from the step's start.
 
     >>> d = timeline_data("llama-3.2-1b", "h200", mode="megakernel")
     >>> len(d["tracks"]), sorted(d["tasks"]["task"]) == list(range(d["n_tasks"]))
     (132, True)
     """
-    sched = timeline_schedule(model, gpu, batch, kv_len, phase, mode, policy, schedule, prefill_tokens)
+    sched = timeline_schedule(model, gpu, batch, kv_len, phase, mode, policy, schedule, prefill_tokens, routing,
+                              design)
     res = simulate(sched)
+    expert = [-1 if et is None else et[0] for et in task_experts(sched.graph)]
     g = sched.graph
     op_of = g.op_of.tolist()
     op_names, op_kinds = [op.name for op in g.ops], [op.kind for op in g.ops]
@@ -218,7 +306,7 @@ def timeline_data(model: str = "llama-3.2-1b", gpu: str = "h200", batch: int = 1
         if cat == "task":
             op = op_of[t]
             for c, v in zip(TASK_COLUMNS, (t, res.task_names[t], op_names[op], op_kinds[op], sm, slot, a, b,
-                                           moved[t]), strict=True):
+                                           moved[t], expert[t]), strict=True):
                 tasks[c].append(v)
         elif cat in WAIT_KINDS:
             for c, v in zip(WAIT_COLUMNS, (cat, t, res.task_names[t], sm, slot, a, b), strict=True):
@@ -226,7 +314,8 @@ def timeline_data(model: str = "llama-3.2-1b", gpu: str = "h200", batch: int = 1
     return {"workload": res.workload, "gpu": res.gpu, "mode": res.mode, "policy": res.policy,
             "latency_us": res.latency_us, "n_tasks": res.n_tasks, "n_sms": sched.gpu.sm.count,
             "lanes_per_sm": lps, "tracks": sorted(set(tasks["sm"])), "tasks": tasks, "waits": waits,
-            "wait_kinds": list(WAIT_KINDS), "schedule_json": sched.to_json()}
+            "wait_kinds": list(WAIT_KINDS), "schedule_json": sched.to_json(),
+            "moe": sched.workload.routing_summary(), "design_stats": res.design_stats}
 
 
 def perfetto_trace(schedule: str) -> str:
@@ -394,20 +483,25 @@ def best_schedule_json(storage: str, study: str, trial: int | None = None) -> st
 # -- Compare: uploaded configs, per-op times, the roofline, hardware what-ifs -----------------
 @lru_cache(maxsize=32)
 def _compare_run(model: str, gpu: str, batch: int, kv_len: int, phase: str, config_json: str | None,
-                 whatif: WhatIf) -> dict[str, Any]:
+                 whatif: WhatIf, routing: str = "uniform") -> dict[str, Any]:
     t = Target.parse(gpu)
     target = Target(t.hardware, t.profile, whatif.apply(t.spec))
     spec = model if config_json is None else mksim.models.config_from_hf(json.loads(config_json), name=model)
-    d = compare(Step(spec, batch, kv_len, phase), target).to_dict(detail=True)  # what `mksim compare` simulates
+    step = Step(spec, batch, kv_len, phase, routing=routing)
+    d = compare(step, target).to_dict(detail=True)  # what `mksim compare` simulates
     d["model"] = model  # the name the user gave an uploaded config
+    d["routing"] = routing
     return d
 
 
 def compare_run(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase: str = "decode", *,
-                config: dict[str, Any] | None = None, whatif: WhatIf | None = None) -> dict[str, Any]:
+                config: dict[str, Any] | None = None, whatif: WhatIf | None = None,
+                routing: str | None = None) -> dict[str, Any]:
     """:func:`compare_data` for the explorer's pages, remembered per inputs, with more in it.
     ``config`` is a Hugging Face ``config.json`` (parsed; ``model`` is then its display name),
-    ``whatif`` hardware overrides (:class:`WhatIf`). Besides :func:`compare_data`'s keys, each mode
+    ``whatif`` hardware overrides (:class:`WhatIf`), ``routing`` a mixture of experts' routing model
+    (:func:`routing_for`: ``uniform``, ``zipf:S``; a dense model ignores it; ``d["routing"]`` is the one used).
+    Besides :func:`compare_data`'s keys, each mode
     has ``op_time_us`` (each op's span, first task start to last task end, in the order of ``ops``),
     ``ops`` lists each op's ``op kind unit dtype flops bytes`` (bytes it must move: weights, KV cache,
     its output), ``roofs`` the GPU's ``hbm_spec_GBps hbm_reachable_GBps tensor_TFLOPs vector_TFLOPs`` and
@@ -425,7 +519,8 @@ def compare_run(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase:
     if phase not in ("decode", "prefill"):
         raise MksimError("phase: choose decode or prefill")
     key = None if config is None else json.dumps(config, sort_keys=True)
-    return copy.deepcopy(_compare_run(model, gpu, int(batch), int(kv_len), phase, key, whatif or WhatIf()))
+    used = routing_for(model, routing, config)
+    return copy.deepcopy(_compare_run(model, gpu, int(batch), int(kv_len), phase, key, whatif or WhatIf(), used))
 
 
 #: An uploaded config or schedule larger than this is refused before it is decoded.

@@ -112,6 +112,15 @@ WAIT_COLOURS = {"dependency wait": "#d62728", "barrier wait": "#555555"}
 PX_PER_TRACK = 7
 
 
+def expert_colour(expert: int) -> str:
+    """A colour of its own for each expert (hues a golden angle apart), the same in every layer and step.
+
+    >>> expert_colour(0), expert_colour(1)
+    ('hsl(0,65%,45%)', 'hsl(137,65%,45%)')
+    """
+    return f"hsl({int(expert * 137.508) % 360},65%,45%)"
+
+
 def timeline_height(n_tracks: int) -> int:
     """The Gantt chart's height in pixels for ``n_tracks`` SM tracks (:data:`PX_PER_TRACK` each, 350 to 2000)."""
     return min(2000, max(350, 90 + PX_PER_TRACK * n_tracks))
@@ -124,9 +133,11 @@ def _segments(a: Any, b: Any, y: Any) -> tuple[Any, Any]:
     return np.column_stack([a, b, gap]).ravel().astype(f4), np.column_stack([y, y, gap]).ravel().astype(f4)
 
 
-def timeline_figure(data: dict[str, Any]) -> go.Figure:
+def timeline_figure(data: dict[str, Any], colour_by: str = "kind") -> go.Figure:
     """The per-SM Gantt chart of :func:`explorer.data.timeline_data`: one track per SM (slots side by side
-    within it in chain modes), task bars coloured by op kind, dependency and barrier waits as their own bars.
+    within it in chain modes), task bars coloured by op kind (``colour_by="expert"``: a mixture of experts'
+    expert tasks by the expert they serve, one legend entry each, which a click hides or a double-click
+    shows alone, and every other task grey), dependency and barrier waits as their own bars.
 
     Few traces whatever the task count (WebGL segments: a line and a trace of hover points per kind), so
     132 SMs and tens of thousands of bars stay fast to draw and zoom.
@@ -155,10 +166,17 @@ def timeline_figure(data: dict[str, Any]) -> go.Figure:
     tasks, waits = data["tasks"], data["waits"]
     kinds = np.asarray(tasks["kind"])
     names = np.asarray(tasks["name"], dtype=object)
-    for i, kind in enumerate(sorted(set(tasks["kind"]))):
-        m = kinds == kind
-        add(tasks, m, kind, KIND_PALETTE[i % len(KIND_PALETTE)], list(names[m]),
-            "<b>%{text}</b> (task %{customdata[0]})<br>SM %{customdata[1]}, " + kind
+    experts = np.asarray(tasks.get("expert") or [-1] * len(kinds))
+    groups: list[tuple[str, Any, str]] = []  # (legend name, mask, colour)
+    if colour_by == "expert" and (experts >= 0).any():
+        groups.append(("other tasks", experts < 0, "#bbbbbb"))
+        groups += [(f"expert {e}", experts == e, expert_colour(e)) for e in sorted(set(experts[experts >= 0].tolist()))]
+    else:
+        groups += [(kind, kinds == kind, KIND_PALETTE[i % len(KIND_PALETTE)])
+                   for i, kind in enumerate(sorted(set(tasks["kind"])))]
+    for name, m, colour in groups:
+        add(tasks, m, name, colour, list(names[m]),
+            "<b>%{text}</b> (task %{customdata[0]})<br>SM %{customdata[1]}, " + name
             + "<br>%{customdata[2]:.2f} – %{customdata[3]:.2f} µs (%{customdata[4]:.2f} µs)"
             "<br>%{customdata[5]:,.1f} KiB moved<extra></extra>")
     wkinds = np.asarray(waits["kind"])

@@ -34,6 +34,7 @@ from mksim.compare import (
 from mksim.errors import MksimError
 from mksim.target import PROFILES, gpu_spec, with_impl
 from mksim.trace import import_trace
+from mksim.workload import Step
 
 #: The value of the profile and stack choices that names no implementation profile.
 NONE = "none"
@@ -81,10 +82,11 @@ def megakernel_gpu(gpu: str, profile: str | None) -> str:
 
 @lru_cache(maxsize=32)
 def _stack(model: str, gpu: str, batch: int, kv_len: int, phase: str, config_json: str | None,
-           impl: str) -> dict[str, Any]:
+           impl: str, routing: str = "uniform") -> dict[str, Any]:
     g = gpu_spec(gpu)
     spec = model if config_json is None else mksim.models.config_from_hf(json.loads(config_json), name=model)
-    wl = make_workload(spec, batch, kv_len, phase, n_sms=g.sm.count)  # the workload the modes were compared on
+    step = Step(spec, batch, kv_len, phase, routing=routing)
+    wl = make_workload(step, n_sms=g.sm.count)  # the workload the modes were compared on
     return stack_row(wl, gpu, impl, None)
 
 
@@ -98,7 +100,8 @@ def stack_data(run: dict[str, Any], impl: str, config: dict[str, Any] | None = N
     if impl not in PROFILES:
         raise MksimError(f"unknown stack {impl!r}; known: {', '.join(profiles())}")
     key = None if config is None else json.dumps(config, sort_keys=True)
-    row = dict(_stack(run["model"], run["gpu"], int(run["batch"]), int(run["kv_len"]), run["phase"], key, impl))
+    row = dict(_stack(run["model"], run["gpu"], int(run["batch"]), int(run["kv_len"]), run["phase"], key, impl,
+                      run.get("routing", "uniform")))
     mk = run["modes"].get("megakernel")
     row["megakernel_speedup"] = row["latency_us"] / mk["latency_us"] if mk else None
     if mk:  # how sure: the speed-up's interval from both latencies' (mksim.compare), and the verdict

@@ -22,6 +22,8 @@ PATH, NAME = "/", "Compare"
 GRAPHS = ("compare-latency", "compare-tokens", "compare-hbm", "compare-breakdown")
 #: The model dropdown's value for an uploaded config: this prefix and the config's name.
 UPLOADED = "uploaded: "
+ROUTING_NOTE = ("mixture-of-experts models only (uniform, or zipf:S with S > 0: the larger, the more skewed); "
+                "a dense model has no router and ignores it")
 ROOFLINE_DEFAULT = "graph"  # the roofline first shows the ops as one CUDA graph runs them
 DROP_STYLE = {"display": "inline-block", "marginRight": "1em", "padding": "0.4em 1em", "border": "1px dashed #999",
               "borderRadius": "4px", "cursor": "pointer"}
@@ -50,6 +52,10 @@ def layout() -> html.Div:
                                                      clearable=False, style={"width": "30em"})),
             field("your stack ", dcc.Dropdown(stacks.stack_options(), stacks.NONE, id="compare-stack",
                                               clearable=False, style={"width": "10em"})),
+            field("routing ", dcc.Input(id="compare-routing", type="text", value="uniform", debounce=True,
+                                        maxLength=data.MAX_ROUTING_CHARS, placeholder="uniform or zipf:1.2",
+                                        disabled=True, style={"width": "9em"})),
+            html.Span(ROUTING_NOTE, id="compare-routing-note", style={"color": "grey"}),
         ], style={"marginTop": "0.4em"}),
         html.Div([
             dcc.Upload(["or drop a Hugging Face ", html.Code("config.json"), " here, or ", html.A("choose one")],
@@ -194,18 +200,20 @@ def page_inputs(model: str | None, gpu: str | None, batch: Any, kv_len: Any, pha
 
 def run_compare(n_clicks: int | None, model: str | None, gpu: str | None, batch: Any, kv_len: Any,
                 phase: str | None, config: dict[str, Any] | None = None, profile: str | None = None,
-                stack: str | None = None) -> tuple:
+                stack: str | None = None, routing: Any = None) -> tuple:
     """Parse the inputs, compare the modes; ``(message, latency, tokens/s, HBM, breakdown, table, result)``.
 
     ``model`` is a built-in name, or :data:`UPLOADED` + a name with ``config`` the uploaded config
     (what :func:`upload_config` stored). ``profile`` is the implementation profile of the modes' kernels
     (:data:`explorer.stacks.NONE` or ``None``: the best kernels the chip allows), ``stack`` a library whose
-    stack is predicted beside them (``d["stack"]``). ``result`` is the comparison's data (for the roofline).
+    stack is predicted beside them (``d["stack"]``), ``routing`` a mixture of experts' routing model
+    (:func:`explorer.data.check_routing`: ``uniform``, ``zipf:S``; a dense model ignores it). ``result`` is
+    the comparison's data (for the roofline).
     Bad input answers with mksim's one-line message, empty figures and no table; it never raises.
     """
     try:
         model, gpu_name, b, kv, cfg = page_inputs(model, gpu, batch, kv_len, phase, config, profile)
-        d = data.compare_run(model, gpu_name, b, kv, str(phase), config=cfg)
+        d = data.compare_run(model, gpu_name, b, kv, str(phase), config=cfg, routing=data.check_routing(routing))
         impl = stacks.chosen(stack)
         if impl:
             d["stack"] = stacks.stack_data(d, impl, cfg)
@@ -323,10 +331,30 @@ def _on_result(result, mode):
           Output("compare-table", "children"), Output("compare-result", "data"),
           Input("compare-run", "n_clicks"), State("compare-model", "value"), State("compare-gpu", "value"),
           State("compare-batch", "value"), State("compare-kv-len", "value"), State("compare-phase", "value"),
-          State("compare-config", "data"), State("compare-profile", "value"), State("compare-stack", "value"))
+          State("compare-config", "data"), State("compare-profile", "value"), State("compare-stack", "value"),
+          State("compare-routing", "value"))
 @guarded(lambda line: (line, *(_empty() for _ in GRAPHS), None, None))
-def _on_run(n_clicks, model, gpu, batch, kv_len, phase, config, profile, stack):
-    return run_compare(n_clicks, model, gpu, batch, kv_len, phase, config, profile, stack)
+def _on_run(n_clicks, model, gpu, batch, kv_len, phase, config, profile, stack, routing):
+    return run_compare(n_clicks, model, gpu, batch, kv_len, phase, config, profile, stack, routing)
+
+
+def routing_disabled(model: Any, config: Any = None) -> bool:
+    """Whether the routing input is off: ``model`` (a built-in name, or an uploaded config's option with
+    ``config``) has no experts, or is not one the page knows (running says why)."""
+    try:
+        if isinstance(model, str) and model.startswith(UPLOADED):
+            if not isinstance(config, dict) or not isinstance(config.get("config"), dict):
+                return True
+            return not data.has_experts(str(config.get("name")), config["config"])
+        return not data.has_experts(data.check_model(model))
+    except MksimError:
+        return True
+
+
+@callback(Output("compare-routing", "disabled"), Input("compare-model", "value"), State("compare-config", "data"))
+@guarded(lambda line: True)
+def _on_model(model, config):
+    return routing_disabled(model, config)
 
 
 @callback(Output("compare-trace-message", "children"), Output("compare-trace", "children"),

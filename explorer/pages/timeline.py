@@ -17,6 +17,11 @@ from mksim.target import gpu_spec
 from mksim.workload.step import PHASES
 
 PATH, NAME = "/timeline", "Timeline"
+MOE_NOTE = ("Mixture-of-experts models only (qwen3-30b-a3b, olmoe-1b-7b, mixtral-8x7b): the routing model "
+            "(uniform, or zipf:S, S > 0: the larger, the more skewed) says which experts the tokens pick, and an MoE "
+            "design which SM runs which expert tile (megakernel only); a dense model ignores the routing. Expert tasks "
+            "are named by their expert (L3.experts_down e17 t2); colour by expert, then click an expert in the legend "
+            "to hide it, double-click to show it alone. The colour applies at the next Run.")
 
 
 def layout(schedule: str | None = None, **_query: Any) -> html.Div:
@@ -42,6 +47,17 @@ def layout(schedule: str | None = None, **_query: Any) -> html.Div:
             field("policy ", dropdown(sorted(POLICIES), None, "timeline-policy", "8em", placeholder="default")),
             html.Button("Run", id="timeline-run", n_clicks=0),
         ]),
+        html.Div([
+            field("routing ", dcc.Input(id="timeline-routing", type="text", value="uniform", debounce=True,
+                                        maxLength=data.MAX_ROUTING_CHARS, placeholder="uniform or zipf:1.2",
+                                        style={"width": "9em"})),
+            field("MoE design ", dropdown(list(data.moe_design_rows()), None, "timeline-design", "18em",
+                                          placeholder="none")),
+            field("colour by ", dcc.RadioItems([{"label": " op kind ", "value": "kind"},
+                                                {"label": " expert", "value": "expert"}], "kind",
+                                               id="timeline-colour", inline=True)),
+        ], style={"marginTop": "0.4em"}),
+        html.P(MOE_NOTE, id="timeline-moe-note", style={"color": "grey", "margin": "0.3em 0"}),
         html.P(id="timeline-mode-note", style={"color": "grey", "margin": "0.3em 0"}),
         html.Div([
             dcc.Upload(html.Button("Simulate a schedule file…"), id="timeline-upload", accept=".json",
@@ -54,6 +70,7 @@ def layout(schedule: str | None = None, **_query: Any) -> html.Div:
         dcc.Store(id="timeline-schedule"),
         html.Div(id="timeline-message", role="alert", style={"color": "#b00020", "margin": "0.5em 0"}),
         html.P(id="timeline-summary", style={"color": "#444"}),
+        html.Div(id="timeline-moe"),
         dcc.Loading(dcc.Graph(id="timeline-graph", config={"scrollZoom": True, "displaylogo": False},
                               style=graph_style(figures.timeline_height(_expected_sms(schedule))))),
     ])
@@ -110,14 +127,32 @@ def _uploaded(contents: str, filename: str | None) -> str:
 
 def show_timeline(trigger: str | None, model: str | None, gpu: str | None, batch: Any, kv_len: Any,
                   phase: str | None, mode: str | None, policy: str | None, upload: str | None = None,
-                  filename: str | None = None, token: str | None = None, prefill_tokens: Any = 128) -> tuple:
+                  filename: str | None = None, token: str | None = None, prefill_tokens: Any = 128,
+                  routing: Any = None, design: Any = None, colour_by: Any = "kind") -> tuple:
     """``(message, summary, figure, schedule JSON)`` for what ``trigger`` (the component id that fired)
     asks for: an uploaded schedule file, a schedule kept under ``token`` (from Search), else the form
-    (``prefill_tokens`` counts in the prefill phase only).
+    (``prefill_tokens`` counts in the prefill phase only; ``routing``, ``design`` and ``colour_by`` as
+    :func:`timeline_view` takes them).
 
     Bad input answers with a one-line error, an empty figure and no schedule; it never raises.
     """
+    return timeline_view(trigger, model, gpu, batch, kv_len, phase, mode, policy, upload, filename, token,
+                         prefill_tokens, routing, design, colour_by)[:4]
+
+
+def timeline_view(trigger: str | None, model: str | None, gpu: str | None, batch: Any, kv_len: Any,
+                  phase: str | None, mode: str | None, policy: str | None, upload: str | None = None,
+                  filename: str | None = None, token: str | None = None, prefill_tokens: Any = 128,
+                  routing: Any = None, design: Any = None, colour_by: Any = "kind") -> tuple:
+    """:func:`show_timeline`'s four and the MoE view (:func:`moe_view`; ``None`` for a dense step).
+    ``routing`` is a mixture of experts' routing model (``uniform``, ``zipf:S``: :func:`explorer.data.check_routing`;
+    a dense model ignores it), ``design`` a row of :func:`explorer.data.moe_design_rows` (``None``: none),
+    ``colour_by`` ``kind`` or ``expert`` (:func:`explorer.figures.timeline_figure`)."""
     try:
+        if colour_by not in (None, "kind", "expert"):
+            raise MksimError("colour by: choose op kind or expert")
+        if design is not None and not isinstance(design, str):
+            raise MksimError("MoE design: choose none or a design of the list")
         if trigger == "timeline-upload" and upload:
             source = f"schedule file {data.upload_name(filename, '')}".strip()
             d = data.timeline_data(schedule=_uploaded(upload, filename))
@@ -137,15 +172,53 @@ def show_timeline(trigger: str | None, model: str | None, gpu: str | None, batch
             source = "default schedule"
             new = _int(prefill_tokens, "prefill tokens") if phase == "prefill" else 0
             d = data.timeline_data(model, gpu, _int(batch, "batch"), _int(kv_len, "KV length"), phase, mode,
-                                   policy or None, prefill_tokens=new)
+                                   policy or None, prefill_tokens=new, routing=data.check_routing(routing),
+                                   design=design or None)
     except MksimError as exc:
-        return f"error: {exc}", "", go.Figure(), None
+        return f"error: {exc}", "", go.Figure(), None, None
     waits = {k: sum(1 for w in d["waits"]["kind"] if w == k) for k in d["wait_kinds"]}
     summary = (f"{source}: {d['workload']} on {d['gpu']}, {d['mode']}"
                + (f" ({d['policy']})" if d["policy"] else "") + f", {d['latency_us']:.1f} µs, {d['n_tasks']} tasks"
                f" on {len(d['tracks'])} SMs; " + ", ".join(f"{n} {k}s" for k, n in waits.items() if n)
                + ". Drag to zoom, double-click to reset, hover a bar for its task.")
-    return "", summary, figures.timeline_figure(d), d["schedule_json"]
+    return "", summary, figures.timeline_figure(d, colour_by or "kind"), d["schedule_json"], moe_view(d)
+
+
+def moe_view(d: dict[str, Any]) -> html.Div | None:
+    """A mixture of experts' step (:func:`explorer.data.timeline_data`): its routing (the distinct experts a
+    layer's tokens picked: expected, and drawn in this step), and what each MoE design on reported, per MoE
+    layer: the expert tiles, the most on one SM and the mean over the SMs (their ratio, the imbalance) and the
+    top-k's serial time (the router's end to the top-k's end). ``None`` for a dense step."""
+    moe = d.get("moe")
+    if not moe:
+        return None
+    parts: list[Any] = [html.P(
+        f"routing {moe['routing']}: {moe['expected_active_experts']:.1f} distinct experts a layer expected "
+        f"(± {moe['active_experts_std']:.1f}), {moe['active_experts']:.1f} drawn in this step "
+        f"({moe['active_experts_min']}–{moe['active_experts_max']}) over {moe['moe_layers']} MoE layers",
+        id="timeline-moe-routing", style={"margin": "0.2em 0"})]
+    cell = {"padding": "0.1em 0.6em", "textAlign": "right"}
+    head = ("layer", "active experts", "expert tiles", "most on one SM", "mean per SM", "imbalance", "top-k µs")
+    for name, st in (d.get("design_stats") or {}).items():
+        layers = st.get("layers") if isinstance(st, dict) else None
+        if not layers or "imbalance" not in layers[0]:
+            continue
+        rows = [html.Tr([html.Td(v, style=cell) for v in (
+            str(x["layer"]), str(x["active"]), str(x["tiles"]), str(x["max_tiles_per_sm"]),
+            f"{x['mean_tiles_per_sm']:.2f}", f"{x['imbalance']:.2f}",
+            "–" if x["topk_us"] is None else f"{x['topk_us']:.2f}")])
+            for x in layers]
+        caption = (f"{name}: expert tiles per SM, mean imbalance {st['mean_imbalance']:.2f}; the top-k's serial time "
+                   f"{st['topk_us']:.1f} µs over the step")
+        parts.append(html.Details([
+            html.Summary(caption),
+            html.Table([html.Thead(html.Tr([html.Th(h, scope="col", style=cell) for h in head])),
+                        html.Tbody(rows)], style={"borderCollapse": "collapse"})],
+            id=f"timeline-moe-{name}", **{"data-design": name}))
+    if len(parts) == 1:
+        parts.append(html.P("Choose an MoE design (megakernel) for its expert tiles per SM and the top-k's serial "
+                            "time.", style={"color": "grey", "margin": "0.2em 0"}))
+    return html.Div(parts, style={"margin": "0.3em 0", "padding": "0.2em 0.8em", "borderLeft": "3px solid #999"})
 
 
 def schedule_download(n_clicks: int | None, schedule_json: str | None) -> Any:
@@ -168,16 +241,19 @@ def trace_download(n_clicks: int | None, schedule_json: str | None) -> Any:
 
 @callback(Output("timeline-message", "children"), Output("timeline-summary", "children"),
           Output("timeline-graph", "figure"), Output("timeline-schedule", "data"), Output("timeline-graph", "style"),
+          Output("timeline-moe", "children"),
           Input("timeline-run", "n_clicks"), Input("timeline-upload", "contents"), Input("timeline-token", "data"),
           State("timeline-model", "value"), State("timeline-gpu", "value"), State("timeline-batch", "value"),
           State("timeline-kv-len", "value"), State("timeline-phase", "value"), State("timeline-mode", "value"),
           State("timeline-policy", "value"), State("timeline-upload", "filename"),
-          State("timeline-prefill-tokens", "value"))
-@guarded(lambda line: (line, "", go.Figure(), None, graph_style(None)))
-def _on_run(n_clicks, upload, token, model, gpu, batch, kv_len, phase, mode, policy, filename, prefill_tokens):
-    msg, summary, fig, schedule = show_timeline(ctx.triggered_id, model, gpu, batch, kv_len, phase, mode, policy,
-                                                upload, filename, token, prefill_tokens)
-    return msg, summary, fig, schedule, graph_style(fig.layout.height)
+          State("timeline-prefill-tokens", "value"), State("timeline-routing", "value"),
+          State("timeline-design", "value"), State("timeline-colour", "value"))
+@guarded(lambda line: (line, "", go.Figure(), None, graph_style(None), None))
+def _on_run(n_clicks, upload, token, model, gpu, batch, kv_len, phase, mode, policy, filename, prefill_tokens,
+            routing, design, colour):
+    msg, summary, fig, schedule, moe = timeline_view(ctx.triggered_id, model, gpu, batch, kv_len, phase, mode, policy,
+                                                     upload, filename, token, prefill_tokens, routing, design, colour)
+    return msg, summary, fig, schedule, graph_style(fig.layout.height), moe
 
 
 @callback(Output("timeline-mode", "options"), Output("timeline-mode", "value"),

@@ -7,7 +7,7 @@ classes in :mod:`mksim.schedule`; what a megakernel design changes in a run, fro
 
 from ._design_run import RUNS, DesignRun, runs
 from ._engine import simulate
-from ._result import CATEGORIES, SimResult
+from ._result import CATEGORIES, SimResult, task_experts
 from .designs.dies import die_traffic
 
-__all__ = ["CATEGORIES", "RUNS", "DesignRun", "SimResult", "die_traffic", "runs", "simulate"]
+__all__ = ["CATEGORIES", "RUNS", "DesignRun", "SimResult", "die_traffic", "runs", "simulate", "task_experts"]

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from mksim.workload import TaskGraph
 
 # Where an SM's time goes. Averaged over SMs (or SM slots), the categories sum to the latency.
 CATEGORIES = ("memory", "compute", "launch", "barrier wait", "dependency wait", "bubble", "tail idle")
@@ -112,6 +115,36 @@ class SimResult:
         return out
 
 
+def task_experts(g: TaskGraph) -> list[tuple[int, int] | None]:
+    """Per task of ``g``: ``(expert, tile)`` for a task of a mixture of experts' grouped expert op
+    (``attrs["grouped"] == "experts"``): the expert it serves and its tile among that expert's tiles of
+    the op; ``None`` for every other task. A task of group ``i`` serves ``attrs["group_experts"][i]``;
+    an op's tiles split evenly over its ``groups`` (tiling gives a grouped op a multiple of them)."""
+    out: list[tuple[int, int] | None] = []
+    for op, k in zip(g.ops, g.n_tiles.tolist(), strict=True):
+        experts = op.attrs.get("group_experts") if op.attrs.get("grouped") == "experts" else None
+        if experts is None:
+            out.extend([None] * k)
+            continue
+        groups, seen = op.attrs["groups"], dict.fromkeys(experts, 0)
+        for i in range(k):
+            e = int(experts[i * groups // k])  # gate and up of one expert are two groups: its tiles count on
+            out.append((e, seen[e]))
+            seen[e] += 1
+    return out
+
+
+def timeline_names(g: TaskGraph) -> list[str]:
+    """Each task's name in the timeline, the trace and ``to_dict(timeline=True)``: ``op[tile]``, and for an
+    expert task (:func:`task_experts`) its expert and its tile among that expert's (``L3.experts_down e17
+    t2``), so a trace says which SM ran which expert."""
+    names = [f"{op.name}[{i}]" for op, k in zip(g.ops, g.n_tiles.tolist(), strict=True) for i in range(k)]
+    for t, et in enumerate(task_experts(g)):
+        if et is not None:
+            names[t] = f"{names[t].rpartition('[')[0]} e{et[0]} t{et[1]}"
+    return names
+
+
 class Timeline:
     """What each stretch of each lane's time was spent on, as ``(lane, start, end, task,
     category)`` segments, and each category's total over the SM lanes (the breakdown), added up
@@ -193,8 +226,7 @@ def build_result(s, r, start, end, lane_of, timeline: Timeline, n_lanes, t0, spa
     op_start, op_end = np.minimum.reduceat(start, first), np.maximum.reduceat(end, first)
     per_op = [{"op": op.name, "kind": op.kind, "tasks": int(k), "start_us": float(a), "end_us": float(b),
                "time_us": float(b - a)} for op, k, a, b in zip(g.ops, g.n_tiles, op_start, op_end, strict=True)]
-    task_names = [f"{op.name}[{i}]" for op, k in zip(g.ops, g.n_tiles.tolist(), strict=True)
-                  for i in range(k)] if names else []
+    task_names = timeline_names(g) if names else []
     wl = s.workload
     dram = float(hbm.bytes_done)
     return SimResult(mode=s.mode, gpu=s.gpu.name, workload=wl.name, policy=s.policy, latency_us=latency,
