@@ -158,7 +158,9 @@ def x_region_bytes(schedule) -> int:
     T = wl.batch
     need = 0
     for op in wl.ops:
-        if op.kind == "matmul":
+        if op.kind == "matmul" and op.attrs.get("grouped") == "experts":  # an expert's rows are never chunked
+            need = max(need, T * op.attrs["k"] * 2)
+        elif op.kind == "matmul":
             kc = k_chunk(T, op.attrs["k"])
             need = max(need, 2 * T * kc * 2 if kc else T * op.attrs["k"] * 2)
         elif op.kind == "attn_partial":

@@ -47,6 +47,7 @@ from mksim.sim import simulate
 from mksim.workload import Build
 from validation.calibrate import NoGPUError, driver_string
 from validation.megakernel.gpu import measure
+from validation.megakernel.program import BATCHES as KERNEL_BATCHES
 from validation.megakernel.program import check_supported
 from validation.megakernel.program import kernel_options as program_kernel_options
 from validation.suite.anatomy import anatomy_table, layer_anatomy, middle_layer, op_trace_of_npz
@@ -152,8 +153,11 @@ def _formula_kernel_options(model: str, batch: int, kv_len: int = KV_LEN, gpu: s
 def kernel_options(model: str, batch: int, kv_len: int = KV_LEN, gpu: str = GPU, mode: str = "megakernel") -> dict:
     """Schedule options the generated kernels need for this model and batch, with the prefetch
     depth of ``mode``'s default clamped to the shared memory left beside the reserve
-    (from :func:`validation.megakernel.program.kernel_options`). :class:`Refused` where not even
-    the weight pages the mode needs fit beside the kernel's inputs (llama-3.1-8b at batch 8)."""
+    (from :func:`validation.megakernel.program.kernel_options`). :class:`Refused` where the kernels have no
+    instance for the batch, or not even the weight pages the mode needs fit beside the kernel's inputs."""
+    if batch not in KERNEL_BATCHES:
+        raise Refused(f"{model} batch {batch}: the generated kernel handles batch "
+                      f"{', '.join(map(str, KERNEL_BATCHES))}, not {batch}")
     opts = dict(program_kernel_options(model, batch, kv_len, gpu, mode=mode))
     smem = hwmodels.load(gpu).sm.shared_memory_per_block_KiB
     reserve, page = opts.get("smem_reserve_KiB", 32.0), opts.get("page_KiB", 32.0)
@@ -184,6 +188,10 @@ def search_fixed(model: str, batch: int, kv_len: int = KV_LEN, gpu: str = GPU) -
     kopts = kernel_options(model, batch, kv_len, gpu)
     opts = {k: v for k, v in kopts.items() if k != "prefetch_depth"}
     draft = _formula_kernel_options(model, batch, kv_len, gpu)["smem_reserve_KiB"]
+    # where whole input rows leave no room for two weight pages, the kernel chunks them along k: the draft
+    # then gives way to what leaves those pages (the kernel's own reserve still counts)
+    smem = hwmodels.load(gpu).sm.shared_memory_per_block_KiB
+    draft = min(draft, smem - 2 * opts.get("page_KiB", 32.0))
     opts["smem_reserve_KiB"] = max(opts.get("smem_reserve_KiB", 0), draft)
     # the L2 prefetcher measured 1.6x slower on llama-3.2-1b b1 (256 KiB lead; the model predicts
     # 1 % faster: validation/results/evidence/h200-mk18-ab): kept off until the model sees why
