@@ -33,7 +33,7 @@ from typing import Any
 import hwmodels
 import mksim
 from mksim import models
-from mksim.errors import MksimError
+from mksim.errors import MksimError, ScheduleError
 from mksim.schedule import MODE_DEFAULTS
 from validation import suite as vs
 
@@ -67,7 +67,10 @@ def build(model: str, batch: int, design: str, gpu: str = GPU):
     mode, _, how = design.partition(":")
     cfg = models.get(model)
     g = hwmodels.load(gpu)
-    opts = dict(P.kernel_options(cfg, batch, KV_LEN, gpu, mode))
+    try:
+        opts = dict(P.kernel_options(cfg, batch, KV_LEN, gpu, mode))
+    except ScheduleError as exc:  # not even one weight page fits beside the inputs
+        raise vs.Refused(str(exc)) from None
     room = g.sm.shared_memory_per_block_KiB - opts["smem_reserve_KiB"]
     if room < (1 if MODE_DEFAULTS[mode]["prefetch_depth"] else 2) * 32:
         raise vs.Refused(f"{model} batch {batch} does not fit the kernel's shared memory: its inputs and "

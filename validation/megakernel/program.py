@@ -468,6 +468,11 @@ def kernel_options(model: str | mksim.models.ModelConfig, batch: int, kv_len: in
     opts: dict = {"blocks_per_sm": 1, "smem_reserve_KiB": reserve}
     page_KiB = 32
     cap = int((smem_KiB - reserve) // page_KiB)
+    if cap < 1:
+        name = model if isinstance(model, str) else model.name
+        raise ScheduleError(f"{name} batch {batch} does not fit the kernel's shared memory: its inputs and "
+                            f"accumulators take {reserve} of the {smem_KiB:g} KiB a block has, leaving no room for "
+                            f"a {page_KiB} KiB weight page")
     if MODE_DEFAULTS[mode or "megakernel"]["prefetch_depth"] > cap:
         opts["prefetch_depth"] = cap
     return opts
