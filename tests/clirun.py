@@ -22,11 +22,20 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def as_from_a_terminal() -> None:
+    """A child's ``preexec_fn``: Ctrl-C (SIGINT) at its default, as a terminal starts a command. A test
+    run started in the background (``pytest &`` in a script, some CI runners) has SIGINT ignored, which
+    every child inherits, and Python leaves an ignored SIGINT ignored: a test that sends its child Ctrl-C
+    would wait for nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 #: the width mksim's console takes when its output is not a terminal (mksim.console.out), as in a child
 PIPE_WIDTH = 160
 

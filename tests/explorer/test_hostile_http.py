@@ -40,6 +40,7 @@ pytest.importorskip("optuna")
 
 from explorer import jobs, store  # noqa: E402
 from mksim.errors import MksimError  # noqa: E402
+from tests.clirun import as_from_a_terminal  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / "tests" / "data" / "trace-llama-3.2-1b-b1-step.json.gz"
@@ -68,7 +69,7 @@ class Server:
         with self.log.open("w") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "mksim", "explore", "--port", str(self.port), *args],
                                          cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+                                         start_new_session=True, preexec_fn=as_from_a_terminal)
         deadline = time.monotonic() + WAIT_S
         while True:
             with contextlib.suppress(OSError):

@@ -33,6 +33,7 @@ from mksim import build_schedule, models
 from mksim.cli import main
 from mksim.errors import MksimError
 from mksim.schedule import Schedule
+from tests.clirun import as_from_a_terminal
 
 ROOT = Path(__file__).resolve().parents[2]
 HF = json.loads((ROOT / "mksim/models/configs/llama-3.2-1b.json").read_text())
@@ -683,7 +684,8 @@ def test_ctrl_c_during_search_keeps_the_study(tmp_path: Path) -> None:
     db = tmp_path / "c.db"
     p = subprocess.Popen([sys.executable, "-m", "mksim", "search", "--gpu", str(small_gpu(tmp_path)), "--kv-len", "64",
                           "--trials", "5000", "--storage", f"sqlite:///{db}", "--study", "c"], cwd=ROOT, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                         preexec_fn=as_from_a_terminal)
     try:
         deadline = time.monotonic() + 120
         while count(db, ("COMPLETE", "PRUNED")) < 8:  # some trials have finished (read without optuna)

@@ -35,6 +35,7 @@ optuna = pytest.importorskip("optuna")
 import hwmodels  # noqa: E402
 from mksim.search import baseline_params, search  # noqa: E402
 from mksim.search._space import check_fixed  # noqa: E402
+from tests.clirun import as_from_a_terminal  # noqa: E402
 from tests.mksim.searchkit import count  # noqa: E402
 from tests.mksim.test_bad_inputs import assert_one_line, run_cli  # noqa: E402
 
@@ -130,7 +131,7 @@ def start(argv: list[str], signal_at: str | None = None) -> subprocess.Popen[str
         env["MKSIM_TEST_SIGNAL_AT"] = signal_at
         cmd = [sys.executable, "-c", CHILD, *argv]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=as_from_a_terminal)
 
 
 def finish(p: subprocess.Popen[str], timeout_s: float = CHILD_S) -> tuple[int, str, str]:

@@ -337,8 +337,8 @@ def test_a_case_builds_the_same_schedule_each_time_and_compares(tmp_path):
 
 def test_run_measures_the_schedules_predicted(tmp_path):
     """run, with a stand-in for the GPU's measure: the imported models through schedule files, the
-    built-ins as suite cases (qwen3-8b at batch 8, refused before its input rows were chunked); compare finds every schedule measured
-    the one predict hashed (the schedule file read back is the schedule built)."""
+    built-ins as suite cases (qwen3-8b at batch 8, refused before its input rows were chunked); compare
+    finds every schedule measured the one predict hashed (the schedule file read back is the schedule built)."""
     import json
 
     from validation.megakernel import attn_suite as A

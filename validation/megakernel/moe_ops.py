@@ -40,6 +40,7 @@ from typing import Any
 import mksim
 from mksim import models
 
+from . import gpu
 from . import program as P
 
 GPU = "h200"
@@ -74,8 +75,6 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _runner(s: Any, defines: str) -> Any:
-    from . import gpu
-
     old = os.environ.get("MKSIM_KERNEL_DEFINES")
     os.environ["MKSIM_KERNEL_DEFINES"] = defines
     try:

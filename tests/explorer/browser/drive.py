@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from tests.clirun import as_from_a_terminal
+
 ROOT = Path(__file__).resolve().parents[3]
 ARTIFACTS = Path(os.environ.get("MKSIM_TEST_ARTIFACTS") or ROOT / "tests" / "explorer" / "artifacts")
 DOCS_IMG = ROOT / "docs" / "img"
@@ -51,7 +53,8 @@ def explore(port: int, log: Path, stop: int = signal.SIGTERM, storage: Path | No
     more = ["--storage", str(storage)] if storage else []
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "mksim", "explore", "--port", str(port), *more], cwd=ROOT,
-                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=as_from_a_terminal)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + WAIT_S
