@@ -114,7 +114,7 @@ def device_costs(kernels: object) -> dict[str, DeviceCost]:
     >>> device_costs(hwmodels.load("h200-datasheet").kernels)  # a datasheet file: none
     {}
     >>> sorted(device_costs(hwmodels.load("h200-mk-kernels").kernels))[:3]
-    ['attn_partial', 'attn_reduce', 'embed']
+    ['attn_partial', 'attn_reduce', 'combine']
     """
     out: dict[str, DeviceCost] = {}
     for kind, c in kernels.per_kind.items():  # type: ignore[attr-defined]
