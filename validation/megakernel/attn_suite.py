@@ -24,7 +24,6 @@ Run ``python -m validation megakernel-attn --help``.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import sys
@@ -41,6 +40,7 @@ from mksim.workload import build_llm_workload
 from validation import suite as vs
 
 from . import program as P
+from . import suite_cli
 
 GPU = "h200-mk-kernels"
 KV_LEN = 1024
@@ -199,35 +199,8 @@ def _table(doc: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m validation megakernel-attn", description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="verb", required=True)
-    p = sub.add_parser("predict", help="write OUT/predicted.json (on the CPU, before the run)")
-    p.add_argument("out")
-    r = sub.add_parser("run", help="run the cases on the GPU into OUT/measured.json")
-    r.add_argument("out")
-    r.add_argument("--only", nargs="*", default=[], help="cases whose name contains one of these")
-    r.add_argument("--timeout", type=float, default=None, help="begin no case after this many seconds")
-    c = sub.add_parser("compare", help="measured cases against the predictions made before")
-    c.add_argument("predicted")
-    c.add_argument("measured", nargs="+")
-    c.add_argument("--json", default=None)
-    a = ap.parse_args(argv)
-    try:
-        if a.verb == "predict":
-            doc = predict(Path(a.out))
-            for row in doc["cases"]:
-                print(f"{row['name']}: {row.get('predicted_us', row.get('refused'))}")
-        elif a.verb == "run":
-            run(Path(a.out), a.only, a.timeout, say=print)
-        else:
-            doc = compare(Path(a.predicted), [Path(m) for m in a.measured])
-            if a.json:
-                Path(a.json).write_text(json.dumps(doc, indent=1) + "\n")
-            print(_table(doc))
-    except MksimError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return suite_cli.main(argv, "python -m validation megakernel-attn", __doc__.split("\n")[0],
+                          predict, run, compare, _table)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ Run ``python -m validation megakernel-kchunk --help``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from validation import suite as vs
 
 from . import attn_suite as A
 from . import program as P
+from . import suite_cli
 
 GPU = A.GPU
 KV_LEN = A.KV_LEN
@@ -111,38 +111,8 @@ def run(out_dir: Path, only: list[str], timeout_s: float | None, reps: int = 20,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m validation megakernel-kchunk", description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="verb", required=True)
-    p = sub.add_parser("predict", help="write OUT/predicted.json (on the CPU, before the run)")
-    p.add_argument("out")
-    r = sub.add_parser("run", help="run the cases on the GPU into OUT/measured.json (and OUT/compare.json)")
-    r.add_argument("out")
-    r.add_argument("--only", nargs="*", default=[], help="cases whose name contains one of these")
-    r.add_argument("--timeout", type=float, default=None, help="begin no case after this many seconds")
-    r.add_argument("--predicted", default=None, help="predicted.json to compare the run with")
-    c = sub.add_parser("compare", help="measured cases against the predictions made before")
-    c.add_argument("predicted")
-    c.add_argument("measured", nargs="+")
-    c.add_argument("--json", default=None)
-    a = ap.parse_args(argv)
-    try:
-        if a.verb == "predict":
-            for row in predict(Path(a.out))["cases"]:
-                print(f"{row['name']}: {row.get('predicted_us', row.get('refused'))}")
-            return 0
-        if a.verb == "run":
-            run(Path(a.out), a.only, a.timeout, say=print)
-            if not a.predicted:
-                return 0
-            a.measured, a.json = [str(Path(a.out) / "measured.json")], str(Path(a.out) / "compare.json")
-        doc = A.compare(Path(a.predicted), [Path(m) for m in a.measured])
-        if a.json:
-            Path(a.json).write_text(json.dumps(doc, indent=1) + "\n")
-        print(A._table(doc))
-    except MksimError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return suite_cli.main(argv, "python -m validation megakernel-kchunk", __doc__.split("\n")[0],
+                          predict, run, A.compare, A._table)
 
 
 if __name__ == "__main__":
