@@ -10,17 +10,10 @@ from typing import TYPE_CHECKING, Any
 from mksim.schedule.designs.moe_stride import MoEStride, MoEStridePolicy, is_expert_op, stride_slots
 
 from .._design_run import DesignRun, runs
+from .._result import task_experts
 
 if TYPE_CHECKING:
     from .._engine import _Engine
-
-
-def task_expert(eng: _Engine, t: int) -> int:
-    """The expert task ``t`` of a grouped expert op works for (its op's ``group_experts``)."""
-    g = eng.g
-    j = eng.op_of[t]
-    op = g.ops[j]
-    return int(op.attrs["group_experts"][(t - eng.op_first[j]) * op.attrs["groups"] // eng.n_tiles[j]])
 
 
 def moe_stats(eng: _Engine) -> dict[str, Any]:
@@ -30,6 +23,7 @@ def moe_stats(eng: _Engine) -> dict[str, Any]:
     g, n_sms = eng.g, eng.r.n_sms
     layers: dict[Any, dict[str, Any]] = {}
     ends = {(op.layer, op.kind): j for j, op in enumerate(g.ops) if op.kind == "topk" or op.attrs.get("moe")}
+    experts = task_experts(g)
     for j, op in enumerate(g.ops):
         if not is_expert_op(op):
             continue
@@ -37,7 +31,9 @@ def moe_stats(eng: _Engine) -> dict[str, Any]:
         for t in range(eng.op_first[j], eng.op_first[j + 1]):
             sm = eng.lane_of[t]
             L["tiles"][sm] += 1
-            L["experts"].setdefault(sm, set()).add(task_expert(eng, t))
+            et = experts[t]  # an expert op's task: (expert, tile)
+            assert et is not None
+            L["experts"].setdefault(sm, set()).add(et[0])
     out = []
     for layer, L in layers.items():
         tiles = sum(L["tiles"].values())
