@@ -32,8 +32,7 @@ from typing import Any
 import hwmodels
 import mksim
 from mksim import models
-from mksim.errors import MksimError, ScheduleError
-from mksim.schedule import MODE_DEFAULTS
+from mksim.errors import MksimError
 from validation import suite as vs
 
 from . import program as P
@@ -61,21 +60,13 @@ def all_cases() -> list[tuple[str, int, str]]:
 
 
 def build(model: str, batch: int, design: str, gpu: str = GPU):
-    """The case's schedule: the kernel's options for the mode (``program.kernel_options``; a step whose
+    """The case's schedule: the kernel's options for the mode (the suite's ``kernel_options``; a step whose
     shared memory does not fit is refused there, in one line), the workload with the SiLU fused into the
     expert gate/up, and the megakernel's design (``moe_dispatch="stride"``, or the default policy)."""
     mode, _, how = design.partition(":")
     cfg = models.get(model)
     g = hwmodels.load(gpu)
-    try:
-        opts = dict(P.kernel_options(cfg, batch, KV_LEN, gpu, mode))
-    except ScheduleError as exc:  # not even one weight page fits beside the inputs
-        raise vs.Refused(str(exc)) from None
-    room = g.sm.shared_memory_per_block_KiB - opts["smem_reserve_KiB"]
-    if room < (1 if MODE_DEFAULTS[mode]["prefetch_depth"] else 2) * 32:
-        raise vs.Refused(f"{model} batch {batch} does not fit the kernel's shared memory: its inputs and "
-                         f"accumulators take {opts['smem_reserve_KiB']:g} of the "
-                         f"{g.sm.shared_memory_per_block_KiB:g} KiB a block has")
+    opts = vs.kernel_options(model, batch, KV_LEN, gpu, mode)  # Refused, in one line, where it does not fit
     if how == "moe_stride":
         opts["moe_dispatch"] = "stride"
     wl = models.workload(cfg, batch=batch, kv_len=KV_LEN, n_sms=g.sm.count, fuse_silu=True)

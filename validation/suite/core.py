@@ -158,7 +158,10 @@ def kernel_options(model: str, batch: int, kv_len: int = KV_LEN, gpu: str = GPU,
     if batch not in KERNEL_BATCHES:
         raise Refused(f"{model} batch {batch}: the generated kernel handles batch "
                       f"{', '.join(map(str, KERNEL_BATCHES))}, not {batch}")
-    opts = dict(program_kernel_options(model, batch, kv_len, gpu, mode=mode))
+    try:
+        opts = dict(program_kernel_options(model, batch, kv_len, gpu, mode=mode))
+    except MksimError as exc:  # not even one weight page fits beside the inputs
+        raise Refused(str(exc)) from None
     smem = hwmodels.load(gpu).sm.shared_memory_per_block_KiB
     reserve, page = opts.get("smem_reserve_KiB", 32.0), opts.get("page_KiB", 32.0)
     need = 1 if MODE_DEFAULTS[mode]["prefetch_depth"] else 2  # without prefetch a task still streams through 2 pages
