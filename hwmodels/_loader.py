@@ -9,6 +9,7 @@ file, the key and what is expected.
 
 from __future__ import annotations
 
+import copy
 import math
 import tomllib
 from collections.abc import Mapping
@@ -299,7 +300,27 @@ def _with_profile(raw: dict[str, Any], name: str, gpu_path: Path) -> dict[str, A
     return merged
 
 
+#: parsed TOML files by (resolved path, modification time, size): a process that loads the same GPU
+#: and profile files again and again (compare's stack row, a search, the explorer) parses each once
+_PARSED: dict[tuple[Path, int, int], dict[str, Any]] = {}
+_PARSED_MAX = 64
+
+
 def _read(path: Path) -> dict[str, Any]:
+    """The file's TOML table, a fresh copy each call (callers change it)."""
+    try:
+        st = path.stat()
+        key = (path.resolve(), st.st_mtime_ns, st.st_size)
+    except (OSError, RuntimeError):  # missing, unreadable, a link loop: _parse says so in one line
+        return _parse(path)
+    if key not in _PARSED:
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[key] = _parse(path)
+    return copy.deepcopy(_PARSED[key])
+
+
+def _parse(path: Path) -> dict[str, Any]:
     data = read_bytes(path, limit=TOML_LIMIT_B, error=HardwareFileError, missing="no such hardware file")
     try:
         return tomllib.loads(data.decode())

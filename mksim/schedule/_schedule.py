@@ -452,12 +452,13 @@ def workload_from_spec(spec: dict[str, Any]) -> Workload:
 def _in_task_order(graph: TaskGraph, queues: list[list[int]]) -> bool:
     """True when every queue runs its tasks in increasing id and every dependency points to an
     earlier op: then running all tasks in id order is an execution, so none can deadlock (what
-    every built-in policy produces; the walk below is for everything else)."""
+    every built-in policy produces; the walk below is for everything else). A task's dependencies are
+    tiles of its op's inputs, so the second holds when every op's inputs come before it."""
     for q in queues:
         if any(a >= b for a, b in zip(q, q[1:], strict=False)):
             return False
-    op_of = graph.op_of.tolist()
-    return all(p < op_of[t] for t in range(len(graph)) for p, _, _ in graph.deps(t))
+    index = graph.workload.index
+    return all(index[inp.op] < i for i, op in enumerate(graph.ops) for inp in op.inputs)
 
 
 def find_deadlock(graph: TaskGraph, queues: list[list[int]]) -> None:

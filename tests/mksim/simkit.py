@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import hwmodels
+from mksim import models
+from mksim.models import ModelConfig
 from mksim.workload import Input, Op, Workload
 
 # 2 SMs, 1e6 B/µs of DRAM (1000 GB/s, all reachable), 1 µs DRAM latency, SMs able to draw
@@ -87,3 +90,11 @@ def chain(*weights: float) -> Workload:
         ops.append(mem_op(f"k{i}", w, prev))
         prev = ops[-1].name
     return Workload(name="toy chain", ops=tuple(ops), tokens=1)
+
+
+def first_layers(model: str, layers: int = 4) -> ModelConfig:
+    """Built-in ``model`` cut to its first ``layers`` layers, every other field kept (its dense layers among
+    those): a test that asks whether each mode, design or op runs on a model's kind of layer needs a few of
+    them, not 48, and the simulated time of a step is its layers' in sequence."""
+    cfg = models.get(model)
+    return dataclasses.replace(cfg, num_layers=layers, dense_layers=tuple(i for i in cfg.dense_layers if i < layers))
