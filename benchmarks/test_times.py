@@ -1,0 +1,59 @@
+"""Where the tests' time goes, from the CPU times ``tests/cputime.py`` records, and which ``slow`` marks are
+wrong (a test over ``--over`` seconds of CPU without the mark, or one under ``--under`` with it).
+
+Run::
+
+    rm -f /tmp/mksim-test-cputime.jsonl && python -m pytest -p tests.cputime
+    python benchmarks/test_times.py                  # by file, the heaviest tests, the marks to change
+    python benchmarks/test_times.py --top 50 --over 1.0 --under 0.3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("file", nargs="?", default="/tmp/mksim-test-cputime.jsonl")
+    ap.add_argument("--top", type=int, default=25, help="how many of the heaviest tests and files to list")
+    ap.add_argument("--over", type=float, default=1.0, help="CPU seconds over which a test should be slow")
+    ap.add_argument("--under", type=float, default=0.25, help="CPU seconds under which a slow test need not be")
+    args = ap.parse_args(argv)
+    path = Path(args.file)
+    if not path.is_file():
+        raise SystemExit(f"error: no such file {path}; run python -m pytest -p tests.cputime first")
+    rows = {}
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        rows[r["id"]] = r | {"total": r["cpu"] + r["children"]}  # a test run again: its last run
+    quick = [r for r in rows.values() if not r["slow"]]
+    print(f"{len(rows)} tests, {sum(r['total'] for r in rows.values()):.1f} s of CPU; "
+          f'-m "not slow": {len(quick)} tests, {sum(r["total"] for r in quick):.1f} s')
+    by_file: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+    for r in rows.values():
+        f = by_file[r["id"].split("::")[0]]
+        f[0] += r["total"]
+        f[1] += 0 if r["slow"] else r["total"]
+        f[2] += 1
+    print(f"\n{'CPU s':>8} {'quick s':>8} {'tests':>6}  file")
+    for name, (total, fast, n) in sorted(by_file.items(), key=lambda kv: -kv[1][0])[:args.top]:
+        print(f"{total:8.1f} {fast:8.1f} {n:6d}  {name}")
+    print(f"\n{'CPU s':>8} {'child s':>8} {'slow':>5}  test")
+    for r in sorted(rows.values(), key=lambda r: -r["total"])[:args.top]:
+        print(f"{r['total']:8.2f} {r['children']:8.2f} {'yes' if r['slow'] else '':>5}  {r['id']}")
+    unmarked = sorted((r for r in quick if r["total"] > args.over), key=lambda r: -r["total"])
+    overmarked = sorted((r for r in rows.values() if r["slow"] and r["total"] < args.under), key=lambda r: r["total"])
+    print(f"\nover {args.over:g} s without the slow mark: {len(unmarked)}")
+    for r in unmarked:
+        print(f"{r['total']:8.2f}  {r['id']}")
+    print(f"\nslow but under {args.under:g} s: {len(overmarked)}")
+    for r in overmarked:
+        print(f"{r['total']:8.2f}  {r['id']}")
+
+
+if __name__ == "__main__":
+    main()
