@@ -30,6 +30,13 @@ class Input:
     group: int = 1
     segments: tuple[tuple[int, int, int], ...] = ((0, 1, 1),)
 
+    def gapless(self) -> tuple[tuple[int, int, int], ...] | None:
+        """The segments, by offset, when each gives a consumer range one contiguous producer range (no
+        gaps between groups: stride <= width); None for a full input or one with gaps."""
+        if self.full or any(stride > width for _, stride, width in self.segments):
+            return None
+        return tuple(sorted(self.segments))
+
     def ranges(self, lo: int, hi: int, producer_size: int) -> list[tuple[int, int]]:
         """Producer ranges needed by consumer elements ``[lo, hi)`` (merged, clipped)."""
         if self.full:

@@ -11,12 +11,13 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from mksim.errors import WorkloadError
 
-from ._ops import Op, Workload, unresolved
+from ._ops import Input, Op, Workload, unresolved
 
 Dep = tuple[int, int, int]  # (producer op index, first tile, end tile)
 
@@ -118,28 +119,28 @@ class TaskGraph:
             self.out_bytes[s:e] = op.out_bytes * fr
             if w is not None:
                 self._task_rows[i] = w.rows_of(b[:-1])
-            bl = bounds_list[i]
             # inputs every tile needs whole (a matvec's vector): the same bytes and deps for each tile
             full = [(index[inp.op], ops[index[inp.op]]) for inp in op.inputs if inp.full]
             full_bytes = float(sum(prod.out_size * prod.elem_bytes for _, prod in full))
             full_deps = [(p, 0, n_tiles[p]) for p, _ in full]
-            partial = [inp for inp in op.inputs if not inp.full]
             # a grouped op's task reads the rows of its group's tokens only
-            full_share = None if w is None else self._task_rows[i] / op.attrs["tokens"]
+            nbytes = np.full(e - s, full_bytes) if w is None else full_bytes * (self._task_rows[i] / op.attrs["tokens"])
+            # each other input's producer ranges, tiles and bytes, all of the op's tiles at once where the input
+            # is one contiguous range a tile; the bytes added input by input, as one tile's sum would be
+            columns = [_input_deps(inp, index[inp.op], ops, bounds_list, weigh, b, nbytes)
+                       for inp in op.inputs if not inp.full]
             for t in range(e - s):
                 deps: list[Dep] = list(full_deps)
-                nbytes = full_bytes if full_share is None else full_bytes * float(full_share[t])
-                lo, hi = bl[t], bl[t + 1]
-                for inp in partial:
-                    p = index[inp.op]
-                    prod, pb, pw = ops[p], bounds_list[p], weigh[p]
-                    for a, z in inp.ranges(lo, hi, prod.out_size):
-                        nbytes += ((z - a) if pw is None else pw.span(a, z)) * prod.elem_bytes
-                        t0 = bisect_right(pb, a) - 1
-                        t1 = bisect_left(pb, z)
-                        deps.append((p, t0, t1))
-                in_bytes.append(nbytes)
+                for col in columns:
+                    d = col[t]
+                    if d is None:
+                        continue
+                    if isinstance(d, list):
+                        deps.extend(d)
+                    else:
+                        deps.append(d)
                 self._deps.append(_merge_deps(deps) if len(deps) > 1 else tuple(deps))
+            in_bytes.extend(nbytes.tolist())
         self.in_bytes = np.array(in_bytes, dtype=float) if in_bytes else np.zeros(n)
         self.frac = frac
 
@@ -232,8 +233,51 @@ class _RowWeights:
         ga, gz = min(a // w, last), min(z // w, last)
         return (cum[gz] * w + (z - gz * w) * rel[gz]) - (cum[ga] * w + (a - ga * w) * rel[ga])
 
+    def spans(self, a: np.ndarray, z: np.ndarray) -> np.ndarray:
+        """:meth:`span` of each ``(a, z)``, the same arithmetic elementwise."""
+        w, last = self.width, self._last
+        ga, gz = np.minimum(a // w, last), np.minimum(z // w, last)
+        return (self.cum[gz] * w + (z - gz * w) * self.rel[gz]) - (self.cum[ga] * w + (a - ga * w) * self.rel[ga])
+
     def rows_of(self, starts: np.ndarray) -> np.ndarray:
         return self.rows[self.group(starts)]
+
+
+def _input_deps(inp: Input, p: int, ops: list[Op], bounds_list: list[list[int]],
+                weigh: list[_RowWeights | None], bounds: np.ndarray, nbytes: np.ndarray) -> list[Any]:
+    """Each tile's dependencies on input ``inp`` (producer op ``p``) of an op tiled at ``bounds``, a list
+    a tile (None where there is none), adding each tile's bytes read from it to ``nbytes``, range by range in
+    the order of :meth:`Input.ranges`. All tiles at once where every tile's ranges, one a segment, are
+    non-empty and apart (what ``ranges`` would neither drop nor merge); tile by tile otherwise."""
+    prod, pb, pw = ops[p], bounds_list[p], weigh[p]
+    segs = inp.gapless()
+    if segs is not None:
+        lo, hi = bounds[:-1], bounds[1:]
+        k0, k1 = lo // inp.group, (hi - 1) // inp.group
+        starts = [np.maximum(0, off + k0 * stride) for off, stride, _ in segs]
+        ends = [np.minimum(prod.out_size, off + k1 * stride + width) for off, stride, width in segs]
+        if len(segs) == 1 or (all(bool((a < z).all()) for a, z in zip(starts, ends, strict=True))
+                              and all(bool((z < a).all()) for z, a in zip(ends, starts[1:], strict=False))):
+            pb_arr = np.asarray(pb)
+            cols = []
+            for a, z in zip(starts, ends, strict=True):
+                some = a < z  # only a lone segment's range can be empty here
+                read = (z - a) if pw is None else pw.spans(a, z)
+                nbytes += np.where(some, read * prod.elem_bytes, 0.0)
+                t0 = (np.searchsorted(pb_arr, a, side="right") - 1).tolist()
+                t1 = np.searchsorted(pb_arr, z, side="left").tolist()
+                cols.append([(p, x, y) if ok else None for x, y, ok in zip(t0, t1, some.tolist(), strict=True)])
+            if len(cols) == 1:
+                return cols[0]
+            return [list(ds) for ds in zip(*cols, strict=True)]
+    col: list[Any] = []
+    for t, (lo_t, hi_t) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)):
+        deps = []
+        for a_t, z_t in inp.ranges(lo_t, hi_t, prod.out_size):
+            nbytes[t] += ((z_t - a_t) if pw is None else pw.span(a_t, z_t)) * prod.elem_bytes
+            deps.append((p, bisect_right(pb, a_t) - 1, bisect_left(pb, z_t)))
+        col.append(deps)
+    return col
 
 
 def _merge_deps(deps: list[Dep]) -> tuple[Dep, ...]:
