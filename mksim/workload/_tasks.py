@@ -9,7 +9,7 @@ attention partial its head's q/k/v tiles, a reduction its head's partials.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -243,7 +243,7 @@ class _RowWeights:
         return self.rows[self.group(starts)]
 
 
-def _input_deps(inp: Input, p: int, ops: list[Op], bounds_list: list[list[int]],
+def _input_deps(inp: Input, p: int, ops: Sequence[Op], bounds_list: list[list[int]],
                 weigh: list[_RowWeights | None], bounds: np.ndarray, nbytes: np.ndarray) -> list[Any]:
     """Each tile's dependencies on input ``inp`` (producer op ``p``) of an op tiled at ``bounds``, a list
     a tile (None where there is none), adding each tile's bytes read from it to ``nbytes``, range by range in
