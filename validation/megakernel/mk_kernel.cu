@@ -404,6 +404,13 @@ __device__ __forceinline__ MkStream mk_expert_stream(const MkParams& P, const in
     return m;
 }
 
+// Ask L2 for an expert task's bytes [skip, skip + MK_MOE_L2PF_B) (those that exist), a chunk at a time.
+__device__ __forceinline__ void mk_expert_l2(const MkStream& m, long long skip) {
+    for (long long a = skip, e = min(m.bytes, skip + (long long)MK_MOE_L2PF_B); a < e; a += MK_MOE_L2PF_CHUNK_B)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;"
+                     :: "l"(m.src + a), "r"((unsigned)min((long long)MK_MOE_L2PF_CHUNK_B, e - a)) : "memory");
+}
+
 // The producer lane: stream the weight rows of task rows [i0, i1) through the ring. The next
 // task's descriptor is read while this one's pages are issued, so that no global load sits on
 // the path between two copies. Without `ahead`, a task's first page waits until the workers
@@ -419,16 +426,12 @@ __device__ void mk_produce(const MkParams& P, int i0, int i1, MkRing& r, const i
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
 #endif
     MkStream cur = mk_stream_of(P, P.tasks + (size_t)i0 * MK_TASK_FIELDS);
+    bool ask = false;  // the current task's bytes beyond the ring are still to be asked of L2 (MK_MOE_L2PF_B)
     for (int i = i0; i < i1; ++i) {
         if (cur.bytes == -1) {
             cur = mk_expert_stream(P, P.tasks + (size_t)i * MK_TASK_FIELDS, i, ready, gate);
             if (cur.bytes < 0) return;
-#if MK_MOE_L2PF_B > 0
-            if (gate == 0)  // the rows beyond the ring's first pages, asked of L2 now (MK_MOE_L2PF_B)
-                for (long long a = (long long)r.P * r.D, e = min(cur.bytes, a + MK_MOE_L2PF_B); a < e; a += MK_MOE_L2PF_CHUNK_B)
-                    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;"
-                                 :: "l"(cur.src + a), "r"((unsigned)min((long long)MK_MOE_L2PF_CHUNK_B, e - a)) : "memory");
-#endif
+            ask = MK_MOE_L2PF_B > 0 && gate == 0 && cur.bytes > (long long)r.P * r.D;  // bytes beyond the ring
         }
         const MkStream next = i + 1 < i1 ? mk_stream_of(P, P.tasks + (size_t)(i + 1) * MK_TASK_FIELDS) : MkStream{nullptr, 0};
         if (cur.bytes > 0 && !P.ahead)
@@ -438,6 +441,12 @@ __device__ void mk_produce(const MkParams& P, int i0, int i1, MkRing& r, const i
             const int stage = r.stage;
             const unsigned parity = r.phase ^ 1u;
             r.advance();
+            // an expert task's bytes beyond the ring's first pages: asked of L2 after its first page's
+            // copy (the copy not queued behind them), or at once if the ring has no free page yet
+            if (ask && (off > 0 || !mk_mbar_try(r.empty + stage, parity))) {
+                mk_expert_l2(cur, (long long)r.P * r.D);
+                ask = false;
+            }
             if (!mk_mbar_wait(r.empty + stage, parity, P.error)) return;
             const unsigned bytes = (unsigned)min((long long)r.P, cur.bytes - off);
             const unsigned bar = mk_smem_addr(r.full + stage);
