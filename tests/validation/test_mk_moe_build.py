@@ -150,3 +150,19 @@ def test_the_moe_functions_are_small(tmp_path):
     assert size["mk_combine"] <= 6 * 1024, size
     old, _ = _nvcc(tmp_path, MOE_FNS, ("-DMK_MOE_V1=1",))  # the first versions, for the A/B runs: still build
     assert any("mk_topk_v1" in n for n in old) and any("mk_combine_v1" in n for n in old)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
+@pytest.mark.slow
+@pytest.mark.nvcc
+def test_the_old_expert_stream_still_builds_for_the_ab_runs():
+    """validation.megakernel.moe_speed times the build of -DMK_MOE_EARLY=0 -DMK_MOE_L2PF_B=0 (the expert
+    rows streamed once their task's dependencies are met, no L2 asks) against the default; both build,
+    and neither spills more than the default build may (test_sentinel)."""
+    from tests.validation import nvcc_builds
+
+    for name in ("mk", "mk-moe-old"):
+        r = nvcc_builds.build(name)
+        assert r.returncode == 0, r.stderr
+        persistent = r.stderr.split("Function properties for mk_persistent")[1].splitlines()[1]
+        assert int(re.search(r"(\d+) bytes spill stores", persistent).group(1)) <= 16, persistent

@@ -120,3 +120,42 @@ def test_expert_check_holds_an_expert_matmul_against_the_matmul_table():
     (c,) = kernel_costs.expert_check([rec], r.device["matmul"], r, r.device["matmul"].page_us)
     assert c["table_us"] > c["table_sim_rows_us"] > 0  # the kernel computes 8 rows; the simulator charges 1.25
     assert abs(c["error"] - (c["table_us"] / 10.0 - 1)) < 1e-12
+
+
+def test_the_speed_script_plans_its_builds_on_the_cpu(tmp_path, monkeypatch):
+    from validation.megakernel import moe_speed
+
+    monkeypatch.setattr(moe_speed, "CASES", (("olmoe-1b-7b", 1, "plan", ("old", "new")),
+                                             ("olmoe-1b-7b", 1, "plan_fn", ("new",))))
+    assert moe_speed.main([str(tmp_path), "--dry-run"]) == 0
+    doc = json.loads((tmp_path / "moe_speed.json").read_text())
+    recs = doc["records"]
+    assert [(r["design"], r["build"], r["defines"]) for r in recs] == [
+        ("plan", "old", "-DMK_MOE_EARLY=0 -DMK_MOE_L2PF_B=0"), ("plan", "new", ""), ("plan_fn", "new", "")]
+    assert recs[0]["predicted_us"] > 0 and recs[2]["tasks"] < recs[1]["tasks"]  # the norms fused: fewer tasks
+    assert doc["compile"] == {"builds": 2 * len(moe_speed.BUILDS)}  # every build of both models' attention
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [(s["design"], s["us"]) for s in summary] == [("plan", {}), ("plan_fn", {})]
+
+
+def test_the_speed_summary_compares_builds_that_ran_correct():
+    from validation.megakernel.moe_speed import summarize
+
+    recs = [{"model": "m", "batch": 1, "design": "plan", "build": b, "ok": ok, "measured_us": us}
+            for b, ok, us in (("old", True, 400.0), ("new", True, 300.0), ("early", False, 100.0))]
+    (row,) = summarize(recs)
+    assert row["us"] == {"old": 400.0, "new": 300.0} and row["new_over_old"] == 0.75 and "early_over_old" not in row
+
+
+def test_an_expert_row_names_its_layers_top_k():
+    """The producer's gate (MK_MOE_EARLY): an expert matmul's op-table row carries its layer's top-k op in
+    off2, and no other row kind of an MoE step uses off2 but the k-chunked matmul."""
+    from tests.validation.test_mk_moe import _cfg, _plan
+
+    plan = _plan(_cfg(), 2)
+    ops = plan.schedule.workload.ops
+    idx = {op.name: i for i, op in enumerate(ops)}
+    experts = [(op, r) for op, r in zip(ops, plan.ops, strict=True) if op.attrs.get("grouped") == "experts"]
+    assert experts
+    for op, r in experts:
+        assert r["off2"] == idx[f"L{op.layer}.topk"] and ops[r["off2"]].kind == "topk"

@@ -32,7 +32,7 @@ struct MkOp {
     int kind, n_tiles, N, K;         // N: output elements per row; K: matmul input size / norm size
     int T, flag_base, opt, ld_out;   // T rows; first flag of this op; MK_OPT_*; output row stride
     int ld0, ld1, ld2, off1;         // input row strides; element offsets of in1 / in2
-    int off2, hq, hkv, hd;           // attention: query heads, kv heads, head size
+    int off2, hq, hkv, hd;           // attention: query heads, kv heads, head size (off2 of an expert matmul: its top-k's op)
     int splits, kv_total, pos, s_max;// KV splits, tokens attended, new token position, cache rows
     float eps, scale, pad0, pad1;    // RMS-norm epsilon; attention score scale
     const int* bounds;               // tile boundaries (n_tiles + 1 elements)

@@ -346,10 +346,32 @@ __device__ __forceinline__ MkStream mk_stream_of(const MkParams& P, const int* t
     return m;
 }
 
+// MK_MOE_EARLY (default 1; 0: as measured in validation/results/h200-moe): in the megakernel, the
+// producer streams an expert task's weight rows as soon as its layer's top-k has published the route
+// table (the top-k op's counter, MkOp.off2 of an expert row), not once the task's own dependencies
+// are met. The down projection's rows then stream while its slot's gate/up tiles still run on other
+// SMs (its dependency), instead of starting cold after them; the gate/up's rows start as before.
+#ifndef MK_MOE_EARLY
+#define MK_MOE_EARLY 1
+#endif
+// MK_MOE_L2PF_B (default 256 KiB; 0: none; megakernel only): once an expert task's rows are known,
+// the producer asks L2 (cp.async.bulk.prefetch.L2) for up to this many of its bytes beyond the
+// ring's first depth x page, a chunk at a time, so that the task's DRAM stream does not wait for
+// ring pages to free: all the layer's expert bytes are asked for at once across the SMs, and the
+// ring's copies find them in L2 (or already on their way). A hint: it never changes what is read.
+#ifndef MK_MOE_L2PF_B
+#define MK_MOE_L2PF_B 262144
+#endif
+#define MK_MOE_L2PF_CHUNK_B 32768
+#if MK_MOE_L2PF_B % 16 != 0
+#error "MK_MOE_L2PF_B must be a multiple of 16"
+#endif
+
 // An expert matmul task's weight rows (MK_OPT_EXPERTS), once its layer's top-k is done: `gate` says
-// how the producer knows. 0: the waiter has found task row i's dependencies met (*ready >= i; the
-// top-k is one of them); 1: the workers have begun it (*ready: `started`; persistent_barrier, whose
-// workers pass the grid barrier themselves); 2: the kernel's prerequisite grid is done (a chain:
+// how the producer knows. 0: the top-k op's counter says its task is published (MK_MOE_EARLY), or
+// (MK_MOE_EARLY=0) the waiter has found task row i's dependencies met (*ready >= i; the top-k is one
+// of them); 1: the workers have begun it (*ready: `started`; persistent_barrier, whose workers pass
+// the grid barrier themselves); 2: the kernel's prerequisite grid is done (a chain:
 // griddepcontrol.wait). Nothing of the expert's weights is streamed before (no speculation). A slot
 // past the active experts streams nothing (its workers exit early, mk_expert_active). Bytes -2 when
 // the grid failed meanwhile.
@@ -357,6 +379,10 @@ __device__ __forceinline__ MkStream mk_expert_stream(const MkParams& P, const in
     MkStream m{nullptr, -2};  // -2: the grid failed
     if (gate == 2) {
         asm volatile("griddepcontrol.wait;" ::: "memory");
+    } else if (MK_MOE_EARLY && gate == 0) {
+        const int topk = __ldg(&P.ops[__ldg(t + 1)].off2);  // acquire: the route table is read after it
+        if (!mk_wait_at_least(P.counters + topk, (unsigned)__ldg(P.op_tiles + topk), P.error, MK_ERR_COUNTER))
+            return m;
     } else {
         for (int n = 0; *(const volatile int*)ready < i; ++n)
             if ((n & 255) == 255 && mk_failed(P.error)) return m;
@@ -378,6 +404,13 @@ __device__ __forceinline__ MkStream mk_expert_stream(const MkParams& P, const in
     return m;
 }
 
+// Ask L2 for an expert task's bytes [skip, skip + MK_MOE_L2PF_B) (those that exist), a chunk at a time.
+__device__ __forceinline__ void mk_expert_l2(const MkStream& m, long long skip) {
+    for (long long a = skip, e = min(m.bytes, skip + (long long)MK_MOE_L2PF_B); a < e; a += MK_MOE_L2PF_CHUNK_B)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;"
+                     :: "l"(m.src + a), "r"((unsigned)min((long long)MK_MOE_L2PF_CHUNK_B, e - a)) : "memory");
+}
+
 // The producer lane: stream the weight rows of task rows [i0, i1) through the ring. The next
 // task's descriptor is read while this one's pages are issued, so that no global load sits on
 // the path between two copies. Without `ahead`, a task's first page waits until the workers
@@ -393,10 +426,12 @@ __device__ void mk_produce(const MkParams& P, int i0, int i1, MkRing& r, const i
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
 #endif
     MkStream cur = mk_stream_of(P, P.tasks + (size_t)i0 * MK_TASK_FIELDS);
+    bool ask = false;  // the current task's bytes beyond the ring are still to be asked of L2 (MK_MOE_L2PF_B)
     for (int i = i0; i < i1; ++i) {
         if (cur.bytes == -1) {
             cur = mk_expert_stream(P, P.tasks + (size_t)i * MK_TASK_FIELDS, i, ready, gate);
             if (cur.bytes < 0) return;
+            ask = MK_MOE_L2PF_B > 0 && gate == 0 && cur.bytes > (long long)r.P * r.D;  // bytes beyond the ring
         }
         const MkStream next = i + 1 < i1 ? mk_stream_of(P, P.tasks + (size_t)(i + 1) * MK_TASK_FIELDS) : MkStream{nullptr, 0};
         if (cur.bytes > 0 && !P.ahead)
@@ -406,6 +441,12 @@ __device__ void mk_produce(const MkParams& P, int i0, int i1, MkRing& r, const i
             const int stage = r.stage;
             const unsigned parity = r.phase ^ 1u;
             r.advance();
+            // an expert task's bytes beyond the ring's first pages: asked of L2 after its first page's
+            // copy (the copy not queued behind them), or at once if the ring has no free page yet
+            if (ask && (off > 0 || !mk_mbar_try(r.empty + stage, parity))) {
+                mk_expert_l2(cur, (long long)r.P * r.D);
+                ask = false;
+            }
             if (!mk_mbar_wait(r.empty + stage, parity, P.error)) return;
             const unsigned bytes = (unsigned)min((long long)r.P, cur.bytes - off);
             const unsigned bar = mk_smem_addr(r.full + stage);

@@ -583,6 +583,7 @@ class RowArgs:
     kv_len: int       # tokens in the KV cache before the step
     bounds: np.ndarray  # the op's tile bounds
     page_B: int
+    topk_op: dict[int, int] = field(default_factory=dict)  # an MoE layer's top-k op (its index in the op table)
 
 
 def _embed_row(a: RowArgs) -> Buffer:
@@ -665,8 +666,10 @@ def _expert_row(a: RowArgs) -> Buffer:
     """A grouped expert matmul as ``C`` slots (moe.py): its weight is every expert's, stacked (expert
     ``e``'s rows at ``e * rows``, each in the order its epilogue pairs them, in fragment order); its
     output ``C`` slots of ``n`` elements per token; ``tokens`` names the layer's route table (the top-k's
-    output), ``pos`` the elements of a slot. Its input is the normed rows (or the residual, the norm
-    fused), or the slots of the expert op before it (``OPT_SLOT_IN``: slot ``j``'s ``K`` columns)."""
+    output), ``pos`` the elements of a slot, ``off2`` the top-k's op (whose counter tells the producer
+    that the route table is written: mk_expert_stream). Its input is the normed rows (or the residual,
+    the norm fused), or the slots of the expert op before it (``OPT_SLOT_IN``: slot ``j``'s ``K``
+    columns)."""
     op, r, cfg = a.op, a.row, a.cfg
     K, G = op.attrs["k"], op.attrs["groups"]
     n, f, C = op.out_size // G, weight_rows_per_output(op), capacity(cfg, a.T)
@@ -678,7 +681,7 @@ def _expert_row(a: RowArgs) -> Buffer:
     if route not in a.buffers:
         raise ScheduleError(f"op {op.name}: no top-k of layer {op.layer} before it")
     r.update(N=C * n, ld_out=C * n, K=K, W=f"w:{op.name}", in0=a.ins[0], ld0=a.ins_op[0].out_size, pos=n,
-             tokens=route, opt=OPT_MMA | OPT_EXPERTS)
+             tokens=route, opt=OPT_MMA | OPT_EXPERTS, off2=a.topk_op[op.layer])
     if a.ins_op[0].attrs.get("grouped") == "experts":  # slot j's input: the previous expert op's slot j
         r.update(ld0=C * K, opt=r["opt"] | OPT_SLOT_IN)
     if op.attrs.get("fused_norm"):
@@ -974,6 +977,7 @@ def plan(schedule, seed: int = 0) -> Plan:
     flag_base = np.concatenate([[0], np.cumsum(g.n_tiles)]).astype(np.int64)
     rows: list[dict] = []
     outputs: list[str] = []
+    topk_op = {op.layer: i for i, op in enumerate(wl.ops) if op.kind == "topk"}
 
     def out_name(name: str) -> str:
         return f"out:{name}"
@@ -986,7 +990,7 @@ def plan(schedule, seed: int = 0) -> Plan:
         buffers[f"bounds:{op.name}"] = Buffer((int(g.n_tiles[i]) + 1,), "i32", "bounds")
         args = RowArgs(op=op, row=r, ins=[out_name(inp.op) for inp in op.inputs],
                        ins_op=[wl.ops[index[inp.op]] for inp in op.inputs], buffers=buffers, cfg=cfg, T=T,
-                       kv_len=kv_len, bounds=g.bounds[i], page_B=page_B)
+                       kv_len=kv_len, bounds=g.bounds[i], page_B=page_B, topk_op=topk_op)
         out = ROWS[op.kind](args)  # check_supported has refused kinds without one
         buffers[out_name(op.name)] = out
         outputs.append(out_name(op.name))
