@@ -354,13 +354,14 @@ __device__ __forceinline__ MkStream mk_stream_of(const MkParams& P, const int* t
 #ifndef MK_MOE_EARLY
 #define MK_MOE_EARLY 1
 #endif
-// MK_MOE_L2PF_B (default 256 KiB; 0: none; megakernel only): once an expert task's rows are known,
+// MK_MOE_L2PF_B (default 0: none; megakernel only; measured at 256 KiB on our H200: 2-6 % slower at
+// batch 1 than without it, validation/results/h200-moe-speed): once an expert task's rows are known,
 // the producer asks L2 (cp.async.bulk.prefetch.L2) for up to this many of its bytes beyond the
 // ring's first depth x page, a chunk at a time, so that the task's DRAM stream does not wait for
 // ring pages to free: all the layer's expert bytes are asked for at once across the SMs, and the
 // ring's copies find them in L2 (or already on their way). A hint: it never changes what is read.
 #ifndef MK_MOE_L2PF_B
-#define MK_MOE_L2PF_B 262144
+#define MK_MOE_L2PF_B 0
 #endif
 #define MK_MOE_L2PF_CHUNK_B 32768
 #if MK_MOE_L2PF_B % 16 != 0

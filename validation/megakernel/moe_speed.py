@@ -7,10 +7,11 @@ Builds (:data:`BUILDS`, ``MKSIM_KERNEL_DEFINES``; mk_kernel.cu, above ``mk_exper
 - ``old``: ``-DMK_MOE_EARLY=0 -DMK_MOE_L2PF_B=0``, the kernel as measured in validation/results/h200-moe:
   an expert task's weight rows stream once the task's own dependencies are met (the down projection's
   after its slot's gate/up);
-- ``early``: ``-DMK_MOE_L2PF_B=0``, every expert task's rows stream as soon as its layer's top-k has
-  published the route table;
-- ``new``: the default, ``early`` and each expert task's bytes beyond the ring's first pages asked of L2
-  (cp.async.bulk.prefetch.L2, up to 256 KiB a task) as soon as its expert is known.
+- ``early``: ``-DMK_MOE_L2PF_B=0`` (the default since its run), every expert task's rows stream as soon
+  as its layer's top-k has published the route table;
+- ``new``: ``-DMK_MOE_L2PF_B=262144`` (the default when it ran, as no defines), ``early`` and each expert
+  task's bytes beyond the ring's first pages asked of L2 (cp.async.bulk.prefetch.L2, up to 256 KiB a task)
+  as soon as its expert is known.
 
 Cases (:data:`CASES`, most wanted first): qwen3-30b-a3b and olmoe-1b-7b at batch 1, then 8, the megakernel
 with the default policy (``plan``) and ``moe_stride``; at batch 1 also ``plan`` with the norms fused into
@@ -57,7 +58,8 @@ WATCHDOG_S = 90.0
 COMPILE_S = 240.0
 REPS = 20
 # build name -> extra defines (MKSIM_KERNEL_DEFINES)
-BUILDS: dict[str, str] = {"old": "-DMK_MOE_EARLY=0 -DMK_MOE_L2PF_B=0", "early": "-DMK_MOE_L2PF_B=0", "new": ""}
+BUILDS: dict[str, str] = {"old": "-DMK_MOE_EARLY=0 -DMK_MOE_L2PF_B=0", "early": "-DMK_MOE_L2PF_B=0",
+                          "new": "-DMK_MOE_L2PF_B=262144"}
 MODELS = ("qwen3-30b-a3b", "olmoe-1b-7b")
 # (model, batch, design, builds): design "plan" / "moe_stride" (the megakernel's MoE dispatch), "plan_fn"
 # (plan, fuse_norm=True)
