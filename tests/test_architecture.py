@@ -44,6 +44,8 @@ def _modules() -> dict[str, Path]:
 
 
 MODULES = _modules()
+# one worker: every check reads the same parsed trees (_tree), parsed once per process (about 2 s)
+pytestmark = pytest.mark.xdist_group("architecture")
 
 
 @functools.cache

@@ -46,6 +46,7 @@ import hwmodels
 import mksim
 from mksim import models
 from validation import suite as vs
+from validation.suite.anatomy import op_trace
 
 from . import gpu, moe_suite
 from . import program as P
@@ -186,8 +187,6 @@ def run_case(model: str, T: int, design: str, build: str, dry: bool) -> dict:
         rec["refused"] = _one_line(exc)
         return rec
     try:
-        from validation.suite.anatomy import op_trace
-
         local, _ = r.check(WATCHDOG_S)
         worst = max(local, key=local.__getitem__)
         rec.update(ok=local[worst] <= 1e-2, max_rel_err=local[worst], worst_op=worst,
