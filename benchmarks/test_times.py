@@ -15,6 +15,9 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+SLOW_IDS = ROOT / "tests" / "slow_ids.txt"
+
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -22,6 +25,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--top", type=int, default=25, help="how many of the heaviest tests and files to list")
     ap.add_argument("--over", type=float, default=1.0, help="CPU seconds over which a test should be slow")
     ap.add_argument("--under", type=float, default=0.25, help="CPU seconds under which a slow test need not be")
+    ap.add_argument("--write", action="store_true",
+                    help="add the tests over --over without the mark to tests/slow_ids.txt (conftest marks them)")
     args = ap.parse_args(argv)
     path = Path(args.file)
     if not path.is_file():
@@ -53,6 +58,14 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\nslow but under {args.under:g} s: {len(overmarked)}")
     for r in overmarked:
         print(f"{r['total']:8.2f}  {r['id']}")
+    if args.write:
+        old = [x for x in SLOW_IDS.read_text().splitlines() if x.strip()] if SLOW_IDS.is_file() else []
+        head = [x for x in old if x.startswith("#")] or [
+            "# tests over about 1 s of CPU without a slow mark in their code: tests/conftest.py marks them slow",
+            "# (written by python benchmarks/test_times.py --write from a run of python -m pytest -p tests.cputime)"]
+        ids = sorted({x for x in old if not x.startswith("#")} | {r["id"] for r in unmarked})
+        SLOW_IDS.write_text("\n".join([*head, *ids]) + "\n")
+        print(f"\nwrote {len(ids)} ids to {SLOW_IDS}")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -39,7 +40,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="also run the tests marked nvcc, which compile the CUDA sources (CI runs them once)")
 
 
+#: tests measured over about 1 s of CPU whose code carries no ``slow`` mark (their parameters, say): one
+#: node id a line, written by ``python benchmarks/test_times.py --write`` from a run of ``-p tests.cputime``
+MEASURED_SLOW = Path(__file__).with_name("slow_ids.txt")
+
+
+def _measured_slow() -> set[str]:
+    if not MEASURED_SLOW.is_file():
+        return set()
+    return {line.strip() for line in MEASURED_SLOW.read_text().splitlines() if line.strip() and line[0] != "#"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m reads the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    slow = _measured_slow()
+    for item in items:
+        if item.nodeid in slow:
+            item.add_marker(pytest.mark.slow)
     # the CUDA compile checks take minutes of CPU where their builds are not cached yet (a fresh
     # machine, a new nvcc): README's test command leaves them to --nvcc, which .ci/run gives
     nvcc = config.getoption("--nvcc") or os.environ.get("MKSIM_TEST_NVCC") == "1"
