@@ -9,7 +9,7 @@ attention partial its head's q/k/v tiles, a reduction its head's partials.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -169,6 +169,11 @@ class TaskGraph:
     def deps(self, task: int) -> tuple[Dep, ...]:
         """Producer tile ranges task ``task`` waits for."""
         return self._deps[task]
+
+    @property
+    def all_deps(self) -> Sequence[tuple[Dep, ...]]:
+        """Every task's :meth:`deps`, by task id (read-only): for a loop over many tasks."""
+        return self._deps
 
     def dep_tasks(self, task: int) -> Iterator[int]:
         """Every producer task of ``task`` (expanded ranges)."""
