@@ -7,7 +7,7 @@ their executor (which calls them). So each is a small object whose steps are a g
 suspends (a bare ``yield``) where it has to wait, and that whoever ends the wait resumes at once
 (``wake``): the same steps at the same instants, in the same order, as a process's, with no
 event where none is needed and the state in the generator's locals. :mod:`._engine` keeps the
-processes (launcher, barriers, executors) and wires these in.
+processes (launcher, barriers) and the executors, and wires these in.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ class Loader:
         heads, first_in, op_of, pf, gate, addr = self.heads, self.first_in, self.op_of, self.pf, self.gate, self.addr
         cap0, op_cap, issue_us, lat, first_lat = self.cap, self.op_cap, self.issue_us, self.lat, self.first_lat
         segs, lane = self.timeline.segs if self.timeline.segments else None, self.lane
-        wake, fire, start = self.wake, env.fire, hbm.start
+        wake, start, queue, eid = self.wake, hbm.start, env._events, env._eid
         last = -1.0  # when the last flow ended: a later start pays the DRAM latency
         i = 0
         while True:  # (from the first run(), as the kernel starts)
@@ -247,7 +247,8 @@ class Loader:
             self.n_loaded = i + 1
             if self.loaded is not None:
                 ev, self.loaded = self.loaded, None
-                fire(ev, bubbles)
+                ev._value = bubbles  # env.fire(ev, bubbles), inline
+                heappush(queue, (env.now, NORMAL, next(eid), ev))
             i += 1
 
     def _retry(self, gen: int, _ev: object = None) -> None:

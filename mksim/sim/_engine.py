@@ -5,14 +5,17 @@ Durations come from :mod:`mksim.costs`, what differs between modes from their ho
 (:mod:`mksim.sim._design_run`): the engine names no design and no sync. Chain modes run kernels of
 blocks dispatched to SM
 slots; persistent modes run per-SM queues with a loader (weight prefetch into shared-memory
-pages) and an executor. The launcher, the grid barriers and the executors are SimPy
-processes (:class:`~._env.Proc`, a lean one); the block slots and the loaders, which wait several
-times per task, are coroutines called back by the HBM and by events (:mod:`._actors`).
+pages) and an executor. The launcher and the grid barriers are SimPy processes
+(:class:`~._env.Proc`, a lean one); the executors are coroutines that add themselves to what they
+wait for (:meth:`~._env.Env.start`); the block slots and the loaders, which wait several times per
+task, are coroutines called back by the HBM and by events (:mod:`._actors`).
 
 For speed the hot loops read plain Python lists rather than numpy arrays (a numpy scalar
 costs more than the float it holds), a flow's DRAM latency is waited out inside the HBM, an
 event is made only when something really has to wait, and the engine's own waits are the
-lightest events SimPy's loop can process (:class:`~._env.Wake`, in :class:`~._env.Env`).
+lightest events SimPy's loop can process (:class:`~._env.Wake`, in :class:`~._env.Env`), put in
+its queue by the actors themselves. The hot loops inline the small helpers they would call per task
+(each says which); those helpers stay the reference for what is recorded.
 """
 
 from __future__ import annotations
@@ -386,8 +389,10 @@ class _Engine:
                         segs.append((sm, t1, now, t, "compute"))
                     us["compute"] += now - t1
             head = heads[i]
-            if head > 0:
-                ld.free(head)
+            if head > 0:  # Loader.free(head), inline: its pages are free again
+                free = ld.free_B = ld.free_B + head
+                if ld.want_B and free >= ld.want_B:
+                    ld.wake()
             # done: its end, its op's count, the signals of whoever waits for it
             if segs is not None and now > t_in:
                 segs.append((sm, t_in, now, t, "task"))
