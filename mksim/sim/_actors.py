@@ -7,7 +7,7 @@ their executor (which calls them). So each is a small object whose steps are a g
 suspends (a bare ``yield``) where it has to wait, and that whoever ends the wait resumes at once
 (``wake``): the same steps at the same instants, in the same order, as a process's, with no
 event where none is needed and the state in the generator's locals. :mod:`._engine` keeps the
-processes (launcher, barriers, executors) and wires these in.
+processes (launcher, barriers) and the executors, and wires these in.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Generator
 from functools import partial
+from heapq import heappush
 from typing import TYPE_CHECKING, Any
 
 from simpy.core import NORMAL
@@ -41,7 +42,8 @@ class Signal(Event):
     def succeed_after(self, delay_us: float) -> None:
         self._ok = True
         self._value = None
-        self.env.schedule(self, NORMAL, delay_us)
+        env = self.env  # env.schedule(self, NORMAL, delay_us), inline
+        heappush(env._queue, (env._now + delay_us, NORMAL, next(env._eid), self))
 
 
 # -- persistent modes: an SM's loader ------------------------------------------------------
@@ -59,7 +61,7 @@ class Loader:
     """
 
     __slots__ = ("env", "hbm", "timeline", "q", "lane", "pre_B", "buf_B", "page_B", "cap", "lat", "i",
-                 "free_B", "want_B", "n_started", "waits_start", "n_loaded", "loaded", "heads", "last_end",
+                 "free_B", "want_B", "n_started", "waits_start", "n_loaded", "loaded", "heads",
                  "first_lat", "gate", "issue_us", "op_cap", "op_of", "first_in", "pf", "pos", "l2_Bpus", "l2_lat",
                  "pf_waited", "pf_gen", "wake", "wake_ev", "addr")
 
@@ -78,7 +80,6 @@ class Loader:
         self.n_loaded = 0        # queue positions whose data is in
         self.loaded: Wake | None = None
         self.heads: list[int] = []  # page bytes each loaded task holds
-        self.last_end = -1.0     # when the last flow ended: a later start pays the DRAM latency
         # dynamic dispatch: (tasks arrived, wait(task, loader)); a task not yet handed to this SM
         # cannot be loaded, and the engine runs the loader again when it arrives
         self.gate: tuple | None = None
@@ -121,10 +122,13 @@ class Loader:
     def _load(self) -> Generator[None, object, None]:
         """The loader's steps: for each task, its pages (as they free up, as many at a time as are
         free), then the rest of it once the executor has started it; each a DRAM flow."""
+        # what the engine and the designs set up as the loader was made, read once (it starts later)
         env, hbm, q, pre_B, buf_B, page_B = self.env, self.hbm, self.q, self.pre_B, self.buf_B, self.page_B
-        heads, first_in, op_of, pf = self.heads, self.first_in, self.op_of, self.pf
-        timeline, lane = (self.timeline, self.lane) if self.timeline.segments else (None, 0)
-        wake = self.wake
+        heads, first_in, op_of, pf, gate, addr = self.heads, self.first_in, self.op_of, self.pf, self.gate, self.addr
+        cap0, op_cap, issue_us, lat, first_lat = self.cap, self.op_cap, self.issue_us, self.lat, self.first_lat
+        segs, lane = self.timeline.segs if self.timeline.segments else None, self.lane
+        wake, start, queue, eid = self.wake, hbm.start, env._events, env._eid
+        last = -1.0  # when the last flow ended: a later start pays the DRAM latency
         i = 0
         while True:  # (from the first run(), as the kernel starts)
             self.i = i  # (== len(q) once all are loaded: a design that appends a task then runs the loader)
@@ -132,12 +136,10 @@ class Loader:
                 yield  # all loaded: suspended (returning would raise in its waker) until a design adds tasks
                 continue
             t = q[i]
-            gate = self.gate
             while gate is not None and not gate[0][t]:
                 gate[1](t, self)
                 yield  # until the task is handed over
                 t = q[i]  # a design may have put another task at this place meanwhile
-            addr = self.addr
             if addr is not None and addr[0][op_of[t]] >= 0:
                 while True:
                     seen = addr[1](addr[0][op_of[t]])
@@ -203,24 +205,23 @@ class Loader:
                     self.pos += n
                     break
                 a = env.now
-                last = self.last_end
                 if a <= last:  # the loader streamed until now: no first-byte wait
                     d = 0.0
                 elif hit > 0.0 and n - hit <= 0.5:  # all in L2: the L2 latency, then the bytes at its rate
                     d = self.l2_lat
                 else:
-                    d = self.lat if last >= 0 else self.first_lat
-                    if d > 0 and self.issue_us:
-                        d += self.issue_us
+                    d = lat if last >= 0 else first_lat
+                    if d > 0 and issue_us:
+                        d += issue_us
                 if first_in[t] != first_in[t]:  # NaN: the task's first flow
                     first_in[t] = a + d
-                cap = self.cap
-                if self.op_cap is not None:
-                    own = self.op_cap[op_of[t]]
+                cap = cap0
+                if op_cap is not None:
+                    own = op_cap[op_of[t]]
                     if own < cap:
                         cap = own
                 if hit == 0.0:
-                    hbm.start(n - hit, cap, d, wake)
+                    start(n - hit, cap, d, wake)
                 else:
                     l2 = self.l2_Bpus if self.l2_Bpus < cap else cap
                     if n - hit <= 0.5:
@@ -228,11 +229,17 @@ class Loader:
                     else:  # the bytes in L2 first (they come first in the stream), then the rest from DRAM
                         hbm.start(n - hit, cap, d + hit / l2, wake)
                 yield  # until the bytes are in
-                self.last_end = now = env.now
-                if timeline is not None:  # (a loader's flows count only through its executor's data waits)
-                    timeline.flow(lane, a, d, now, t, count=False)
+                last = now = env.now
+                # Timeline.flow, inline (a loader's flows count only through its executor's data waits)
                 if d > 0:
-                    bubbles.append((a, a + d))
+                    e = a + d
+                    bubbles.append((a, e))
+                    if segs is not None:
+                        segs.append((lane, a, e, t, "bubble"))
+                else:
+                    e = a
+                if segs is not None and now > e:
+                    segs.append((lane, e, now, t, "memory"))
                 if pages:
                     got += n  # type: ignore[assignment]  # (whole page bytes)
                 if pf is not None:
@@ -240,7 +247,8 @@ class Loader:
             self.n_loaded = i + 1
             if self.loaded is not None:
                 ev, self.loaded = self.loaded, None
-                env.fire(ev, bubbles)
+                ev._value = bubbles  # env.fire(ev, bubbles), inline
+                heappush(queue, (env.now, NORMAL, next(eid), ev))
             i += 1
 
     def _retry(self, gen: int, _ev: object = None) -> None:
@@ -412,13 +420,16 @@ class Chain:
 
     def take(self) -> tuple[int, int] | None:
         """The next block ``(kernel, task)``, or None if none is dispatched."""
-        while self.k < len(self.queues):
-            if self.start_t[self.k] != self.start_t[self.k]:  # NaN: not dispatched yet
-                return None
-            q = self.queues[self.k]
+        k, queues, start_t = self.k, self.queues, self.start_t
+        while k < len(queues):
+            if start_t[k] != start_t[k]:  # NaN: not dispatched yet
+                break
+            q = queues[k]
             if q:
-                return self.k, q.popleft()
-            self.k += 1
+                self.k = k
+                return k, q.popleft()
+            k += 1
+        self.k = k
         return None
 
     def first_byte(self, sm: int, k: int, placed: float) -> float:
@@ -469,6 +480,10 @@ class Slot:
         release, released_at, left, end_t, done = ch.release, ch.released_at, ch.left, ch.end_t, ch.done
         sm_kernel, cold_until = ch.sm_kernel, ch.cold_until
         wake, wake_ev = self.wake, self.wake_ev
+        queue, eid = env._events, env._eid
+        me, mine = Wake(), [wake_ev]  # its compute waits: one Wake, pushed again each time
+        # what Timeline.flow, add and task record, inline: the segments (if kept) and the breakdown's sums
+        segs, us = timeline.segs if timeline.segments else None, timeline.us
         kt = yield
         idle = ch.idle[self.level]  # (made once every slot is)
         while True:
@@ -499,14 +514,27 @@ class Slot:
             if pre > 0:
                 if sm_kernel[sm] == k:  # a later block of this kernel on the SM
                     d = first_byte_us(False, since, t_in, cold_until[sm], r)
-                else:
-                    d = ch.first_byte(sm, k, t_in)
+                else:  # Chain.first_byte, inline
+                    d = first_byte_us(True, since, t_in, 0.0, r)
+                    sm_kernel[sm] = k
+                    cold_until[sm] = since + d
                 if first_in[t] != first_in[t]:  # NaN: no prologue streamed it
                     first_in[t] = since + d
                 hbm.start(pre, cap[k], d, wake)
                 yield
-                timeline.flow(lane, since, d, env.now, t)
-            now = env.now
+                now = env.now
+                a = since
+                if d > 0:  # Timeline.flow, inline
+                    a = since + d
+                    if segs is not None:
+                        segs.append((lane, since, a, t, "bubble"))
+                    us["bubble"] += a - since
+                if now > a:
+                    if segs is not None:
+                        segs.append((lane, a, now, t, "memory"))
+                    us["memory"] += now - a
+            else:
+                now = since
             if warm_us is not None and on_device[t]:  # from its inputs and first bytes
                 fi = first_in[t]
                 rest = warm_us[t] - (now - (fi if fi > w0 else w0))
@@ -515,12 +543,17 @@ class Slot:
             if rest < tail_us[t]:  # a device function consumes the last page once it is in
                 rest = tail_us[t]
             if rest > 0:
-                env.after(rest).callbacks.append(wake_ev)
+                me.callbacks = mine
+                heappush(queue, (now + rest, NORMAL, next(eid), me))
                 yield
                 w, now = now, env.now
-                timeline.add(lane, w, now, t, "compute")
+                if now > w:  # Timeline.add, inline
+                    if segs is not None:
+                        segs.append((lane, w, now, t, "compute"))
+                    us["compute"] += now - w
             # the block is done
-            timeline.task(lane, t_in, now, t)
+            if segs is not None and now > t_in:
+                segs.append((lane, t_in, now, t, "task"))
             end[t] = now
             lane_of[t] = lane
             left[k] -= 1

@@ -5,21 +5,26 @@ Durations come from :mod:`mksim.costs`, what differs between modes from their ho
 (:mod:`mksim.sim._design_run`): the engine names no design and no sync. Chain modes run kernels of
 blocks dispatched to SM
 slots; persistent modes run per-SM queues with a loader (weight prefetch into shared-memory
-pages) and an executor. The launcher, the grid barriers and the executors are SimPy
-processes (:class:`~._env.Proc`, a lean one); the block slots and the loaders, which wait several
-times per task, are coroutines called back by the HBM and by events (:mod:`._actors`).
+pages) and an executor. The launcher and the grid barriers are SimPy processes
+(:class:`~._env.Proc`, a lean one); the executors are coroutines that add themselves to what they
+wait for (:meth:`~._env.Env.start`); the block slots and the loaders, which wait several times per
+task, are coroutines called back by the HBM and by events (:mod:`._actors`).
 
 For speed the hot loops read plain Python lists rather than numpy arrays (a numpy scalar
 costs more than the float it holds), a flow's DRAM latency is waited out inside the HBM, an
 event is made only when something really has to wait, and the engine's own waits are the
-lightest events SimPy's loop can process (:class:`~._env.Wake`, in :class:`~._env.Env`).
+lightest events SimPy's loop can process (:class:`~._env.Wake`, in :class:`~._env.Env`), put in
+its queue by the actors themselves. The hot loops inline the small helpers they would call per task
+(each says which); those helpers stay the reference for what is recorded.
 """
 
 from __future__ import annotations
 
 import math
+from heapq import heappush
 
 import numpy as np
+from simpy.core import NORMAL
 
 from mksim import costs
 from mksim.costs import block_dram_cap_Bpus
@@ -262,61 +267,83 @@ class _Engine:
             for piece in self.pieces.values():
                 piece.loader(ld)
             env.timeout(self.t0).callbacks.append(ld.run)
-            Proc(env, self._executor(sm, q, ld, barrier_done, sync, from_start, on_device))
+            env.start(self._executor(sm, q, ld, barrier_done, sync, from_start, on_device))
 
     def _executor(self, sm: int, q: list[int], ld: Loader, barrier_done: list | None, sync: BaseSync,
                   from_start: list[bool], on_device: list[bool]):
         """SM ``sm``'s executor: for each task of its queue, wait for what the mode says (the barrier,
         or its hand-over and its producers), then for its data (``ld``), then its work; finish it.
 
-        The hot loop of the engine: what it calls per dependency is the designs' ``seen`` closures
-        only where a design gives them; everything else is bound once per SM, the clock is read
-        once per wait, and a wait of no time records nothing (:meth:`Timeline.add` would not)."""
+        The hot loop of the engine, a coroutine run by :meth:`Env.start`: it appends its own
+        ``wake`` to what it waits for, and its timed waits and its data wait (one at a time) are one
+        :class:`Wake` it puts in the queue again each time. What it calls per dependency is the
+        designs' ``seen`` closures only where a design gives them; everything else is bound once per
+        SM, the clock is read once per wait, and a wait of no time records nothing
+        (:meth:`Timeline.add` would not)."""
+        wake = (yield)._value  # its own send (Env.start)
         env, r, timeline, hbm = self.env, self.r, self.timeline, self.hbm
-        timeout, after = env.timeout, env.after
+        queue, eid = env._events, env._eid
+        me, mine = Wake(), [wake]  # its own Wake: callbacks = mine, then pushed, at each wait
         arrived, arrival, own_deps = self._handover if self._handover is not None else (None, None, True)
         op_seen, tiles_seen = self._seen(sm) if self._seen is not None else (None, None)
         ready_after = sync.ready_us
         work_us, start, tail_us, warm_us, first_in = self.work_us, self.start, self.tail_us, self.warm_us, self.first_in
         op_of, n_tiles, op_first, op_done_n, op_end, end = (self.op_of, self.n_tiles, self.op_first, self.op_done_n,
                                                             self.op_end, self.end)
-        deps_of, in_B = self.g.deps, self.in_B  # in_B: what a task reads of its producers (a sentinel polls it)
-        op_signal, task_signal, finished = self.op_signal, self.task_signal, self._finished
-        lane_of, op_events, task_events = self.lane_of, self.op_events, self.task_events
+        deps_of, in_B = self.g.all_deps, self.in_B  # in_B: what a task reads of its producers (a sentinel polls it)
+        finished = self._finished
+        lane_of, op_events, task_events, visible_us = self.lane_of, self.op_events, self.task_events, self.visible_us
         # what Timeline.add records, inline: the segments (if kept) and the breakdown's sums
         segs, us, heads = timeline.segs if timeline.segments else None, timeline.us, ld.heads
-        yield timeout(self.t0)
+        me.callbacks = mine
+        heappush(queue, (env.now + self.t0, NORMAL, next(eid), me))
+        yield
         for i, t in enumerate(q):
             w = env.now
             if barrier_done is not None:
                 j = op_of[t]
                 if not barrier_done[j].triggered:
-                    yield barrier_done[j]
+                    barrier_done[j].callbacks.append(wake)
+                    yield
                     timeline.add(sm, w, env.now, t, "barrier wait")
             else:
                 if arrived is not None and not arrived[t]:  # handed over by a scheduler
-                    yield arrival(t)  # type: ignore[misc]
+                    ev = arrival(t)  # type: ignore[misc]
+                    if ev.callbacks is not None:  # (else processed already: go on at once)
+                        ev.callbacks.append(wake)
+                        yield
                 if own_deps:  # producers done and visible
                     ready = -1.0
                     n_flags = 0
-                    for p, a, b in deps_of(t):
+                    for p, a, b in deps_of[t]:
                         if b - a == n_tiles[p]:
                             if op_done_n[p] < b - a:
-                                yield op_signal(p)
+                                sig = op_events.get(p)  # op_signal(p), inline
+                                if sig is None:
+                                    sig = op_events[p] = Signal(env)
+                                sig.callbacks.append(wake)
+                                yield
                             e = op_end[p] if op_seen is None else op_seen(p)
                         else:
                             base = op_first[p]
                             for k in range(base + a, base + b):
                                 if end[k] != end[k]:  # NaN: not done
-                                    yield task_signal(k)
+                                    sig = task_events.get(k)  # task_signal(k), inline
+                                    if sig is None:
+                                        sig = task_events[k] = Signal(env)
+                                    sig.callbacks.append(wake)
+                                    yield
                             e = max(end[base + a:base + b]) if tiles_seen is None else tiles_seen(base + a, base + b)
                         if e > ready:
                             ready = e
                         n_flags += b - a
                     if ready >= 0:
                         ready = ready_after(ready, n_flags, r, in_B[t], hbm.rate_now)
-                        if ready > env.now:
-                            yield after(ready - env.now)
+                        now = env.now
+                        if ready > now:
+                            me.callbacks = mine
+                            heappush(queue, (now + (ready - now), NORMAL, next(eid), me))
+                            yield
                 now = env.now
                 if now > w:
                     if segs is not None:
@@ -324,12 +351,25 @@ class _Engine:
                     us["dependency wait"] += now - w
             now = t_in = env.now
             start[t] = t_in
-            ld.started(i)
+            ld.n_started = i + 1  # Loader.started(i), inline: the rest of the task's bytes may stream
+            if ld.waits_start and ld.i == i:
+                ld.waits_start = False
+                ld.wake()
             if ld.n_loaded <= i:
-                ld.loaded = ev = Wake()
-                bubbles = yield ev
+                me.callbacks = mine
+                ld.loaded = me
+                bubbles = (yield)._value
                 now = env.now
-                timeline.data_wait(sm, t_in, now, t, bubbles)
+                if now > t_in:  # Timeline.data_wait, inline: bubble where the loader was in one
+                    if segs is not None:
+                        segs.append((sm, t_in, now, t, "data wait"))
+                    bub = 0.0
+                    for x, y in bubbles:
+                        v = (y if y < now else now) - (x if x > t_in else t_in)
+                        if v > 0.0:
+                            bub += v
+                    us["bubble"] += bub
+                    us["memory"] += (now - t_in) - bub
             if warm_us is not None and on_device[t]:  # counted from its start and its first bytes
                 fi = first_in[t]
                 rest = warm_us[t] - (now - (fi if fi > t_in else t_in))
@@ -340,15 +380,19 @@ class _Engine:
             if rest < tail_us[t]:  # the last page is consumed after it is in
                 rest = tail_us[t]
             if rest > 0:
-                yield after(rest)
+                me.callbacks = mine
+                heappush(queue, (now + rest, NORMAL, next(eid), me))
+                yield
                 t1, now = now, env.now
                 if now > t1:
                     if segs is not None:
                         segs.append((sm, t1, now, t, "compute"))
                     us["compute"] += now - t1
             head = heads[i]
-            if head > 0:
-                ld.free(head)
+            if head > 0:  # Loader.free(head), inline: its pages are free again
+                free = ld.free_B = ld.free_B + head
+                if ld.want_B and free >= ld.want_B:
+                    ld.wake()
             # done: its end, its op's count, the signals of whoever waits for it
             if segs is not None and now > t_in:
                 segs.append((sm, t_in, now, t, "task"))
@@ -363,11 +407,12 @@ class _Engine:
             if task_events:
                 sig = task_events.pop(t, None)
                 if sig is not None:
-                    sig.succeed_after(self.visible_us)
+                    sig.succeed_after(visible_us)
             if op_done_n[p] == n_tiles[p]:
                 sig = op_events.pop(p, None)
                 if sig is not None:
-                    sig.succeed_after(self.visible_us)
+                    sig.succeed_after(visible_us)
+        yield  # its queue done: suspended for good (returning would raise in the last event's processing)
 
     # -- run and collect -----------------------------------------------------------------
     def run(self) -> None:

@@ -66,6 +66,33 @@ class Env(simpy.Environment):
         w._value = value
         heappush(self._events, (self._now, NORMAL, next(self._eid), w))
 
+    def start(self, co: Generator[None, Any, None]) -> None:
+        """Run coroutine ``co`` as a :class:`Proc` would run a generator, where ``co`` resumes itself:
+        it receives first an event whose ``_value`` is its own ``send`` (at an urgent event made
+        now, as a process's ``Initialize``), and appends that to the callbacks of each event it
+        waits for before it yields (nothing); the event's processing sends it the event. A wait
+        costs no call in between, and the same events run in the same order as under a process.
+        It never returns (it ends at a bare ``yield``, suspended for good): the event whose
+        processing resumed it last would see the ``StopIteration``.
+
+        >>> env = Env()
+        >>> log = []
+        >>> def co():
+        ...     wake = (yield)._value
+        ...     env.timeout(1.0).callbacks.append(wake)
+        ...     ev = yield
+        ...     log.append((env.now, ev.value))
+        ...     yield  # done
+        >>> env.start(co())
+        >>> env.run()
+        >>> log
+        [(1.0, None)]
+        """
+        next(co)  # to its first yield
+        w = Wake(co.send)
+        w.callbacks.append(co.send)
+        heappush(self._events, (self._now, URGENT, next(self._eid), w))
+
     def step(self) -> None:
         try:
             super().step()
@@ -77,8 +104,8 @@ class Env(simpy.Environment):
             return super().run(until)
         queue = self._queue
         while queue:
-            self._now, _, _, event = heappop(queue)
-            self.now = self._now
+            now, _, _, event = heappop(queue)
+            self._now = self.now = now
             callbacks, event.callbacks = event.callbacks, None  # type: ignore[assignment]
             for callback in callbacks:
                 callback(event)

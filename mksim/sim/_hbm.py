@@ -22,9 +22,12 @@ from collections.abc import Callable
 from heapq import heappop, heappush
 
 import simpy
-from simpy.events import Event, Timeout
+from simpy.core import NORMAL
+from simpy.events import Event
 
 from mksim.costs import fair_share
+
+from ._env import Wake
 
 _EPS = 1e-9
 _INF = math.inf
@@ -80,15 +83,12 @@ class Tracked:
         return c.rate if c is not None and not self.ended else 0.0
 
 
-class _Settle(Event):
-    """Triggered at creation, processed after every ordinary event of the same instant."""
-
-    def __init__(self, env: simpy.Environment, callback: Callable[[Event], object]) -> None:
-        self.env = env
-        self.callbacks = [callback]  # type: ignore[list-item]  # simpy types callbacks as returning None
-        self._ok = True
-        self._value = None
-        env.schedule(self, _LATE, 0)  # type: ignore[arg-type]  # a priority after NORMAL, which simpy's enum lacks
+def _settle_late(env: simpy.Environment, callback: Callable[[Wake], object]) -> None:
+    """Call ``callback`` after every ordinary event of this instant: a :class:`~._env.Wake` of a
+    priority after NORMAL, put in SimPy's queue now."""
+    w = Wake()
+    w.callbacks.append(callback)  # type: ignore[arg-type]  # simpy types callbacks as returning None
+    heappush(env._queue, (env._now, _LATE, next(env._eid), w))  # type: ignore[attr-defined]
 
 
 class HBM:
@@ -137,7 +137,7 @@ class HBM:
                 same.append((nbytes, cap_Bpus, done))
             if at < self._wake_at and not self._settling:  # the next wake must come sooner
                 self._settling = True
-                _Settle(self.env, self.settle)
+                _settle_late(self.env, self.settle)
             return
         # join the share now
         if now != self.t_last:
@@ -145,7 +145,7 @@ class HBM:
         self._add(nbytes, cap_Bpus, done)
         if not self._settling:
             self._settling = True
-            _Settle(self.env, self.settle)
+            _settle_late(self.env, self.settle)
 
     def start_tracked(self, nbytes: float, cap_Bpus: float, delay_us: float, done: Callable[[], object]) -> Tracked:
         """:meth:`start`, returning a :class:`Tracked` that says how much of the flow has arrived."""
@@ -248,7 +248,7 @@ class HBM:
             for c in classes.values():
                 c.v += c.rate * nxt
             self._settling = True
-            _Settle(self.env, self.settle)
+            _settle_late(self.env, self.settle)
             return
         if self.arrivals:
             # (at - now) + now == at exactly once now >= at / 2: arrivals are not rounded
@@ -258,20 +258,37 @@ class HBM:
         self._gen += 1
         if nxt < _INF:
             self._wake_at = now + nxt
-            Timeout(self.env, nxt, self._gen).callbacks.append(self._wake)
+            w = Wake(self._gen)  # an env.timeout(nxt, self._gen)
+            w.callbacks.append(self._wake)  # type: ignore[arg-type]
+            heappush(self.env._queue, (now + nxt, NORMAL, next(self.env._eid), w))  # type: ignore[attr-defined]
         else:
             self._wake_at = _INF
 
-    def _wake(self, ev: Event) -> None:
-        if ev.value != self._gen:  # superseded by a later start or finish
+    def _wake(self, ev: Wake) -> None:
+        if ev._value != self._gen:  # superseded by a later start or finish
             return
         self._wake_at = _INF
         self._advance()
-        arrivals, now, add = self.arrivals, self.env.now, self._add
-        while arrivals and arrivals[0] <= now:
-            for nbytes, cap, done in self.arriving.pop(heappop(arrivals)):
-                add(nbytes, cap, done)
+        arrivals, now = self.arrivals, self.env.now
+        if arrivals and arrivals[0] <= now:
+            classes, arriving = self.classes, self.arriving
+            while arrivals and arrivals[0] <= now:
+                for nbytes, cap, done in arriving.pop(heappop(arrivals)):  # _add, inline (most flows join here)
+                    cls = classes.get(cap)
+                    if cls is None:
+                        cls = classes[cap] = _Class(cap)
+                    key = cls.v + nbytes
+                    same = cls.at.get(key)
+                    if same is None:
+                        cls.at[key] = [done]
+                        heappush(cls.ends, key)
+                    else:
+                        same.append(done)
+                    cls.n += 1
+                    self.bytes_done += nbytes
+                    if isinstance(done, Tracked):
+                        done.cls, done.v0 = cls, cls.v
         self._finish_done()
         if not self._settling:
             self._settling = True
-            _Settle(self.env, self.settle)
+            _settle_late(self.env, self.settle)

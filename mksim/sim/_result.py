@@ -138,10 +138,15 @@ def timeline_names(g: TaskGraph) -> list[str]:
     """Each task's name in the timeline, the trace and ``to_dict(timeline=True)``: ``op[tile]``, and for an
     expert task (:func:`task_experts`) its expert and its tile among that expert's (``L3.experts_down e17
     t2``), so a trace says which SM ran which expert."""
-    names = [f"{op.name}[{i}]" for op, k in zip(g.ops, g.n_tiles.tolist(), strict=True) for i in range(k)]
-    for t, et in enumerate(task_experts(g)):
-        if et is not None:
-            names[t] = f"{names[t].rpartition('[')[0]} e{et[0]} t{et[1]}"
+    names: list[str] = []
+    for op, k in zip(g.ops, g.n_tiles.tolist(), strict=True):
+        name = op.name
+        names += [f"{name}[{i}]" for i in range(k)]
+    experts = task_experts(g)
+    if experts.count(None) < len(experts):
+        for t, et in enumerate(experts):
+            if et is not None:
+                names[t] = f"{names[t].rpartition('[')[0]} e{et[0]} t{et[1]}"
     return names
 
 

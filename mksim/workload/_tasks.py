@@ -171,6 +171,11 @@ class TaskGraph:
         """Producer tile ranges task ``task`` waits for."""
         return self._deps[task]
 
+    @property
+    def all_deps(self) -> Sequence[tuple[Dep, ...]]:
+        """Every task's :meth:`deps`, by task id (read-only): for a loop over many tasks."""
+        return self._deps
+
     def dep_tasks(self, task: int) -> Iterator[int]:
         """Every producer task of ``task`` (expanded ranges)."""
         for p, t0, t1 in self._deps[task]:

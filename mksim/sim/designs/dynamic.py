@@ -74,13 +74,15 @@ class DynamicDispatchRun(DesignRun):
 
     def _producers(self, j: int) -> dict[int, tuple[int, int]]:
         """The producer tile range each producer op of op ``j``'s tasks covers (one event)."""
-        g = self.eng.g
-        op_first = self.eng.op_first
+        deps, op_first = self.eng.g.deps, self.eng.op_first
         out: dict[int, tuple[int, int]] = {}
         for t in range(op_first[j], op_first[j + 1]):
-            for p, a, b in g.deps(t):
-                lo, hi = out.get(p, (a, b))
-                out[p] = (min(lo, a), max(hi, b))
+            for p, a, b in deps(t):
+                got = out.get(p)
+                if got is None:
+                    out[p] = (a, b)
+                elif a < got[0] or b > got[1]:
+                    out[p] = (min(got[0], a), max(got[1], b))
         return out
 
     def _launchers(self, j: int, ahead: int) -> dict[int, tuple[int, int]]:
