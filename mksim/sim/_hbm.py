@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from heapq import heappop, heappush
+from typing import Any
 
 import simpy
 from simpy.core import NORMAL
@@ -83,12 +84,12 @@ class Tracked:
         return c.rate if c is not None and not self.ended else 0.0
 
 
-def _settle_late(env: simpy.Environment, callback: Callable[[Wake], object]) -> None:
+def _settle_late(env: simpy.Environment, callback: Callable[[Any], object]) -> None:
     """Call ``callback`` after every ordinary event of this instant: a :class:`~._env.Wake` of a
     priority after NORMAL, put in SimPy's queue now."""
     w = Wake()
     w.callbacks.append(callback)  # type: ignore[arg-type]  # simpy types callbacks as returning None
-    heappush(env._queue, (env._now, _LATE, next(env._eid), w))  # type: ignore[attr-defined]
+    heappush(env._queue, (env._now, _LATE, next(env._eid), w))  # type: ignore[attr-defined, misc]
 
 
 class HBM:
@@ -260,7 +261,7 @@ class HBM:
             self._wake_at = now + nxt
             w = Wake(self._gen)  # an env.timeout(nxt, self._gen)
             w.callbacks.append(self._wake)  # type: ignore[arg-type]
-            heappush(self.env._queue, (now + nxt, NORMAL, next(self.env._eid), w))  # type: ignore[attr-defined]
+            heappush(self.env._queue, (now + nxt, NORMAL, next(self.env._eid), w))  # type: ignore[attr-defined, misc]
         else:
             self._wake_at = _INF
 

@@ -131,7 +131,8 @@ def test_the_speed_script_plans_its_builds_on_the_cpu(tmp_path, monkeypatch):
     doc = json.loads((tmp_path / "moe_speed.json").read_text())
     recs = doc["records"]
     assert [(r["design"], r["build"], r["defines"]) for r in recs] == [
-        ("plan", "old", "-DMK_MOE_EARLY=0 -DMK_MOE_L2PF_B=0"), ("plan", "new", "-DMK_MOE_L2PF_B=262144"), ("plan_fn", "new", "-DMK_MOE_L2PF_B=262144")]
+        ("plan", "old", "-DMK_MOE_EARLY=0 -DMK_MOE_L2PF_B=0"), ("plan", "new", "-DMK_MOE_L2PF_B=262144"),
+        ("plan_fn", "new", "-DMK_MOE_L2PF_B=262144")]
     assert recs[0]["predicted_us"] > 0 and recs[2]["tasks"] < recs[1]["tasks"]  # the norms fused: fewer tasks
     assert doc["compile"] == {"builds": 2 * len(moe_speed.BUILDS)}  # every build of both models' attention
     summary = json.loads((tmp_path / "summary.json").read_text())

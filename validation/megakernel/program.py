@@ -678,7 +678,7 @@ def _expert_row(a: RowArgs) -> Buffer:
                             "multiple of 32, tiles of whole 16-row groups and pages of whole KiB")
     a.buffers[f"w:{op.name}"] = Buffer((cfg.num_experts * f * n, K), "bf16", "normal", K ** -0.5, "mma")
     route = f"out:L{op.layer}.topk"
-    if route not in a.buffers:
+    if route not in a.buffers or op.layer is None:
         raise ScheduleError(f"op {op.name}: no top-k of layer {op.layer} before it")
     r.update(N=C * n, ld_out=C * n, K=K, W=f"w:{op.name}", in0=a.ins[0], ld0=a.ins_op[0].out_size, pos=n,
              tokens=route, opt=OPT_MMA | OPT_EXPERTS, off2=a.topk_op[op.layer])
