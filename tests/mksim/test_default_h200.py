@@ -52,7 +52,7 @@ def test_h200_datasheet_is_the_old_h200():
     g = hwmodels.load("h200-datasheet")
     assert g.profile == "" and not g.extends and g.dram.bandwidth_spec_GBps == 4800
     d = compare_modes("llama-3.2-1b", "h200-datasheet")
-    # the numbers the README's main job printed before h200 meant the validated target (issue 28)
+    # the numbers the README's main job printed before h200 meant the validated target
     assert round(d["modes"]["graph_pdl"]["latency_us"], 1) == 592.8
     assert round(d["modes"]["megakernel"]["latency_us"], 1) == 622.5
 

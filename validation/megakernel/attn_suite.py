@@ -1,4 +1,4 @@
-"""The attention models' cases (issue 29): models that exercise the generated kernels' attention
+"""The attention models' cases: models that exercise the generated kernels' attention
 beyond the suite's Llamas, predicted before they are first measured.
 
 - :data:`CASES`: qwen3-8b (per-head q/k norms, group 4), qwen2.5-7b (q/k/v biases, group 7), and

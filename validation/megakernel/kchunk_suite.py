@@ -1,4 +1,4 @@
-"""The k-chunked input rows' cases (issue 29): 7-12 B models at batch 8, whose FFN down projection's
+"""The k-chunked input rows' cases: 7-12 B models at batch 8, whose FFN down projection's
 input rows (T x intermediate_size) do not fit in shared memory whole and are chunked along k
 (``mk_matmul_kc``, ``program.k_chunk``), predicted before they are first measured.
 

@@ -1,4 +1,4 @@
-"""The MoE suite (issue 27): the generated kernel's MoE steps, predicted before they are measured.
+"""The MoE suite: the generated kernel's MoE steps, predicted before they are measured.
 
 - :data:`MODELS` x :data:`BATCHES` x :data:`DESIGNS`: olmoe-1b-7b, qwen3-30b-a3b and mixtral-8x7b at
   batch 1 and 8, in the chain modes ``graph`` and ``graph_pdl`` and the megakernel with two designs
@@ -44,7 +44,7 @@ FORMAT = "mksim-validation-predicted"
 MODELS = ("olmoe-1b-7b", "qwen3-30b-a3b", "mixtral-8x7b")
 BATCHES = (1, 8)
 DESIGNS = ("graph", "graph_pdl", "megakernel:moe_stride", "megakernel:plan")
-# the issue's targets (issue 27): error bounds, ranking, and step times
+# the targets the suite is held to: error bounds, ranking, and step times
 MAPE_PCT, MAX_ERR_PCT, TAU_MIN = 10.0, 20.0, 0.8
 QWEN_B1_US, QWEN_B1_AIM_US, INDUCTOR_QWEN_B1_US = 2200.0, 1800.0, 6372.0  # inductor_graph: h200-stacks/moe
 OLMOE_B1_US, FLOOR_SHARE = 900.0, 0.6
