@@ -190,10 +190,17 @@ def parse_ints(text: str, flag: str) -> list[int]:
     return vals
 
 
+#: each app's click command, built once per process (typer reads every command's signature to build it,
+#: ~8 ms: a process that runs commands in turn, a test or the explorer, builds it once)
+_COMMANDS: dict[typer.Typer, Any] = {}
+
+
 def run_app(app: typer.Typer, argv: list[str] | None, prog_name: str) -> NoReturn:
     """Run a command-line app and exit; input errors become one line on stderr (``error: ...``) and exit
     status 2, without a traceback."""
-    cmd = typer.main.get_command(app)
+    cmd = _COMMANDS.get(app)
+    if cmd is None:
+        cmd = _COMMANDS[app] = typer.main.get_command(app)
     try:
         rv = cmd.main(args=argv, prog_name=prog_name, standalone_mode=False)
         sys.stdout.flush()  # a closed pipe shows here, not in the flush at exit
