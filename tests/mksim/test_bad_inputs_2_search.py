@@ -119,7 +119,8 @@ def gpu_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def fast(gpu_file: Path) -> list[str]:
     """The options of every part C search (and the cheap accepted rows): a tiny model, a small GPU, short KV,
     chains fixed."""
-    return ["--model", MODEL, "--gpu", str(gpu_file), "--kv-len", "64", *[a for k, v in FIX.items() for a in ("--fix", f"{k}={v}")]]
+    return ["--model", MODEL, "--gpu", str(gpu_file), "--kv-len", "64",
+            *[a for k, v in FIX.items() for a in ("--fix", f"{k}={v}")]]
 
 
 def least_trials(gpu_file: Path) -> int:
