@@ -211,7 +211,8 @@ def test_pareto_front_for_latency_and_shared_memory(tmp_path, gpu):
 def test_sqlite_study_survives_a_kill_and_resumes(tmp_path, gpu):
     db, study, total = tmp_path / "k.db", "resume", N_BASE + 5
     url = f"sqlite:///{db}"
-    args = ["search", "--model", MODEL, "--gpu", gpu, "--trials", str(total), "--storage", url, "--study", study, "--seed", "4", "--json"]
+    args = ["search", "--model", MODEL, "--gpu", gpu, "--trials", str(total), "--storage", url, "--study", study,
+            "--seed", "4", "--json"]
     proc = subprocess.Popen([sys.executable, "-m", "mksim", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
