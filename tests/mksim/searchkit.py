@@ -4,8 +4,9 @@ of a study's trials read straight from its SQLite file (cheap enough to poll whi
 The small GPU is an H200 of 16 SMs: the same search space, the same baselines and chain modes, each
 trial simulated in a tenth of the time (fewer tiles per op). The tiny model (:data:`TINY_MODEL`) is a Llama
 of 2 layers, 512 wide (``mksim search --model tests/data/tiny-llama.json``): the same ops per layer and the
-same space, a trial a tenth of llama-3.2-1b's again. A test whose point is the search machinery (storage,
-resuming, interrupts, races, options) takes both; one whose point is a model's numbers keeps its model.
+same space, a trial a tenth of llama-3.2-1b's again (:data:`TINY_MOE`: OLMoE's block, for the MoE designs).
+A test whose point is the search machinery (storage, resuming, interrupts, races, options) takes both; one
+whose point is a model's numbers keeps its model.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sqlite3
 from pathlib import Path
 
 TINY_MODEL = Path(__file__).resolve().parents[1] / "data" / "tiny-llama.json"
+TINY_MOE = TINY_MODEL.with_name("tiny-olmoe.json")  # OLMoE's block: 2 layers of 16 experts, top-4
 SMALL_GPU = """extends = "h200-datasheet"
 name = "h200-16sm"
 [chip.sm]

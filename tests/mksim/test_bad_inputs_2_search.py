@@ -591,7 +591,7 @@ def test_C_table(case: str, tmp_path: Path, gpu_file: Path, reference: Callable[
 
 @pytest.mark.slow
 @pytest.mark.skipif(C_TABLE_REPEATS == 0, reason="MKSIM_C_TABLE_REPEATS=20 runs the table 20 times in a row "
-                                                 "(27 minutes on 2 cores)")
+                                                 "(75 s of CPU a repetition, 2 minutes on 2 loaded cores)")
 def test_C_table_many_times_in_a_row(tmp_path: Path, gpu_file: Path,
                                      reference: Callable[[int], dict[str, Any]]) -> None:
     for rep in range(C_TABLE_REPEATS):
