@@ -475,7 +475,13 @@ def best_schedule_json(storage: str, study: str, trial: int | None = None) -> st
     if not done:
         raise MksimError(f"study {study!r} has no complete trial" + (f" {trial}" if trial is not None else " yet"))
     best = min(done, key=lambda t: (t.user_attrs["latency_us"], t.number))
-    problem = Problem(model=p["model"], gpu=gpu_spec(p["gpu"]), batch=p["batch"], kv_len=p["kv_len"],
+    model = p["model"]
+    if isinstance(p.get("config"), dict):  # a study of a config (mksim search --model config.json) records it
+        try:
+            model = mksim.models.ModelConfig(**p["config"])
+        except TypeError as exc:
+            raise MksimError(f"study {study!r} records a model config this mksim cannot read: {exc}") from None
+    problem = Problem(model=model, gpu=gpu_spec(p["gpu"]), batch=p["batch"], kv_len=p["kv_len"],
                       phase=p.get("phase", "decode"), fixed=p.get("fixed", {}), designs=tuple(p.get("designs", ())))
     return build(candidate_from_params(best.params, problem.gpu, problem.fixed, problem.designs), problem).to_json()
 

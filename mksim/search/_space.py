@@ -44,7 +44,10 @@ megakernel baselines keep as many of their four 32 KiB pages as still fit.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
@@ -292,6 +295,43 @@ def check_designs(designs: str | tuple[str, ...] | list[str] | None) -> tuple[st
     return tuple(sorted(set(items)))
 
 
+def study_model(model: str | models.ModelConfig) -> str | models.ModelConfig:
+    """The model a search takes: a built-in's name as given; a Hugging Face ``config.json`` path
+    (:func:`mksim.models.is_config_path`) read into its :class:`~mksim.models.ModelConfig` (parsed as JSON,
+    never executed; a bad file is one-line :class:`~mksim.errors.WorkloadError`); a config equal to a
+    built-in, that built-in's name (so that its study and schedule file are the built-in's).
+
+    >>> from mksim import models
+    >>> study_model(models.get("llama-3.2-1b")), study_model("llama-3.2-1b")
+    ('llama-3.2-1b', 'llama-3.2-1b')
+    """
+    if isinstance(model, str):
+        return models.config_from_hf(model) if models.is_config_path(model) else model
+    if not isinstance(model, models.ModelConfig):
+        raise MksimError(f"model: give a built-in model's name, a config.json path or a ModelConfig, not a "
+                         f"{type(model).__name__}")
+    if model.name in models.names() and models.get(model.name) == model:
+        return model.name
+    return model
+
+
+def model_label(model: str | models.ModelConfig) -> str:
+    """What a study calls its model: a built-in's name, or a config's name (letters, digits and ``._+=@-``)
+    and the first 8 hex digits of a hash of its fields, so that two different configs of one name (two
+    files ``config.json``) never share a default study, and the same config always finds its own.
+
+    >>> from dataclasses import replace
+    >>> from mksim import models
+    >>> cfg = replace(models.get("llama-3.2-1b"), name="org/tiny llama", num_layers=2)
+    >>> model_label(cfg)[:-8], len(model_label(cfg)), model_label(replace(cfg, num_layers=3)) != model_label(cfg)
+    ('org_tiny_llama-', 23, True)
+    """
+    if isinstance(model, str):
+        return model
+    digest = hashlib.sha256(json.dumps(model.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
+    return f"{re.sub(r'[^A-Za-z0-9._+=@-]', '_', model.name)[:80]}-{digest}"
+
+
 @dataclass(frozen=True)
 class Problem:
     """What is being scheduled: a model step on a GPU (:attr:`step`).
@@ -301,7 +341,7 @@ class Problem:
     >>> p.step.rows, p.workload(kv_split_mult=2.0).build.kv_splits
     (4, 10)
     """
-    model: Any  # a built-in model's name (a ModelConfig builds workloads too; a study names the model)
+    model: Any  # a built-in model's name or a ModelConfig (a study names it by :func:`model_label`)
     gpu: GPUSpec
     batch: int = 1
     kv_len: int = 1024
@@ -310,6 +350,11 @@ class Problem:
     designs: tuple[str, ...] = ()  # megakernel designs added to the space (check_designs)
     prefill_tokens: int = 0  # new tokens per sequence in prefill
     routing: str = "uniform"  # a mixture of experts' routing model (Step.routing)
+
+    @property
+    def label(self) -> str:
+        """The model's name in the study (:func:`model_label`)."""
+        return model_label(self.model)
 
     @property
     def step(self) -> Step:

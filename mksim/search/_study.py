@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import json
 import math
 import multiprocessing as mp
 import os
@@ -46,6 +47,7 @@ from mksim.errors import (
     check_writable,
 )
 from mksim.extras import require
+from mksim.models import ModelConfig
 from mksim.schedule import check_fits, get_design
 from mksim.sim import simulate
 from mksim.target import Target
@@ -65,6 +67,7 @@ from ._space import (
     check_fixed_on,
     is_baseline,
     ring_fixed,
+    study_model,
     suggest,
 )
 
@@ -115,7 +118,7 @@ def default_study_name(problem: Problem, objectives: tuple[str, ...]) -> str:
     fixed = "".join(f"-{k}={v:g}" if isinstance(v, float) else f"-{k}={v}" for k, v in problem.fixed.items())
     designs = f"-designs={'+'.join(problem.designs)}" if problem.designs else ""
     routing = "" if problem.routing == "uniform" else f"-routing={Path(problem.routing).name}"  # a file: its name
-    return (f"{problem.model}-{problem.gpu.name}-b{problem.batch}-kv{problem.kv_len}-"
+    return (f"{problem.label}-{problem.gpu.name}-b{problem.batch}-kv{problem.kv_len}-"
             f"{'+'.join(objectives)}{fixed}{designs}{routing}")
 
 
@@ -315,9 +318,11 @@ def _open_study_unchecked(problem: Problem, objectives: tuple[str, ...], storage
     except optuna.exceptions.DuplicatedStudyError:
         study = optuna.load_study(study_name=study_name, storage=storage, sampler=sampler)
         created = False
-    want: dict[str, Any] = {"model": problem.model, "gpu": problem.gpu.name, "batch": problem.batch,
+    want: dict[str, Any] = {"model": problem.label, "gpu": problem.gpu.name, "batch": problem.batch,
                             "kv_len": problem.kv_len, "phase": problem.phase, "objectives": list(objectives),
                             "space": SPACE_VERSION}
+    if not isinstance(problem.model, str):  # a config: its fields, which rebuild the study's schedules
+        want["config"] = json.loads(json.dumps(problem.model.to_dict()))  # as stored: tuples are lists
     if problem.fixed:  # recorded only when given: studies made before fixed options still resume
         want["fixed"] = dict(problem.fixed)
     ring = {k: v for k, v in ring_fixed(problem.gpu, problem.fixed).items() if k not in problem.fixed}
@@ -371,7 +376,8 @@ def _problem_text(p: dict[str, Any]) -> str:
     """A study's problem in words: ``llama-3.2-1b on h200, batch 1, KV 1024, latency`` and what differs."""
     words = (f"{p.get('model')} on {p.get('gpu')}, batch {p.get('batch')}, KV {p.get('kv_len')}, "
              f"{'+'.join(p.get('objectives') or [])}")
-    rest = {k: v for k, v in p.items() if k not in ("model", "gpu", "batch", "kv_len", "objectives", "space")}
+    rest = {k: v for k, v in p.items()  # a config's fields: its name in ``model`` has their hash
+            if k not in ("model", "gpu", "batch", "kv_len", "objectives", "space", "config")}
     return words + "".join(f", {k} {v}" for k, v in rest.items())
 
 
@@ -603,7 +609,7 @@ def _work(problem: Problem, objectives, url: str, study_name: str, seed: int, tr
         raise _interrupted(url)
 
 
-def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: int = 100,
+def search(model: str | ModelConfig, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: int = 100,
            timeout: float | None = None, seed: int = 0, storage: str | None = None, study_name: str | None = None,
            objectives: str | tuple[str, ...] = "latency", workers: int = 1, out: str | Path | None = None,
            report: str | Path | None = None, progress: bool = False,
@@ -611,6 +617,10 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
            designs: str | tuple[str, ...] | None = None, say: Callable[[str], None] | None = None,
            routing: str = "uniform") -> SearchResult:
     """Search megakernel (and, for comparison, chain) schedules of ``model`` on ``gpu``.
+
+    ``model``: a built-in model's name, the path of a Hugging Face ``config.json`` or a
+    :class:`~mksim.models.ModelConfig` (:func:`~mksim.search._space.study_model`); the default study
+    name names a config by its name and a hash of its fields (:func:`~mksim.search._space.model_label`).
 
     Seeds the study with the baselines, runs until the study holds ``trials`` finished trials
     (``workers`` processes on this machine share it), writes the best schedule to ``out`` and an
@@ -626,6 +636,7 @@ def search(model: str, gpu: str, *, batch: int = 1, kv_len: int = 1024, trials: 
     routing model (``Step.routing``).
     """
     objs = _parse_objectives(objectives)
+    model = study_model(model)  # a config file is read (a bad one: one line) before anything else
     if out:  # before the work: a typo in a path must not cost a finished search
         check_writable(out, "--out")
     if report:

@@ -1,8 +1,12 @@
-"""What the search tests share: a small GPU that keeps a study's trials cheap, and a count of a study's
-trials read straight from its SQLite file (cheap enough to poll while a child process searches).
+"""What the search tests share: a small GPU and a tiny model that keep a study's trials cheap, and a count
+of a study's trials read straight from its SQLite file (cheap enough to poll while a child process searches).
 
 The small GPU is an H200 of 16 SMs: the same search space, the same baselines and chain modes, each
-trial simulated in a tenth of the time (fewer tiles per op).
+trial simulated in a tenth of the time (fewer tiles per op). The tiny model (:data:`TINY_MODEL`) is a Llama
+of 2 layers, 512 wide (``mksim search --model tests/data/tiny-llama.json``): the same ops per layer and the
+same space, a trial a tenth of llama-3.2-1b's again (:data:`TINY_MOE`: OLMoE's block, for the MoE designs).
+A test whose point is the search machinery (storage, resuming, interrupts, races, options) takes both; one
+whose point is a model's numbers keeps its model.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+TINY_MODEL = Path(__file__).resolve().parents[1] / "data" / "tiny-llama.json"
+TINY_MOE = TINY_MODEL.with_name("tiny-olmoe.json")  # OLMoE's block: 2 layers of 16 experts, top-4
 SMALL_GPU = """extends = "h200-datasheet"
 name = "h200-16sm"
 [chip.sm]

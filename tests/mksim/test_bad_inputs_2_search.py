@@ -9,9 +9,14 @@ Part C: each case interrupts a search at a point chosen by progress, not by the 
 signals itself after the k-th enqueue, trial or simulation, or a signal sent once the study holds k finished
 trials), then runs the same command again, and checks that no baseline and no finished trial was lost and that
 the best equals an uninterrupted run's (the trials are the same: ``--trials`` is the least allowed, so every trial
-is an enqueued one). A small GPU (16 SMs) with the chain options fixed keeps a search at 10 trials and about
-2 s. One repetition of the table runs in the slow tests; ``MKSIM_C_TABLE_REPEATS=20`` runs it 20 times in a row
-(``test_C_table_many_times_in_a_row``: 27 minutes on 2 cores, 80 s a repetition, more under load).
+is an enqueued one). The point is the search machinery, not the model: a tiny model (tests/data/tiny-llama.json,
+2 layers) on a small GPU (16 SMs) with the chain options fixed keeps a search at 10 trials of about 15 ms of CPU
+each; the enqueues, trials and simulations come in the same order as llama-3.2-1b's, so the hooks land where
+their names say. Where the point depends on how long a trial lasts — a signal sent from outside once the study
+holds k trials, two searches that overlap — each trial of the child is paced (``PACE_S`` of sleep after its
+work: wall time, no CPU), as llama-3.2-1b's trials lasted, and an outside signal is checked to have landed before
+the search's end. One repetition of the table runs in the slow tests; ``MKSIM_C_TABLE_REPEATS=20`` runs it 20
+times in a row (``test_C_table_many_times_in_a_row``).
 """
 
 from __future__ import annotations
@@ -34,9 +39,9 @@ optuna = pytest.importorskip("optuna")
 
 import hwmodels  # noqa: E402
 from mksim.search import baseline_params, search  # noqa: E402
-from mksim.search._space import check_fixed  # noqa: E402
+from mksim.search._space import check_fixed, model_label, study_model  # noqa: E402
 from tests.clirun import as_from_a_terminal  # noqa: E402
-from tests.mksim.searchkit import count  # noqa: E402
+from tests.mksim.searchkit import TINY_MODEL, count  # noqa: E402
 from tests.mksim.test_bad_inputs import assert_one_line, run_cli  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,17 +55,29 @@ count = { value = 16, source = "tests", note = "an H200 of 16 SMs: the same spac
 kind = "estimate"
 title = "tests/mksim/test_bad_inputs_2_search.py"
 """
+MODEL = str(TINY_MODEL)  # what the searches search: a model of 2 layers (tests/mksim/searchkit.py)
 FIX = {"tasks_per_sm": 2, "blocks_per_sm": 2}  # one chain candidate per mode: 10 enqueued trials in all
+PACE_S = 0.3  # a paced child's sleep after each trial's work: a search of 10 trials lasts 3 s, as llama-3.2-1b's did
 # A child that signals itself at a point of the search: MKSIM_TEST_SIGNAL_AT = "<where>:<k>:<SIGNAL>" sends
 # SIGNAL (SIGNAL*2: twice) at the k-th call of <where>: enqueue (after a baseline is enqueued), ask (after a
 # trial is taken, before it names its process), simulate (inside a simulation: the fused trial's KV splits
-# come first) or storage (as the storage is opened). The hook lives here, not in mksim.
+# come first) or storage (as the storage is opened). MKSIM_TEST_PACE_S = "<s>" sleeps that long after each
+# trial's work, before the trial ends (it runs, named, meanwhile). The hooks live here, not in mksim.
 CHILD = r"""
-import os, signal, sys
-where, k, sig = os.environ["MKSIM_TEST_SIGNAL_AT"].split(":")
+import os, signal, sys, time
 import optuna
 from mksim.search import _study
+where, k, sig = os.environ.get("MKSIM_TEST_SIGNAL_AT", "none:0:SIGINT").split(":")
+pace = float(os.environ.get("MKSIM_TEST_PACE_S", "0"))
 calls = [0]
+
+if pace:
+    work = _study._Objective.__call__
+    def paced(self, trial):
+        out = work(self, trial)
+        time.sleep(pace)
+        return out
+    _study._Objective.__call__ = paced
 
 def fire():
     calls[0] += 1
@@ -84,7 +101,8 @@ def before(owner, name):
     setattr(owner, name, wrapped)
 
 {"enqueue": lambda: after(optuna.study.Study, "enqueue_trial"), "ask": lambda: after(optuna.study.Study, "ask"),
- "simulate": lambda: before(_study, "simulate"), "storage": lambda: before(_study, "storage_for")}[where]()
+ "simulate": lambda: before(_study, "simulate"), "storage": lambda: before(_study, "storage_for"),
+ "none": lambda: None}[where]()
 from mksim.cli import main
 main(sys.argv[1:])
 """
@@ -99,8 +117,10 @@ def gpu_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def fast(gpu_file: Path) -> list[str]:
-    """The options of every part C search (and the cheap accepted rows): a small GPU, short KV, chains fixed."""
-    return ["--gpu", str(gpu_file), "--kv-len", "64", *[a for k, v in FIX.items() for a in ("--fix", f"{k}={v}")]]
+    """The options of every part C search (and the cheap accepted rows): a tiny model, a small GPU, short KV,
+    chains fixed."""
+    return ["--model", MODEL, "--gpu", str(gpu_file), "--kv-len", "64",
+            *[a for k, v in FIX.items() for a in ("--fix", f"{k}={v}")]]
 
 
 def least_trials(gpu_file: Path) -> int:
@@ -114,7 +134,7 @@ def reference(gpu_file: Path) -> Callable[[int], dict[str, Any]]:
 
     def get(batch: int) -> dict[str, Any]:
         if batch not in made:
-            res = search("llama-3.2-1b", str(gpu_file), batch=batch, kv_len=64, trials=least_trials(gpu_file),
+            res = search(MODEL, str(gpu_file), batch=batch, kv_len=64, trials=least_trials(gpu_file),
                          storage="memory", fixed=dict(FIX))
             made[batch] = {"best": res.best["latency_us"],
                            "baselines": {k: v["latency_us"] for k, v in res.baselines.items()}}
@@ -123,12 +143,14 @@ def reference(gpu_file: Path) -> Callable[[int], dict[str, Any]]:
     return get
 
 
-def start(argv: list[str], signal_at: str | None = None) -> subprocess.Popen[str]:
-    """``mksim argv`` as a child in a session of its own (so that a signal reaches it as Ctrl-C would)."""
+def start(argv: list[str], signal_at: str | None = None, paced: bool = False) -> subprocess.Popen[str]:
+    """``mksim argv`` as a child in a session of its own (so that a signal reaches it as Ctrl-C would); with
+    ``signal_at`` or ``paced``, the hooks of CHILD."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "mksim", *argv]
-    if signal_at:
-        env["MKSIM_TEST_SIGNAL_AT"] = signal_at
+    if signal_at or paced:
+        env["MKSIM_TEST_SIGNAL_AT"] = signal_at or "none:0:SIGINT"
+        env["MKSIM_TEST_PACE_S"] = str(PACE_S if paced else 0)
         cmd = [sys.executable, "-c", CHILD, *argv]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True, preexec_fn=as_from_a_terminal)
@@ -349,7 +371,7 @@ def test_accepted_rows_still_work(study: str, storage: str, gpu_file: Path, tmp_
     code, out, err = run_cli(["search", *fast(gpu_file), "--trials", str(least_trials(gpu_file)), "--storage",
                               f"sqlite:///{db}", "--study", study, "--json"], capsys)
     assert code == 0, err
-    default = "llama-3.2-1b-h200-16sm-b1-kv64-latency-blocks_per_sm=2-tasks_per_sm=2"
+    default = f"{model_label(study_model(MODEL))}-h200-16sm-b1-kv64-latency-blocks_per_sm=2-tasks_per_sm=2"
     assert json.loads(out)["study"] == (study or default)
     assert optuna.get_all_study_names(f"sqlite:///{db}") == [study or default]
 
@@ -415,7 +437,7 @@ def resume(db: Path, gpu_file: Path, trials: int | None = None) -> Any:
 
     wait, _study.OWNERLESS_WAIT_S = _study.OWNERLESS_WAIT_S, 0.2
     try:
-        return search("llama-3.2-1b", str(gpu_file), kv_len=64, trials=trials or least_trials(gpu_file),
+        return search(MODEL, str(gpu_file), kv_len=64, trials=trials or least_trials(gpu_file),
                       storage=f"sqlite:///{db}", study_name="s", fixed=dict(FIX))
     finally:
         _study.OWNERLESS_WAIT_S = wait
@@ -423,12 +445,13 @@ def resume(db: Path, gpu_file: Path, trials: int | None = None) -> Any:
 
 def race(tmp_path: Path, gpu_file: Path, ref: Callable[[int], dict[str, Any]], batches: tuple[int, int],
          stagger: bool = False) -> None:
-    """Two searches on one study, started together (or the second once the first has made the study)."""
+    """Two searches on one study, started together (or the second once the first has made the study); paced, so
+    that each lasts as long as llama-3.2-1b's did and the two overlap."""
     db = tmp_path / "race.db"
-    a = start(search_argv(db, gpu_file, batches[0]))
+    a = start(search_argv(db, gpu_file, batches[0]), paced=True)
     if stagger:
         wait_for("the first search's study", lambda: count(db, ("WAITING", "RUNNING", "COMPLETE")) > 0, a)
-    b = start(search_argv(db, gpu_file, batches[1]))
+    b = start(search_argv(db, gpu_file, batches[1]), paced=True)
     (ca, oa, ea), (cb, ob, eb) = finish(a), finish(b)
     trials = trials_of(db)
     if batches[0] != batches[1]:  # one clean refusal, and the study holds only the other's trials
@@ -460,11 +483,14 @@ class Interrupt:
 def interrupt_and_resume(tmp_path: Path, gpu_file: Path, ref: dict[str, Any], how: Interrupt) -> None:
     db = tmp_path / "k.db"
     argv = search_argv(db, gpu_file)
-    p = start(argv, f"{how.at}:{how.sig}" if how.at else None)
+    p = start(argv, f"{how.at}:{how.sig}" if how.at else None, paced=how.after is not None)
     if how.after is not None:
         wait_for(f"{how.after} finished trials", lambda: count(db) >= how.after, p)
         os.killpg(p.pid, getattr(signal, how.sig))
     code, _, err = finish(p)
+    if how.after is not None:  # the signal landed where the case says: after k trials, before the search's end
+        landed = count(db, ("COMPLETE", "PRUNED"))
+        assert how.after <= landed < least_trials(gpu_file) and code != 0, (landed, code, err[-2000:])
     if how.sig == "SIGKILL":
         assert code == -signal.SIGKILL, err[-2000:]
     elif code != 0:  # a Ctrl-C after the last trial may find the search done
@@ -565,7 +591,7 @@ def test_C_table(case: str, tmp_path: Path, gpu_file: Path, reference: Callable[
 
 @pytest.mark.slow
 @pytest.mark.skipif(C_TABLE_REPEATS == 0, reason="MKSIM_C_TABLE_REPEATS=20 runs the table 20 times in a row "
-                                                 "(27 minutes on 2 cores)")
+                                                 "(75 s of CPU a repetition, 2 minutes on 2 loaded cores)")
 def test_C_table_many_times_in_a_row(tmp_path: Path, gpu_file: Path,
                                      reference: Callable[[int], dict[str, Any]]) -> None:
     for rep in range(C_TABLE_REPEATS):

@@ -240,16 +240,17 @@ def test_search_says_where_it_makes_its_db_and_names_the_metrics(tmp_path):
     import optuna
 
     from tests.clirun import mksim
-    from tests.mksim.searchkit import small_gpu
+    from tests.mksim.searchkit import TINY_MODEL, small_gpu
 
     gpu = str(small_gpu(tmp_path / "gpu"))  # a small GPU: the same space, cheaper trials; its file out of the way
-    r = mksim("search", "--gpu", gpu, "--trials", "26", "--json", cwd=tmp_path)
+    model = str(TINY_MODEL)  # and a model of 2 layers
+    r = mksim("search", "--model", model, "--gpu", gpu, "--trials", "26", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     db = next(tmp_path.glob("*.db"))
     assert r.stderr == f"creating study storage sqlite:///{db.name} in {tmp_path} (--storage puts it elsewhere)\n"
     study = optuna.load_study(study_name=db.stem, storage=f"sqlite:///{db}")
     assert study.metric_names == ["latency_us"]
-    r = mksim("search", "--gpu", gpu, "--trials", "26", "--json", cwd=tmp_path)
+    r = mksim("search", "--model", model, "--gpu", gpu, "--trials", "26", "--json", cwd=tmp_path)
     assert r.returncode == 0 and r.stderr == "", r.stderr  # resumed: nothing made, nothing said
 
 

@@ -122,17 +122,20 @@ def test_dynamic_dispatch_is_a_megakernel_design():
         mksim.build_schedule("llama-3.2-1b", "h100", "persistent_barrier", dispatch="dynamic")
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # about 1 s of CPU (0.9 s with optuna's import)
 def test_search_with_designs_runs_mpk_and_kog_as_baselines_and_can_pick_them():
     pytest.importorskip("optuna")
     from mksim.search import baseline_params, search
+    from tests.mksim.searchkit import TINY_MODEL
 
     n = len(baseline_params(hwmodels.load("b200"), designs=("dies", "dynamic", "movement", "sentinel")))
-    res = search("llama-3.2-1b", "b200", trials=n + 3, seed=0, storage="memory", designs="all")
+    # the designs' machinery, not a model's numbers: a Llama of 2 layers (a B200 keeps its two dies)
+    res = search(str(TINY_MODEL), "b200", trials=n + 3, seed=0, storage="memory", designs="all")
     assert {"megakernel:dynamic", "megakernel:sentinel", "megakernel:die"} <= set(res.baselines)
+    wl = mksim.models.workload(mksim.models.config_from_hf(TINY_MODEL), n_sms=hwmodels.load("b200").sm.count)
     for name, opts in (("megakernel:dynamic", {"policy": "rr", "dispatch": "dynamic"}),
                        ("megakernel:die", {"policy": "die"})):
-        direct = mksim.simulate(mksim.build_schedule("llama-3.2-1b", "b200", "megakernel", dies=True,
+        direct = mksim.simulate(mksim.build_schedule(wl, "b200", "megakernel", dies=True,
                                                      movement="native", prefetch_depth=4, **opts))
         assert res.baselines[name]["latency_us"] == pytest.approx(direct.latency_us, rel=1e-12)
     assert res.best["latency_us"] <= min(b["latency_us"] for b in res.baselines.values())

@@ -1,5 +1,8 @@
 """Schedule search: determinism, baselines, pruning, best-schedule round trip, storage
-(SQLite kill-and-resume, two workers on one PostgreSQL study) and the CLI."""
+(SQLite kill-and-resume, two workers on one PostgreSQL study) and the CLI.
+
+The searches test the machinery, not a model's numbers: they search the tiny model (a Llama of 2 layers,
+tests/mksim/searchkit.py) on a 16-SM H200, the H200's space and baselines at a small part of the cost."""
 
 from __future__ import annotations
 
@@ -18,9 +21,10 @@ import hwmodels  # noqa: E402
 from mksim.search import Problem, baseline_params, build, search, suggest  # noqa: E402
 from mksim.search._report import candidate_rows, report_rows  # noqa: E402
 from tests.clirun import mksim  # noqa: E402
-from tests.mksim.searchkit import count, small_gpu  # noqa: E402
+from tests.mksim.searchkit import TINY_MODEL, count, small_gpu  # noqa: E402
 
 N_BASE = len(baseline_params(hwmodels.load("h200-datasheet")))
+MODEL = str(TINY_MODEL)  # what the searches search (a config path, as mksim search --model takes it)
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -46,7 +50,7 @@ def gpu(tmp_path_factory) -> str:
 def seeded(tmp_path_factory, gpu):
     """One seeded search in SQLite, which the tests of its baselines and of determinism share."""
     db = tmp_path_factory.mktemp("seeded") / "a.db"
-    return search("llama-3.2-1b", gpu, trials=N_BASE + 4, seed=11, storage=f"sqlite:///{db}")
+    return search(MODEL, gpu, trials=N_BASE + 4, seed=11, storage=f"sqlite:///{db}")
 
 
 @pytest.mark.slow
@@ -56,9 +60,10 @@ def test_baselines_are_the_built_in_schedules_and_best_is_never_worse(seeded, gp
         "graph", "graph_pdl"}
     import mksim
 
+    wl = mksim.models.workload(mksim.models.config_from_hf(MODEL), n_sms=hwmodels.load(gpu).sm.count)
     for name in ("megakernel:rr", "graph_pdl"):
         mode, _, policy = name.partition(":")
-        direct = mksim.simulate(mksim.build_schedule("llama-3.2-1b", gpu, mode, policy=policy or None))
+        direct = mksim.simulate(mksim.build_schedule(wl, gpu, mode, policy=policy or None))
         assert res.baselines[name]["latency_us"] == pytest.approx(direct.latency_us, rel=1e-12)
     assert res.best["latency_us"] <= min(b["latency_us"] for b in res.baselines.values())
     assert all(s >= 1.0 for s in res.improvement().values())
@@ -68,7 +73,7 @@ def test_baselines_are_the_built_in_schedules_and_best_is_never_worse(seeded, gp
 
 @pytest.mark.slow
 def test_seeded_search_is_deterministic(seeded, gpu, tmp_path):
-    b = search("llama-3.2-1b", gpu, trials=N_BASE + 4, seed=11, storage=f"sqlite:///{tmp_path}/b.db")
+    b = search(MODEL, gpu, trials=N_BASE + 4, seed=11, storage=f"sqlite:///{tmp_path}/b.db")
     assert seeded.best == b.best
 
 
@@ -148,7 +153,7 @@ def test_split_projections_interleave_under_level_order():
 def in_memory(tmp_path_factory, gpu):
     """The fewest trials in memory, with a report: what the report's and the storage's tests read."""
     page_path = tmp_path_factory.mktemp("report") / "r.html"
-    return search("llama-3.2-1b", gpu, trials=N_BASE, storage="memory", report=page_path), page_path
+    return search(MODEL, gpu, trials=N_BASE, storage="memory", report=page_path), page_path
 
 
 @pytest.mark.slow
@@ -173,13 +178,13 @@ def test_memory_storage_keeps_nothing_and_needs_one_worker(in_memory, gpu):
     res, _ = in_memory
     assert res.n_complete + res.n_pruned >= N_BASE and res.storage == "memory"
     with pytest.raises(Exception, match="one process"):
-        search("llama-3.2-1b", gpu, trials=N_BASE, storage="memory", workers=2)
+        search(MODEL, gpu, trials=N_BASE, storage="memory", workers=2)
 
 
 @pytest.mark.slow
 def test_best_schedule_file_reproduces_the_reported_latency(tmp_path, gpu):
     best = tmp_path / "best.json"
-    r = cli("search", "--gpu", gpu, "--trials", str(N_BASE + 2), "--seed", "5", "--storage", f"sqlite:///{tmp_path}/c.db",
+    r = cli("search", "--model", MODEL, "--gpu", gpu, "--trials", str(N_BASE + 2), "--seed", "5", "--storage", f"sqlite:///{tmp_path}/c.db",
             "--out", str(best), "--report", str(tmp_path / "r.html"), "--json")
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
@@ -193,7 +198,7 @@ def test_best_schedule_file_reproduces_the_reported_latency(tmp_path, gpu):
 
 @pytest.mark.slow
 def test_pareto_front_for_latency_and_shared_memory(tmp_path, gpu):
-    res = search("llama-3.2-1b", gpu, trials=N_BASE + 6, seed=2, objectives="latency,smem",
+    res = search(MODEL, gpu, trials=N_BASE + 6, seed=2, objectives="latency,smem",
                  storage=f"sqlite:///{tmp_path}/p.db")
     assert res.pareto
     lat = [p["latency_us"] for p in res.pareto]
@@ -206,7 +211,8 @@ def test_pareto_front_for_latency_and_shared_memory(tmp_path, gpu):
 def test_sqlite_study_survives_a_kill_and_resumes(tmp_path, gpu):
     db, study, total = tmp_path / "k.db", "resume", N_BASE + 5
     url = f"sqlite:///{db}"
-    args = ["search", "--gpu", gpu, "--trials", str(total), "--storage", url, "--study", study, "--seed", "4", "--json"]
+    args = ["search", "--model", MODEL, "--gpu", gpu, "--trials", str(total), "--storage", url, "--study", study,
+            "--seed", "4", "--json"]
     proc = subprocess.Popen([sys.executable, "-m", "mksim", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.time() + 300

@@ -61,33 +61,34 @@ def test_baselines_with_fixed_options():
 
 @pytest.mark.slow
 def test_study_records_fixed_options_and_refuses_others(tmp_path):
-    from tests.mksim.searchkit import small_gpu
+    from tests.mksim.searchkit import TINY_MODEL, small_gpu
 
     gpu = str(small_gpu(tmp_path, extends="h200-calibrated"))  # the calibrated H200's space, cheaper trials
+    model = str(TINY_MODEL)  # the study's records are the point, not the model: 2 layers
     url = f"sqlite:///{tmp_path}/s.db"
     n = len(baseline_params(hwmodels.load(gpu), {"smem_reserve_KiB": 80.0}))
-    res = search("llama-3.2-1b", gpu, batch=4, trials=n + 2, seed=0, storage=url, study_name="v",
+    res = search(model, gpu, batch=4, trials=n + 2, seed=0, storage=url, study_name="v",
                  fixed={"smem_reserve_KiB": 80}, out=tmp_path / "best.json")
     assert res.fixed == {"smem_reserve_KiB": 80.0} and res.to_dict()["fixed"] == res.fixed
     assert res.best["candidate"]["options"]["smem_reserve_KiB"] == 80.0
     assert json.loads((tmp_path / "best.json").read_text())["options"]["smem_reserve_KiB"] == 80.0
     with pytest.raises(MksimError, match="made with fixed options smem_reserve_KiB=80, not smem_reserve_KiB=96"):
-        search("llama-3.2-1b", gpu, batch=4, trials=n + 2, storage=url, study_name="v",
+        search(model, gpu, batch=4, trials=n + 2, storage=url, study_name="v",
                fixed={"smem_reserve_KiB": 96})
     with pytest.raises(MksimError, match="made with fixed options smem_reserve_KiB=80, not none"):
-        search("llama-3.2-1b", gpu, batch=4, trials=n + 2, storage=url, study_name="v")
+        search(model, gpu, batch=4, trials=n + 2, storage=url, study_name="v")
     # the default study name carries the fixed values: another value is another study
-    other = search("llama-3.2-1b", gpu, batch=4, trials=n, storage=url, fixed={"smem_reserve_KiB": 96})
+    other = search(model, gpu, batch=4, trials=n, storage=url, fixed={"smem_reserve_KiB": 96})
     assert other.study_name.endswith("-smem_reserve_KiB=96")
 
 
 @pytest.mark.slow
 def test_cli_fix_option(tmp_path):
     from tests.clirun import mksim
-    from tests.mksim.searchkit import small_gpu
+    from tests.mksim.searchkit import TINY_MODEL, small_gpu
 
     def cli(*args):
-        return mksim("search", "--model", "llama-3.2-1b", "--storage", "memory", *args)
+        return mksim("search", "--model", str(TINY_MODEL), "--storage", "memory", *args)
 
     r = cli("--fix", "smem_reserve_KiB")
     assert r.returncode == 2 and r.stderr == "error: --fix takes key=value, got 'smem_reserve_KiB'\n"
