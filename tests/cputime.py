@@ -25,7 +25,10 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     t = os.times()
     yield
     u = os.times()
-    row = {"id": item.nodeid, "slow": item.get_closest_marker("slow") is not None,
+    nodeid, group = item.nodeid, item.get_closest_marker("xdist_group")
+    if group is not None and group.args and nodeid.endswith(f"@{group.args[0]}"):
+        nodeid = nodeid[:-len(group.args[0]) - 1]  # the id as collected (--dist loadgroup adds @group)
+    row = {"id": nodeid, "slow": item.get_closest_marker("slow") is not None,
            "cpu": round(u.user + u.system - t.user - t.system, 3),
            "children": round(u.children_user + u.children_system - t.children_user - t.children_system, 3),
            "wall": round(u.elapsed - t.elapsed, 3)}
