@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--over", type=float, default=1.0, help="CPU seconds over which a test should be slow")
     ap.add_argument("--under", type=float, default=0.25, help="CPU seconds under which a slow test need not be")
     ap.add_argument("--write", action="store_true",
-                    help="add the tests over --over without the mark to tests/slow_ids.txt (conftest marks them)")
+                    help="make tests/slow_ids.txt the tests over --over whose code has no slow mark")
     args = ap.parse_args(argv)
     path = Path(args.file)
     if not path.is_file():
@@ -58,12 +58,15 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\nslow but under {args.under:g} s: {len(overmarked)}")
     for r in overmarked:
         print(f"{r['total']:8.2f}  {r['id']}")
-    if args.write:
+    if args.write:  # the list becomes the tests over --over whose code has no mark; ids this run did not see stay
         old = [x for x in SLOW_IDS.read_text().splitlines() if x.strip()] if SLOW_IDS.is_file() else []
         head = [x for x in old if x.startswith("#")] or [
             "# tests over about 1 s of CPU without a slow mark in their code: tests/conftest.py marks them slow",
             "# (written by python benchmarks/test_times.py --write from a run of python -m pytest -p tests.cputime)"]
-        ids = sorted({x for x in old if not x.startswith("#")} | {r["id"] for r in unmarked})
+        listed = [r for r in rows.values() if r.get("listed")]
+        fast = {r["id"] for r in listed if r["total"] <= args.over}
+        ids = sorted(({x for x in old if not x.startswith("#")} - fast)
+                     | {r["id"] for r in (*unmarked, *listed) if r["total"] > args.over})
         SLOW_IDS.write_text("\n".join([*head, *ids]) + "\n")
         print(f"\nwrote {len(ids)} ids to {SLOW_IDS}")
 

@@ -56,7 +56,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     slow = _measured_slow()
     for item in items:
         if item.nodeid in slow:
-            item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.slow(listed=True))  # listed: benchmarks/test_times.py may drop it
     # the CUDA compile checks take minutes of CPU where their builds are not cached yet (a fresh
     # machine, a new nvcc): README's test command leaves them to --nvcc, which .ci/run gives
     nvcc = config.getoption("--nvcc") or os.environ.get("MKSIM_TEST_NVCC") == "1"

@@ -3,9 +3,10 @@ mark means ("over about 1 s of CPU") measured, on a loaded machine too (wall tim
 a quiet run's; CPU time changes little).
 
 ``python -m pytest -p tests.cputime`` writes one JSON line a test (``id``, ``slow``: whether it carries the
-mark, ``cpu``: the test process's seconds, ``children``: its waited-for children's, ``wall``) to
-``$MKSIM_TEST_CPUTIME`` (default ``/tmp/mksim-test-cputime.jsonl``), appending from every xdist worker;
-``python benchmarks/test_times.py`` sums it by file and lists the tests whose mark is wrong. A child a test
+mark, ``listed``: whether the mark is ``tests/slow_ids.txt``'s, ``cpu``: the test process's seconds,
+``children``: its waited-for children's, ``wall``) to ``$MKSIM_TEST_CPUTIME`` (default
+``/tmp/mksim-test-cputime.jsonl``), appending from every xdist worker; ``python benchmarks/test_times.py``
+sums it by file and lists the tests whose mark is wrong. A child a test
 kills without waiting for it, or a server, counts nowhere.
 """
 
@@ -28,7 +29,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     nodeid, group = item.nodeid, item.get_closest_marker("xdist_group")
     if group is not None and group.args and nodeid.endswith(f"@{group.args[0]}"):
         nodeid = nodeid[:-len(group.args[0]) - 1]  # the id as collected (--dist loadgroup adds @group)
-    row = {"id": nodeid, "slow": item.get_closest_marker("slow") is not None,
+    slow = item.get_closest_marker("slow")
+    row = {"id": nodeid, "slow": slow is not None, "listed": bool(slow is not None and slow.kwargs.get("listed")),
            "cpu": round(u.user + u.system - t.user - t.system, 3),
            "children": round(u.children_user + u.children_system - t.children_user - t.children_system, 3),
            "wall": round(u.elapsed - t.elapsed, 3)}
