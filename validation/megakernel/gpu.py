@@ -20,10 +20,12 @@ which only the kernel reset (``recycled_max_rel_err``).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import statistics
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +71,21 @@ def compile_options(pdl_trigger: str = "early", defines: tuple[str, ...] = ()) -
     extra = tuple(os.environ.get("MKSIM_KERNEL_DEFINES", "").split())
     return ("-std=c++17", f"-I{KERNELS}", f"-DMK_CONSUMERS={P.CONSUMERS}", *opcode_defines(),
             f"-DMK_PDL_TRIGGER={PDL_TRIGGERS[pdl_trigger]}", *defines, *extra)
+
+
+@contextlib.contextmanager
+def kernel_defines(defines: str) -> Iterator[None]:
+    """``MKSIM_KERNEL_DEFINES`` set to ``defines`` (``-DNAME=VALUE ...``) inside the block, as it was after it:
+    a build of an A/B (what :func:`compile_options` and a :class:`Runner` made inside compile)."""
+    old = os.environ.get("MKSIM_KERNEL_DEFINES")
+    os.environ["MKSIM_KERNEL_DEFINES"] = defines
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("MKSIM_KERNEL_DEFINES", None)
+        else:
+            os.environ["MKSIM_KERNEL_DEFINES"] = old
 
 
 def _cupy():

@@ -28,7 +28,6 @@ run would, without timings: what a test runs.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -75,15 +74,8 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _runner(s: Any, defines: str) -> Any:
-    old = os.environ.get("MKSIM_KERNEL_DEFINES")
-    os.environ["MKSIM_KERNEL_DEFINES"] = defines
-    try:
+    with gpu.kernel_defines(defines):
         return gpu.Runner(s)
-    finally:
-        if old is None:
-            os.environ.pop("MKSIM_KERNEL_DEFINES", None)
-        else:
-            os.environ["MKSIM_KERNEL_DEFINES"] = old
 
 
 def ab_case(model: str, T: int, build: str, defines: str, dry: bool) -> dict:

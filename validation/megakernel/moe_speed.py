@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
-import os
 import statistics
 import sys
 import time
@@ -50,7 +49,7 @@ from validation.suite.anatomy import op_trace
 
 from . import gpu, moe_suite
 from . import program as P
-from .moe_ops import _commit, _device, _one_line
+from .moe_ops import _commit, _device, _one_line, _runner
 
 GPU = moe_suite.GPU
 KV = moe_suite.KV_LEN
@@ -128,15 +127,8 @@ def summarize(records: list[dict]) -> list[dict]:
 def _options(model: str, build: str) -> tuple[str, ...]:
     """The compile options a Runner of ``model`` uses with ``build`` (its attention instance: Plan.defines)."""
     plan = P.plan(schedule(model, 1, "plan"))
-    old = os.environ.get("MKSIM_KERNEL_DEFINES")
-    os.environ["MKSIM_KERNEL_DEFINES"] = BUILDS[build]
-    try:
+    with gpu.kernel_defines(BUILDS[build]):
         return gpu.compile_options("early", plan.defines)
-    finally:
-        if old is None:
-            os.environ.pop("MKSIM_KERNEL_DEFINES", None)
-        else:
-            os.environ["MKSIM_KERNEL_DEFINES"] = old
 
 
 def _compile_one(options: tuple[str, ...]) -> None:  # a child process: fills cupy's kernel cache
@@ -174,15 +166,7 @@ def run_case(model: str, T: int, design: str, build: str, dry: bool) -> dict:
         if dry:
             rec["tasks"] = len(P.plan(s).program.tasks)
             return rec
-        old = os.environ.get("MKSIM_KERNEL_DEFINES")
-        os.environ["MKSIM_KERNEL_DEFINES"] = BUILDS[build]
-        try:
-            r = gpu.Runner(s)
-        finally:
-            if old is None:
-                os.environ.pop("MKSIM_KERNEL_DEFINES", None)
-            else:
-                os.environ["MKSIM_KERNEL_DEFINES"] = old
+        r = _runner(s, BUILDS[build])
     except Exception as exc:
         rec["refused"] = _one_line(exc)
         return rec
