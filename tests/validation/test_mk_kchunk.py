@@ -4,6 +4,7 @@ models at batch 8, and the one-line refusals. No GPU."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -137,9 +138,13 @@ NEMO = {"model_type": "mistral", "hidden_size": 5120, "intermediate_size": 14336
         "rope_theta": 1000000.0, "rms_norm_eps": 1e-05, "max_position_embeddings": 131072}
 
 
-def _schedule(model, batch: int, mode: str, **opts):
+def _schedule(model, batch: int, mode: str, layers: int | None = 2, **opts):
+    """A step of ``model`` on h200-mk-kernels with the kernel's options, of its first ``layers`` layers (None:
+    all): what a plan chunks, and the shared memory it takes, is the same in every layer."""
     cfg = mksim.models.config_from_hf(NEMO, name="mistral-nemo-12b") if model == "mistral-nemo-12b" \
         else model_config(model)
+    if layers is not None:
+        cfg = dataclasses.replace(cfg, num_layers=min(layers, cfg.num_layers))
     kopts = P.kernel_options(cfg, batch, 1024, "h200-mk-kernels", mode=mode)
     wl = mksim.models.workload(cfg, batch=batch, kv_len=1024, n_sms=132)
     return mksim.build_schedule(wl, "h200-mk-kernels", mode, **(kopts | opts))
