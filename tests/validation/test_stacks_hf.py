@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")  # transformers (a second or more to import) only where a test builds a model
 
 from validation.stacks import cli, hf, runner  # noqa: E402
 
@@ -23,6 +22,7 @@ TINY = {"_source": "a test's config", "model_type": "llama", "hidden_size": 32, 
 @pytest.mark.parametrize("extra", [{}, {"model_type": "qwen3_moe", "num_experts": 4, "num_experts_per_tok": 2,
                                         "moe_intermediate_size": 16, "head_dim": 8}])
 def test_dynamic_and_static_caches_decode_alike(tmp_path: Path, extra: dict) -> None:
+    pytest.importorskip("transformers")
     (tmp_path / "tiny.json").write_text(json.dumps({**TINY, **extra}))
     config = hf.hf_config("tiny", tmp_path)
     assert config.model_type == extra.get("model_type", "llama") and config.hidden_size == 32
