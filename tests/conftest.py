@@ -5,7 +5,9 @@ pyproject's addopts run the tests on one worker per core (``-n auto --dist loadg
 tests. Besides the groups a test file names itself (the docs' commands, which read what an earlier
 command wrote), every test of a module that has a module-scoped fixture is kept together: such a
 fixture (a server, a browser, a study searched once) is built once per worker that uses it, so
-spreading the module would build it on every worker.
+spreading the module would build it on every worker. A fixture that is cheap to build (a folder of bad
+files, a small hardware file) is session-scoped instead, so that its module's tests spread over the workers:
+a module kept together runs on one core, and the bad-input tables are minutes of it.
 """
 
 from __future__ import annotations

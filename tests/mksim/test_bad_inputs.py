@@ -99,7 +99,7 @@ HW_FILES: dict[str, str | bytes] = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def bad(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding every bad file of the table."""
     d = tmp_path_factory.mktemp("bad")
@@ -626,12 +626,12 @@ def test_read_only_study_answers_in_one_line(tmp_path: Path) -> None:
     not write is): one line naming the cause, not optuna's 121-line 'invalid data in the commit'. The
     study is made here (a small GPU, the fewest trials); the read-only run is a real child."""
     from mksim.search import baseline_params, search
-    from tests.mksim.searchkit import small_gpu
+    from tests.mksim.searchkit import TINY_MODEL, small_gpu
 
-    db, gpu = tmp_path / "ro.db", str(small_gpu(tmp_path))
+    db, gpu, model = tmp_path / "ro.db", str(small_gpu(tmp_path)), str(TINY_MODEL)
     trials = len(baseline_params(hwmodels.load(gpu)))
-    search("llama-3.2-1b", gpu, trials=trials, storage=f"sqlite:///{db}")
-    r = run_child(["search", "--gpu", gpu, "--trials", str(trials + 4), "--storage",
+    search(model, gpu, trials=trials, storage=f"sqlite:///{db}")
+    r = run_child(["search", "--model", model, "--gpu", gpu, "--trials", str(trials + 4), "--storage",
                    f"sqlite:///file:{db}?mode=ro&uri=true"])
     assert_one_line(r.returncode, r.stderr, "read-only")
 

@@ -109,7 +109,7 @@ main(sys.argv[1:])
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def gpu_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     p = tmp_path_factory.mktemp("gpu") / "h200-16sm.toml"
     p.write_text(SMALL_GPU)
@@ -127,9 +127,9 @@ def least_trials(gpu_file: Path) -> int:
     return len(baseline_params(hwmodels.load(str(gpu_file)), check_fixed(FIX)))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def reference(gpu_file: Path) -> Callable[[int], dict[str, Any]]:
-    """An uninterrupted search's result (best latency and baselines) for a batch, made once."""
+    """An uninterrupted search's result (best latency and baselines) for a batch, made once per worker."""
     made: dict[int, dict[str, Any]] = {}
 
     def get(batch: int) -> dict[str, Any]:

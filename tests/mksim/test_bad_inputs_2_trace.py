@@ -149,7 +149,7 @@ def _files() -> dict[str, bytes]:
     return files
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def bad(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("bad2-trace")
     for name, data in _files().items():
