@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.clirun import mksim
+from tests.clirun import ROOT, mksim
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
@@ -164,8 +164,11 @@ def test_simulation_errors_are_one_line(args, match):
                                   ("--designs", "dies", "--policy", "foo")])
 @pytest.mark.slow  # 3.9 s of CPU
 def test_compare_worker_error_is_one_line_in_seconds(args):
-    """An error in a forked worker comes back to the parent (it used to hang the pool forever)."""
-    r = subprocess.run([sys.executable, "-m", "mksim", "compare", *args], capture_output=True, text=True, timeout=60)
+    """An error in a forked worker comes back to the parent (it used to hang the pool forever); the tiny model
+    (tests/data/tiny-llama.json) goes through the same pool."""
+    model = str(ROOT / "tests" / "data" / "tiny-llama.json")
+    r = subprocess.run([sys.executable, "-m", "mksim", "compare", "--model", model, *args], capture_output=True,
+                       text=True, timeout=60)
     assert r.returncode == 2 and r.stdout == ""
     from mksim.schedule._policies import POLICIES
     assert r.stderr.strip().splitlines() == [f"error: unknown policy 'foo'; known: {', '.join(sorted(POLICIES))}"]
