@@ -300,9 +300,9 @@ CLI_CASES: list[tuple[str, list[str], str]] = [
     ("search-designs", ["search", "--designs", "bogus"], "unknown design"),
     ("search-batch", ["search", "--batch", "-1"], "batch must be"),
     ("search-storage-foo", ["search", "--storage", "foo"], "cannot open study storage"),
-    ("search-mysql", ["search", "--storage", "mysql://u@127.0.0.1:1/db"], "cannot open study storage"),
-    ("search-postgresql", ["search", "--storage", "postgresql://u@127.0.0.1:1/db"], "127.0.0.1"),
-    ("search-psycopg2", ["search", "--storage", "postgresql+psycopg2://u@127.0.0.1:1/db"], "127.0.0.1"),
+    ("search-mysql", ["search", "--storage", "mysql://u@127.0.0.1:{port}/db"], "cannot open study storage"),
+    ("search-postgresql", ["search", "--storage", "postgresql://u@127.0.0.1:{port}/db"], "127.0.0.1"),
+    ("search-psycopg2", ["search", "--storage", "postgresql+psycopg2://u@127.0.0.1:{port}/db"], "127.0.0.1"),
     # other commands
     ("calibrate-garbage", ["calibrate", "--from-raw", "{d}/raw-garbage.raw.json", "--out", "{d}/x.toml"],
      "cannot read raw calibration"),
@@ -347,12 +347,22 @@ def assert_one_line(code: int, err: str, fragment: str, status: int = 2) -> None
     assert fragment in lines[0], lines[0]
 
 
+@pytest.fixture(scope="session")
+def closed_port() -> Iterator[int]:
+    """A port of 127.0.0.1 where nothing listens, for as long as the tests run: a socket bound to it and never
+    listening, so a connection is refused at once (a fixed port such as 1 may have a server, or a firewall
+    that drops the packet, and a database driver then waits out its connect timeout)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
+
+
 @pytest.mark.parametrize("argv,fragment", [pytest.param(a, f, id=i) for i, a, f in CLI_CASES])
-def test_cli_bad_input_answers_in_one_line(argv: list[str], fragment: str, bad: Path,
+def test_cli_bad_input_answers_in_one_line(argv: list[str], fragment: str, bad: Path, closed_port: int,
                                            capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # a default search storage must not land in the checkout
-    code, _, err = run_cli([a.replace("{d}", str(bad)) for a in argv], capsys)
+    code, _, err = run_cli([a.replace("{d}", str(bad)).replace("{port}", str(closed_port)) for a in argv], capsys)
     assert_one_line(code, err, fragment)
 
 
