@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,18 @@ def load(name_or_path: str | Path, profile: str | None = None) -> GPUSpec:
     if profile is None:
         text, profile = split_profile(text)
     path = resolve(text)
+    hit = _LOADED.get((path, profile))
+    if hit is not None and hit[0] == _stamps(f for f, _, _ in hit[0]):
+        return hit[1]
+    spec, files = _load(path, profile)
+    if len(_LOADED) >= _PARSED_MAX:
+        _LOADED.clear()
+    _LOADED[path, profile] = (_stamps(files), spec)
+    return spec
+
+
+def _load(path: Path, profile: str | None) -> tuple[GPUSpec, list[str]]:
+    """The model of hardware file ``path`` with ``profile`` applied, and the files it was read from."""
     raw = _merged(path, chain=())
     own = raw.pop("profile", None)
     if own is not None and not isinstance(own, str):
@@ -146,7 +159,25 @@ def load(name_or_path: str | Path, profile: str | None = None) -> GPUSpec:
         raw["name"] = f"{raw['name']}+{profile}"
     elif own:
         raw = _with_profile(raw, own, path)
-    return _build(raw, path)
+    return _build(raw, path), list(raw.get("_files", [str(path)]))
+
+
+#: loaded models by (hardware file, profile) with the stamps of the files each was read from: a GPUSpec is
+#: frozen, so one object serves every caller (a compare, a search, the explorer load the same GPU hundreds
+#: of times) for as long as none of its files changes
+_LOADED: dict[tuple[Path, str | None], tuple[tuple[tuple[str, int, int], ...], GPUSpec]] = {}
+
+
+def _stamps(files: Iterable[str]) -> tuple[tuple[str, int, int], ...]:
+    """(path, modification time, size) of each file; a file that cannot be read stamps as (path, -1, -1)."""
+    out = []
+    for f in files:
+        try:
+            st = os.stat(f)
+            out.append((f, st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append((f, -1, -1))
+    return tuple(out)
 
 
 def hardware_validation(name_or_path: str | Path) -> dict[str, Any] | None:
