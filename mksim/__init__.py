@@ -37,8 +37,8 @@ _LAZY: dict[str, str] = {
     "Step": ".workload",
 }
 #: subpackages and modules that ``mksim.<name>`` imports on first use, as ``import mksim.<name>`` does
-_SUBMODULES = frozenset({"compare", "console", "costs", "extras", "models", "registry", "report", "schedule", "search",
-                         "sim", "tables", "target", "trace", "trace_map", "trace_read", "workload"})
+_SUBMODULES = frozenset({"catalog", "compare", "console", "costs", "extras", "models", "registry", "report", "schedule",
+                         "search", "sim", "tables", "target", "trace", "trace_map", "trace_read", "workload"})
 
 
 def __getattr__(name: str) -> Any:  # PEP 562: heavy parts load on first use

@@ -6,7 +6,7 @@ print one line, ``error: ...``, and exit with status 2.
 ``validate``, ``calibrate`` and ``explore`` belong to other packages (:mod:`validation.cli`,
 :mod:`explorer.cli`), ``trace`` to :mod:`mksim.trace_cli`: they are mounted by dotted name and imported
 only when invoked, so mksim does not import the packages built on it. The library loads in the command
-that uses it (``mksim.tables`` is imported on first use): ``mksim --help`` loads typer and rich alone.
+that uses it (``mksim.tables`` on first use, mksim.__getattr__): ``mksim --help`` loads typer and rich.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from mksim.console import (
 from mksim.errors import MksimError, OutputError
 
 if TYPE_CHECKING:  # the library loads on first use (mksim.__getattr__), in the command that needs it
+    import mksim.catalog
     import mksim.compare
     import mksim.report
     import mksim.schedule
@@ -39,7 +40,6 @@ if TYPE_CHECKING:  # the library loads on first use (mksim.__getattr__), in the 
     import mksim.sim
     import mksim.tables
     import mksim.target
-    from mksim.search import SearchResult
 
 app = typer.Typer(cls=LazyGroup, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None, help="Simulate GPU megakernels and kernel chains.")
@@ -77,10 +77,10 @@ FIX = typer.Option([], "--fix", help="Fix a schedule option for every candidate,
 @hw_app.command("list")
 def hw_list(as_json: bool = JSON) -> None:
     """List the GPU models mksim knows (built-in and calibrated)."""
-    rows = mksim.tables.gpu_rows()
+    rows = mksim.catalog.gpu_rows()
     if as_json:
         return emit_json(rows)
-    out.print(mksim.tables.gpu_table(rows))
+    out.print(mksim.catalog.gpu_table(rows))
 
 
 @hw_app.command("show")
@@ -89,9 +89,9 @@ def hw_show(name: str = typer.Argument(..., help="GPU name (mksim hw list) or a 
     """Show every number of a GPU model with its unit and source."""
     g = mksim.target.Target.parse(name).spec
     if as_json:
-        return emit_json(mksim.tables.gpu_numbers(g))
-    out.print(mksim.tables.gpu_numbers_table(g))
-    for line in mksim.tables.source_lines(g):
+        return emit_json(mksim.catalog.gpu_numbers(g))
+    out.print(mksim.catalog.gpu_numbers_table(g))
+    for line in mksim.catalog.source_lines(g):
         out.print(line)
 
 
@@ -102,7 +102,7 @@ def models_cmd(as_json: bool = JSON) -> None:
     rows = [dict(mksim.models.get(n).to_dict(), params=mksim.models.get(n).param_count()) for n in mksim.models.names()]
     if as_json:
         return emit_json(rows)
-    out.print(mksim.tables.models_table(rows))
+    out.print(mksim.catalog.models_table(rows))
 
 
 @app.command("workload")
@@ -281,7 +281,7 @@ def _note(msg: str) -> None:
     sys.stderr.write(msg + "\n")
 
 
-def _show_search(res: SearchResult, as_json: bool, model: str, gpu: str, batch: int, kv_len: int) -> None:
+def _show_search(res: mksim.search.SearchResult, as_json: bool, model: str, gpu: str, batch: int, kv_len: int) -> None:
     if as_json:
         return emit_json(res.to_dict())
     out.print(mksim.tables.search_table(res, f"{model} on {gpu}, batch {batch}, KV {kv_len}"))

@@ -57,6 +57,13 @@ def test_a_command_loads_what_it_needs_and_no_other_package():
     assert _hits(loaded, HEAVY) == []
 
 
+@pytest.mark.parametrize("args", [["hw", "list"], ["hw", "show", "h200", "--json"]])
+def test_the_hardware_commands_load_no_numpy_nor_simulator(args):
+    loaded = _loaded_by(f"from mksim.cli import main\nmain({args!r})")
+    assert "mksim.catalog" in loaded and "hwmodels._loader" in loaded
+    assert _hits(loaded, HEAVY + ("numpy", "simpy", "mksim.sim", "mksim.tables", "mksim.search")) == []
+
+
 def test_lazy_names_are_the_modules_own():
     """Every name the packages export resolves, to the very object its module defines."""
     for name in mksim.__all__:
