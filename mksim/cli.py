@@ -5,17 +5,18 @@ print one line, ``error: ...``, and exit with status 2.
 
 ``validate``, ``calibrate`` and ``explore`` belong to other packages (:mod:`validation.cli`,
 :mod:`explorer.cli`), ``trace`` to :mod:`mksim.trace_cli`: they are mounted by dotted name and imported
-only when invoked or listed, so mksim does not import the packages built on it.
+only when invoked, so mksim does not import the packages built on it. The library loads in the command
+that uses it (``mksim.tables`` on first use, mksim.__getattr__): ``mksim --help`` loads typer and rich.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import typer
 
-from mksim import __version__, models, tables
-from mksim.compare import compare, make_workload
+import mksim
 from mksim.console import (
     LazyGroup,
     check_output_paths,
@@ -29,12 +30,16 @@ from mksim.console import (
     write_output,
 )
 from mksim.errors import MksimError, OutputError
-from mksim.report import sweep_figure_html, sweep_rows
-from mksim.schedule import POLICIES, Schedule, build_schedule, check_fits, design_names
-from mksim.search import SearchResult, search
-from mksim.sim import simulate
-from mksim.target import PROFILES, Target, with_impl
-from mksim.workload import Step
+
+if TYPE_CHECKING:  # the library loads on first use (mksim.__getattr__), in the command that needs it
+    import mksim.catalog
+    import mksim.compare
+    import mksim.report
+    import mksim.schedule
+    import mksim.search
+    import mksim.sim
+    import mksim.tables
+    import mksim.target
 
 app = typer.Typer(cls=LazyGroup, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None, help="Simulate GPU megakernels and kernel chains.")
@@ -42,7 +47,7 @@ app = typer.Typer(cls=LazyGroup, add_completion=False, no_args_is_help=True, pre
 
 def _print_version(value: bool) -> None:
     if value:  # eager: before click asks for a command
-        out.print(f"mksim {__version__}", markup=False)
+        out.print(f"mksim {mksim.__version__}", markup=False)
         raise typer.Exit()
 
 
@@ -58,9 +63,9 @@ GPU = typer.Option("h200", "--gpu", "-g", help="GPU name (mksim hw list) or a .t
                                                 "kernel library's profile (e.g. h200-calibrated+mksim).")
 ROUTING = typer.Option("uniform", "--routing", help="MoE models: which experts tokens pick: uniform, zipf:S (S > 0: "
                                                    "skew) or a .json file of expert counts (docs/moe.md).")
-IMPL = typer.Option(None, "--impl", help=f"Implementation profile to apply to --gpu ({', '.join(PROFILES)}).")
-POLICY = typer.Option(None, "--policy", help=f"Megakernel placement policy ({', '.join(POLICIES)}).")
-DESIGNS = f"comma-separated: {', '.join(design_names())} (or all)."  # the registered designs
+IMPL = typer.Option(None, "--impl", help="Implementation profile to apply to --gpu ({profiles}).")
+POLICY = typer.Option(None, "--policy", help="Megakernel placement policy ({policies}).")
+DESIGNS = "comma-separated: {designs} (or all)."  # the registered designs (LazyGroup.help_names)
 # Options with a list default, made once (a list in a signature's default would be shared anyway)
 OPTS = typer.Option([], "--opt", help="Schedule option key=value (repeatable).")
 MK_OPTS = typer.Option([], "--opt", help="Schedule option key=value of the megakernel rows (repeatable).")
@@ -72,21 +77,21 @@ FIX = typer.Option([], "--fix", help="Fix a schedule option for every candidate,
 @hw_app.command("list")
 def hw_list(as_json: bool = JSON) -> None:
     """List the GPU models mksim knows (built-in and calibrated)."""
-    rows = tables.gpu_rows()
+    rows = mksim.catalog.gpu_rows()
     if as_json:
         return emit_json(rows)
-    out.print(tables.gpu_table(rows))
+    out.print(mksim.catalog.gpu_table(rows))
 
 
 @hw_app.command("show")
 def hw_show(name: str = typer.Argument(..., help="GPU name (mksim hw list) or a .toml path."),
             as_json: bool = JSON) -> None:
     """Show every number of a GPU model with its unit and source."""
-    g = Target.parse(name).spec
+    g = mksim.target.Target.parse(name).spec
     if as_json:
-        return emit_json(tables.gpu_numbers(g))
-    out.print(tables.gpu_numbers_table(g))
-    for line in tables.source_lines(g):
+        return emit_json(mksim.catalog.gpu_numbers(g))
+    out.print(mksim.catalog.gpu_numbers_table(g))
+    for line in mksim.catalog.source_lines(g):
         out.print(line)
 
 
@@ -94,10 +99,10 @@ def hw_show(name: str = typer.Argument(..., help="GPU name (mksim hw list) or a 
 @app.command("models")
 def models_cmd(as_json: bool = JSON) -> None:
     """List the built-in models."""
-    rows = [dict(models.get(n).to_dict(), params=models.get(n).param_count()) for n in models.names()]
+    rows = [dict(mksim.models.get(n).to_dict(), params=mksim.models.get(n).param_count()) for n in mksim.models.names()]
     if as_json:
         return emit_json(rows)
-    out.print(tables.models_table(rows))
+    out.print(mksim.catalog.models_table(rows))
 
 
 @app.command("workload")
@@ -114,14 +119,15 @@ def workload_cmd(
     as_json: bool = JSON,
 ) -> None:
     """Summarise a workload: bytes, FLOPs, ops, tasks and the bandwidth floor on a GPU."""
-    g = Target.parse(gpu).spec
-    wl = make_workload(Step(model, batch, kv_len, phase, prefill_tokens, dtype, routing=routing), n_sms=g.sm.count)
-    check_fits(wl, g)
-    summary, graph = tables.workload_summary(wl, g, tasks_per_sm)
+    g = mksim.target.Target.parse(gpu).spec
+    step = mksim.Step(model, batch, kv_len, phase, prefill_tokens, dtype, routing=routing)
+    wl = mksim.compare.make_workload(step, n_sms=g.sm.count)
+    mksim.schedule.check_fits(wl, g)
+    summary, graph = mksim.tables.workload_summary(wl, g, tasks_per_sm)
     if as_json:
         return emit_json(summary)
-    out.print(tables.workload_table(wl, g, graph))
-    out.print(tables.floor_line(wl, g, summary))
+    out.print(mksim.tables.workload_table(wl, g, graph))
+    out.print(mksim.tables.floor_line(wl, g, summary))
 
 
 # -- simulation -----------------------------------------------------------------------
@@ -138,18 +144,18 @@ def compare_cmd(
     opt: list[str] = MK_OPTS,
     designs: str | None = typer.Option(None, "--designs", help=f"Add a megakernel row per design, {DESIGNS}"),
     impl: str | None = IMPL,
-    stack: str | None = typer.Option(None, "--stack", help=f"A kernel library's profile ({', '.join(PROFILES)}): "
+    stack: str | None = typer.Option(None, "--stack", help="A kernel library's profile ({profiles}): "
                                      "predict its kernels in a CUDA graph, your stack, next to the megakernel."),
     routing: str = ROUTING,
     as_json: bool = JSON,
 ) -> None:
     """Every execution mode side by side: latency, tokens/s, HBM utilisation, breakdown."""
-    step = Step(model, batch, kv_len, phase, prefill_tokens, dtype, routing=routing)
-    d = compare(step, Target.parse(gpu, impl), policy=policy, designs=designs, opts=parse_options(opt),
-                stack=stack).to_dict()
+    step = mksim.Step(model, batch, kv_len, phase, prefill_tokens, dtype, routing=routing)
+    d = mksim.compare.compare(step, mksim.target.Target.parse(gpu, impl), policy=policy, designs=designs,
+                              opts=parse_options(opt), stack=stack).to_dict()
     if as_json:
         return emit_json(d)
-    out.print(tables.compare_table(d))
+    out.print(mksim.tables.compare_table(d))
     out.print("breakdown columns: µs of the step, averaged over SMs; they sum to the latency")
 
 
@@ -177,24 +183,25 @@ def simulate_cmd(
     check_output_paths({"--save": save, "--trace": trace}, [("schedule", schedule)])
     if schedule:
         schedule_conflict(ctx, schedule, ("save", "trace", "as_json"))
-        sched = Schedule.from_json(schedule)
+        sched = mksim.schedule.Schedule.from_json(schedule)
     else:
-        g = Target.parse(gpu, impl).spec
-        wl = make_workload(Step(model, batch, kv_len, phase, prefill_tokens, dtype, routing=routing), n_sms=g.sm.count)
+        g = mksim.target.Target.parse(gpu, impl).spec
+        step = mksim.Step(model, batch, kv_len, phase, prefill_tokens, dtype, routing=routing)
+        wl = mksim.compare.make_workload(step, n_sms=g.sm.count)
         opts = parse_options(opt)
         if "policy" in opts:  # --opt policy=die is --policy die
             if policy and opts["policy"] != policy:
                 raise MksimError(f"two policies: --policy {policy} and --opt policy={opts['policy']}; give one")
             policy = opts.pop("policy")
-        sched = build_schedule(wl, g, mode, policy=policy, **opts)
+        sched = mksim.schedule.build_schedule(wl, g, mode, policy=policy, **opts)
     if save:
         write_output(lambda: sched.to_json(save), save, "--save")
-    res = simulate(sched)
+    res = mksim.sim.simulate(sched)
     if as_json:
         emit_json(res.to_dict())
     else:
-        out.print(tables.simulate_line(res))
-        out.print(tables.breakdown_table(res))
+        out.print(mksim.tables.simulate_line(res))
+        out.print(mksim.tables.breakdown_table(res))
     if trace:  # after the result is out: a failed write loses nothing
         write_output(lambda: res.to_perfetto(trace), trace, "--trace")
         if not as_json:
@@ -213,17 +220,17 @@ def sweep_cmd(
     routing: str = ROUTING,
 ) -> None:
     """Each mode's latency and the megakernel's speed-up over graph_pdl as batch (or context) grows."""
-    target = Target.parse(gpu, impl)
-    gpu = with_impl(gpu, impl)  # as the user named it, for the table's title
+    target = mksim.target.Target.parse(gpu, impl)
+    gpu = mksim.target.with_impl(gpu, impl)  # as the user named it, for the table's title
     if html:
         check_output_paths({"--html": html}, [("model config", model), ("hardware file", target.hardware)])
-    rows = sweep_rows(model, target, parse_ints(batch, "--batch"), parse_ints(kv_len, "--kv-len"), routing)
+    rows = mksim.report.sweep_rows(model, target, parse_ints(batch, "--batch"), parse_ints(kv_len, "--kv-len"), routing)
     if as_json:
         emit_json({"model": model, "gpu": gpu, "rows": rows})
     else:
-        out.print(tables.sweep_table(rows, model, gpu))
+        out.print(mksim.tables.sweep_table(rows, model, gpu))
     if html:  # after the table is out: a failed write (a full disk) loses nothing
-        write_output(lambda: sweep_figure_html(rows, model, gpu, html), html, "--html")
+        write_output(lambda: mksim.report.sweep_figure_html(rows, model, gpu, html), html, "--html")
 
 
 # -- search --------------------------------------------------------------------------------
@@ -252,12 +259,12 @@ def search_cmd(
     as_json: bool = JSON,
 ) -> None:
     """Search megakernel schedules with Optuna; report the best against every baseline."""
-    gpu = with_impl(gpu, impl)
+    gpu = mksim.target.with_impl(gpu, impl)
     try:
-        res = search(model, gpu, batch=batch, kv_len=kv_len, trials=trials, timeout=timeout, seed=seed,
-                     storage=storage, study_name=study, objectives=objective, workers=workers, out=out_file,
-                     report=report, progress=not as_json and sys.stderr.isatty(), fixed=parse_options(fix, "--fix"),
-                     designs=designs, say=_note, routing=routing)
+        res = mksim.search.search(model, gpu, batch=batch, kv_len=kv_len, trials=trials, timeout=timeout, seed=seed,
+                                  storage=storage, study_name=study, objectives=objective, workers=workers,
+                                  out=out_file, report=report, progress=not as_json and sys.stderr.isatty(),
+                                  fixed=parse_options(fix, "--fix"), designs=designs, say=_note, routing=routing)
     except OutputError as exc:  # the search finished but a file could not be written: show its result
         if exc.result is not None:
             _show_search(exc.result, as_json, model, gpu, batch, kv_len)
@@ -274,11 +281,11 @@ def _note(msg: str) -> None:
     sys.stderr.write(msg + "\n")
 
 
-def _show_search(res: SearchResult, as_json: bool, model: str, gpu: str, batch: int, kv_len: int) -> None:
+def _show_search(res: mksim.search.SearchResult, as_json: bool, model: str, gpu: str, batch: int, kv_len: int) -> None:
     if as_json:
         return emit_json(res.to_dict())
-    out.print(tables.search_table(res, f"{model} on {gpu}, batch {batch}, KV {kv_len}"))
-    for line in [*tables.search_lines(res), tables.assumes_line(gpu), *tables.gpu_absent_lines(gpu)]:
+    out.print(mksim.tables.search_table(res, f"{model} on {gpu}, batch {batch}, KV {kv_len}"))
+    for line in [*mksim.tables.search_lines(res), mksim.tables.assumes_line(gpu), *mksim.tables.gpu_absent_lines(gpu)]:
         out.print(line)
 
 

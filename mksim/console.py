@@ -16,12 +16,12 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
-import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
+import mksim
 from hwmodels.files import check_outputs
 from mksim.errors import MksimError, OutputError, check_writable
 
@@ -33,32 +33,61 @@ except ImportError:  # pragma: no cover - older typer uses click itself
 
 class LazyGroup(TyperGroup):
     """A command group whose commands in :attr:`lazy` are imported from ``"module:attr"`` (a Typer app
-    or a click command) only when invoked or when the group's help lists them (click's lazy group)."""
+    or a click command) only when invoked (click's lazy group); the group's help lists them by the
+    first sentence of their help, without importing them.
 
-    #: ``mksim``'s commands that belong to other packages (mksim.cli mounts them by dotted name)
-    lazy: dict[str, str] = {
-        "calibrate": "validation.cli:calibrate_app",
-        "validate": "validation.cli:validate_app",
-        "explore": "explorer.cli:app",
-        "trace": "mksim.trace_cli:trace_app",
+    The options' help may name what mksim's registries hold (``{policies}``, :attr:`help_names`): the
+    names are filled in when a command is invoked (``mksim compare --help`` included), so that listing
+    the commands (``mksim --help``) loads no registry, and with them numpy and the models."""
+
+    #: ``mksim``'s commands that belong to other packages (mksim.cli mounts them by dotted name), with the
+    #: first sentence of their help (``mksim --help`` lists it; tests/mksim/test_startup.py holds it to the
+    #: command's own)
+    lazy: dict[str, tuple[str, str]] = {
+        "calibrate": ("validation.cli:calibrate_app",
+                      "Measure this GPU with microbenchmarks and write a calibrated hardware model."),
+        "validate": ("validation.cli:validate_app", "Run schedules on this machine's GPU and hold them against "
+                     "their predictions (one case, the suite, its report)."),
+        "explore": ("explorer.cli:app", "Start the web explorer (Compare, Timeline, Search, Validation, Hardware) "
+                    "at http://HOST:PORT/."),
+        "trace": ("mksim.trace_cli:trace_app", "Import a torch.profiler trace of a decode step: replay it, map its "
+                  "kernels to ops, predict the megakernel of the same ops."),
     }
 
     #: The order ``mksim --help`` lists the commands in (names not here come last).
     order: tuple[str, ...] = ("models", "workload", "compare", "simulate", "sweep", "search", "calibrate", "explore",
                               "trace", "hw", "validate")
 
+    #: ``{name}`` in an option's help: the registered names it stands for, comma-separated
+    help_names: dict[str, Callable[[], Iterable[str]]] = {
+        "profiles": lambda: mksim.target.PROFILES,
+        "policies": lambda: mksim.schedule.POLICIES,
+        "designs": lambda: mksim.schedule.design_names(),
+    }
+
     def list_commands(self, ctx: Context) -> list[str]:
         names = [*super().list_commands(ctx), *(n for n in self.lazy if n not in self.commands)]
         return sorted(names, key=lambda n: self.order.index(n) if n in self.order else len(self.order))
 
     def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
-        if cmd_name in self.lazy and cmd_name not in self.commands:
-            module, attr = self.lazy[cmd_name].split(":")
+        if cmd_name in self.lazy and cmd_name not in self.commands:  # listed, not invoked (resolve_command)
+            return TyperCommand(cmd_name, help=self.lazy[cmd_name][1])
+        return super().get_command(ctx, cmd_name)
+
+    def resolve_command(self, ctx: Context, args: list[str]) -> tuple[str | None, Command | None, list[str]]:
+        if args and args[0] in self.lazy and args[0] not in self.commands:
+            module, attr = self.lazy[args[0]][0].split(":")
             obj = getattr(importlib.import_module(module), attr)
             cmd = typer.main.get_command(obj) if isinstance(obj, typer.Typer) else obj
-            cmd.name = cmd_name
-            self.add_command(cmd, cmd_name)
-        return super().get_command(ctx, cmd_name)
+            cmd.name = args[0]
+            self.add_command(cmd, args[0])
+        name, cmd, rest = super().resolve_command(ctx, args)
+        for param in cmd.params if cmd is not None else ():
+            text = getattr(param, "help", None)
+            for key, names in self.help_names.items():
+                if text and f"{{{key}}}" in text:
+                    text = param.help = text.replace(f"{{{key}}}", ", ".join(names()))  # type: ignore[attr-defined]
+        return name, cmd, rest
 
 
 def check_output_paths(outputs: dict[str, str | None], inputs: Iterable[tuple[str, str | None]] = ()) -> None:
@@ -124,7 +153,8 @@ def _stdout_to_devnull() -> None:
 
 
 def _json_default(o: Any) -> Any:
-    if isinstance(o, np.generic):
+    np = sys.modules.get("numpy")  # a numpy scalar exists only where numpy is loaded: it is not loaded for one
+    if np is not None and isinstance(o, np.generic):
         return o.item()
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 

@@ -1,7 +1,8 @@
-"""The tables and lines ``mksim``'s commands print, built from library data (no argument handling here).
+"""The tables and lines ``mksim``'s commands print of predictions, built from library data (no argument
+handling here; :mod:`mksim.catalog` has those of the GPU models and built-in models).
 
-Data first: :func:`gpu_rows`, :func:`gpu_numbers` and :func:`workload_summary` are what ``--json``
-prints; the ``*_table`` functions draw them as rich tables.
+Data first: :func:`workload_summary` is what ``mksim workload --json`` prints; the ``*_table`` functions
+draw such data as rich tables.
 """
 
 from __future__ import annotations
@@ -21,80 +22,15 @@ from mksim.console import make_table, si
 from mksim.schedule import modes_on
 from mksim.search import SearchResult, report_rows
 from mksim.sim import CATEGORIES, SimResult
-from mksim.target import GPUS, gpu_spec
+from mksim.target import gpu_spec
 from mksim.workload import TaskGraph, Tiling, Workload
 
 __all__ = ["SHORT_CATEGORIES", "TABLE_WIDTH", "absent_lines", "assumes_line", "breakdown_table", "compare_table",
-           "interval_lines",
-           "floor_line", "gpu_absent_lines", "gpu_numbers", "gpu_numbers_table", "gpu_rows", "gpu_table",
-           "interval_line", "models_table", "search_lines", "search_table", "simulate_line", "source_lines",
-           "stack_line", "sweep_table", "workload_summary", "workload_table"]
+           "floor_line", "gpu_absent_lines", "interval_line", "interval_lines", "search_lines", "search_table",
+           "simulate_line", "stack_line", "sweep_table", "workload_summary", "workload_table"]
 
 
-# -- hw --------------------------------------------------------------------------------------
-def gpu_rows() -> list[dict[str, Any]]:
-    """One summary row per known GPU model (``mksim hw list --json``)."""
-    rows = []
-    for name in GPUS:
-        g = gpu_spec(name)
-        rows.append({"name": name, "full_name": g.full_name, "architecture": g.architecture,
-                     "sms": g.sm.count, "clock_MHz": g.sm.clock_boost_MHz,
-                     "bf16_dense_TFLOPs": g.compute.tensor_bf16_dense_TFLOPs,
-                     "dram_GBps": g.dram.bandwidth_spec_GBps, "dram_GB": g.dram.capacity_GB,
-                     "l2_MiB": g.l2.size_MiB, "dies": g.interconnect.dies_count,
-                     "extends": g.extends})
-    return rows
-
-
-def gpu_table(rows: list[dict[str, Any]]) -> Table:
-    t = make_table("GPU models", ("name", "GPU", "arch", "SMs", "clock MHz", "bf16 TFLOP/s", "DRAM GB/s", "DRAM GB",
-                                  "L2 MiB", "dies"), left=("name", "GPU", "arch"))
-    for r in rows:
-        t.add_row(r["name"], r["full_name"], r["architecture"], str(r["sms"]), f"{r['clock_MHz']:g}",
-                  f"{r['bf16_dense_TFLOPs']:g}", f"{r['dram_GBps']:g}", f"{r['dram_GB']:g}",
-                  f"{r['l2_MiB']:g}", str(r["dies"]))
-    return t
-
-
-def gpu_numbers(g: GPUSpec) -> dict[str, Any]:
-    """Every number of a GPU model with its source, and the sources (``mksim hw show --json``)."""
-    return {
-        "name": g.name, "full_name": g.full_name, "vendor": g.vendor, "architecture": g.architecture,
-        "extends": g.extends, "path": g.path,
-        "numbers": {k: {"value": v, "source": g.provenance.get(k)} for k, v in g.numbers().items()},
-        "sources": {s.id: {"kind": s.kind, "title": s.title, "url": s.url, "date": s.date,
-                           "note": s.note} for s in g.sources.values()},
-    }
-
-
-def gpu_numbers_table(g: GPUSpec) -> Table:
-    t = make_table(f"{g.full_name} ({g.name})", ("key", "value", "source"), left=("key", "value", "source"))
-    for k, v in g.numbers().items():
-        if v is None:
-            t.add_row(k, "-", "not on this GPU")
-            continue
-        s = g.source_of(k)
-        t.add_row(k, f"{v:g}", f"{s.kind}: {s.id}")
-    return t
-
-
-def source_lines(g: GPUSpec) -> list[str]:
-    """One line (rich markup) per source of a GPU model."""
-    return [f"[bold]{s.id}[/bold] ({s.kind}{', ' + s.date if s.date else ''}): {s.title}"
-            f"{' <' + s.url + '>' if s.url else ''}" for s in g.sources.values()]
-
-
-# -- models and workloads ----------------------------------------------------------------------
-def models_table(rows: list[dict[str, Any]]) -> Table:
-    t = make_table("Built-in models", ("name", "params", "layers", "hidden", "ffn", "heads", "kv heads", "head dim",
-                                       "vocab", "tied"), left=("name",))
-    for r in rows:
-        t.add_row(r["name"], f"{r['params'] / 1e9:.2f} B", str(r["num_layers"]), str(r["hidden_size"]),
-                  str(r["intermediate_size"]), str(r["num_heads"]), str(r["num_kv_heads"]),
-                  str(r["head_dim"]), str(r["vocab_size"]), "yes" if r["tie_word_embeddings"] else "no")
-    return t
-
-
+# -- workloads -------------------------------------------------------------------------------
 def workload_summary(wl: Workload, g: GPUSpec, tasks_per_sm: float) -> tuple[dict[str, Any], TaskGraph]:
     """``mksim workload --json``'s summary of ``wl`` tiled on ``g``, and the task graph it counts."""
     graph = TaskGraph(wl, Tiling.for_sms(g.sm.count, tasks_per_sm))

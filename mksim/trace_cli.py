@@ -1,6 +1,6 @@
 """``mksim trace``: import a ``torch.profiler`` trace of a decode step (:mod:`mksim.trace`).
 
-Mounted by :mod:`mksim.cli` by dotted name and imported only when invoked or listed.
+Mounted by :mod:`mksim.cli` by dotted name and imported only when invoked.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -272,7 +273,7 @@ class Schedule:
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ScheduleError(f"not a mksim schedule (expected \"format\": \"{FORMAT}\")")
         try:
-            f = _ScheduleFile.model_validate(d)
+            f: Any = _file_model().model_validate(d)  # its fields, checked by type
         except pydantic.ValidationError as exc:
             raise ScheduleError(_file_error(exc)) from None
         gpu = gpu_spec(f.gpu)
@@ -314,40 +315,46 @@ def _check_tiling_names(per_kind: Mapping[str, Any], per_op: Mapping[str, Any], 
                                 f"L{max(layers - 1, 0)}, e.g. L0.qkv_proj)")
 
 
-class _FileTiling(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(strict=True, extra="forbid")
-    default: Any  # tile counts are checked by Tiling, which names the op
-    per_kind: dict[str, Any] = {}
-    per_op: dict[str, Any] = {}
+@functools.cache
+def _file_model() -> type[pydantic.BaseModel]:
+    """The model of a schedule file's fields, built on first use: building a pydantic model costs about
+    0.1 s of CPU, which a process that reads no schedule file (``mksim compare``) should not pay."""
 
+    class FileTiling(pydantic.BaseModel):
+        model_config = pydantic.ConfigDict(strict=True, extra="forbid")
+        default: Any  # tile counts are checked by Tiling, which names the op
+        per_kind: dict[str, Any] = {}
+        per_op: dict[str, Any] = {}
 
-class _ScheduleFile(pydantic.BaseModel):
-    """The fields of a schedule file (what :meth:`Schedule.to_dict` writes), checked by type; the
-    workload, tiling counts and options are then checked by their own readers."""
+    class ScheduleFile(pydantic.BaseModel):
+        """The fields of a schedule file (what :meth:`Schedule.to_dict` writes), checked by type; the
+        workload, tiling counts and options are then checked by their own readers."""
 
-    model_config = pydantic.ConfigDict(strict=True, extra="forbid")
-    format: Literal["mksim-schedule"]
-    version: Literal[1] = 1  # VERSION
-    mode: str
-    gpu: str
-    workload: Any
-    tiling: _FileTiling
-    options: dict[str, Any] = {}
-    policy: str | None = None
-    policy_options: dict[str, Any] = {}
-    queues: list[list[int]] | None = None
+        model_config = pydantic.ConfigDict(strict=True, extra="forbid")
+        format: Literal["mksim-schedule"]
+        version: Literal[1] = 1  # VERSION
+        mode: str
+        gpu: str
+        workload: Any
+        tiling: FileTiling
+        options: dict[str, Any] = {}
+        policy: str | None = None
+        policy_options: dict[str, Any] = {}
+        queues: list[list[int]] | None = None
 
-    @pydantic.field_validator("version", mode="before")
-    @classmethod
-    def _not_bool(cls, v: Any) -> Any:
-        if isinstance(v, bool):  # JSON true == 1 to Python
-            raise ValueError("a boolean")
-        return v
+        @pydantic.field_validator("version", mode="before")
+        @classmethod
+        def _not_bool(cls, v: Any) -> Any:
+            if isinstance(v, bool):  # JSON true == 1 to Python
+                raise ValueError("a boolean")
+            return v
 
-    @pydantic.field_validator("policy_options", mode="before")
-    @classmethod
-    def _null_is_empty(cls, v: Any) -> Any:
-        return {} if v is None else v
+        @pydantic.field_validator("policy_options", mode="before")
+        @classmethod
+        def _null_is_empty(cls, v: Any) -> Any:
+            return {} if v is None else v
+
+    return ScheduleFile
 
 
 #: What a schedule file's field must hold, said when it does not (the first bad field is reported).
@@ -369,7 +376,8 @@ def _file_error(exc: pydantic.ValidationError) -> str:
     key = str(err["loc"][0]) if err["loc"] else ""
     if err["type"] == "extra_forbidden":
         where = ".".join(map(str, err["loc"]))
-        known = _FileTiling.model_fields if len(err["loc"]) > 1 else _ScheduleFile.model_fields
+        model: Any = _file_model()
+        known = model.model_fields["tiling"].annotation.model_fields if len(err["loc"]) > 1 else model.model_fields
         return f"schedule has unknown key {where!r}; known: {', '.join(known)}"
     if err["type"] == "missing":
         where = ".".join(map(str, err["loc"]))

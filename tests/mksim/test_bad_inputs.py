@@ -673,12 +673,12 @@ def test_result_is_printed_when_writing_it_fails(tmp_path: Path, capsys: pytest.
 # -- Ctrl-C ------------------------------------------------------------------------------------------------
 def test_ctrl_c_in_a_command_is_one_line(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """typer turns a KeyboardInterrupt into exit status 130 and prints nothing: mksim says why."""
-    import mksim.cli
+    import mksim.sim
 
     def interrupt(*args: Any, **kw: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(mksim.cli, "simulate", interrupt)
+    monkeypatch.setattr(mksim.sim, "simulate", interrupt)  # what `mksim simulate` calls
     code, _, err = run_cli(["simulate"], capsys)
     assert (code, err) == (130, "error: interrupted\n")
 
