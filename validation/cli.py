@@ -1,8 +1,9 @@
 """``mksim validate`` and ``mksim calibrate``: the GPU lab's command lines.
 
 ``mksim`` mounts :data:`validate_app` and :data:`calibrate_app` by name and imports this module only
-when one of them is invoked or listed; ``python -m validation calibrate`` runs :data:`calibrate_app`
-on its own (:func:`calibrate_main`). Errors in input print one line and exit with status 2, as every ``mksim`` command.
+when one of them is invoked (``mksim --help`` lists them by their help's first sentence);
+``python -m validation calibrate`` runs :data:`calibrate_app` on its own (:func:`calibrate_main`). Errors
+in input print one line and exit with status 2, as every ``mksim`` command.
 """
 
 from __future__ import annotations
