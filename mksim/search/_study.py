@@ -16,6 +16,7 @@ baseline enqueued again, and a run does not stop while enqueued trials wait.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import importlib.util
 import json
 import math
@@ -330,6 +331,8 @@ def _open_study_unchecked(problem: Problem, objectives: tuple[str, ...], storage
         want["ring"] = ring
     if problem.designs:  # likewise
         want["designs"] = list(problem.designs)
+    if problem.routing != "uniform":  # likewise: the study's expert counts are the routing's
+        want["routing"] = routing_record(problem.routing)
     have = None if created else _recorded_problem(study)
     if have is None:
         # The creator writes it; another process only when the creator died before it could. Read back:
@@ -358,6 +361,23 @@ def _open_study_unchecked(problem: Problem, objectives: tuple[str, ...], storage
     if study.metric_names is None:  # optuna-dashboard and the plots show these names
         study.set_metric_names([OBJECTIVES[o][0] for o in objectives])
     return study
+
+
+def routing_record(spec: str) -> str:
+    """How a study records its routing model: a named one as given (``zipf:1.2``), a file of counts by its
+    name and a hash of the counts it holds, so that a study resumes with the same counts wherever the file
+    lies and refuses other counts under the same name.
+
+    >>> routing_record("zipf:1.2")
+    'zipf:1.2'
+    """
+    from mksim.workload.routing import CountsFile, parse_routing
+
+    model = parse_routing(spec)
+    if isinstance(model, CountsFile):
+        digest = hashlib.sha256(json.dumps(model.counts).encode()).hexdigest()[:8]
+        return f"file {Path(spec).name} ({digest})"
+    return model.spec
 
 
 def _recorded_problem(study) -> dict[str, Any] | None:

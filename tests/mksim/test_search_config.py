@@ -10,6 +10,7 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -161,3 +162,32 @@ def test_a_folder_without_a_config_is_one_line_in_a_real_child(tmp_path: Path) -
 def test_a_model_of_another_type_is_refused() -> None:
     with pytest.raises(MksimError, match="model: give a built-in model's name, a config.json path or a ModelConfig"):
         search({"model_type": "llama"}, "h200", storage="memory")  # type: ignore[arg-type]
+
+
+@pytest.mark.slow  # three searches of a tiny mixture of experts, the fewest trials: ~2 s of CPU
+def test_a_study_records_its_routing_and_refuses_another(gpu: str, tmp_path: Path) -> None:
+    """A study's expert counts come from its routing model: resuming it with another (another skew, uniform,
+    or a counts file of the same name holding other counts) is refused in one line; the same resumes."""
+    cfg = models.config_from_hf(TINY_MOE, name="tiny-moe")
+    url = f"sqlite:///{tmp_path}/r.db"
+    counts = tmp_path / "a" / "traffic.json"
+    counts.parent.mkdir()
+    counts.write_text(json.dumps({"counts": [[9, 1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1, 9]]}))
+
+    def run(routing: str, study: str) -> Any:
+        return search(cfg, gpu, kv_len=64, batch=4, trials=least(gpu), storage=url, study_name=study,
+                      fixed=dict(FIX), routing=routing)
+
+    first = run("zipf:1.2", "z")
+    assert run("zipf:1.2", "z").best == first.best  # the same routing resumes
+    for other, words in (("zipf:2", "routing zipf:1.2, not .*routing zipf:2"), ("uniform", "routing zipf:1.2, not")):
+        with pytest.raises(MksimError, match=rf"study 'z' in this storage searches .*{words}"):
+            run(other, "z")
+    run(str(counts), "f")
+    again = tmp_path / "b" / "traffic.json"  # the same name, other counts
+    again.parent.mkdir()
+    again.write_text(json.dumps({"counts": [[1, 1, 1, 1, 1, 1, 1, 9], [9, 1, 1, 1, 1, 1, 1, 1]]}))
+    with pytest.raises(MksimError, match=r"routing file traffic.json \(\w{8}\), not .*routing file traffic.json"):
+        run(str(again), "f")
+    (tmp_path / "c").mkdir()
+    run(str(counts.rename(tmp_path / "c" / "traffic.json")), "f")  # the same counts elsewhere resume
