@@ -1,12 +1,19 @@
 """The explorer's tests keep their files in a folder of their own (``MKSIM_EXPLORER_CACHE``: schedules, the
 default study storage) and their searches in a registry of their own (``MKSIM_EXPLORER_JOBS``), not the
-user's, and stop the searches still running when the session ends."""
+user's, and stop the searches still running when the session ends. Dash is imported as the explorer imports
+it (:func:`explorer.import_dash`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
+
+with contextlib.suppress(ImportError):  # without Dash the explorer's tests skip
+    from explorer import import_dash
+
+    import_dash()  # as mksim explore does: without IPython, half a second of each worker's CPU
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,10 +1,12 @@
-"""The browser and the server every browser test module starts once: headless Chromium, and ``mksim explore``
-as a user starts it (its studies in a storage of the module's own).
+"""The browser and the server the browser tests share: headless Chromium, and ``mksim explore`` as a user
+starts it (its studies in a storage of its own).
 
 Needs Debian's ``chromium`` and ``chromium-driver`` (CI installs them in ``.ci/run``) and selenium (the ``dev``
 extra); without the browser or its driver the tests skip, saying why (in CI they fail instead). Both fixtures
-are module-scoped: tests/conftest.py keeps each module's tests on one pytest-xdist worker, so the modules run
-side by side, each with its own browser and server.
+are package-scoped (ended after the package's last test) and every browser module is in the ``browser`` xdist
+group, so one pytest-xdist worker runs them all, one after another, with one browser and one
+server: starting Chromium, the server and the first page (the page's scripts compiled) costs seconds of CPU
+each time.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pytest
 from tests.explorer.browser import drive
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def browser():
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     driver = shutil.which("chromedriver")
@@ -38,11 +40,10 @@ def browser():
     d.quit()
 
 
-@pytest.fixture(scope="module")
-def server(browser, tmp_path_factory, request):
-    """``mksim explore`` on a free port, as a user starts it (its studies in a storage of the module's own; its
-    log in the artifacts as explore-<module>.log)."""
+@pytest.fixture(scope="package")
+def server(browser, tmp_path_factory):
+    """``mksim explore`` on a free port, as a user starts it (its studies in a storage of its own; its log in
+    the artifacts as explore-browser.log)."""
     folder = tmp_path_factory.mktemp("explore")
-    log = folder / f"explore-{request.module.__name__.rsplit('.', 1)[-1]}.log"
-    with drive.explore(drive.free_port(), log, storage=folder / "studies.db") as url:
+    with drive.explore(drive.free_port(), folder / "explore-browser.log", storage=folder / "studies.db") as url:
         yield url

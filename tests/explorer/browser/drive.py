@@ -176,9 +176,20 @@ def nav(driver: Any, name: str) -> None:
     wait(driver, lambda d: d.find_elements(By.LINK_TEXT, name), f"the link to {name}")[0].click()
 
 
-def search_page(driver: Any, url: str) -> None:
-    """Open the Search page and wait until its form is drawn."""
+def open_page(driver: Any, url: str, name: str) -> None:
+    """Open page ``name`` from the navigation bar, as a user does: from the page the browser shows if it is one of
+    the explorer's at ``url``, else from the explorer's not-found page (loaded: the cheapest page to load, no
+    chart, no comparison)."""
+    if not driver.current_url.startswith(url + "/"):
+        driver.get(url + "/no-such-page")
+    nav(driver, name)
+
+
+def search_page(driver: Any, url: str, fresh: bool = True) -> None:
+    """Open the Search page (loaded; unless not ``fresh`` and the browser shows it already) and wait until its
+    form is drawn."""
     from selenium.webdriver.common.by import By
 
-    driver.get(url + "/search")
+    if fresh or driver.current_url.split("?")[0] != url + "/search":
+        driver.get(url + "/search")
     wait(driver, lambda d: d.find_elements(By.ID, "search-start"), "the search page")

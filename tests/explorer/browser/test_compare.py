@@ -9,7 +9,8 @@ import time
 import pytest
 
 pytest.importorskip("dash")
-pytestmark = pytest.mark.slow  # a server and a real browser
+# a server and a real browser; one browser and server for every module (conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 
 from tests.clirun import mksim  # noqa: E402
 from tests.explorer.browser.drive import (  # noqa: E402
@@ -27,9 +28,14 @@ from tests.explorer.browser.drive import (  # noqa: E402
 )
 
 
-def _first_comparison(driver, server: str) -> None:
-    driver.get(server + "/")
-    wait(driver, lambda d: text(d, "compare-results"), "the first comparison")
+def _compare_page(driver, server: str, fresh: bool = False) -> None:
+    """The Compare page with a comparison: loaded (its first comparison) when the browser shows another page,
+    or when the test reads the page as it first shows (``fresh``); else the test goes on from the page the
+    test before left (a page load costs Chromium seconds of CPU), with the inputs it left (the first test ends
+    on the page's defaults: llama-3.2-1b, h200, batch 1, KV 1024)."""
+    if fresh or driver.current_url.rstrip("/") != server or not text(driver, "compare-results"):
+        driver.get(server + "/")
+        wait(driver, lambda d: text(d, "compare-results"), "the first comparison")
 
 
 def _run_compare(driver, gpu: str) -> None:
@@ -53,7 +59,7 @@ def cli_json():
 def test_compare_shows_the_five_modes_as_mksim_compare_json(browser, server, cli_json):
     from selenium.webdriver.common.by import By
 
-    _first_comparison(browser, server)
+    _compare_page(browser, server)
     pick(browser, "compare-model", "llama-3.2-1b")
     _run_compare(browser, "h100")  # another GPU first, so that the h200 numbers below come from a Run
     _run_compare(browser, "h200")
@@ -80,7 +86,7 @@ def test_compare_shows_the_five_modes_as_mksim_compare_json(browser, server, cli
 
 
 def test_compare_bad_batch_shows_the_error(browser, server):
-    _first_comparison(browser, server)
+    _compare_page(browser, server)
     type_in(browser, "compare-batch", "0")
     click(browser, "compare-run")
     msg = wait(browser, lambda d: text(d, "compare-message"), "the error message")
@@ -93,7 +99,7 @@ def test_compare_bad_batch_shows_the_error(browser, server):
 
 
 def test_compare_upload_config(browser, server, cli_json, tmp_path):
-    _first_comparison(browser, server)
+    _compare_page(browser, server)
     bad = tmp_path / "broken.json"
     bad.write_text('{"model_type": "llama", "hidden_size": 0}')
     upload(browser, "compare-upload", bad)
@@ -117,7 +123,7 @@ def test_compare_your_stack_and_an_imported_trace(browser, server, tmp_path):
 
     ref = _compare_json("--stack", "torch")
     st = ref["stack"]
-    _first_comparison(browser, server)
+    _compare_page(browser, server, fresh=True)
     iv = ref["interval"]  # h200 is the validated target: its modes have an interval
     assert text(browser, "compare-assumes").startswith(
         "the modes assume " + ref["assumes"]["text"].removeprefix("assumes: ")
@@ -185,7 +191,7 @@ def test_hostile_uploads_answer_with_one_line(browser, server, tmp_path_factory)
     from tests.explorer.test_hostile_http import _bomb
 
     tmp = tmp_path_factory.mktemp("hostile-uploads")
-    _first_comparison(browser, server)
+    _compare_page(browser, server)
     nested = tmp / "nested.json"  # B9
     nested.write_text("[" * 50000 + "]" * 50000)
     upload(browser, "compare-upload", nested)

@@ -9,12 +9,14 @@ import urllib.request
 import pytest
 
 pytest.importorskip("dash")
-pytestmark = pytest.mark.slow  # a server and a real browser
+# a server and a real browser; one browser and server for every module (conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 
 from tests.explorer.browser.drive import (  # noqa: E402
     MODES,
     figure,
     nav,
+    open_page,
     pick,
     rows,
     shot,
@@ -64,8 +66,7 @@ def test_timeline_one_track_per_sm(browser, server, tmp_path):
 
 
 def test_validation_page(browser, server):
-    browser.get(server + "/")
-    nav(browser, "Validation")
+    open_page(browser, server, "Validation")
     line = wait(browser, lambda d: text(d, "validation-metrics"), "the validation metrics")
     assert "MAPE" in line and "Kendall" in line
     scatter = wait(browser, lambda d: figure(d, "validation-scatter"), "the scatter")
@@ -81,8 +82,7 @@ def test_hardware_page_and_a_what_if(browser, server):
     from explorer.data import whatif_data
     from explorer.hwdata import WhatIf
 
-    browser.get(server + "/")
-    nav(browser, "Hardware")
+    open_page(browser, server, "Hardware")
     wait(browser, lambda d: text(d, "hardware-numbers"), "the hardware table")
     heads, table = browser.execute_script(
         "const t = document.getElementById('hardware-numbers');"

@@ -1,8 +1,7 @@
 """Searches that outlive a restart of the explorer, in a real headless Chromium: ``mksim explore`` stopped with
 Ctrl-C and started again, its list of searches, a search followed and cancelled from the new server.
 
-A module of its own: it starts its own servers (the module's browser only), and runs beside the other
-modules on another pytest-xdist worker.
+It starts servers of its own (the browser is the one every browser module shares).
 """
 
 from __future__ import annotations
@@ -15,7 +14,8 @@ import time
 import pytest
 
 pytest.importorskip("dash")
-pytestmark = pytest.mark.slow  # servers, a real browser and searches
+# servers, a real browser and searches; one browser and server for every module (conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 
 from tests.explorer.browser.drive import (  # noqa: E402
     click,

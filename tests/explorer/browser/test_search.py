@@ -11,11 +11,13 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("dash")
-pytestmark = pytest.mark.slow  # a server, a real browser and searches
+# a server, a real browser and searches; one browser and server for every module (conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 
 from tests.explorer.browser.drive import (  # noqa: E402
     click,
     figure,
+    nav,
     pick,
     search_page,
     shot,
@@ -48,7 +50,7 @@ def test_search_runs_live_and_opens_its_best_in_timeline(browser, server):
     assert f", {best} µs, " in summary  # the best trial's latency, simulated again
 
     # the study opens again from the list of the storage's studies, no name typed
-    search_page(browser, server)
+    nav(browser, "Search")
     wait(browser, lambda d: "latency+smem" in text(d, "search-studies"), "the study in the list")
     click(browser, "search-open")
     wait(browser, lambda d: text(d, "search-progress").startswith("16 trials finished"), "the opened study")
@@ -56,8 +58,9 @@ def test_search_runs_live_and_opens_its_best_in_timeline(browser, server):
 
 
 def test_search_cancel(browser, server):
-    """A search started from the page stops on Cancel search; the page says so."""
-    search_page(browser, server)
+    """A search started from the page stops on Cancel search; the page says so (from the page the test before
+    left, if it is the Search page)."""
+    search_page(browser, server, fresh=False)
     type_in(browser, "search-trials", "2000")
     click(browser, "search-start")
     wait(browser, lambda d: "running" in text(d, "search-progress"), "the search to run")
