@@ -21,10 +21,8 @@ its queue by the actors themselves. The hot loops inline the small helpers they 
 from __future__ import annotations
 
 import math
-from heapq import heappush
 
 import numpy as np
-from simpy.core import NORMAL
 
 from mksim import costs
 from mksim.costs import block_dram_cap_Bpus
@@ -34,7 +32,7 @@ from mksim.schedule import BaseSync, ChainMode, PersistentMode, Schedule, active
 from . import designs as _pieces  # noqa: F401  (registers every design's engine piece)
 from ._actors import Chain, L2Prefetch, Loader, Signal, address_gates, stream_bytes
 from ._design_run import RUNS, DesignRun, Handover, Seen, overrides
-from ._env import Env, Proc, Wake
+from ._env import Env, Proc
 from ._hbm import HBM
 from ._result import CATEGORIES, SimResult, Timeline, build_result
 
@@ -282,8 +280,7 @@ class _Engine:
         (:meth:`Timeline.add` would not)."""
         wake = (yield)._value  # its own send (Env.start)
         env, r, timeline, hbm = self.env, self.r, self.timeline, self.hbm
-        queue, eid = env._events, env._eid
-        me, mine = Wake(), [wake]  # its own Wake: callbacks = mine, then pushed, at each wait
+        batch_of, new_batch = env._batches.get, env.batch  # Env.wake_at, inline at each timed wait
         arrived, arrival, own_deps = self._handover if self._handover is not None else (None, None, True)
         op_seen, tiles_seen = self._seen(sm) if self._seen is not None else (None, None)
         ready_after = sync.ready_us
@@ -295,8 +292,7 @@ class _Engine:
         lane_of, op_events, task_events, visible_us = self.lane_of, self.op_events, self.task_events, self.visible_us
         # what Timeline.add records, inline: the segments (if kept) and the breakdown's sums
         segs, us, heads = timeline.segs if timeline.segments else None, timeline.us, ld.heads
-        me.callbacks = mine
-        heappush(queue, (env.now + self.t0, NORMAL, next(eid), me))
+        env.wake_at(env.now + self.t0, wake)
         yield
         for i, t in enumerate(q):
             w = env.now
@@ -341,13 +337,16 @@ class _Engine:
                         ready = ready_after(ready, n_flags, r, in_B[t], hbm.rate_now)
                         now = env.now
                         if ready > now:
-                            me.callbacks = mine
-                            heappush(queue, (now + (ready - now), NORMAL, next(eid), me))
+                            at = now + (ready - now)
+                            b = batch_of(at)
+                            if b is None:
+                                b = new_batch(at)
+                            b.members.append(wake)
                             yield
                 now = env.now
                 if now > w:
                     if segs is not None:
-                        segs.append((sm, w, now, t, "dependency wait"))
+                        segs += (sm, w, now, t, "dependency wait")
                     us["dependency wait"] += now - w
             now = t_in = env.now
             start[t] = t_in
@@ -356,13 +355,13 @@ class _Engine:
                 ld.waits_start = False
                 ld.wake()
             if ld.n_loaded <= i:
-                me.callbacks = mine
-                ld.loaded = me
-                bubbles = (yield)._value
+                ld.loaded = wake
+                yield
+                bubbles = ld.bubbles
                 now = env.now
                 if now > t_in:  # Timeline.data_wait, inline: bubble where the loader was in one
                     if segs is not None:
-                        segs.append((sm, t_in, now, t, "data wait"))
+                        segs += (sm, t_in, now, t, "data wait")
                     bub = 0.0
                     for x, y in bubbles:
                         v = (y if y < now else now) - (x if x > t_in else t_in)
@@ -380,13 +379,16 @@ class _Engine:
             if rest < tail_us[t]:  # the last page is consumed after it is in
                 rest = tail_us[t]
             if rest > 0:
-                me.callbacks = mine
-                heappush(queue, (now + rest, NORMAL, next(eid), me))
+                at = now + rest
+                b = batch_of(at)
+                if b is None:
+                    b = new_batch(at)
+                b.members.append(wake)
                 yield
                 t1, now = now, env.now
                 if now > t1:
                     if segs is not None:
-                        segs.append((sm, t1, now, t, "compute"))
+                        segs += (sm, t1, now, t, "compute")
                     us["compute"] += now - t1
             head = heads[i]
             if head > 0:  # Loader.free(head), inline: its pages are free again
@@ -395,7 +397,7 @@ class _Engine:
                     ld.wake()
             # done: its end, its op's count, the signals of whoever waits for it
             if segs is not None and now > t_in:
-                segs.append((sm, t_in, now, t, "task"))
+                segs += (sm, t_in, now, t, "task")
             end[t] = now
             lane_of[t] = sm
             p = op_of[t]

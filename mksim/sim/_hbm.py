@@ -261,7 +261,9 @@ class HBM:
             self._wake_at = now + nxt
             w = Wake(self._gen)  # an env.timeout(nxt, self._gen)
             w.callbacks.append(self._wake)  # type: ignore[arg-type]
-            heappush(self.env._queue, (now + nxt, NORMAL, next(self.env._eid), w))  # type: ignore[attr-defined, misc]
+            env = self.env
+            env._batches.pop(now + nxt, None)
+            heappush(env._queue, (now + nxt, NORMAL, next(env._eid), w))
         else:
             self._wake_at = _INF
 
