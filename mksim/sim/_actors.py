@@ -153,6 +153,11 @@ class Loader:
                         env.timeout(seen - env.now).callbacks.append(self.wake_ev)
                         yield
                     break
+            cap = cap0  # the task's flows' cap
+            if op_cap is not None:
+                own = op_cap[op_of[t]]
+                if own < cap:
+                    cap = own
             # shared memory is counted in whole bytes: float sums would overfill the pages
             head = math.ceil(pre_B[t])
             if head > buf_B:
@@ -217,11 +222,6 @@ class Loader:
                         d += issue_us
                 if first_in[t] != first_in[t]:  # NaN: the task's first flow
                     first_in[t] = a + d
-                cap = cap0
-                if op_cap is not None:
-                    own = op_cap[op_of[t]]
-                    if own < cap:
-                        cap = own
                 if hit == 0.0:
                     start(n - hit, cap, d, wake)
                 else:
@@ -237,11 +237,12 @@ class Loader:
                     e = a + d
                     bubbles.append((a, e))
                     if segs is not None:
-                        segs += (lane, a, e, t, "bubble")
-                else:
-                    e = a
-                if segs is not None and now > e:
-                    segs += (lane, e, now, t, "memory")
+                        if now > e:
+                            segs += (lane, a, e, t, "bubble", lane, e, now, t, "memory")
+                        else:
+                            segs += (lane, a, e, t, "bubble")
+                elif segs is not None and now > a:
+                    segs += (lane, a, now, t, "memory")
                 if pages:
                     got += n  # type: ignore[assignment]  # (whole page bytes)
                 if pf is not None:
@@ -489,10 +490,10 @@ class Slot:
         batch_of, new_batch = env._batches.get, env.batch  # its compute waits: Env.wake_at, inline
         # what Timeline.flow, add and task record, inline: the segments (if kept) and the breakdown's sums
         segs, us = timeline.segs if timeline.segments else None, timeline.us
-        kt = yield
+        queues = ch.queues
+        k, t = yield
         idle = ch.idle[self.level]  # (made once every slot is)
         while True:
-            k, t = kt
             t_in = env.now
             pre = pre_B[t]
             if released_at[k] == _INF:  # not released yet
@@ -504,11 +505,11 @@ class Slot:
                     hbm.start(head, cap[k], d, wake)
                     yield
                     timeline.flow(lane, t_in, d, env.now, t)
-            if released_at[k] == _INF:
-                w = env.now
-                release[k].callbacks.append(wake_ev)
-                yield
-                timeline.add(lane, w, env.now, t, "dependency wait")
+                if released_at[k] == _INF:
+                    w = env.now
+                    release[k].callbacks.append(wake_ev)
+                    yield
+                    timeline.add(lane, w, env.now, t, "dependency wait")
             since = env.now
             start[t] = since  # the dependent part starts here (PDL prologue before)
             if on_device[t]:  # a device function's fixed part needs only the release
@@ -528,16 +529,19 @@ class Slot:
                 hbm.start(pre, cap[k], d, wake)
                 yield
                 now = env.now
-                a = since
                 if d > 0:  # Timeline.flow, inline
                     a = since + d
-                    if segs is not None:
-                        segs += (lane, since, a, t, "bubble")
                     us["bubble"] += a - since
-                if now > a:
+                    if now > a:
+                        us["memory"] += now - a
+                        if segs is not None:
+                            segs += (lane, since, a, t, "bubble", lane, a, now, t, "memory")
+                    elif segs is not None:
+                        segs += (lane, since, a, t, "bubble")
+                elif now > since:
+                    us["memory"] += now - since
                     if segs is not None:
-                        segs += (lane, a, now, t, "memory")
-                    us["memory"] += now - a
+                        segs += (lane, since, now, t, "memory")
             else:
                 now = since
             if warm_us is not None and on_device[t]:  # from its inputs and first bytes
@@ -555,20 +559,27 @@ class Slot:
                 b.members.append(wake_ev)
                 yield
                 w, now = now, env.now
-                if now > w:  # Timeline.add, inline
-                    if segs is not None:
-                        segs += (lane, w, now, t, "compute")
+                if now > w:  # Timeline.add and task, inline
                     us["compute"] += now - w
-            # the block is done
-            if segs is not None and now > t_in:
+                    if segs is not None:
+                        segs += (lane, w, now, t, "compute", lane, t_in, now, t, "task")
+                elif segs is not None and now > t_in:
+                    segs += (lane, t_in, now, t, "task")
+            elif segs is not None and now > t_in:  # the block is done
                 segs += (lane, t_in, now, t, "task")
             end[t] = now
             lane_of[t] = lane
-            left[k] -= 1
-            if left[k] == 0:
+            n = left[k] - 1
+            left[k] = n
+            if n == 0:
                 end_t[k] = now
                 done[k].succeed()
+            q = queues[k]
+            if ch.k == k and q:  # Chain.take, inline: the next block of this kernel
+                t = q.popleft()
+                continue
             kt = ch.take()
             if kt is None:  # wait in the FIFO of its level for a dispatch
                 idle.append(self)
                 kt = yield
+            k, t = kt
