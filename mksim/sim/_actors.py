@@ -43,7 +43,7 @@ class Signal(Event):
         self._value = None
         env = self.env  # env.schedule(self, NORMAL, delay_us), inline
         at = env._now + delay_us
-        env._batches.pop(at, None)
+        env._batches.pop(at, None)  # type: ignore[attr-defined]  # (an engine Env: closes the batch there)
         heappush(env._queue, (at, NORMAL, next(env._eid), self))
 
 

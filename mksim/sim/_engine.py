@@ -363,10 +363,10 @@ class _Engine:
                         now = env.now
                         if ready > now:
                             at = now + (ready - now)
-                            b = batch_of(at)
-                            if b is None:
-                                b = new_batch(at)
-                            b.members.append(wake)
+                            bt = batch_of(at)
+                            if bt is None:
+                                bt = new_batch(at)
+                            bt.members.append(wake)
                             yield
                 now = env.now
                 if now > w:
@@ -407,10 +407,10 @@ class _Engine:
             # it next waits, so both segments go in at once)
             if rest > 0:
                 at = now + rest
-                b = batch_of(at)
-                if b is None:
-                    b = new_batch(at)
-                b.members.append(wake)
+                bt = batch_of(at)
+                if bt is None:
+                    bt = new_batch(at)
+                bt.members.append(wake)
                 yield
                 t1, now = now, env.now
                 if now > t1:

@@ -89,7 +89,7 @@ class Env(simpy.Environment):
         elif priority < NORMAL and delay == 0 and self._batch is not None:
             raise RuntimeError("an urgent event (a process starting) scheduled from a batched wake-up would run "
                                "before the rest of its batch: start it from an ordinary event")
-        heappush(self._queue, (at, priority, next(self._eid), event))
+        heappush(self._events, (at, priority, next(self._eid), event))
 
     def wake_at(self, at: float, fn: Callable[[Any], object]) -> None:
         """Call ``fn(batch)`` at ``at`` (>= now), where an event made now for it would be processed:
@@ -114,7 +114,7 @@ class Env(simpy.Environment):
     def batch(self, at: float) -> Batch:
         """A new :class:`Batch` at ``at``, in the queue: the one later wake-ups at ``at`` join."""
         b = self._batches[at] = Batch(self._run_batch_cb)
-        heappush(self._queue, (at, NORMAL, next(self._eid), b))
+        heappush(self._events, (at, NORMAL, next(self._eid), b))
         return b
 
     def _run_batch(self, b: Batch) -> None:
