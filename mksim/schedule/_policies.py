@@ -220,29 +220,55 @@ def _list_schedule(graph: TaskGraph, cost: np.ndarray, sms: list[int] | None, or
     op_of: list[int] = graph.op_of.tolist()
     n_tiles: list[int] = graph.n_tiles.tolist()
     op_first: list[int] = graph.op_first.tolist()
+    deps_of, heappop, heappush = graph.all_deps, heapq.heappop, heapq.heappush
     finish = [0.0] * len(graph)
     op_max = [0.0] * len(graph.ops)  # running max of finish per op, for whole-op deps
-    heaps: dict[int, list[tuple[float, int]]] = {}
     q: list[list[int]] = [[] for _ in range(n_sms)]
-    heap: list[tuple[float, int]] = [] if pool_of else [(0.0, s) for s in sms or ()]
-    heapq.heapify(heap)
+    # The SMs by when they free up: a heap of the distinct times, each with a heap of its SMs (the
+    # order of one heap of (time, sm) pairs, whose ties on time, the rule here, cost a tuple
+    # comparison each), per pool.
+    free_at: dict[int, tuple[list[float], dict[float, list[int]]]] = {}
+    times: list[float] = [0.0]
+    at: dict[float, list[int]] = {0.0: sorted(sms or ())}
+    last_deps: Any = None
+    ready = 0.0
     for t in order:
-        ready = 0.0
-        for p, t0, t1 in graph.deps(t):
-            e = op_max[p] if t1 - t0 == n_tiles[p] else max(finish[op_first[p] + t0:op_first[p] + t1])
-            if e > ready:
-                ready = e
-        ready += sync_us
+        deps = deps_of[t]
+        # the same dependencies (one tuple) as the task placed last: the same ready time, as that task
+        # cannot be one of them (it would depend on itself)
+        if deps is not last_deps:
+            last_deps = deps
+            ready = 0.0
+            for p, t0, t1 in deps:
+                n = t1 - t0
+                if n == n_tiles[p]:
+                    e = op_max[p]
+                elif n == 1:
+                    e = finish[op_first[p] + t0]
+                else:
+                    e = max(finish[op_first[p] + t0:op_first[p] + t1])
+                if e > ready:
+                    ready = e
+            ready += sync_us
         if pool_of:
             pool = pool_of(t)
-            got = heaps.get(id(pool))
+            got = free_at.get(id(pool))
             if got is None:
-                got = heaps[id(pool)] = [(0.0, s) for s in pool]
-                heapq.heapify(got)
-            heap = got
-        free, best = heap[0]
+                got = free_at[id(pool)] = ([0.0], {0.0: sorted(pool)})
+            times, at = got
+        free = times[0]
+        sm_heap = at[free]
+        best = heappop(sm_heap)
+        if not sm_heap:
+            heappop(times)
+            del at[free]
         f = (free if free >= ready else ready) + cost_l[t]
-        heapq.heapreplace(heap, (f, best))
+        later = at.get(f)
+        if later is None:
+            at[f] = [best]
+            heappush(times, f)
+        else:
+            heappush(later, best)
         finish[t] = f
         p = op_of[t]
         if f > op_max[p]:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import functools
 import json
 import math
+import operator
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
+from itertools import chain
 from pathlib import Path
 from typing import Any, Literal
 
@@ -222,8 +224,16 @@ class Schedule:
             lost = f"{n - placed} never placed" if placed < n else f"{placed - n} beyond its last task"
             raise ScheduleError(f"this schedule's queues are for a different workload or tiling ({placed} tasks, the "
                                 f"workload has {n}: {lost}); build it again with mksim simulate --save")
+        tasks = set(chain.from_iterable(self.queues))  # every task once, checked at C speed
+        if not (placed == n == len(tasks) and (not n or (min(tasks) == 0 and max(tasks) == n - 1))):
+            self._name_misplaced(n)
+        for d in active_designs(self.mode, self.options):
+            d.check_queues(self)
+
+    def _name_misplaced(self, n: int) -> None:
+        """Raise the :class:`ScheduleError` that says which task the queues misplace."""
         where: dict[int, int] = {}
-        for sm, q in enumerate(self.queues):
+        for sm, q in enumerate(self.queues or []):
             for t in q:
                 if not 0 <= t < n:
                     raise ScheduleError(f"SM {sm} lists task {t}, but the graph has tasks 0..{n - 1}")
@@ -233,8 +243,6 @@ class Schedule:
         if len(where) != n:
             missing = next(t for t in range(n) if t not in where)
             raise ScheduleError(f"{n - len(where)} task(s) never placed, e.g. {self.graph.name(missing)}")
-        for d in active_designs(self.mode, self.options):
-            d.check_queues(self)
 
     # -- JSON -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -462,8 +470,9 @@ def _in_task_order(graph: TaskGraph, queues: list[list[int]]) -> bool:
     earlier op: then running all tasks in id order is an execution, so none can deadlock (what
     every built-in policy produces; the walk below is for everything else). A task's dependencies are
     tiles of its op's inputs, so the second holds when every op's inputs come before it."""
+    lt = operator.lt
     for q in queues:
-        if any(a >= b for a, b in zip(q, q[1:], strict=False)):
+        if not all(map(lt, q, q[1:])):
             return False
     index = graph.workload.index
     return all(index[inp.op] < i for i, op in enumerate(graph.ops) for inp in op.inputs)

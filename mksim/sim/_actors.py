@@ -24,7 +24,6 @@ from simpy.events import Event
 
 from mksim.costs import first_byte_us
 
-from ._env import Wake
 from ._hbm import Tracked
 
 _INF = math.inf
@@ -43,7 +42,9 @@ class Signal(Event):
         self._ok = True
         self._value = None
         env = self.env  # env.schedule(self, NORMAL, delay_us), inline
-        heappush(env._queue, (env._now + delay_us, NORMAL, next(env._eid), self))
+        at = env._now + delay_us
+        env._batches.pop(at, None)  # type: ignore[attr-defined]  # (an engine Env: closes the batch there)
+        heappush(env._queue, (at, NORMAL, next(env._eid), self))
 
 
 # -- persistent modes: an SM's loader ------------------------------------------------------
@@ -63,7 +64,7 @@ class Loader:
     __slots__ = ("env", "hbm", "timeline", "q", "lane", "pre_B", "buf_B", "page_B", "cap", "lat", "i",
                  "free_B", "want_B", "n_started", "waits_start", "n_loaded", "loaded", "heads",
                  "first_lat", "gate", "issue_us", "op_cap", "op_of", "first_in", "pf", "pos", "l2_Bpus", "l2_lat",
-                 "pf_waited", "pf_gen", "wake", "wake_ev", "addr")
+                 "pf_waited", "pf_gen", "wake", "wake_ev", "addr", "bubbles")
 
     def __init__(self, eng: _Engine, sm: int, q: list[int], buf_B: int, page_B: int):
         self.env, self.hbm, self.timeline, self.q = eng.env, eng.hbm, eng.timeline, q
@@ -78,7 +79,8 @@ class Loader:
         self.n_started = 0       # queue positions the executor has started
         self.waits_start = False
         self.n_loaded = 0        # queue positions whose data is in
-        self.loaded: Wake | None = None
+        self.loaded: Callable[[object], object] | None = None  # the executor waiting for the data, if it waits
+        self.bubbles: list[tuple[float, float]] = []  # ... and the data's DRAM-latency bubbles, as it wakes it
         self.heads: list[int] = []  # page bytes each loaded task holds
         # dynamic dispatch: (tasks arrived, wait(task, loader)); a task not yet handed to this SM
         # cannot be loaded, and the engine runs the loader again when it arrives
@@ -127,7 +129,7 @@ class Loader:
         heads, first_in, op_of, pf, gate, addr = self.heads, self.first_in, self.op_of, self.pf, self.gate, self.addr
         cap0, op_cap, issue_us, lat, first_lat = self.cap, self.op_cap, self.issue_us, self.lat, self.first_lat
         segs, lane = self.timeline.segs if self.timeline.segments else None, self.lane
-        wake, start, queue, eid = self.wake, hbm.start, env._events, env._eid
+        wake, start, batch_of, new_batch = self.wake, hbm.start, env._batches.get, env.batch
         last = -1.0  # when the last flow ended: a later start pays the DRAM latency
         i = 0
         while True:  # (from the first run(), as the kernel starts)
@@ -151,6 +153,11 @@ class Loader:
                         env.timeout(seen - env.now).callbacks.append(self.wake_ev)
                         yield
                     break
+            cap = cap0  # the task's flows' cap
+            if op_cap is not None:
+                own = op_cap[op_of[t]]
+                if own < cap:
+                    cap = own
             # shared memory is counted in whole bytes: float sums would overfill the pages
             head = math.ceil(pre_B[t])
             if head > buf_B:
@@ -215,11 +222,6 @@ class Loader:
                         d += issue_us
                 if first_in[t] != first_in[t]:  # NaN: the task's first flow
                     first_in[t] = a + d
-                cap = cap0
-                if op_cap is not None:
-                    own = op_cap[op_of[t]]
-                    if own < cap:
-                        cap = own
                 if hit == 0.0:
                     start(n - hit, cap, d, wake)
                 else:
@@ -235,20 +237,25 @@ class Loader:
                     e = a + d
                     bubbles.append((a, e))
                     if segs is not None:
-                        segs.append((lane, a, e, t, "bubble"))
-                else:
-                    e = a
-                if segs is not None and now > e:
-                    segs.append((lane, e, now, t, "memory"))
+                        if now > e:
+                            segs += (lane, a, e, t, "bubble", lane, e, now, t, "memory")
+                        else:
+                            segs += (lane, a, e, t, "bubble")
+                elif segs is not None and now > a:
+                    segs += (lane, a, now, t, "memory")
                 if pages:
                     got += n  # type: ignore[assignment]  # (whole page bytes)
                 if pf is not None:
                     pf.moved(self.pos, self.pos)
             self.n_loaded = i + 1
             if self.loaded is not None:
-                ev, self.loaded = self.loaded, None
-                ev._value = bubbles  # env.fire(ev, bubbles), inline
-                heappush(queue, (env.now, NORMAL, next(eid), ev))
+                fn, self.loaded = self.loaded, None
+                self.bubbles = bubbles
+                now = env.now  # env.wake_at(now, fn), inline
+                b = batch_of(now)
+                if b is None:
+                    b = new_batch(now)
+                b.members.append(fn)
             i += 1
 
     def _retry(self, gen: int, _ev: object = None) -> None:
@@ -480,14 +487,13 @@ class Slot:
         release, released_at, left, end_t, done = ch.release, ch.released_at, ch.left, ch.end_t, ch.done
         sm_kernel, cold_until = ch.sm_kernel, ch.cold_until
         wake, wake_ev = self.wake, self.wake_ev
-        queue, eid = env._events, env._eid
-        me, mine = Wake(), [wake_ev]  # its compute waits: one Wake, pushed again each time
+        batch_of, new_batch = env._batches.get, env.batch  # its compute waits: Env.wake_at, inline
         # what Timeline.flow, add and task record, inline: the segments (if kept) and the breakdown's sums
         segs, us = timeline.segs if timeline.segments else None, timeline.us
-        kt = yield
+        queues = ch.queues
+        k, t = yield
         idle = ch.idle[self.level]  # (made once every slot is)
         while True:
-            k, t = kt
             t_in = env.now
             pre = pre_B[t]
             if released_at[k] == _INF:  # not released yet
@@ -499,11 +505,11 @@ class Slot:
                     hbm.start(head, cap[k], d, wake)
                     yield
                     timeline.flow(lane, t_in, d, env.now, t)
-            if released_at[k] == _INF:
-                w = env.now
-                release[k].callbacks.append(wake_ev)
-                yield
-                timeline.add(lane, w, env.now, t, "dependency wait")
+                if released_at[k] == _INF:
+                    w = env.now
+                    release[k].callbacks.append(wake_ev)
+                    yield
+                    timeline.add(lane, w, env.now, t, "dependency wait")
             since = env.now
             start[t] = since  # the dependent part starts here (PDL prologue before)
             if on_device[t]:  # a device function's fixed part needs only the release
@@ -523,16 +529,19 @@ class Slot:
                 hbm.start(pre, cap[k], d, wake)
                 yield
                 now = env.now
-                a = since
                 if d > 0:  # Timeline.flow, inline
                     a = since + d
-                    if segs is not None:
-                        segs.append((lane, since, a, t, "bubble"))
                     us["bubble"] += a - since
-                if now > a:
+                    if now > a:
+                        us["memory"] += now - a
+                        if segs is not None:
+                            segs += (lane, since, a, t, "bubble", lane, a, now, t, "memory")
+                    elif segs is not None:
+                        segs += (lane, since, a, t, "bubble")
+                elif now > since:
+                    us["memory"] += now - since
                     if segs is not None:
-                        segs.append((lane, a, now, t, "memory"))
-                    us["memory"] += now - a
+                        segs += (lane, since, now, t, "memory")
             else:
                 now = since
             if warm_us is not None and on_device[t]:  # from its inputs and first bytes
@@ -543,24 +552,34 @@ class Slot:
             if rest < tail_us[t]:  # a device function consumes the last page once it is in
                 rest = tail_us[t]
             if rest > 0:
-                me.callbacks = mine
-                heappush(queue, (now + rest, NORMAL, next(eid), me))
+                at = now + rest
+                b = batch_of(at)
+                if b is None:
+                    b = new_batch(at)
+                b.members.append(wake_ev)
                 yield
                 w, now = now, env.now
-                if now > w:  # Timeline.add, inline
-                    if segs is not None:
-                        segs.append((lane, w, now, t, "compute"))
+                if now > w:  # Timeline.add and task, inline
                     us["compute"] += now - w
-            # the block is done
-            if segs is not None and now > t_in:
-                segs.append((lane, t_in, now, t, "task"))
+                    if segs is not None:
+                        segs += (lane, w, now, t, "compute", lane, t_in, now, t, "task")
+                elif segs is not None and now > t_in:
+                    segs += (lane, t_in, now, t, "task")
+            elif segs is not None and now > t_in:  # the block is done
+                segs += (lane, t_in, now, t, "task")
             end[t] = now
             lane_of[t] = lane
-            left[k] -= 1
-            if left[k] == 0:
+            n = left[k] - 1
+            left[k] = n
+            if n == 0:
                 end_t[k] = now
                 done[k].succeed()
+            q = queues[k]
+            if ch.k == k and q:  # Chain.take, inline: the next block of this kernel
+                t = q.popleft()
+                continue
             kt = ch.take()
             if kt is None:  # wait in the FIFO of its level for a dispatch
                 idle.append(self)
                 kt = yield
+            k, t = kt

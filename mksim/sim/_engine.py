@@ -21,10 +21,8 @@ its queue by the actors themselves. The hot loops inline the small helpers they 
 from __future__ import annotations
 
 import math
-from heapq import heappush
 
 import numpy as np
-from simpy.core import NORMAL
 
 from mksim import costs
 from mksim.costs import block_dram_cap_Bpus
@@ -34,7 +32,7 @@ from mksim.schedule import BaseSync, ChainMode, PersistentMode, Schedule, active
 from . import designs as _pieces  # noqa: F401  (registers every design's engine piece)
 from ._actors import Chain, L2Prefetch, Loader, Signal, address_gates, stream_bytes
 from ._design_run import RUNS, DesignRun, Handover, Seen, overrides
-from ._env import Env, Proc, Wake
+from ._env import Env, Proc
 from ._hbm import HBM
 from ._result import CATEGORIES, SimResult, Timeline, build_result
 
@@ -111,6 +109,8 @@ class _Engine:
         self._finished = tuple(p.finished for p in self.pieces.values() if overrides(p, "finished"))
         self._handover: Handover | None = None  # persistent modes: set as the run starts
         self._seen: Seen | None = None
+        # the sync's last answer: [producers' last end, flags, bytes polled, chip's draw, when the consumer sees them]
+        self._ready_memo: list[float] = [math.nan] * 5
 
     # -- shared helpers -------------------------------------------------------------------
     def op_signal(self, p: int) -> Signal:
@@ -282,11 +282,10 @@ class _Engine:
         (:meth:`Timeline.add` would not)."""
         wake = (yield)._value  # its own send (Env.start)
         env, r, timeline, hbm = self.env, self.r, self.timeline, self.hbm
-        queue, eid = env._events, env._eid
-        me, mine = Wake(), [wake]  # its own Wake: callbacks = mine, then pushed, at each wait
+        batch_of, new_batch = env._batches.get, env.batch  # Env.wake_at, inline at each timed wait
         arrived, arrival, own_deps = self._handover if self._handover is not None else (None, None, True)
         op_seen, tiles_seen = self._seen(sm) if self._seen is not None else (None, None)
-        ready_after = sync.ready_us
+        ready_after, memo = sync.ready_us, self._ready_memo
         work_us, start, tail_us, warm_us, first_in = self.work_us, self.start, self.tail_us, self.warm_us, self.first_in
         op_of, n_tiles, op_first, op_done_n, op_end, end = (self.op_of, self.n_tiles, self.op_first, self.op_done_n,
                                                             self.op_end, self.end)
@@ -295,8 +294,7 @@ class _Engine:
         lane_of, op_events, task_events, visible_us = self.lane_of, self.op_events, self.task_events, self.visible_us
         # what Timeline.add records, inline: the segments (if kept) and the breakdown's sums
         segs, us, heads = timeline.segs if timeline.segments else None, timeline.us, ld.heads
-        me.callbacks = mine
-        heappush(queue, (env.now + self.t0, NORMAL, next(eid), me))
+        env.wake_at(env.now + self.t0, wake)
         yield
         for i, t in enumerate(q):
             w = env.now
@@ -316,38 +314,64 @@ class _Engine:
                     ready = -1.0
                     n_flags = 0
                     for p, a, b in deps_of[t]:
-                        if b - a == n_tiles[p]:
-                            if op_done_n[p] < b - a:
+                        n = b - a
+                        if n == n_tiles[p]:  # the whole op
+                            if op_done_n[p] < n:
                                 sig = op_events.get(p)  # op_signal(p), inline
                                 if sig is None:
                                     sig = op_events[p] = Signal(env)
                                 sig.callbacks.append(wake)
                                 yield
                             e = op_end[p] if op_seen is None else op_seen(p)
+                        elif n == 1:  # one task (as the range below)
+                            k = op_first[p] + a
+                            e = end[k]
+                            if e != e:  # NaN: not done
+                                sig = task_events.get(k)  # task_signal(k), inline
+                                if sig is None:
+                                    sig = task_events[k] = Signal(env)
+                                sig.callbacks.append(wake)
+                                yield
+                                e = end[k]
+                            if tiles_seen is not None:
+                                e = tiles_seen(k, k + 1)
                         else:
-                            base = op_first[p]
-                            for k in range(base + a, base + b):
+                            lo = op_first[p] + a
+                            for k in range(lo, lo + n):
                                 if end[k] != end[k]:  # NaN: not done
                                     sig = task_events.get(k)  # task_signal(k), inline
                                     if sig is None:
                                         sig = task_events[k] = Signal(env)
                                     sig.callbacks.append(wake)
                                     yield
-                            e = max(end[base + a:base + b]) if tiles_seen is None else tiles_seen(base + a, base + b)
+                            e = max(end[lo:lo + n]) if tiles_seen is None else tiles_seen(lo, lo + n)
                         if e > ready:
                             ready = e
-                        n_flags += b - a
+                        n_flags += n
                     if ready >= 0:
-                        ready = ready_after(ready, n_flags, r, in_B[t], hbm.rate_now)
+                        polled, draw = in_B[t], hbm.rate_now
+                        # the sync's answer (a pure function of these) to the last executor that asked, if
+                        # asked alike (most are: the SMs that a producer's signal wakes at one instant)
+                        if ready == memo[0] and draw == memo[3] and n_flags == memo[1] and polled == memo[2]:
+                            ready = memo[4]
+                        else:
+                            memo[0] = ready
+                            memo[1] = n_flags
+                            memo[2] = polled
+                            memo[3] = draw
+                            ready = memo[4] = ready_after(ready, n_flags, r, polled, draw)
                         now = env.now
                         if ready > now:
-                            me.callbacks = mine
-                            heappush(queue, (now + (ready - now), NORMAL, next(eid), me))
+                            at = now + (ready - now)
+                            bt = batch_of(at)
+                            if bt is None:
+                                bt = new_batch(at)
+                            bt.members.append(wake)
                             yield
                 now = env.now
                 if now > w:
                     if segs is not None:
-                        segs.append((sm, w, now, t, "dependency wait"))
+                        segs += (sm, w, now, t, "dependency wait")
                     us["dependency wait"] += now - w
             now = t_in = env.now
             start[t] = t_in
@@ -356,13 +380,13 @@ class _Engine:
                 ld.waits_start = False
                 ld.wake()
             if ld.n_loaded <= i:
-                me.callbacks = mine
-                ld.loaded = me
-                bubbles = (yield)._value
+                ld.loaded = wake
+                yield
+                bubbles = ld.bubbles
                 now = env.now
                 if now > t_in:  # Timeline.data_wait, inline: bubble where the loader was in one
                     if segs is not None:
-                        segs.append((sm, t_in, now, t, "data wait"))
+                        segs += (sm, t_in, now, t, "data wait")
                     bub = 0.0
                     for x, y in bubbles:
                         v = (y if y < now else now) - (x if x > t_in else t_in)
@@ -379,31 +403,39 @@ class _Engine:
                 rest = work_us[t]
             if rest < tail_us[t]:  # the last page is consumed after it is in
                 rest = tail_us[t]
+            # its compute, then the task's whole span (the loader, woken below, records nothing before
+            # it next waits, so both segments go in at once)
             if rest > 0:
-                me.callbacks = mine
-                heappush(queue, (now + rest, NORMAL, next(eid), me))
+                at = now + rest
+                bt = batch_of(at)
+                if bt is None:
+                    bt = new_batch(at)
+                bt.members.append(wake)
                 yield
                 t1, now = now, env.now
                 if now > t1:
-                    if segs is not None:
-                        segs.append((sm, t1, now, t, "compute"))
                     us["compute"] += now - t1
+                    if segs is not None:
+                        segs += (sm, t1, now, t, "compute", sm, t_in, now, t, "task")
+                elif segs is not None and now > t_in:
+                    segs += (sm, t_in, now, t, "task")
+            elif segs is not None and now > t_in:
+                segs += (sm, t_in, now, t, "task")
             head = heads[i]
             if head > 0:  # Loader.free(head), inline: its pages are free again
                 free = ld.free_B = ld.free_B + head
                 if ld.want_B and free >= ld.want_B:
                     ld.wake()
             # done: its end, its op's count, the signals of whoever waits for it
-            if segs is not None and now > t_in:
-                segs.append((sm, t_in, now, t, "task"))
             end[t] = now
             lane_of[t] = sm
             p = op_of[t]
             op_done_n[p] += 1
             if now > op_end[p]:
                 op_end[p] = now
-            for hook in finished:
-                hook(t, p, sm, now)
+            if finished:
+                for hook in finished:
+                    hook(t, p, sm, now)
             if task_events:
                 sig = task_events.pop(t, None)
                 if sig is not None:

@@ -1,10 +1,18 @@
-"""The engine's SimPy environment: SimPy's own, with the clock as a plain attribute and a run loop
-that steps without a method call per event; and :class:`Proc`, a lean SimPy process.
+"""The engine's SimPy environment: SimPy's own, with the clock as a plain attribute, a run loop
+that steps without a method call per event, and batched wake-ups; and :class:`Proc`, a lean SimPy
+process.
 
 An engine run reads the clock a dozen times per task and steps once or twice per task; SimPy's
 ``now`` is a property and ``run`` calls ``step`` for each event, which together cost a tenth of a
 run. :class:`Env` keeps every other part of SimPy (events, processes, the heap of ``(time,
 priority, id, event)``), and processes events in the same order as :meth:`simpy.Environment.run`.
+
+Most of a run's events are the engine's own wake-ups (a task's compute done, its producers seen,
+its data in), and most fall on instants shared by many SMs: symmetric SMs finish alike. A heap of
+``(time, priority, id, event)`` tuples pays a dozen tuple comparisons per push and pop where times
+tie (each comparing time, then priority, then id). :meth:`Env.wake_at` puts the wake-ups of one
+instant that follow each other in the queue's order in one :class:`Batch`, one heap entry, whose
+callbacks run in the order they were added: the order the heap would have run them in.
 An executor waits twice per task; :class:`Proc` resumes its generator as :class:`simpy.Process`
 does, in the same order, for a third of the work.
 """
@@ -34,6 +42,19 @@ class Wake:
         self._value = value
 
 
+class Batch:
+    """Wake-ups of one instant, one event in SimPy's queue (:meth:`Env.wake_at`): its one callback
+    calls each of ``members`` with the batch, in the order they were added."""
+
+    __slots__ = ("callbacks", "members")
+    _ok = True
+    _value = None
+
+    def __init__(self, run: list[Callable[[Any], None]]) -> None:
+        self.callbacks = run
+        self.members: list[Callable[[Any], object]] = []
+
+
 class Env(simpy.Environment):
     """A :class:`simpy.Environment` whose ``now`` is an attribute (set as each event is processed)
     and whose :meth:`run` without ``until`` processes the events in a loop of its own.
@@ -51,19 +72,73 @@ class Env(simpy.Environment):
     def __init__(self) -> None:
         super().__init__()
         self.now = self._now
-        # SimPy's queue, which also holds Wakes
+        # SimPy's queue, which also holds Wakes and Batches
         self._events: list[tuple[float, int, int, Any]] = self._queue  # type: ignore[assignment]
+        # the batch of each instant that wake-ups may still join: none was put in the queue at that
+        # instant (priority NORMAL) after it, and it has not run
+        self._batches: dict[float, Batch] = {}
+        self._batch: Batch | None = None  # the batch running
+        self._run_batch_cb: list[Callable[[Any], None]] = [self._run_batch]  # every batch's callbacks
+
+    def schedule(self, event: Event, priority: int = NORMAL, delay: Any = 0) -> None:
+        """SimPy's :meth:`~simpy.Environment.schedule`: ``event`` comes after the wake-ups of its
+        instant batched so far (a later one starts a new batch)."""
+        at = self._now + delay
+        if priority == NORMAL:
+            self._batches.pop(at, None)
+        elif priority < NORMAL and delay == 0 and self._batch is not None:
+            raise RuntimeError("an urgent event (a process starting) scheduled from a batched wake-up would run "
+                               "before the rest of its batch: start it from an ordinary event")
+        heappush(self._events, (at, priority, next(self._eid), event))
+
+    def wake_at(self, at: float, fn: Callable[[Any], object]) -> None:
+        """Call ``fn(batch)`` at ``at`` (>= now), where an event made now for it would be processed:
+        after everything already in the queue for that instant, before anything put there later.
+        Wake-ups of one instant added one after another share one :class:`Batch`.
+
+        >>> env = Env()
+        >>> log = []
+        >>> env.wake_at(1.0, lambda b: log.append("a"))
+        >>> env.timeout(1.0).callbacks.append(lambda e: log.append("timeout"))
+        >>> env.wake_at(1.0, lambda b: log.append("b"))
+        >>> env.wake_at(1.0, lambda b: log.append("c"))
+        >>> env.run()
+        >>> log, env.now
+        (['a', 'timeout', 'b', 'c'], 1.0)
+        """
+        b = self._batches.get(at)
+        if b is None:
+            b = self.batch(at)
+        b.members.append(fn)
+
+    def batch(self, at: float) -> Batch:
+        """A new :class:`Batch` at ``at``, in the queue: the one later wake-ups at ``at`` join."""
+        b = self._batches[at] = Batch(self._run_batch_cb)
+        heappush(self._events, (at, NORMAL, next(self._eid), b))
+        return b
+
+    def _run_batch(self, b: Batch) -> None:
+        # members added while it runs (at this instant, nothing else put in the queue after it) run last
+        self._batch = b
+        for fn in b.members:
+            fn(b)
+        self._batch = None
+        if self._batches.get(self._now) is b:
+            del self._batches[self._now]
 
     def after(self, delay_us: float, value: Any = None) -> Wake:
         """A :class:`Wake` processed ``delay_us`` (>= 0) from now, with ``value``: an
         ``env.timeout(delay_us, value)``."""
         w = Wake(value)
-        heappush(self._events, (self._now + delay_us, NORMAL, next(self._eid), w))
+        at = self._now + delay_us
+        self._batches.pop(at, None)
+        heappush(self._events, (at, NORMAL, next(self._eid), w))
         return w
 
     def fire(self, w: Wake, value: Any = None) -> None:
         """Trigger ``w`` (made by ``Wake()``, waiting) now with ``value``: an ``event.succeed(value)``."""
         w._value = value
+        self._batches.pop(self._now, None)
         heappush(self._events, (self._now, NORMAL, next(self._eid), w))
 
     def start(self, co: Generator[None, Any, None]) -> None:
@@ -155,4 +230,4 @@ class Proc:
         nxt.callbacks.append(self.resume)
 
 
-__all__ = ["Env", "Proc", "Wake"]
+__all__ = ["Batch", "Env", "Proc", "Wake"]

@@ -104,6 +104,8 @@ class HBM:
     def __init__(self, env: simpy.Environment, total_Bpus: float, record: bool = False,
                  knee: Callable[[float], float] | None = None):
         self.env = env
+        # an engine Env's batched wake-ups (a wake of the HBM closes its instant's batch); any SimPy env works
+        self._batches: dict[float, Any] = getattr(env, "_batches", {})
         self.total = total_Bpus
         # soft knee (mksim.costs.loaded_total_Bpus): the chip's rate for the flows' total demand
         # at the stream latency; every flow then draws the same fraction of its cap (latency grew)
@@ -261,6 +263,7 @@ class HBM:
             self._wake_at = now + nxt
             w = Wake(self._gen)  # an env.timeout(nxt, self._gen)
             w.callbacks.append(self._wake)  # type: ignore[arg-type]
+            self._batches.pop(now + nxt, None)
             heappush(self.env._queue, (now + nxt, NORMAL, next(self.env._eid), w))  # type: ignore[attr-defined, misc]
         else:
             self._wake_at = _INF

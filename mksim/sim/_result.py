@@ -33,14 +33,39 @@ class SimResult:
     n_tasks: int
     n_lanes: int
     lanes_per_sm: int
-    timeline: list[tuple[int, float, float, int, str]] = field(repr=False, default_factory=list)
-    task_names: list[str] = field(repr=False, default_factory=list)
+    # the timeline as the engine records it, five items a segment (`timeline` makes the tuples when first
+    # read), and the graph whose tasks `task_names` names (None: no names)
+    segments_flat: list[Any] = field(repr=False, default_factory=list, compare=False)
+    names_of: TaskGraph | None = field(repr=False, default=None, compare=False)
     hbm_log: list[tuple[float, float]] | None = field(repr=False, default=None)
     task_start_us: np.ndarray | None = field(repr=False, default=None)
     task_end_us: np.ndarray | None = field(repr=False, default=None)
     task_lane: np.ndarray | None = field(repr=False, default=None)
     # what the designs that were on report, by design name (the dies design: traffic across dies)
     design_stats: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    _timeline: list[tuple[int, float, float, int, str]] | None = field(init=False, repr=False, default=None,
+                                                                       compare=False)
+    _task_names: list[str] | None = field(init=False, repr=False, default=None, compare=False)
+
+    @property
+    def timeline(self) -> list[tuple[int, float, float, int, str]]:
+        """What each lane's time went to, as ``(lane, start_us, end_us, task, category)`` segments in the
+        order the run recorded them (:class:`Timeline`); empty with ``simulate(..., timeline=False)``.
+        Made from the engine's flat record when first read: a caller that never reads it does not pay
+        for a tuple per segment."""
+        if self._timeline is None:
+            it = iter(self.segments_flat)
+            self._timeline = list(zip(it, it, it, it, it, strict=True))
+            self.segments_flat = []
+        return self._timeline
+
+    @property
+    def task_names(self) -> list[str]:
+        """Each task's name (:func:`timeline_names`), made when first read; empty without a timeline."""
+        if self._task_names is None:
+            self._task_names = timeline_names(self.names_of) if self.names_of is not None else []
+        return self._task_names
 
     @property
     def tokens_per_s(self) -> float:
@@ -156,23 +181,32 @@ class Timeline:
     as the segments are recorded. Lanes are SMs (SM slots in chain modes); a persistent SM's
     loader is lane ``-1 - sm``, and its time counts only through its executor's data waits.
 
-    With ``segments=False`` only the totals are kept (``simulate(..., timeline=False)``)."""
+    ``segs`` holds the segments flat, five items each, in the order they are recorded (a run adds
+    several per task: ``segs += (lane, a, b, t, cat)`` makes no tuple to keep, and the cycle
+    collector has one list to walk, not a tuple per segment); :attr:`SimResult.timeline` makes the
+    tuples. With ``segments=False`` only the totals are kept (``simulate(..., timeline=False)``).
+
+    >>> tl = Timeline()
+    >>> tl.add(0, 1.0, 2.5, 7, "compute"); tl.add(0, 2.5, 2.5, 7, "compute")
+    >>> tl.segs, tl.us["compute"]
+    ([0, 1.0, 2.5, 7, 'compute'], 1.5)
+    """
 
     def __init__(self, segments: bool = True) -> None:
         self.segments = segments
-        self.segs: list[tuple[int, float, float, int, str]] = []
+        self.segs: list[Any] = []
         self.us = dict.fromkeys(CATEGORIES, 0.0)
 
     def add(self, lane: int, a: float, b: float, t: int, cat: str) -> None:
         if b > a:
             if self.segments:
-                self.segs.append((lane, a, b, t, cat))
+                self.segs += (lane, a, b, t, cat)
             self.us[cat] += b - a
 
     def task(self, lane: int, a: float, b: float, t: int) -> None:
         """Task ``t`` ran on ``lane`` from ``a`` to ``b`` (spanning the categories within)."""
         if b > a and self.segments:
-            self.segs.append((lane, a, b, t, "task"))
+            self.segs += (lane, a, b, t, "task")
 
     def flow(self, lane: int, a: float, lat_us: float, b: float, t: int, count: bool = True) -> None:
         """A transfer started at ``a``, paid ``lat_us`` of first-byte latency (a bubble) and
@@ -180,13 +214,13 @@ class Timeline:
         if lat_us > 0:
             e = a + lat_us
             if self.segments:
-                self.segs.append((lane, a, e, t, "bubble"))
+                self.segs += (lane, a, e, t, "bubble")
             if count:
                 self.us["bubble"] += e - a
             a = e
         if b > a:
             if self.segments:
-                self.segs.append((lane, a, b, t, "memory"))
+                self.segs += (lane, a, b, t, "memory")
             if count:
                 self.us["memory"] += b - a
 
@@ -195,7 +229,7 @@ class Timeline:
         ``bubbles``, memory otherwise."""
         if b > a:
             if self.segments:
-                self.segs.append((lane, a, b, t, "data wait"))
+                self.segs += (lane, a, b, t, "data wait")
             bub = sum(max(0.0, min(b, y) - max(a, x)) for x, y in bubbles)
             self.us["bubble"] += bub
             self.us["memory"] += (b - a) - bub
@@ -231,13 +265,12 @@ def build_result(s, r, start, end, lane_of, timeline: Timeline, n_lanes, t0, spa
     op_start, op_end = np.minimum.reduceat(start, first), np.maximum.reduceat(end, first)
     per_op = [{"op": op.name, "kind": op.kind, "tasks": int(k), "start_us": float(a), "end_us": float(b),
                "time_us": float(b - a)} for op, k, a, b in zip(g.ops, g.n_tiles, op_start, op_end, strict=True)]
-    task_names = timeline_names(g) if names else []
     wl = s.workload
     dram = float(hbm.bytes_done)
     return SimResult(mode=s.mode, gpu=s.gpu.name, workload=wl.name, policy=s.policy, latency_us=latency,
                      tokens=wl.tokens, dram_bytes=dram, hbm_spec_Bps=s.gpu.dram.bandwidth_spec_GBps * 1e9,
                      bandwidth_floor_us=wl.bandwidth_floor_us(s.gpu.dram.bandwidth_spec_GBps * 1e9),
                      breakdown_us=breakdown, per_op=per_op, n_tasks=len(g), n_lanes=n_lanes,
-                     lanes_per_sm=n_lanes // s.gpu.sm.count, timeline=timeline.segs, task_names=task_names,
+                     lanes_per_sm=n_lanes // s.gpu.sm.count, segments_flat=timeline.segs, names_of=g if names else None,
                      hbm_log=hbm.log, task_start_us=start, task_end_us=end, task_lane=lane_of,
                      design_stats=design_stats or {})

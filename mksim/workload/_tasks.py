@@ -129,17 +129,21 @@ class TaskGraph:
             # is one contiguous range a tile; the bytes added input by input, as one tile's sum would be
             columns = [_input_deps(inp, index[inp.op], ops, bounds_list, weigh, b, nbytes)
                        for inp in op.inputs if not inp.full]
-            for t in range(e - s):
-                deps: list[Dep] = list(full_deps)
-                for col in columns:
-                    d = col[t]
-                    if d is None:
-                        continue
-                    if isinstance(d, list):
-                        deps.extend(d)
-                    else:
-                        deps.append(d)
-                self._deps.append(_merge_deps(deps) if len(deps) > 1 else tuple(deps))
+            if not columns:  # every tile needs the same: one tuple for all
+                same = _merge_deps(list(full_deps)) if len(full_deps) > 1 else tuple(full_deps)
+                self._deps.extend([same] * (e - s))
+            else:
+                for t in range(e - s):
+                    deps: list[Dep] = list(full_deps)
+                    for col in columns:
+                        d = col[t]
+                        if d is None:
+                            continue
+                        if isinstance(d, list):
+                            deps.extend(d)
+                        else:
+                            deps.append(d)
+                    self._deps.append(_merge_deps(deps) if len(deps) > 1 else tuple(deps))
             in_bytes.extend(nbytes.tolist())
         self.in_bytes = np.array(in_bytes, dtype=float) if in_bytes else np.zeros(n)
         self.frac = frac
@@ -286,6 +290,10 @@ def _input_deps(inp: Input, p: int, ops: Sequence[Op], bounds_list: list[list[in
 
 
 def _merge_deps(deps: list[Dep]) -> tuple[Dep, ...]:
+    if len(deps) == 2:  # the most common: two producers, nothing to merge
+        x, y = deps
+        if x[0] != y[0]:
+            return (x, y) if x < y else (y, x)
     deps.sort()
     out: list[Dep] = []
     for p, a, b in deps:
