@@ -52,6 +52,7 @@ from mksim.models import ModelConfig
 from mksim.schedule import check_fits, get_design
 from mksim.sim import simulate
 from mksim.target import Target
+from mksim.workload.routing import CountsFile, parse_routing
 
 from ._report import write_report
 from ._space import (
@@ -371,8 +372,6 @@ def routing_record(spec: str) -> str:
     >>> routing_record("zipf:1.2")
     'zipf:1.2'
     """
-    from mksim.workload.routing import CountsFile, parse_routing
-
     model = parse_routing(spec)
     if isinstance(model, CountsFile):
         digest = hashlib.sha256(json.dumps(model.counts).encode()).hexdigest()[:8]
