@@ -4,7 +4,8 @@ a quiet run's; CPU time changes little).
 
 ``python -m pytest -p tests.cputime`` writes one JSON line a test (``id``, ``slow``: whether it carries the
 mark, ``listed``: whether the mark is ``tests/slow_ids.txt``'s, ``cpu``: the test process's seconds,
-``children``: its waited-for children's, ``wall``) to ``$MKSIM_TEST_CPUTIME`` (default
+``children``: its waited-for children's, ``wall``, ``worker``: the xdist worker, ``end``: when it ended,
+in seconds since the epoch) to ``$MKSIM_TEST_CPUTIME`` (default
 ``/tmp/mksim-test-cputime.jsonl``), appending from every xdist worker; ``python benchmarks/test_times.py``
 sums it by file and lists the tests whose mark is wrong. A child a test
 kills without waiting for it, or a server, counts nowhere.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -33,6 +35,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     row = {"id": nodeid, "slow": slow is not None, "listed": bool(slow is not None and slow.kwargs.get("listed")),
            "cpu": round(u.user + u.system - t.user - t.system, 3),
            "children": round(u.children_user + u.children_system - t.children_user - t.children_system, 3),
-           "wall": round(u.elapsed - t.elapsed, 3)}
+           "wall": round(u.elapsed - t.elapsed, 3),
+           "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "end": round(time.time(), 3)}
     with open(OUT, "a") as f:  # one short line a write: the workers' lines do not interleave
         f.write(json.dumps(row) + "\n")
