@@ -43,6 +43,7 @@ from mksim.search._space import check_fixed, model_label, study_model  # noqa: E
 from tests.clirun import as_from_a_terminal  # noqa: E402
 from tests.mksim.searchkit import TINY_MODEL, count  # noqa: E402
 from tests.mksim.test_bad_inputs import assert_one_line, run_cli  # noqa: E402
+from tests.warmchild import WarmChild  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD_S = 240  # a search child must end within this (a resumed search takes about 2 s alone)
@@ -152,8 +153,8 @@ def start(argv: list[str], signal_at: str | None = None, paced: bool = False) ->
         env["MKSIM_TEST_SIGNAL_AT"] = signal_at or "none:0:SIGINT"
         env["MKSIM_TEST_PACE_S"] = str(PACE_S if paced else 0)
         cmd = [sys.executable, "-c", CHILD, *argv]
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True, preexec_fn=as_from_a_terminal)
+    return WarmChild(cmd, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                     start_new_session=True, preexec_fn=as_from_a_terminal)
 
 
 def finish(p: subprocess.Popen[str], timeout_s: float = CHILD_S) -> tuple[int, str, str]:
