@@ -128,7 +128,8 @@ def check_job_name(job: object) -> str | None:
     return job if isinstance(job, str) and _JOB.fullmatch(job) else None
 
 
-def check_search(model: str, gpu: str, batch: int, kv_len: int, trials: int, objectives: str) -> str:
+def check_search(model: str, gpu: str, batch: int, kv_len: int, trials: int, objectives: str,
+                 routing: str = "uniform") -> str:
     """Check a search's inputs as :func:`mksim.search.search` would (one-line MksimError); returns the
     default study name. The model and GPU must be names the page lists (:func:`explorer.data.check_model`,
     :func:`explorer.data.check_gpu`), the trials at most :data:`MAX_TRIALS`."""
@@ -141,7 +142,7 @@ def check_search(model: str, gpu: str, batch: int, kv_len: int, trials: int, obj
         raise MksimError(f"trials must be at least {first} (the baselines run first)")
     if trials > MAX_TRIALS:
         raise MksimError(f"trials must be at most {MAX_TRIALS} from the explorer; run mksim search for more")
-    problem = Problem(model=model, gpu=spec, batch=batch, kv_len=kv_len)
+    problem = Problem(model=model, gpu=spec, batch=batch, kv_len=kv_len, routing=routing)
     problem.workload()  # unknown model or impossible shape
     return default_study_name(problem, tuple(objectives.split(",")))
 
@@ -270,15 +271,16 @@ def _forget_old() -> None:
 
 
 def start_search(model: str, gpu: str, batch: int, kv_len: int, trials: int, objectives: str = "latency",
-                 study: str | None = None, seed: int = 0) -> dict[str, Any]:
+                 study: str | None = None, seed: int = 0, routing: str = "uniform") -> dict[str, Any]:
     """Start a search in a worker process, its study in :func:`default_storage`; returns ``{"job",
-    "storage", "study", "trials"}`` (the study's storage URL and name, to follow it). Raises MksimError on
+    "storage", "study", "trials"}`` (the study's storage URL and name, to follow it). ``routing``: a mixture
+    of experts' routing model, checked by the caller (:func:`explorer.data.routing_for`). Raises MksimError on
     bad input, or when :data:`MAX_RUNNING` searches run already, before any process starts."""
-    default_name = check_search(model, gpu, batch, kv_len, trials, objectives)
+    default_name = check_search(model, gpu, batch, kv_len, trials, objectives, routing)
     name = check_study_name(study) if (study or "").strip() else default_name
     url = default_storage()
     kwargs = dict(model=model, gpu=gpu, batch=batch, kv_len=kv_len, trials=trials, seed=seed, storage=url,
-                  study_name=name, objectives=objectives)
+                  study_name=name, objectives=objectives, **({"routing": routing} if routing != "uniform" else {}))
     if fcntl is None:
         raise MksimError("the explorer runs searches on Linux or macOS only; run mksim search here")
     try:
@@ -318,7 +320,7 @@ def _start_locked(kwargs: dict[str, Any]) -> dict[str, Any]:
     record = {"job": job, "pid": proc.pid, "pid_start": ident[0] if ident else None, "uid": os.getuid(),
               "model": kwargs["model"], "gpu": kwargs["gpu"],
               "study": kwargs["study_name"], "storage": kwargs["storage"], "trials": kwargs["trials"],
-              "objectives": kwargs["objectives"], "started": time.time()}
+              "objectives": kwargs["objectives"], "routing": kwargs.get("routing", "uniform"), "started": time.time()}
     write_json(folder / "job.json", record)
     _forget_old()
     return {k: record[k] for k in ("job", "storage", "study", "trials")}

@@ -41,6 +41,8 @@ def layout(**_query: Any) -> html.Div:
             field("KV length ", dcc.Input(id="search-kv-len", type="number", value=1024, step=1)),
             field("trials ", dcc.Input(id="search-trials", type="number", value=60, step=1)),
             field("objectives ", dropdown(list(jobs.OBJECTIVE_CHOICES), "latency", "search-objectives", "10em")),
+            field("routing ", dcc.Input(id="search-routing", type="text", value="uniform", debounce=True,
+                                        disabled=True, style={"width": "7em"})),
             html.Button("Start search", id="search-start", n_clicks=0),
             html.Button("Cancel search", id="search-cancel", n_clicks=0, style={"marginLeft": "0.5em"}),
             html.Span(id="search-cancel-message", style={"marginLeft": "1em", "color": "grey"}),
@@ -111,12 +113,15 @@ def _study_to_open(storage: str, typed: str | None, chosen: str | None) -> str:
 
 
 def start_or_open(trigger: str | None, model: str | None, gpu: str | None, batch: Any, kv_len: Any, trials: Any,
-                  objectives: str | None, study: str | None, chosen: str | None = None) -> dict[str, Any] | None:
+                  objectives: str | None, study: str | None, chosen: str | None = None,
+                  routing: Any = None) -> dict[str, Any] | None:
     """What the page follows: ``{"job", "storage", "study", "trials"}`` (``job`` ``None`` for an opened
     study), or ``{"error": one line}``; ``None`` before a button is pressed. "Open study" opens the
     typed ``study``, else the ``chosen`` one of the list, else the storage's only study; a *Follow* button
     of the list of searches (``{"type": "search-follow", "job": ...}``) follows that search. The storage is
-    the explorer's own (:func:`explorer.jobs.default_storage`). Never raises."""
+    the explorer's own (:func:`explorer.jobs.default_storage`). ``routing`` is a mixture of experts' routing
+    model (``uniform``, ``zipf:S``: :func:`explorer.data.check_routing`), searched with and recorded in the
+    study (its default name says it); a dense model ignores it. Never raises."""
     try:
         if trigger == "search-start":
             if not model or not gpu:
@@ -124,7 +129,8 @@ def start_or_open(trigger: str | None, model: str | None, gpu: str | None, batch
             if objectives is not None and not isinstance(objectives, str):
                 raise MksimError(f"objectives: give {' or '.join(repr(o) for o in jobs.OBJECTIVE_CHOICES)}")
             return jobs.start_search(model, gpu, _int(batch, "batch"), _int(kv_len, "KV length"),
-                                     _int(trials, "trials"), objectives or "latency", study)
+                                     _int(trials, "trials"), objectives or "latency", study,
+                                     routing=data.routing_for(model, routing))
         if trigger == "search-open":
             storage = jobs.default_storage()
             name = _study_to_open(storage, study, chosen)
@@ -287,12 +293,27 @@ def open_best(n_clicks: int | None, job: dict[str, Any] | None) -> tuple[Any, st
           Input({"type": "search-follow", "job": ALL}, "n_clicks"), State("search-model", "value"),
           State("search-gpu", "value"), State("search-batch", "value"), State("search-kv-len", "value"),
           State("search-trials", "value"), State("search-objectives", "value"),
-          State("search-study", "value"), State("search-studies", "value"), prevent_initial_call=True)
+          State("search-study", "value"), State("search-studies", "value"), State("search-routing", "value"),
+          prevent_initial_call=True)
 @guarded(lambda line: {"error": line.removeprefix("error: ")})
-def _on_start(n_start, n_open, n_follow, model, gpu, batch, kv_len, trials, objectives, study, chosen):
+def _on_start(n_start, n_open, n_follow, model, gpu, batch, kv_len, trials, objectives, study, chosen, routing):
     if isinstance(ctx.triggered_id, dict) and not ctx.triggered[0]["value"]:
         return no_update  # a Follow button drawn anew, not pressed
-    return start_or_open(ctx.triggered_id, model, gpu, batch, kv_len, trials, objectives, study, chosen)
+    return start_or_open(ctx.triggered_id, model, gpu, batch, kv_len, trials, objectives, study, chosen, routing)
+
+
+def routing_off(model: Any) -> bool:
+    """Whether the routing input is off: ``model`` has no experts, or is not a model the page lists."""
+    try:
+        return not data.has_experts(data.check_model(model))
+    except MksimError:
+        return True
+
+
+@callback(Output("search-routing", "disabled"), Input("search-model", "value"))
+@guarded(lambda line: True)
+def _on_model(model):
+    return routing_off(model)
 
 
 @callback(Output("search-studies", "options"), Output("search-studies", "value"), Input("search-job", "data"))

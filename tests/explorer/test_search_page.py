@@ -448,3 +448,43 @@ def test_a_new_sqlite_storage_read_while_it_is_made_is_retried(tmp_path, monkeyp
     monkeypatch.setattr(_study.time, "sleep", lambda s: None)
     url, storage = _study.storage_for(f"sqlite:///{tmp_path / 's.db'}", "s")
     assert len(calls) == 2 and isinstance(storage, real)
+
+
+def test_routing_is_on_for_a_mixture_of_experts_only():
+    from explorer.pages.search import routing_off
+
+    assert routing_off("llama-3.2-1b") and routing_off("gpt-9") and routing_off(None)
+    assert not routing_off("olmoe-1b-7b")
+    # the routing names the default study: a search with another routing is another study
+    assert jobs.check_search("olmoe-1b-7b", "a100", 1, 1024, 40, "latency", "zipf:1.2") == \
+        "olmoe-1b-7b-a100-b1-kv1024-latency-routing=zipf:1.2"
+    assert jobs.check_search("olmoe-1b-7b", "a100", 1, 1024, 40, "latency") == "olmoe-1b-7b-a100-b1-kv1024-latency"
+
+
+def test_a_bad_routing_is_one_line_before_any_search(tmp_path, monkeypatch):
+    from explorer.pages.search import start_or_open
+
+    monkeypatch.setenv("MKSIM_EXPLORER_STORAGE", str(tmp_path / "s.db"))
+    got = start_or_open("search-start", "olmoe-1b-7b", "a100", 1, 1024, 40, "latency", "", None, "/etc/passwd")
+    assert got == {"error": "routing '/etc/passwd': give uniform or zipf:S (S > 0, 1.2 is typical)"}
+    assert jobs.running_jobs() == [] and not (tmp_path / "s.db").exists()
+
+
+@pytest.mark.slow
+def test_a_search_of_a_mixture_of_experts_records_its_routing(tmp_path, monkeypatch):
+    """The routing chosen on the page is the study's (mksim search --routing): recorded in its problem, so
+    that resuming it with another is refused; a dense model searched with a routing ignores it."""
+    import optuna
+
+    from explorer.pages.search import cancel_search, start_or_open
+
+    monkeypatch.setenv("MKSIM_EXPLORER_STORAGE", str(tmp_path / "s.db"))
+    job = start_or_open("search-start", "olmoe-1b-7b", "a100", 1, 1024, 2000, "latency", "", None, "zipf:1.2")
+    assert job["study"] == "olmoe-1b-7b-a100-b1-kv1024-latency-routing=zipf:1.2"
+    _until_trials(job)
+    assert cancel_search(1, job) == "search cancelled"
+    problem = optuna.load_study(study_name=job["study"], storage=job["storage"]).user_attrs["problem"]
+    assert problem["routing"] == "zipf:1.2" and problem["model"] == "olmoe-1b-7b"
+    dense = start_or_open("search-start", "llama-3.2-1b", "a100", 1, 1024, 2000, "latency", "", None, "zipf:1.2")
+    assert dense["study"] == "llama-3.2-1b-a100-b1-kv1024-latency"  # no router: the routing is not asked
+    assert cancel_search(1, dense) == "search cancelled"
