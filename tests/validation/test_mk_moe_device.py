@@ -134,7 +134,7 @@ def test_the_speed_script_plans_its_builds_on_the_cpu(tmp_path, monkeypatch):
         ("plan", "old", "-DMK_MOE_EARLY=0 -DMK_MOE_L2PF_B=0"), ("plan", "new", "-DMK_MOE_L2PF_B=262144"),
         ("plan_fn", "new", "-DMK_MOE_L2PF_B=262144")]
     assert recs[0]["predicted_us"] > 0 and recs[2]["tasks"] < recs[1]["tasks"]  # the norms fused: fewer tasks
-    assert doc["compile"] == {"builds": 2 * len(moe_speed.BUILDS)}  # every build of both models' attention
+    assert doc["compile"] == {"builds": 2}  # the builds the cases name, of the one model they run
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert [(s["design"], s["us"]) for s in summary] == [("plan", {}), ("plan_fn", {})]
 
