@@ -25,6 +25,7 @@ from pathlib import Path
 
 from . import moe_speed
 
+BUDGET_S = 300.0  # no case begun after this (the compiles included)
 BUILDS: dict[str, str] = {"base": "", "ftopk": "-DMK_MOE_FTOPK=1"}
 Q, O = "qwen3-30b-a3b", "olmoe-1b-7b"
 # (model, batch, design, builds), most wanted first. The KV split: 16 for qwen3-30b-a3b (4 KV heads: 64
@@ -49,7 +50,7 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0].startswith("-"):
         print("usage: python -m validation.megakernel.moe_speed2 OUT [--dry-run]", file=sys.stderr)
         return 2
-    doc = moe_speed.run(Path(argv[0]), dry="--dry-run" in argv[1:], cases=CASES, builds=BUILDS)
+    doc = moe_speed.run(Path(argv[0]), dry="--dry-run" in argv[1:], budget_s=BUDGET_S, cases=CASES, builds=BUILDS)
     bad = [f"{r['model']} b{r['batch']} {r['design']} {r['build']}" for r in doc["records"]
            if "failed" in r or r.get("ok") is False or "refused" in r]
     print(json.dumps({"summary": moe_speed.summarize(doc["records"]), "bad": bad, "skipped": doc.get("skipped", [])}))
