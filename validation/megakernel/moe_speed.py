@@ -82,6 +82,8 @@ def workload_options(design: str) -> dict[str, Any]:
         raise ValueError(f"not a plan design: {design!r}")
     opts: dict[str, Any] = {}
     for w in words:
+        if w[:1] in "pd" and w[1:].isdigit():  # the ring's: schedule_options
+            continue
         if w == "fn":
             opts["fuse_norm"] = True
         elif w == "red":
@@ -93,14 +95,30 @@ def workload_options(design: str) -> dict[str, Any]:
     return opts
 
 
+def schedule_options(design: str) -> dict[str, Any]:
+    """The ring a ``plan`` design names beyond the suite's: ``_pN`` (pages of N KiB), ``_dN`` (N of them).
+
+    >>> schedule_options("plan_fn_kv16_p30_d4"), schedule_options("plan_fn")
+    ({'page_KiB': 30.0, 'prefetch_depth': 4}, {})
+    """
+    opts: dict[str, Any] = {}
+    for w in design.split("_")[1:]:
+        if w[:1] == "p" and w[1:].isdigit():
+            opts["page_KiB"] = float(w[1:])
+        elif w[:1] == "d" and w[1:].isdigit():
+            opts["prefetch_depth"] = int(w[1:])
+    return opts
+
+
 def schedule(model: str, T: int, design: str) -> Any:
     """The case's megakernel schedule: the MoE suite's (``moe_suite.build``: the schedules of
     validation/results/h200-moe) for ``plan`` and ``moe_stride``, or the same policy with the workload
-    options of :func:`workload_options` (``plan_fn``: the norms fused)."""
+    options of :func:`workload_options` (``plan_fn``: the norms fused) and the ring of
+    :func:`schedule_options`."""
     if design in ("plan", "moe_stride"):
         return moe_suite.build(model, T, f"megakernel:{design}")
     g = hwmodels.load(moe_suite.GPU)
-    opts = vs.kernel_options(model, T, KV, moe_suite.GPU, "megakernel")
+    opts = vs.kernel_options(model, T, KV, moe_suite.GPU, "megakernel") | schedule_options(design)
     wl = models.workload(models.get(model), batch=T, kv_len=KV, n_sms=g.sm.count, fuse_silu=True,
                          **workload_options(design))
     return mksim.build_schedule(wl, g, "megakernel", **opts)
