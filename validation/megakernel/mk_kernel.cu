@@ -1481,6 +1481,9 @@ __device__ __forceinline__ int mk_run_task(const MkParams& P, MkBlock& k, const 
 // then a no-op (not waited for, not run, not published), and the publisher skips the router's
 // rows (their counter is the tickets; nothing but the top-k reads the logits, and a tile-flag
 // dependency on them would time out, an error, rather than hang). Chain kernels run the top-k task.
+// Measured slower at batch 1 and 8 (+0.7 to +2.5 %, validation/results/h200-moe-speed-2): the router's
+// last task took 9.9 us with the top-k, where router, hop and top-k task took 8.6, and this build's
+// matmuls were slower (its persistent kernel spills 4 bytes; the default none).
 #ifndef MK_MOE_FTOPK
 #define MK_MOE_FTOPK 0
 #endif
