@@ -39,6 +39,7 @@ BUILDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "mk-sentinel-nofence": (MK, ("-DMK_SENTINEL_FENCE=0", "-DMK_POLL_SLEEP_NS=100", "-DMK_POLL_BATCH=8")),
     "mk-attn1": (MK, ("-DMK_ATTN=1",)),
     "mk-moe-old": (MK, ("-DMK_MOE_EARLY=0", "-DMK_MOE_L2PF_B=0")),  # the MoE expert stream as first measured
+    "mk-moe-ftopk": (MK, ("-DMK_MOE_FTOPK=1",)),  # the top-k run by its router's last task (moe_speed2)
     # one attention instance each (program.attn_defines): MHA at head sizes 128 and 64, Qwen2.5-7B's group
     # of 7, qwen3-30b-a3b's of 8, head sizes 80 and 96 (rows of 10 and 12 chunks) and 256
     "mk-attn-128x1": (MK, ("-DMK_ATTN_HD=128", "-DMK_ATTN_G=1")),

@@ -157,11 +157,12 @@ def test_the_moe_functions_are_small(tmp_path):
 @pytest.mark.nvcc
 def test_the_old_expert_stream_still_builds_for_the_ab_runs():
     """validation.megakernel.moe_speed times the build of -DMK_MOE_EARLY=0 -DMK_MOE_L2PF_B=0 (the expert
-    rows streamed once their task's dependencies are met, no L2 asks) against the default; both build,
-    and neither spills more than the default build may (test_sentinel)."""
+    rows streamed once their task's dependencies are met, no L2 asks) against the default, and moe_speed2
+    the top-k run by its router's last task (-DMK_MOE_FTOPK=1); all build, and none spills more than the
+    default build may (test_sentinel)."""
     from tests.validation import nvcc_builds
 
-    for name in ("mk", "mk-moe-old"):
+    for name in ("mk", "mk-moe-old", "mk-moe-ftopk"):
         r = nvcc_builds.build(name)
         assert r.returncode == 0, r.stderr
         persistent = r.stderr.split("Function properties for mk_persistent")[1].splitlines()[1]

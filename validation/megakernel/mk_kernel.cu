@@ -1325,6 +1325,7 @@ struct MkBlock {                 // one block's shared memory and worker state
     int* ok;                     // the workers' verdict on the current task
     int* started;                // the last task the workers have begun (the producer waits for it unless ahead)
     int* finished;               // the last task the workers have finished (the publisher waits for it)
+    int* last;                   // MK_MOE_FTOPK: this block's router task drew the last ticket
     unsigned long long* pf_pos;  // where the producer is, for the L2 prefetcher (see mk_produce)
     int x_of;                    // the op whose input xs holds (consecutive tiles reuse it)
 };
@@ -1345,6 +1346,7 @@ __device__ MkBlock mk_block_init(const MkParams& P) {
     k.started = k.ok + 1;
     k.finished = k.ok + 2;
     k.ready = k.ok + 3;
+    k.last = k.ok + 6;  // red + 38: between pf_pos (red + 36, 37) and the ring's barriers (red + 40)
     k.pf_pos = reinterpret_cast<unsigned long long*>(k.red + 36);  // 8-byte aligned: full (red + 40) is
     k.ring.full = reinterpret_cast<unsigned long long*>(k.red + 40);
     k.ring.empty = k.ring.full + P.depth;
@@ -1471,12 +1473,66 @@ __device__ __forceinline__ int mk_run_task(const MkParams& P, MkBlock& k, const 
     }
 }
 
+// MK_MOE_FTOPK (default 0; megakernel and persistent_barrier only): an MoE layer's top-k runs on the
+// SM of its router's last task instead of as a task of its own after a hop. Each router task, once
+// its workers have written its logits, takes a ticket (fence, then atomicAdd on the router op's
+// counter, which then counts the tasks as publishing would); the one that draws the last ticket
+// runs mk_topk and publishes the top-k op's counter and flag itself. The top-k's own task row is
+// then a no-op (not waited for, not run, not published), and the publisher skips the router's
+// rows (their counter is the tickets; nothing but the top-k reads the logits, and a tile-flag
+// dependency on them would time out, an error, rather than hang). Chain kernels run the top-k task.
+// Measured slower at batch 1 and 8 (+0.7 to +2.5 %, validation/results/h200-moe-speed-2): the router's
+// last task took 9.9 us with the top-k, where router, hop and top-k task took 8.6, and this build's
+// matmuls were slower (its persistent kernel spills 4 bytes; the default none).
+#ifndef MK_MOE_FTOPK
+#define MK_MOE_FTOPK 0
+#endif
+
+// Whether op is an MoE router whose last task runs its top-k (the op after it; program.py makes a top-k's
+// input the op before it: check_ftopk).
+__device__ __forceinline__ bool mk_ftopk_router(const MkParams& P, int op) {
+    return MK_MOE_FTOPK && op + 1 < P.n_ops && __ldg(&P.ops[op + 1].kind) == MK_OP_TOPK;
+}
+
+// Whether task row t is one MK_MOE_FTOPK moves elsewhere: a top-k's own row (run by its router's last
+// task) or a router's (published by its tickets).
+__device__ __forceinline__ bool mk_ftopk_row(const MkParams& P, const int* t) {
+    if (!MK_MOE_FTOPK) return false;
+    const int opcode = __ldg(t);
+    return opcode == MK_OP_TOPK || (opcode == MK_OP_MATMUL && mk_ftopk_router(P, __ldg(t + 1)));
+}
+
+// MK_MOE_FTOPK, on the workers after a router task: its ticket, and on the last one the top-k, published.
+// True on the last one (its scratch overwrote xs). A call of its own with plain arguments: inlined in the
+// persistent loop it cost a spill there.
+__device__ __noinline__ bool mk_ftopk_ticket(const MkOp* ops, unsigned* counters, unsigned* flags, int* last,
+                                             float* scratch, int op, int n_tiles, int tid) {
+    mk_bar(MK_NW);  // every worker's logits are written
+    if (tid == 0) {
+        __threadfence();  // ... and visible at gpu scope before the ticket
+        const unsigned old = atomicAdd(counters + op, 1u);
+        *(volatile int*)last = old + 1u == (unsigned)n_tiles;
+        if (old + 1u == (unsigned)n_tiles) __threadfence();  // the others' logits, seen through their tickets
+    }
+    mk_bar(MK_NW);
+    if (!*(volatile int*)last) return false;
+    mk_topk(ops + op + 1, tid, MK_NW, scratch);
+    mk_bar(MK_NW);  // every worker's route-table words are written
+    if (tid == 0) {
+        __threadfence();
+        mk_red_relaxed(flags + __ldg(&ops[op + 1].flag_base));
+        mk_red_relaxed(counters + op + 1);
+    }
+    return true;
+}
+
 // The publisher lane: for each task row of [i0, i1), once the workers have finished it, fence at
 // gpu scope (cumulatively: every worker's writes were ordered before the `finished` store by the
 // workers' barrier) and release the tile's flag and the op's counter.
 __device__ void mk_publish(const MkParams& P, int i0, int i1, const int* finished) {
     for (int i = i0; i < i1; ++i) {
         const int* t = P.tasks + (size_t)i * MK_TASK_FIELDS;
+        if (mk_ftopk_row(P, t)) continue;  // MK_MOE_FTOPK: the router's tickets and its last task publish
         const int op = __ldg(t + 1), tile = __ldg(t + 2);
         unsigned* flag = P.flags + __ldg(&P.ops[op].flag_base) + tile;
         for (int k = 0; *(const volatile int*)finished < i; ++k)
@@ -1539,7 +1595,8 @@ __device__ void mk_wait_tasks(const MkParams& P, MkBlock& k, int i0, int i1, int
             sl->lo = __ldg(t + 3);
             sl->hi = __ldg(t + 4);
         }
-        const bool ok = barrier_mode ? true : mk_wait_deps(P, t, lane);
+        const bool ghost = MK_MOE_FTOPK && __ldg(t) == MK_OP_TOPK;  // run by its router's last task
+        const bool ok = barrier_mode || ghost ? true : mk_wait_deps(P, t, lane);
         if (lane == 0) sl->ok = ok;
         __syncwarp();
         if (lane == 0) {
@@ -1766,7 +1823,14 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, 1) mk_persistent(const 
         mk_bar(MK_NW);
         if (!*k.ok) return;
         const MkOp o = sl->op;  // by value: the fields live in registers, not reloaded after every barrier
+#if MK_MOE_FTOPK
+        const int code = sl->opcode == MK_OP_TOPK ? 0 : mk_run_task(P, k, o, sl->opcode, sl->opi, sl->lo, sl->hi, tid);
+        if (sl->opcode == MK_OP_MATMUL && mk_ftopk_router(P, sl->opi)
+            && mk_ftopk_ticket(P.ops, P.counters, P.flags, k.last, reinterpret_cast<float*>(k.xs), sl->opi, o.n_tiles, tid))
+            k.x_of = -1;
+#else
         const int code = mk_run_task(P, k, o, sl->opcode, sl->opi, sl->lo, sl->hi, tid);
+#endif
         if (tid == 0 && P.trace) P.trace[4 * i + 2] = mk_now();
         mk_bar(MK_NW);  // every worker's writes are ordered before what thread 0 does next
         if (tid == 0) {

@@ -70,14 +70,57 @@ CASES: tuple[tuple[str, int, str, tuple[str, ...]], ...] = (
 )
 
 
+def workload_options(design: str) -> dict[str, Any]:
+    """The workload options a ``plan`` design names beyond the suite's (``fuse_silu``): ``plan`` then any
+    of ``_fn`` (``fuse_norm``), ``_red`` (``fuse_reduce``), ``_kvN`` (``kv_splits=N``).
+
+    >>> workload_options("plan_fn_kv16"), workload_options("plan")
+    ({'fuse_norm': True, 'kv_splits': 16}, {})
+    """
+    head, *words = design.split("_")
+    if head != "plan":
+        raise ValueError(f"not a plan design: {design!r}")
+    opts: dict[str, Any] = {}
+    for w in words:
+        if w[:1] in "pd" and w[1:].isdigit():  # the ring's: schedule_options
+            continue
+        if w == "fn":
+            opts["fuse_norm"] = True
+        elif w == "red":
+            opts["fuse_reduce"] = True
+        elif w.startswith("kv") and w[2:].isdigit():
+            opts["kv_splits"] = int(w[2:])
+        else:
+            raise ValueError(f"design {design!r}: unknown word {w!r}")
+    return opts
+
+
+def schedule_options(design: str) -> dict[str, Any]:
+    """The ring a ``plan`` design names beyond the suite's: ``_pN`` (pages of N KiB), ``_dN`` (N of them).
+
+    >>> schedule_options("plan_fn_kv16_p30_d4"), schedule_options("plan_fn")
+    ({'page_KiB': 30.0, 'prefetch_depth': 4}, {})
+    """
+    opts: dict[str, Any] = {}
+    for w in design.split("_")[1:]:
+        if w[:1] == "p" and w[1:].isdigit():
+            opts["page_KiB"] = float(w[1:])
+        elif w[:1] == "d" and w[1:].isdigit():
+            opts["prefetch_depth"] = int(w[1:])
+    return opts
+
+
 def schedule(model: str, T: int, design: str) -> Any:
     """The case's megakernel schedule: the MoE suite's (``moe_suite.build``: the schedules of
-    validation/results/h200-moe), or for ``plan_fn`` the same with the norms fused."""
-    if design != "plan_fn":
+    validation/results/h200-moe) for ``plan`` and ``moe_stride``, or the same policy with the workload
+    options of :func:`workload_options` (``plan_fn``: the norms fused) and the ring of
+    :func:`schedule_options`."""
+    if design in ("plan", "moe_stride"):
         return moe_suite.build(model, T, f"megakernel:{design}")
     g = hwmodels.load(moe_suite.GPU)
-    opts = vs.kernel_options(model, T, KV, moe_suite.GPU, "megakernel")
-    wl = models.workload(models.get(model), batch=T, kv_len=KV, n_sms=g.sm.count, fuse_silu=True, fuse_norm=True)
+    opts = vs.kernel_options(model, T, KV, moe_suite.GPU, "megakernel") | schedule_options(design)
+    wl = models.workload(models.get(model), batch=T, kv_len=KV, n_sms=g.sm.count, fuse_silu=True,
+                         **workload_options(design))
     return mksim.build_schedule(wl, g, "megakernel", **opts)
 
 
@@ -124,10 +167,10 @@ def summarize(records: list[dict]) -> list[dict]:
     return list(rows.values())
 
 
-def _options(model: str, build: str) -> tuple[str, ...]:
-    """The compile options a Runner of ``model`` uses with ``build`` (its attention instance: Plan.defines)."""
+def _options(model: str, defines: str) -> tuple[str, ...]:
+    """The compile options a Runner of ``model`` uses with ``defines`` (its attention instance: Plan.defines)."""
     plan = P.plan(schedule(model, 1, "plan"))
-    with gpu.kernel_defines(BUILDS[build]):
+    with gpu.kernel_defines(defines):
         return gpu.compile_options("early", plan.defines)
 
 
@@ -157,16 +200,19 @@ def precompile(option_sets: list[tuple[str, ...]], timeout_s: float = COMPILE_S)
     return {"builds": len(procs), "exit_codes": codes, "wall_s": round(time.monotonic() - t0, 1)}
 
 
-def run_case(model: str, T: int, design: str, build: str, dry: bool) -> dict:
-    rec: dict[str, Any] = {"model": model, "batch": T, "design": design, "build": build, "defines": BUILDS[build]}
+def run_case(model: str, T: int, design: str, build: str, dry: bool, builds: dict[str, str] | None = None) -> dict:
+    defines = (builds or BUILDS)[build]
+    rec: dict[str, Any] = {"model": model, "batch": T, "design": design, "build": build, "defines": defines}
     t0 = time.monotonic()
     try:
         s = schedule(model, T, design)
         rec["predicted_us"] = round(float(mksim.simulate(s, timeline=False).latency_us), 2)
+        if "MK_MOE_FTOPK=1" in defines:
+            P.check_ftopk(s)
         if dry:
             rec["tasks"] = len(P.plan(s).program.tasks)
             return rec
-        r = _runner(s, BUILDS[build])
+        r = _runner(s, defines)
     except Exception as exc:
         rec["refused"] = _one_line(exc)
         return rec
@@ -192,29 +238,35 @@ def run_case(model: str, T: int, design: str, build: str, dry: bool) -> dict:
     return rec
 
 
-def run(out: Path, dry: bool = False, budget_s: float = BUDGET_S) -> dict:
+def run(out: Path, dry: bool = False, budget_s: float = BUDGET_S, cases: tuple | None = None,
+        builds: dict[str, str] | None = None) -> dict:
+    """Every case of ``cases`` (default :data:`CASES`) with the builds it names (their defines: ``builds``,
+    default :data:`BUILDS`); only the builds the cases name are compiled."""
+    cases = CASES if cases is None else cases
+    builds = BUILDS if builds is None else builds
     out.mkdir(parents=True, exist_ok=True)
     t_end = time.monotonic() + budget_s
+    used = {b: builds[b] for _m, _t, _d, bs in cases for b in bs}
     doc: dict[str, Any] = {"commit": _commit(), "device": "" if dry else _device(), "dry_run": dry, "gpu": GPU,
-                           "kv_len": KV, "builds": BUILDS, "records": []}
+                           "kv_len": KV, "builds": used, "records": []}
 
     def save() -> None:
         (out / "moe_speed.json").write_text(json.dumps(doc, indent=1, default=float))
         (out / "summary.json").write_text(json.dumps(summarize(doc["records"]), indent=1))
 
-    option_sets = sorted({_options(m, b) for m in MODELS for b in BUILDS})
+    option_sets = sorted({_options(m, d) for m in {c[0] for c in cases} for d in used.values()})
     doc["compile"] = {"builds": len(option_sets)} if dry else precompile(option_sets)
     print(json.dumps({"compile": doc["compile"]}), flush=True)
     save()
     hung = False
-    for model, T, design, builds in CASES:
-        for build in builds:
+    for model, T, design, case_builds in cases:
+        for build in case_builds:
             if hung:
                 break
             if time.monotonic() > t_end:
                 doc.setdefault("skipped", []).append(f"{model} b{T} {design} {build}")
                 continue
-            rec = run_case(model, T, design, build, dry)
+            rec = run_case(model, T, design, build, dry, builds)
             doc["records"].append(rec)
             keep = {k: v for k, v in rec.items() if k not in ("traceback", "trace", "phases")}
             print(json.dumps(keep, default=float), flush=True)

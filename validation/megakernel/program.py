@@ -568,6 +568,26 @@ def check_moe(schedule) -> None:
         raise ScheduleError(f"the generated kernel cannot run this MoE step: {why}")
 
 
+def check_ftopk(schedule) -> None:
+    """What ``-DMK_MOE_FTOPK=1`` takes of an MoE step (mk_kernel.cu, ``mk_ftopk_router``): every top-k's
+    input is the op right before it (its router), and nothing else reads a router's output (the kernel
+    publishes no router tile flags then). Raises ScheduleError otherwise.
+
+    >>> import mksim
+    >>> check_ftopk(type("S", (), {"workload": mksim.models.workload("olmoe-1b-7b", fuse_silu=True)})())
+    """
+    wl = schedule.workload
+    for i, op in enumerate(wl.ops):
+        if op.kind != "topk":
+            continue
+        router = wl.ops[i - 1] if i else None
+        if router is None or [inp.op for inp in op.inputs] != [router.name]:
+            raise ScheduleError(f"MK_MOE_FTOPK: top-k {op.name} does not read the op right before it alone")
+        readers = [o.name for o in wl.ops if any(inp.op == router.name for inp in o.inputs)]
+        if readers != [op.name]:
+            raise ScheduleError(f"MK_MOE_FTOPK: {router.name} is read by {readers}, not its top-k alone")
+
+
 @dataclass
 class RowArgs:
     """One op as its kind's row function (:data:`ROWS`) sees it: the op, its op-table row to fill
