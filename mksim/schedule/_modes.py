@@ -122,6 +122,15 @@ class ChainMode(BaseMode, ABC):
         dispatched and ``prev_end_us`` when it ended (NaN where not known: ``k = 0``, or the mode
         does not wait for it)."""
 
+    def host_ready_us(self, kinds: list[str], ops_of: list[str], r: Rates) -> list[float]:
+        """When the host of a stack has done what kernel ``k`` waits for (where the profile gives the
+        host's costs, :attr:`~mksim.costs.Rates.host_bound`; a kernel is dispatched no sooner than that
+        plus ``launch_latency_us``): one CUDA graph launched a step, its first kernel after the step's
+        host part and the graph's launch (``host_step_us`` + kernels x ``host_graph_node_us``), the
+        others whenever the graph runs them. ``kinds``/``ops_of``: each kernel's model op kind and op."""
+        first = r.host_step_us + len(kinds) * r.host_graph_node_us
+        return [first] + [-math.inf] * (len(kinds) - 1)
+
     def dispatch_after(self, options: Options) -> str:
         """What of kernel ``k - 1`` the launcher waits for before asking :meth:`dispatch_us`:
         ``"start"`` (its dispatch) or ``"end"``."""

@@ -95,8 +95,10 @@ def capture(model: Any, mods: dict[str, Any], run: Callable[[], Any]) -> dict[st
 
 
 def gemm(name: str) -> bool:
-    """A GEMM kernel (not a split-K reduction: that one joins the GEMM before it)."""
-    return so.is_gemm(name) and "reduce" not in name.lower()
+    """A GEMM kernel of a projection (not a split-K reduction: that one joins the GEMM before it; not the
+    float32 CUDA-core GEMM of the RoPE table, ``cutlass_80_simt_sgemm``)."""
+    low = name.lower()
+    return so.is_gemm(name) and "reduce" not in low and "simt_sgemm" not in low
 
 
 def crop(cache: Any, n: int) -> None:
@@ -158,7 +160,11 @@ def label_compiled(names: list[str]) -> tuple[list[str], list[str]]:
     seen_attn = False
     for i, n in enumerate(names):
         k = sum(1 for g in gemms if g < i)    # GEMMs before this kernel
-        if so.is_gemm(n) and not gemm(n) and labels:
+        low = n.lower()
+        if "simt_sgemm" in low or ("bmm" in low and not any(w in low for w in ("cos", "sin", "index_copy",
+                                                                             "attention"))):
+            labels.append("embed")   # the RoPE table, once a step (layer 0 computes it)
+        elif so.is_gemm(n) and not gemm(n) and labels:
             labels.append(labels[-1])
         elif gemm(n):
             j = min(k, len(order) - 1)
@@ -170,6 +176,8 @@ def label_compiled(names: list[str]) -> tuple[list[str], list[str]]:
         elif k == 0:   # the embedding (with layer 0's norm, where fused), the step's positions and mask
             low = n.lower()
             labels.append("attn_norm" if "embedding" not in low and "rsqrt" in low else "embed")
+        elif k >= 8 and "add_copy" in low:
+            labels.append("kv_write")   # the static cache's per-layer bookkeeping, after the LM head
         else:
             labels.append(between.get(k, "lm_head"))
         per.append("step" if labels[-1] in ("embed", "attn_norm", "lm_head") else "layer")
@@ -343,7 +351,7 @@ def eager_case(name: str, batch: int, kv_len: int, host_calls: int, reps: int) -
 
 
 def compiled_case(name: str, batch: int, kv_len: int, layers: tuple[int, ...], reps: int,
-                  calls_n: int = 20) -> dict[str, Any]:
+                  calls_n: int = 30) -> dict[str, Any]:
     """The compiled stack's one-layer (and more-layer) models at one batch (module docstring)."""
     config = hf.hf_config(name)
     s = tg.load_shape(name)
@@ -351,7 +359,7 @@ def compiled_case(name: str, batch: int, kv_len: int, layers: tuple[int, ...], r
     for n in layers:
         torch._dynamo.reset()
         model = hf.build(with_layers(config, n), "cuda")
-        max_len = kv_len + 56   # as hf.py: kv_len + warm-up 5 + steps 50 + 1
+        max_len = kv_len + 56   # as hf.py: kv_len + warm-up 5 + steps 50 + 1 (this makes at most 52 calls)
         cache = hf.new_cache("hf_compiled", model.config, max_len)
         fwd = torch.compile(model.forward, **hf.COMPILE_KW)
         t0 = time.time()
@@ -376,7 +384,7 @@ def compiled_case(name: str, batch: int, kv_len: int, layers: tuple[int, ...], r
             from torch.profiler import ProfilerActivity
             from torch.profiler import profile as tprofile
             with tprofile(activities=[ProfilerActivity.CUDA]) as p:
-                for _ in range(8):
+                for _ in range(12):
                     step()
                     torch.cuda.synchronize()
             with tempfile.TemporaryDirectory() as d:
@@ -391,6 +399,8 @@ def compiled_case(name: str, batch: int, kv_len: int, layers: tuple[int, ...], r
                     groups[-1].append(e)
                 else:
                     groups.append([e])
+            most = max(len(g) for g in groups)
+            groups = [g for g in groups if len(g) >= most // 2]   # a call's graph (an input copy alone is not)
             spans = [g[-1]["ts"] + g[-1]["dur"] - g[0]["ts"] for g in groups]
             rec: dict[str, Any] = {"warmup_s": round(warm, 1), "event_us": {"median": _median(ev),
                                                                              "p10": round(tg.percentile(ev, .1), 2),
@@ -405,6 +415,8 @@ def compiled_case(name: str, batch: int, kv_len: int, layers: tuple[int, ...], r
                 counts = [1 if c == "step" else s.layers for c in per]
                 r = record_ops("hf_compiled", s, batch, kv_len, reps, [("model1", counts, labels, summ)])
                 r["labels_ok"] = sum(1 for n_ in names if gemm(n_)) == 8
+                r["sequence"] = [[lab, c, kk["name"], kk["us_cold"]] for lab, c, kk in
+                                 zip(labels, counts, summ["kernels"], strict=True)]
                 out["ops"] = r
         out["layers"][str(n)] = rec
         torch.cuda.empty_cache()
@@ -449,6 +461,60 @@ def trace_step(name: str, batch: int, kv_len: int, dest: Path) -> dict[str, Any]
             "bytes": dest.stat().st_size}
 
 
+def graph_launch(nodes: tuple[int, ...] = (25, 50, 100, 200, 400), calls: int = 30) -> dict[str, Any]:
+    """What launching a CUDA graph of N small kernels costs before its first kernel runs, the GPU idle:
+    per N, the CUDA-event time of one replay from idle (``one``), of two replays back to back
+    (``two``: the second launch overlaps the first's run), and ``launch = 2 one - two`` (the part of a
+    replay that is not the GPU running its kernels), medians over ``calls``."""
+    x = torch.zeros(1024, device="cuda")
+    out: dict[str, Any] = {}
+    for n in nodes:
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            x.add_(1.0)
+            torch.cuda.synchronize()
+            with torch.cuda.graph(g, stream=s):
+                for _ in range(n):
+                    x.add_(1.0)
+        torch.cuda.synchronize()
+
+        def timed(reps: int, g: Any = g) -> float:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            a.record()
+            for _ in range(reps):
+                g.replay()
+            b.record()
+            b.synchronize()
+            return a.elapsed_time(b) * 1000.0
+        for _ in range(3):
+            timed(1)
+        one = [timed(1) for _ in range(calls)]
+        two = [timed(2) for _ in range(calls)]
+        o, w = statistics.median(one), statistics.median(two)
+        out[str(n)] = {"one_us": round(o, 2), "two_us": round(w, 2), "launch_us": round(2 * o - w, 2)}
+    return out
+
+
+def eager_steps(models: list[str], batches: list[int], kv_len: int, steps: int = 50) -> dict[str, Any]:
+    """Whole eager steps (``hf.run_case``), timed as ``hf.py`` times them: the check of the predictions
+    (committed before this runs), never fitted."""
+    out: dict[str, Any] = {}
+    for m in models:
+        config = hf.hf_config(m)
+        model = hf.build(config, "cuda")
+        for b in batches:
+            row = hf.run_case("hf", model, config, b, kv_len, 5, steps)
+            row.pop("first_logits")
+            row.pop("kernels_by_name")
+            out[f"{m}-b{b}-kv{kv_len}"] = row
+            print(f"hf step {m} b{b}: {row['step_us']['median']} us", flush=True)
+        del model
+        torch.cuda.empty_cache()
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
@@ -459,6 +525,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--budget", type=float, default=300.0, help="seconds; parts not started in time are skipped")
     ap.add_argument("--trace", default="", help="MODEL:BATCH of a whole compiled step to trace (item 4), last")
+    ap.add_argument("--compiled-layers", default="1,2", help="layers of the first compiled case's models")
+    ap.add_argument("--graph-launch", action="store_true", help="the graph-launch microbenchmark, first")
+    ap.add_argument("--steps", default="", help="MODEL,... whose whole eager steps to measure (a check), last")
     a = ap.parse_args(argv)
     t_end = time.time() + a.budget
     out = Path(a.out)
@@ -478,6 +547,9 @@ def main(argv: list[str] | None = None) -> int:
 
     models = [m for m in a.models.split(",") if m]
     batches = [int(b) for b in a.batches.split(",") if b]
+    if a.graph_launch:
+        res["graph_launch"] = graph_launch()
+        print(f"graph launch: {res['graph_launch']}", flush=True)
     jobs: list[tuple[str, str, int]] = [("hf", m, b) for m in models for b in batches]
     jobs += [("hf_compiled", m, b) for m in models for b in batches]
     for stack, m, b in jobs:
@@ -494,7 +566,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"hf {key}: layer {h['layer']['median']} us host, model1 {h['model1']['median']} us, "
                       f"{res['hf'][key]['layer_kernels']} kernels a layer ({time.time() - t0:.0f} s)", flush=True)
             else:
-                layers = (1, 2) if (m == models[0] and b == batches[0]) else (1,)
+                first_case = m == models[0] and b == batches[0]
+                layers = tuple(int(x) for x in a.compiled_layers.split(",")) if first_case else (1,)
                 res["hf_compiled"][key] = compiled_case(m, b, a.kv, layers, a.reps)
                 c = res["hf_compiled"][key]
                 print(f"hf_compiled {key}: " + ", ".join(f"{n} layer(s) event {r['event_us']['median']} us span "
@@ -513,6 +586,12 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:
             res["errors"]["trace"] = f"{type(e).__name__}: {e}"[:1500] + "\n" + traceback.format_exc()[-2500:]
             print(f"trace failed: {e}", flush=True)
+    if a.steps and time.time() < t_end - 20:
+        try:
+            res["hf_steps"] = eager_steps([m for m in a.steps.split(",") if m], batches, a.kv)
+        except Exception as e:
+            res["errors"]["hf_steps"] = f"{type(e).__name__}: {e}"[:1500] + "\n" + traceback.format_exc()[-2500:]
+            print(f"steps failed: {e}", flush=True)
     save()
     return 0
 
