@@ -545,21 +545,22 @@ def host_issue_us(i: int, r: Rates) -> float:
     return i * r.stream_launch_us
 
 
-def host_issue_times(kinds: list[str], ops_of: list[str], r: Rates) -> list[float]:
+def host_issue_times(kinds: list[str], ops_of: list[str], r: Rates, default_us: float | None = None) -> list[float]:
     """When the host of a stack whose profile gives host costs (:attr:`Rates.host_bound`) has issued
     each kernel of a chain: ``kinds[k]`` is the model op kind kernel ``k`` belongs to, ``ops_of[k]``
     the model op. The step's own part (``host_step_us``) first, then each op's ``host_us`` spread
     evenly over its kernels, a kernel issued once its share is done; a kind the profile gives no host
-    cost for costs ``stream_launch_us`` a kernel. Host work never waits for the GPU (an eager stack
-    that queues its kernels: the launch queue is deep).
+    cost for costs ``default_us`` a kernel (``stream_launch_us`` where None). Host work never waits
+    for the GPU (an eager stack that queues its kernels: the launch queue is deep).
     """
     n_of: dict[str, int] = {}
     for o in ops_of:
         n_of[o] = n_of.get(o, 0) + 1
     out, t = [], r.host_step_us
+    other = r.stream_launch_us if default_us is None else default_us
     for kind, o in zip(kinds, ops_of, strict=True):
         h = r.host_us.get(kind)
-        t += h / n_of[o] if h is not None else r.stream_launch_us
+        t += h / n_of[o] if h is not None else other
         out.append(t)
     return out
 

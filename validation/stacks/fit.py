@@ -267,9 +267,10 @@ def fit_profile(run: Path, stack: str, gpu: str = "h200-calibrated") -> Fit:
         fit.residuals[kind] = [(f"{k.model} b{k.batch} kv{k.kv_len} {k.op}", k.us, float(xs[i] @ coef))
                                for i, k in zip(mine, [st[i] for i in mine], strict=True)]
     for kind, v in kpo.items():
+        fewer = "; fewer than one (an op fused into another kind's kernel): one" if v < 1 else ""
         fit.tables.setdefault(kind, {})["kernels_per_op_count"] = Value(
-            round(v, 3), f"the stack's {kind} kernels per step over mksim's {kind} ops per step, mean of "
-            f"{len(per_file[kind])} files (" + ", ".join(f"{x:.2f}" for x in per_file[kind]) + ")")
+            round(max(v, 1.0), 3), f"the stack's {kind} kernels per step over mksim's {kind} ops per step, mean of "
+            f"{len(per_file[kind])} files (" + ", ".join(f"{x:.2f}" for x in per_file[kind]) + f"){fewer}")
     return fit
 
 

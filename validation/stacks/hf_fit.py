@@ -111,8 +111,13 @@ def eager_host(run: Path) -> tuple[dict[str, float], float, str]:
     return host, round(float(np.mean(step)), 1), note
 
 
-def compiled_host(run: Path, gpu: str = "h200-calibrated") -> tuple[float, float, str]:
-    """``host_graph_node_us``, ``host_step_us`` and a note (module docstring)."""
+#: mksim's ops of a dense layer (attn_norm, qkv, rope_kv, attn_partial, attn_reduce, o_proj, mlp_norm, gate_up,
+#: silu_mul, down): a compiled call's host cost per layer is spread over them
+LAYER_KINDS = {"rmsnorm": 2, "matmul": 4, "rope_kv": 1, "attn_partial": 1, "attn_reduce": 1, "silu_mul": 1}
+
+
+def compiled_host(run: Path, gpu: str = "h200-calibrated") -> tuple[float, float, float, str]:
+    """``host_graph_node_us``, ``host_step_us``, the host's cost per layer and a note (module docstring)."""
     cases = _cases(run, "hf_compiled")
     gl = cases.pop("_graph_launch", None)
     if gl is None:
@@ -123,17 +128,24 @@ def compiled_host(run: Path, gpu: str = "h200-calibrated") -> tuple[float, float
     (a, node), *_ = np.linalg.lstsq(x, y, rcond=None)
     node = max(float(node), 0.0)
     lat = rates(hwmodels.load(gpu)).launch_latency_us
-    step = []
+    step: list[tuple[str, int, float]] = []
     for case, rec in cases.items():
         for n, r in rec["layers"].items():
             k = float(np.median(r["activities_per_call"]))
-            step.append((f"{case} {n} layer(s)", r["event_us"]["median"] - r["span_us"] - k * node - lat))
-    vals = [v for _, v in step]
+            step.append((case, int(n), r["event_us"]["median"] - r["span_us"] - k * node - lat))
+    sweep = [(n, v) for c, n, v in step if sum(1 for c2, _, _ in step if c2 == c) > 1]
+    if len(sweep) < 2:
+        raise fit.FitError(f"{run}: no compiled models of several layers (hf_ops.py --compiled-layers 1,2,4)")
+    xs = np.array([[1.0, n] for n, _ in sweep])
+    (_, per_layer), *_ = np.linalg.lstsq(xs, np.array([v for _, v in sweep]), rcond=None)
+    ones = [v for _, n, v in step if n == 1]
+    fixed = float(np.mean(ones)) - float(per_layer)
     note = (f"graph launch of {', '.join(str(n) for n, _ in pts)} nodes ({gl['_raw']}): launch = {a:.1f} + "
-            f"{node:.3f} us x nodes; the step: {len(step)} compiled models (" +
-            ", ".join(f"{w} {v:.0f} us" for w, v in step) + f"), event - span - nodes x {node:.3f} - launch "
-            f"latency {lat:.2f} us, mean")
-    return round(node, 3), round(float(np.mean(vals)), 1), note
+            f"{node:.4f} us x nodes; a call's host part, event - span - nodes x node - launch latency {lat:.2f} "
+            f"us, of {len(step)} compiled models (" + ", ".join(f"{c} {n}L {v:.0f}" for c, n, v in step) +
+            f" us): per layer {float(per_layer):.1f} us (least squares over the layer sweep), the rest the mean "
+            "of the one-layer models less one layer")
+    return round(node, 4), round(fixed, 1), round(float(per_layer), 2), note
 
 
 def to_toml(stack: str, f: fit.Fit, run: Path, host: dict[str, Any], date: str, env: dict[str, Any]) -> str:
@@ -184,8 +196,12 @@ def profile_text(run: Path, stack: str) -> str:
                                                    "and LM head (rmsnorm and matmul host_us) and the embedding's "
                                                    "call: the model's code outside its layers; " + note)}}
     else:
-        node, step, note = compiled_host(run)
-        host = {"numbers": {"host_graph_node_us": (node, note), "host_step_us": (step, "same: " + note)}}
+        node, step, per_layer, note = compiled_host(run)
+        n_ops = sum(LAYER_KINDS.values())
+        host = {"numbers": {"host_graph_node_us": (node, note), "host_step_us": (step, "same: " + note)},
+                "per_kind": {k: round(per_layer / n_ops, 2) for k in LAYER_KINDS},
+                "note": f"a compiled call's host part per layer ({per_layer:.1f} us: its guards and checks of the "
+                        f"layer's inputs, before the graph's launch) over mksim's {n_ops} ops of a layer; " + note}
     return to_toml(stack, f, run, host, date, env)
 
 
