@@ -104,3 +104,13 @@ def test_a_profile_with_a_bad_mode_is_one_line(tmp_path):
     f.write_text(text)
     with pytest.raises(hwmodels.HardwareFileError, match="mode must be one of graph, stream"):
         hwmodels.load("h200-calibrated", profile=str(f))
+
+
+@pytest.mark.slow  # reads and maps a trace, predicts a megakernel: over 1 s of CPU
+def test_a_traced_compiled_transformers_step_is_imported_and_mapped():
+    import mksim.trace
+    t = mksim.trace.import_trace(SINGLES / "trace-hf_compiled-llama-3.2-1b-b1.json.gz", model="llama-3.2-1b",
+                                 batch=1, kv_len=1024)
+    assert t.mapped_fraction >= 0.95                       # 97.1 %: Inductor's kernels and cuBLAS's GEMMs
+    assert t.replay_us == pytest.approx(t.step_us, rel=0.05)
+    assert 1500 < t.step_us < 1700 and t.prediction.megakernel_us < t.step_us
