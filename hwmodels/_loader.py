@@ -41,7 +41,11 @@ PROFILE_DIR = _HERE / "profiles"
 
 _TOP_KEYS = set(IDENTITY_KEYS) | {"extends", "sources", "chip", "memory", "runtime", "schema_version", "profile",
                                    "validation"}
-_PROFILE_KEYS = {"schema_version", "profile", "full_name", "measured_on", "kind", "runtime", "sources", "validation"}
+_PROFILE_KEYS = {"schema_version", "profile", "full_name", "measured_on", "kind", "mode", "runtime", "sources",
+                 "validation"}
+#: how a stack runs its step: its kernels in one CUDA graph (``graph``, the default), or launched one by one
+#: by the host (``stream``: an eager stack)
+STACK_MODES = ("graph", "stream")
 #: what a profile describes: a library people run as their stack (its kernels in a CUDA graph), or the
 #: device functions of a megakernel (mksim's generated one); the explorer lists stacks first
 PROFILE_KINDS = ("stack", "megakernel")
@@ -210,8 +214,17 @@ def profile_info(name_or_path: str | Path) -> dict[str, Any]:
     prof = _read(path)
     info: dict[str, Any] = {k: str(prof.get(k, "")) for k in ("profile", "full_name", "measured_on")}
     info["kind"] = _profile_kind(prof, path)
+    info["mode"] = _stack_mode(prof, path)
     info["validation"] = _validation(prof.get("validation"), path)
     return info
+
+
+def _stack_mode(prof: dict[str, Any], path: Path) -> str:
+    """The mode a stack's step runs in (:data:`STACK_MODES`; ``graph`` where the profile says none)."""
+    mode = prof.get("mode", "graph")
+    if mode not in STACK_MODES:
+        raise HardwareFileError(f"{path}: mode must be one of {', '.join(STACK_MODES)}, got {mode!r}")
+    return str(mode)
 
 
 def _profile_kind(prof: dict[str, Any], path: Path) -> str:
@@ -296,6 +309,7 @@ def _with_profile(raw: dict[str, Any], name: str, gpu_path: Path) -> dict[str, A
         if not isinstance(prof.get(key), str) or not prof[key]:
             raise HardwareFileError(f"{path}: missing key {key!r} (a non-empty string)")
     _profile_kind(prof, path)
+    _stack_mode(prof, path)
     _validation(prof.get("validation"), path)
     kernels = prof.get("runtime", {}).get("kernels")
     if not isinstance(kernels, dict) or set(prof.get("runtime", {})) - {"kernels"}:

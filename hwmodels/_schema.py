@@ -195,6 +195,9 @@ _KERNELS_PER_OP = ("kernels a stack launches per op of this kind, on average (an
                    "kernels, the first streaming its bytes, the others costing [runtime.kernels.elementwise]'s "
                    "fixed part (mksim.workload.expand_kernels); persistent modes ignore it (absent: 1)")
 _CONSUME_ROW = "each row (token) of a task beyond the first adds streamed bytes / this rate (none where absent)"
+_HOST = ("host time a stack spends issuing one op of this kind (its module calls, Python and kernel launches: "
+         "an implementation profile of an eager stack), spread evenly over the op's kernels: in a mode the host "
+         "launches kernel by kernel (stream), a kernel is issued once the host has done its share")
 _PAGE = ("what each page of the weight ring costs beyond its bulk copy (the workers' wait on the page's barrier, "
          "their release of it, its refill): the ring delivers a page per bulk_copy_latency + page / "
          "bulk_copy_GBps + this, and the workers consume no faster (0 where absent; fitted to single ops timed "
@@ -218,6 +221,7 @@ class KernelCost:
     inflight_KiB: float | None = meta(0.0625, 4096, optional=True, doc=_INFLIGHT, default=None)
     kernels_per_op_count: float | None = meta(1.0, 1000, optional=True, doc=_KERNELS_PER_OP, default=None)
     page_us: float | None = meta(0.0, 100, optional=True, doc=_PAGE, default=None)
+    host_us: float | None = meta(0.0, 1e5, optional=True, doc=_HOST, default=None)
 
 
 # The keys a per-kind table may hold, and the names files before [runtime.kernels.<kind>] tables
@@ -253,6 +257,16 @@ class KernelSpec:
                                     doc="blocks of one kernel an implementation profile's kernels keep on an SM (their "
                                         "launch: mksim's generated kernels run one); a chain mode's blocks_per_sm "
                                         "defaults to it; absent: the mode's own default")
+    host_step_us: float | None = meta(0.0, 1e6, optional=True,
+                                      doc="host time of a step before its first kernel is issued, beyond the ops' "
+                                          "host_us (an implementation profile's: a compiled stack's guards and "
+                                          "input copies before its CUDA graph's launch, an eager stack's model "
+                                          "code outside its layers); absent: none")
+    host_graph_node_us: float | None = meta(0.0, 100, optional=True,
+                                            doc="what launching a CUDA graph from the host costs per node before "
+                                                "its first kernel starts, the GPU idle (an implementation "
+                                                "profile's: a stack that launches its graph once a step and "
+                                                "waits for it); absent: none")
     # op kind -> its task costs, in file order; left out of the hash (a mapping has none)
     per_kind: Mapping[str, KernelCost] = field(default_factory=dict, hash=False, metadata={"per_kind": True})
 

@@ -437,14 +437,16 @@ def compare_modes(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phas
 
 def stack_row(wl: Workload, target: Target | str, impl: str, megakernel: ModeSummary | None) -> dict[str, Any]:
     """The user's stack on ``target``'s hardware (a profile ``target`` names is the megakernel's, not
-    the stack's): the kernels of profile ``impl`` in one CUDA graph (``graph`` mode), and the
-    megakernel's speed-up over it (``None`` where the target has no megakernel row)."""
+    the stack's): the kernels of profile ``impl`` in the mode the profile says its step runs in
+    (``mode``: one CUDA graph, ``graph``, unless it is an eager stack the host launches kernel by kernel,
+    ``stream``), and the megakernel's speed-up over it (``None`` where the target has no megakernel row)."""
     t = Target.of(target)
     sg = t.with_profile(impl).spec
-    r = simulate_summary((wl, sg, "graph", {}))
+    mode = profile_info(impl)["mode"]
+    r = simulate_summary((wl, sg, mode, {}))
     basis = interval_basis(sg, "chain")
     iv = latency_interval(r.latency_us, basis["half_width_pct"])
-    out: dict[str, Any] = {"impl": impl, "gpu": sg.name, "mode": "graph", "latency_us": r.latency_us,
+    out: dict[str, Any] = {"impl": impl, "gpu": sg.name, "mode": mode, "latency_us": r.latency_us,
                            "tokens_per_s": r.tokens_per_s, "assumes": assumptions(sg), "interval": basis,
                            "interval_us": iv, "megakernel_speedup": None, "speedup_interval": None, "verdict": None}
     if megakernel:

@@ -69,6 +69,14 @@ class Rates:
     bulk_copy_latency_us: float = 0.0  # a bulk (TMA) copy's latency, then its bytes at bulk_copy_Bpus
     bulk_copy_Bpus: float = math.inf
     ring_copies: float = 0.0          # copies a profile's page ring keeps in flight per pipeline (0: no limit)
+    host_us: dict = field(default_factory=dict)  # op kind -> a stack's host time per op (an eager profile's)
+    host_step_us: float = 0.0         # a stack's host time per step before its first kernel (0: none)
+    host_graph_node_us: float = 0.0   # launching a CUDA graph from the host, per node, GPU idle (0: none)
+
+    @property
+    def host_bound(self) -> bool:
+        """Whether the profile gives the host's own costs (:func:`host_issue_times`)."""
+        return bool(self.host_us) or self.host_step_us > 0 or self.host_graph_node_us > 0
 
 
 @dataclass(frozen=True)
@@ -233,6 +241,9 @@ def rates(gpu: GPUSpec) -> Rates:
         bulk_copy_latency_us=_or(mv.bulk_copy_latency_ns, 0.0) / 1e3,
         bulk_copy_Bpus=mv.bulk_copy_GBps * GBps_TO_Bpus if mv.bulk_copy_GBps else math.inf,
         ring_copies=_or(gpu.kernels.ring_copies_in_flight_count, 0.0),
+        host_us={k: c.host_us for k, c in gpu.kernels.per_kind.items() if c.host_us is not None},
+        host_step_us=_or(gpu.kernels.host_step_us, 0.0),
+        host_graph_node_us=_or(gpu.kernels.host_graph_node_us, 0.0),
         l1_load_B=gpu.concurrency.l1_load_KiB * 1024 if gpu.concurrency.l1_load_KiB else math.inf,
     )
 
@@ -532,6 +543,26 @@ def l2_us(nbytes: ArrayLike, r: Rates) -> np.ndarray:
 def host_issue_us(i: int, r: Rates) -> float:
     """When the host has issued the ``i``-th kernel of a stream: launches are rate-limited."""
     return i * r.stream_launch_us
+
+
+def host_issue_times(kinds: list[str], ops_of: list[str], r: Rates, default_us: float | None = None) -> list[float]:
+    """When the host of a stack whose profile gives host costs (:attr:`Rates.host_bound`) has issued
+    each kernel of a chain: ``kinds[k]`` is the model op kind kernel ``k`` belongs to, ``ops_of[k]``
+    the model op. The step's own part (``host_step_us``) first, then each op's ``host_us`` spread
+    evenly over its kernels, a kernel issued once its share is done; a kind the profile gives no host
+    cost for costs ``default_us`` a kernel (``stream_launch_us`` where None). Host work never waits
+    for the GPU (an eager stack that queues its kernels: the launch queue is deep).
+    """
+    n_of: dict[str, int] = {}
+    for o in ops_of:
+        n_of[o] = n_of.get(o, 0) + 1
+    out, t = [], r.host_step_us
+    other = r.stream_launch_us if default_us is None else default_us
+    for kind, o in zip(kinds, ops_of, strict=True):
+        h = r.host_us.get(kind)
+        t += h / n_of[o] if h is not None else other
+        out.append(t)
+    return out
 
 
 def block_dram_cap_Bpus(n_blocks: int, blocks_per_sm: int, r: Rates, inflight_B: float = math.inf) -> float:

@@ -55,7 +55,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from hwmodels import GPUSpec
-from mksim.costs import Rates
+from mksim.costs import Rates, host_issue_times
 from mksim.errors import ScheduleError
 from mksim.registry import Registry
 
@@ -121,6 +121,17 @@ class ChainMode(BaseMode, ABC):
         """When kernel ``k``'s blocks may be placed: ``prev_start_us`` is when kernel ``k - 1`` was
         dispatched and ``prev_end_us`` when it ended (NaN where not known: ``k = 0``, or the mode
         does not wait for it)."""
+
+    def host_ready_us(self, kinds: list[str], ops_of: list[str], r: Rates) -> list[float]:
+        """When the host of a stack has done what kernel ``k`` waits for (where the profile gives the
+        host's costs, :attr:`~mksim.costs.Rates.host_bound`; a kernel is dispatched no sooner than that
+        plus ``launch_latency_us``): one CUDA graph launched a step, its first kernel after all of the
+        step's host work (``host_step_us`` and every op's ``host_us``: a compiled stack's guards and
+        checks of its inputs, before its graph is launched) and the graph's launch (kernels x
+        ``host_graph_node_us``), the others whenever the graph runs them. ``kinds``/``ops_of``: each
+        kernel's model op kind and op."""
+        first = host_issue_times(kinds, ops_of, r, default_us=0.0)[-1] + len(kinds) * r.host_graph_node_us
+        return [first] + [-math.inf] * (len(kinds) - 1)
 
     def dispatch_after(self, options: Options) -> str:
         """What of kernel ``k - 1`` the launcher waits for before asking :meth:`dispatch_us`:

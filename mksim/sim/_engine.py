@@ -28,6 +28,7 @@ from mksim import costs
 from mksim.costs import block_dram_cap_Bpus
 from mksim.errors import DeadlockError, ScheduleError
 from mksim.schedule import BaseSync, ChainMode, PersistentMode, Schedule, active_designs, gc_paused, get_mode, get_sync
+from mksim.workload import kernel_of
 
 from . import designs as _pieces  # noqa: F401  (registers every design's engine piece)
 from ._actors import Chain, L2Prefetch, Loader, Signal, address_gates, stream_bytes
@@ -157,6 +158,12 @@ class _Engine:
         released_at = [math.inf] * n_k                   # set as release[k] triggers
         separate = mode.separate_release
         head_B = mode.prologue_B(s.options) if separate else 0.0
+        host_at = None
+        if r.host_bound:   # a stack's own host costs (an implementation profile's): kernels wait for the host
+            names = {op.name: op.kind for op in g.ops}
+            ops_of = [kernel_of(op) for op in g.ops]
+            host_at = mode.host_ready_us([names.get(o, op.kind) for o, op in zip(ops_of, g.ops, strict=True)],
+                                         ops_of, r)
 
         def launcher():
             for k in range(n_k):
@@ -166,6 +173,8 @@ class _Engine:
                         yield done[k - 1]
                     prev_end = end_t[k - 1]
                 at = mode.dispatch_us(k, start_t[k - 1] if k else math.nan, prev_end, r)
+                if host_at is not None and host_at[k] + r.launch_latency_us > at:
+                    at = host_at[k] + r.launch_latency_us
                 if at > env.now:
                     yield env.timeout(at - env.now)
                 start_t[k] = env.now

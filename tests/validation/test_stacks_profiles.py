@@ -122,7 +122,7 @@ def test_kernel_counts_add_up_and_refuse_less_than_one():
 # -- the profiles ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("stack", sorted(fit.STACK_PROFILE))
+@pytest.mark.parametrize("stack", ["inductor_graph", "torch_graph"])   # hf: test_stacks_hf_profiles.py
 def test_the_committed_profiles_are_the_fit_of_the_committed_single_ops(stack):
     f = fit.fit_profile(RUN, stack)
     committed = ROOT / "hwmodels/profiles" / f"{fit.STACK_PROFILE[stack]}.toml"
@@ -160,8 +160,10 @@ def test_fit_refuses_a_folder_without_single_ops(tmp_path):
 @pytest.mark.slow  # 2.1 s of CPU
 def test_summary_is_reproduced_from_the_committed_steps():
     s = json.loads(SUMMARY.read_text())
-    steps = {(st.stack, st.model, st.batch, st.kv_len): st for st in predict.load_steps(RUN)}
-    assert len(s["cases"]) == len(steps) >= 24
+    hf = ROOT / "validation/results/h200-stacks/hf"
+    steps = {(st.stack, st.model, st.batch, st.kv_len): st
+             for st in predict.load_steps(RUN) + predict.load_hf_steps(hf)}
+    assert len(s["cases"]) == len(steps) >= 24 + 16
     for c in s["cases"]:
         st = steps[(c["stack"], c["model"], c["batch"], c["kv_len"])]
         assert (c["measured_us"], c["measured_spread_us"], c["kernels_per_step"]) == (
@@ -174,7 +176,8 @@ def test_summary_is_reproduced_from_the_committed_steps():
     # two cases simulated again: a fitted model and a held-out one
     for c in (s["cases"][4], next(c for c in s["cases"] if c["held_out"] and c["stack"] == "torch_graph")):
         prof = fit.STACK_PROFILE[c["stack"]]
-        pred, n_k, _ = predict.predict_step(c["model"], c["batch"], c["kv_len"], f"h200-calibrated+{prof}")
+        pred, n_k, _ = predict.predict_step(c["model"], c["batch"], c["kv_len"], f"h200-calibrated+{prof}",
+                                            predict.STACK_MODE.get(c["stack"], "graph"))
         assert (round(pred, 1), n_k) == (c["predicted_us"], c["predicted_kernels_per_step"])
         assert round(predict.megakernel_us(c["model"], c["batch"], c["kv_len"], "h200-calibrated"), 1) == \
             c["megakernel_us"]

@@ -96,7 +96,7 @@ def offline(args: argparse.Namespace) -> int:
             args.out.write_text(fit.to_toml(f, args.dir, args.gpu))
             print(f"wrote {args.out}: {', '.join(f.tables)} from {len(f.files)} files")
             return 0
-        summary = predict.summarise(args.dir, args.gpu)
+        summary = predict.summarise(args.dir, args.gpu, args.hf)
     except (fit.FitError, InputError) as e:
         raise ArgError(str(e)) from None
     print(predict.table(summary))
@@ -166,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     pr.add_argument("--json", type=Path, help="write the summary here")
     pr.add_argument("--docs", type=Path, help="rewrite the generated tables of this page (docs/stacks.md)")
     pr.add_argument("--gpu", default="h200-calibrated")
+    pr.add_argument("--hf", type=Path, help="a folder of the transformers stacks' steps (hf, hf_compiled) too")
     an = sub.add_parser("answer", help="predict the megakernel's speed-up over the stacks (five models, three GPUs)")
     an.add_argument("--json", type=Path, help="write the predictions here")
     an.add_argument("--docs", type=Path, help="rewrite the answer table of this page (docs/stacks.md)")

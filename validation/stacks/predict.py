@@ -27,6 +27,12 @@ from mksim.workload import kernel_of
 from validation.stacks.fit import STACK_PROFILE, FitError, kernels
 
 MEGAKERNEL_PROFILE = "mksim"
+#: the mode each stack's step runs in (the profile's ``mode``): the eager transformers stack is launched by the
+#: host kernel by kernel, the others are one CUDA graph
+STACK_MODE = {"hf": "stream"}
+HF_STACKS = ("hf", "hf_compiled")
+#: the eager steps measured again on another day, after the predictions were committed (``hf/check``)
+CHECK = "check"
 TABLE_START, TABLE_END = "<!-- stacks-table:start -->", "<!-- stacks-table:end -->"
 LAYER_MODELS = ("llama-3.2-1b", "llama-3.1-8b")
 LAYER_START, LAYER_END = "<!-- stacks-layer:start -->", "<!-- stacks-layer:end -->"
@@ -62,19 +68,38 @@ def load_steps(run: Path) -> list[Step]:
     return sorted(out, key=lambda s: (s.stack, s.model, s.batch, s.kv_len))
 
 
+def load_hf_steps(folder: Path) -> list[Step]:
+    """The transformers stacks' measured steps (``hf.py``'s records: ``step-hf*-*.json`` directly in
+    ``folder``), sorted as :func:`load_steps`'s."""
+    out = []
+    for f in sorted(folder.glob("step-hf*.json")):
+        d = json.loads(f.read_text())
+        try:
+            s = d["step_us"]
+            out.append(Step(d["stack"], d["model"], int(d["batch"]), int(d["kv_len"]), float(s["median"]),
+                            round(float(s["p90"]) - float(s["p10"]), 2), int(d["kernels_per_step"]),
+                            float(d["gpu_busy_us_one_step"])))
+        except (KeyError, TypeError, ValueError):
+            raise FitError(f"{f}: not a transformers step record (step_us, kernels_per_step)") from None
+    if not out:
+        raise FitError(f"{folder}: no step-hf*.json files")
+    return sorted(out, key=lambda s: (s.stack, s.model, s.batch, s.kv_len))
+
+
 def fit_models(run: Path) -> dict[str, list[str]]:
     """Per stack, the models whose single-op files built its profile."""
     out: dict[str, set[str]] = {}
-    for f in run.glob("ops-*.json"):
+    for f in run.rglob("ops-*.json"):
         d = json.loads(f.read_text())
         out.setdefault(d["stack"], set()).add(d["model"])
     return {k: sorted(v) for k, v in out.items()}
 
 
-def predict_step(model: str, batch: int, kv_len: int, gpu: str) -> tuple[float, int, mksim.SimResult]:
-    """mksim's graph-mode step on ``gpu`` (a profile applied): latency, kernels, the result."""
+def predict_step(model: str, batch: int, kv_len: int, gpu: str,
+                 mode: str = "graph") -> tuple[float, int, mksim.SimResult]:
+    """mksim's step on ``gpu`` (a profile applied) in ``mode`` (the stack's): latency, kernels, the result."""
     wl = mksim.models.workload(model, batch=batch, kv_len=kv_len)
-    s = mksim.build_schedule(wl, gpu, "graph")
+    s = mksim.build_schedule(wl, gpu, mode)
     r = mksim.simulate(s, timeline=False)
     return float(r.latency_us), len(s.graph.ops), r
 
@@ -85,16 +110,17 @@ def megakernel_us(model: str, batch: int, kv_len: int, gpu: str) -> float:
                                 timeline=False).latency_us)
 
 
-def summarise(run: Path, gpu: str = "h200-calibrated") -> dict[str, Any]:
-    """The summary (per case, MAPE, misses, the target; plus the megakernel and per-stack errors)."""
-    steps = load_steps(run)
-    fitted = fit_models(run)
+def summarise(run: Path, gpu: str = "h200-calibrated", hf: Path | None = None) -> dict[str, Any]:
+    """The summary (per case, MAPE, misses, the target; plus the megakernel and per-stack errors);
+    ``hf``: a folder of the transformers stacks' steps too (its profiles' single modules under it)."""
+    steps = load_steps(run) + (load_hf_steps(hf) if hf is not None else [])
+    fitted = fit_models(run) | (fit_models(hf) if hf is not None else {})
     env = json.loads((run / "environment.json").read_text()) if (run / "environment.json").is_file() else {}
     mk: dict[tuple[str, int, int], float] = {}
     cases = []
     for st in steps:
         prof = STACK_PROFILE[st.stack]
-        pred, n_k, res = predict_step(st.model, st.batch, st.kv_len, f"{gpu}+{prof}")
+        pred, n_k, res = predict_step(st.model, st.batch, st.kv_len, f"{gpu}+{prof}", STACK_MODE.get(st.stack, "graph"))
         key = (st.model, st.batch, st.kv_len)
         if key not in mk:
             mk[key] = megakernel_us(*key, gpu)
@@ -113,21 +139,39 @@ def summarise(run: Path, gpu: str = "h200-calibrated") -> dict[str, Any]:
     errs = np.array([abs(c["error_pct"]) for c in cases])
     by_stack = {s: round(float(np.mean([abs(c["error_pct"]) for c in cases if c["stack"] == s])), 1)
                 for s in sorted({c["stack"] for c in cases})}
+    held_by_stack = {s: round(float(np.mean([abs(c["error_pct"]) for c in cases if c["stack"] == s
+                                             and c["held_out"]])), 1)
+                     for s in sorted({c["stack"] for c in cases if c["held_out"]})}
     held = [c for c in cases if c["held_out"]]
+    check = []
+    if hf is not None and (hf / CHECK).is_dir():
+        for st in load_hf_steps(hf / CHECK):
+            c = next(c for c in cases if (c["stack"], c["model"], c["batch"], c["kv_len"]) ==
+                     (st.stack, st.model, st.batch, st.kv_len))
+            check.append({"stack": st.stack, "model": st.model, "batch": st.batch, "kv_len": st.kv_len,
+                          "predicted_us": c["predicted_us"], "measured_us": st.median_us,
+                          "measured_spread_us": st.spread_us, "held_out": c["held_out"],
+                          "error_pct": round((c["predicted_us"] - st.median_us) / st.median_us * 100, 1)})
     return {
         "gpu": f"{env.get('gpu', 'NVIDIA H200')} ({gpu})", "date": env.get("date_utc", "")[:10],
-        "run": str(run), "command": f"python -m validation stacks predict {run} --json SUMMARY",
-        "predicted_with": {s: f"mksim.build_schedule(workload, '{gpu}+{p}', 'graph')" for s, p in STACK_PROFILE.items()}
+        "run": str(run), "hf_run": str(hf) if hf is not None else None,
+        "command": f"python -m validation stacks predict {run}" + (f" --hf {hf}" if hf is not None else "")
+        + " --json SUMMARY",
+        "predicted_with": {s: f"mksim.build_schedule(workload, '{gpu}+{p}', '{STACK_MODE.get(s, 'graph')}')"
+                           for s, p in STACK_PROFILE.items()}
         | {"megakernel": f"mksim.build_schedule(workload, '{gpu}+{MEGAKERNEL_PROFILE}', 'megakernel')"},
         "fit_models": fitted, "held_out_models": sorted({c["model"] for c in held}),
         "note": "profiles fitted to the single ops of fit_models only (never to whole steps); held-out models "
                 "never used to build a profile; measured_us is the median of 50 graph replays, "
                 "measured_spread_us p90 - p10",
         "cases": cases, "mape_pct": round(float(errs.mean()), 1), "max_abs_error_pct": round(float(errs.max()), 1),
-        "mape_pct_by_stack": by_stack,
+        "mape_pct_by_stack": by_stack, "mape_pct_held_out_by_stack": held_by_stack,
         "mape_pct_held_out": round(float(np.mean([abs(c["error_pct"]) for c in held])), 1) if held else None,
         "cases_beyond_10_pct": sum(1 for e in errs if e > 10), "cases_beyond_20_pct": sum(1 for e in errs if e > 20),
         "misses": misses,
+        "check": check, "check_note": "the eager steps measured again on 2026-12-04 (another machine and day), after "
+                                      "validation/results/h200-stacks/hf/predicted-hf.json was committed: how far "
+                                      "the host's speed moves between runs" if check else None,
         "models": sorted({c["model"] for c in cases}),
         "target": "MAPE <= 10 %, no case beyond 20 %, over at least 6 dense models (this run has "
                   f"{len({c['model'] for c in cases})})"}
@@ -138,6 +182,20 @@ def miss(c: dict[str, Any], node_us: float) -> dict[str, Any]:
     know (a held-out model's ops), or launch boundaries shorter than the hardware file's."""
     out = {"model": c["model"], "batch": c["batch"], "kv_len": c["kv_len"], "stack": c["stack"],
            "error_pct": c["error_pct"], "error_us": round(c["predicted_us"] - c["measured_us"], 1)}
+    if c["stack"] == "hf":
+        out["effect"] = (f"the host: the eager step is its host's ({c['measured_us'] / c['kernels_per_step']:.1f} us "
+                         f"a kernel measured, {c['predicted_us'] / c['predicted_kernels_per_step']:.1f} us "
+                         f"predicted; the kernels ran {c['measured_kernel_us']:.0f} us of it)")
+        return out
+    if c["stack"] == "hf_compiled":
+        rest_m = c["measured_us"] - c["measured_kernel_us"]
+        rest_p = c["predicted_us"] - c["predicted_kernel_us"]
+        out["effect"] = (f"the host before the graph's launch: kernel time {c['predicted_kernel_us']:.0f} us "
+                         "predicted, "
+                         f"{c['measured_kernel_us']:.0f} us in the profiled step; the rest of the step {rest_p:.0f} us "
+                         f"predicted, {rest_m:.0f} us measured (the host's part per layer of the 1-, 2- and 4-layer "
+                         "models does not hold for the whole model)")
+        return out
     dk = c["kernels_per_step"] - c["predicted_kernels_per_step"]
     if abs(dk) > 0.1 * c["kernels_per_step"]:
         out["effect"] = (f"kernels: {c['kernels_per_step']} measured, {c['predicted_kernels_per_step']} predicted: "
@@ -198,6 +256,8 @@ def per_layer(model: str, batch: int, kv_len: int, gpu: str = "h200-calibrated",
     rows = ["| stack | op kind | kernels | kernel µs | boundaries µs | MB streamed | measured: kernels | "
             "single ops µs (cold) |", "|---|---|---|---|---|---|---|---|"]
     for stack, prof in STACK_PROFILE.items():
+        if stack in HF_STACKS:   # the per-layer table is of our own stacks' single ops
+            continue
         wl = mksim.models.workload(model, batch=batch, kv_len=kv_len)
         s = mksim.build_schedule(wl, f"{gpu}+{prof}", "graph")
         r = mksim.simulate(s, timeline=False)

@@ -148,8 +148,12 @@ def records(root: Path = ROOT) -> dict[str, dict[str, Any]]:
     """``{profile: its [validation] table}`` from the committed summaries under ``root``."""
     out: dict[str, dict[str, Any]] = {}
     st = _load(root, STACKS_SUMMARY)
-    for stack, prof in (("torch_graph", "torch"), ("inductor_graph", "inductor")):
+    for stack, prof in (("torch_graph", "torch"), ("inductor_graph", "inductor"), ("hf", "hf"),
+                        ("hf_compiled", "hf-compiled")):
         cases = [c for c in st["cases"] if c["stack"] == stack]
+        if not cases:
+            continue
+        held_names = sorted({c["model"] for c in cases if c["held_out"]})
         errs = [float(c["error_pct"]) for c in cases]
         held = [float(c["error_pct"]) for c in cases if c["held_out"]]
         fitted = [float(c["error_pct"]) for c in cases if not c["held_out"]]
@@ -157,10 +161,11 @@ def records(root: Path = ROOT) -> dict[str, dict[str, Any]]:
                      "what": f"whole decode steps of {stack} ({len({c['model'] for c in cases})} models, batch "
                              f"{'/'.join(str(b) for b in sorted({c['batch'] for c in cases}))}, kv "
                              f"{'/'.join(str(k) for k in sorted({c['kv_len'] for c in cases}))}); the profile "
-                             "was fitted to single ops only",
+                             "was fitted to single ops only" + ("" if stack in ("torch_graph", "inductor_graph") else
+                                                                " (single modules of transformers' models)"),
                      "source": STACKS_SUMMARY,
-                     "command": f"python -m validation stacks predict {st['run']} --json {STACKS_SUMMARY}",
-                     "held_out": f"the steps of {', '.join(st['held_out_models'])} (never used to fit), inside "
+                     "command": st["command"].replace("SUMMARY", STACKS_SUMMARY),
+                     "held_out": f"the steps of {', '.join(held_names)} (never used to fit), inside "
                                  "the p90 of the fitted models' steps",
                      "held_out_cases": len(held), "held_out_inside_pct": inside_pct(held, fitted)}
     suite = _load(root, SUITE_SUMMARY)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mksim.costs import Rates, host_issue_us
+from mksim.costs import Rates, host_issue_times, host_issue_us
 
 from .._modes import ChainMode, register_mode
 
@@ -18,3 +18,8 @@ class Stream(ChainMode):
     def dispatch_us(self, k: int, prev_start_us: float, prev_end_us: float, r: Rates) -> float:
         at = r.launch_latency_us if k == 0 else prev_end_us + r.stream_gap_us
         return max(at, host_issue_us(k, r) + r.launch_latency_us)
+
+    def host_ready_us(self, kinds: list[str], ops_of: list[str], r: Rates) -> list[float]:
+        """Each kernel once the host has issued it (:func:`~mksim.costs.host_issue_times`): an eager
+        stack's Python, module calls and launches, kernel by kernel."""
+        return host_issue_times(kinds, ops_of, r)
