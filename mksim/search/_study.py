@@ -149,8 +149,10 @@ def storage_for(url: str | None, study_name: str):
         except Exception as exc:  # sqlalchemy's own errors: bad URL, server down, missing driver
             # workers that start together on a new database race to create its tables: the
             # loser's CREATE fails once the winner's exists, and a retry finds them made
+            # (SQLite's alembic_version: "UNIQUE constraint failed"); two connections that switch a new
+            # file to WAL at once can get SQLite's transient "locking protocol" (SQLITE_PROTOCOL)
             if any(m in str(exc) for m in ("already exists", "UniqueViolation", "duplicate key",
-                                             "UNIQUE constraint failed")):  # the last: SQLite's alembic_version
+                                             "UNIQUE constraint failed", "locking protocol")):
                 time.sleep(0.5 * (attempt + 1))
                 continue
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -41,7 +41,7 @@ def ref():
 def test_choices_name_every_profile_and_none():
     values = [o["value"] for o in stacks.stack_options()]
     assert values[0] == stacks.NONE and sorted(values[1:]) == sorted(hwmodels.profiles())
-    assert values[1:5] == ["cublas", "inductor", "torch", "mksim"]  # stacks first, then the megakernels
+    assert values[1:7] == ["cublas", "hf", "hf-compiled", "inductor", "torch", "mksim"]  # stacks, then megakernels
     prof = stacks.profile_options()
     assert prof[0] == {"label": "none: the best kernels the chip allows", "value": "none"}
     assert [o["value"] for o in prof[1:]] == values[1:]
@@ -75,7 +75,8 @@ def test_stack_of_a_profiled_megakernel_runs_on_the_same_hardware():
 
 
 def test_stack_unknown_profile():
-    with pytest.raises(MksimError, match="unknown stack 'tensorrt'; known: cublas, inductor, torch, mksim"):
+    known = "cublas, hf, hf-compiled, inductor, torch, mksim"
+    with pytest.raises(MksimError, match=f"unknown stack 'tensorrt'; known: {known}"):
         stacks.stack_data(data.compare_run("llama-3.2-1b", "h200-datasheet"), "tensorrt")
 
 

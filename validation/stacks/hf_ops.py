@@ -33,6 +33,7 @@ Run on the device: ``python3 -m validation.stacks.hf_ops --out $OUT/hf-ops.json`
 from __future__ import annotations
 
 import argparse
+import copy
 import gzip
 import json
 import os
@@ -244,7 +245,6 @@ def record_ops(stack: str, s: tg.Shape, batch: int, kv_len: int, reps: int,
 
 
 def with_layers(config: Any, n: int) -> Any:
-    import copy
     c = copy.deepcopy(config)
     c.num_hidden_layers = n
     if hasattr(c, "layer_types") and c.layer_types is not None:
