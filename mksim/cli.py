@@ -131,6 +131,12 @@ def workload_cmd(
 
 
 # -- simulation -----------------------------------------------------------------------
+TP = typer.Option(1, "--tp", help="Tensor-parallel GPUs: the step split Megatron-style over this many GPUs of "
+                  "a node, with the all-reduces it implies (docs/parallel.md).")
+EP = typer.Option(1, "--ep", help="Expert-parallel GPUs (a mixture of experts): experts split over this many "
+                  "GPUs, attention data-parallel, all-to-all dispatch and combine (docs/parallel.md).")
+
+
 @app.command("compare")
 def compare_cmd(
     model: str = MODEL,
@@ -147,16 +153,22 @@ def compare_cmd(
     stack: str | None = typer.Option(None, "--stack", help="A kernel library's profile ({profiles}): "
                                      "predict its kernels in a CUDA graph, your stack, next to the megakernel."),
     routing: str = ROUTING,
+    tp: int = TP,
+    ep: int = EP,
     as_json: bool = JSON,
 ) -> None:
     """Every execution mode side by side: latency, tokens/s, HBM utilisation, breakdown."""
-    step = mksim.Step(model, batch, kv_len, phase, prefill_tokens, dtype, routing=routing)
+    step = mksim.Step(model, batch, kv_len, phase, prefill_tokens, dtype, tp=tp, routing=routing, ep=ep)
     d = mksim.compare.compare(step, mksim.target.Target.parse(gpu, impl), policy=policy, designs=designs,
                               opts=parse_options(opt), stack=stack).to_dict()
     if as_json:
         return emit_json(d)
     out.print(mksim.tables.compare_table(d))
     out.print("breakdown columns: µs of the step, averaged over SMs; they sum to the latency")
+    shares = {m: r["communication_share"] for m, r in d["modes"].items() if "communication_share" in r}
+    if shares:
+        out.print("communication (collective ops' span, share of the step): "
+                  + ", ".join(f"{m} {s:.1%}" for m, s in shares.items()))
 
 
 @app.command("simulate")
@@ -177,6 +189,8 @@ def simulate_cmd(
     save: str | None = typer.Option(None, "--save", help="Write the schedule as JSON here."),
     trace: str | None = typer.Option(None, "--trace", help="Write a Perfetto (Chrome) trace here."),
     routing: str = ROUTING,
+    tp: int = TP,
+    ep: int = EP,
     as_json: bool = JSON,
 ) -> None:
     """Simulate one mode (or a schedule file) and show where the time went."""
@@ -186,7 +200,7 @@ def simulate_cmd(
         sched = mksim.schedule.Schedule.from_json(schedule)
     else:
         g = mksim.target.Target.parse(gpu, impl).spec
-        step = mksim.Step(model, batch, kv_len, phase, prefill_tokens, dtype, routing=routing)
+        step = mksim.Step(model, batch, kv_len, phase, prefill_tokens, dtype, tp=tp, routing=routing, ep=ep)
         wl = mksim.compare.make_workload(step, n_sms=g.sm.count)
         opts = parse_options(opt)
         if "policy" in opts:  # --opt policy=die is --policy die
@@ -218,13 +232,16 @@ def sweep_cmd(
     as_json: bool = JSON,
     html: str | None = typer.Option(None, "--html", help="Write a plotly chart here."),
     routing: str = ROUTING,
+    tp: int = TP,
+    ep: int = EP,
 ) -> None:
     """Each mode's latency and the megakernel's speed-up over graph_pdl as batch (or context) grows."""
     target = mksim.target.Target.parse(gpu, impl)
     gpu = mksim.target.with_impl(gpu, impl)  # as the user named it, for the table's title
     if html:
         check_output_paths({"--html": html}, [("model config", model), ("hardware file", target.hardware)])
-    rows = mksim.report.sweep_rows(model, target, parse_ints(batch, "--batch"), parse_ints(kv_len, "--kv-len"), routing)
+    rows = mksim.report.sweep_rows(model, target, parse_ints(batch, "--batch"), parse_ints(kv_len, "--kv-len"), routing,
+                                   tp=tp, ep=ep)
     if as_json:
         emit_json({"model": model, "gpu": gpu, "rows": rows})
     else:

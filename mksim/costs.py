@@ -394,16 +394,16 @@ def multicast_all_reduce_us(message_B: float, ranks: int, k: Link) -> float:
     return 2 * k.hop_us + (ranks + 1) / ranks * message_B / k.multicast_Bpus
 
 
-def push_us(task_out_B: float, concurrent: int, ranks: int, k: Link) -> float:
+def push_us(task_out_B: ArrayLike, concurrent: int, ranks: int, k: Link) -> Any:
     """What a producer task of an overlapped all-reduce takes more: it stores its ``task_out_B`` partial
     into each of the ``ranks - 1`` peers, sharing the links with the ``concurrent`` tasks that push at
     the same time.
 
     >>> k = Link("nvswitch", 8, 18, 25e3, 450e3, 0.6, 0.0)
-    >>> push_us(1000, 132, 2, k) * 450e3 / 132e3   # each task gets 1/132 of 450 GB/s
+    >>> float(push_us(1000, 132, 2, k) * 450e3 / 132e3)   # each task gets 1/132 of 450 GB/s
     1.0
     """
-    return (ranks - 1) * task_out_B * concurrent / group_Bpus(ranks, k)
+    return (ranks - 1) * np.asarray(task_out_B, dtype=float) * concurrent / group_Bpus(ranks, k)
 
 
 def direct_all_gather_us(output_B: float, ranks: int, k: Link) -> float:
@@ -864,13 +864,14 @@ def cold_start_us(r: Rates) -> float:
 
 
 def task_times(graph: TaskGraph, r: Rates, *, blocks_per_sm: int = 1, page_KiB: float = 32.0,
-               native: bool = False, ring_depth: int = 4) -> TaskTimes:
+               native: bool = False, ring_depth: int = 4, collective: str = "one_shot") -> TaskTimes:
     """Every task's :class:`TaskTimes` when ``blocks_per_sm`` blocks of a kernel may share an SM
     (chain modes; 1 in persistent modes), pages are ``page_KiB`` in a ring of ``ring_depth`` (a
     schedule's ``prefetch_depth``; 0: the kernel's ring without prefetch, at least 2 pages) and,
     with ``native``, data moves as the GPU's generation does (``[chip.movement]``: cluster
     multicast, tensor-core latency). A device kind whose bytes go through the pages
     (``OpKind.pages``) consumes them no faster than the ring delivers them (:func:`ring_page_us`).
+    A collective op (tensor and expert parallelism) runs by ``collective`` (:func:`collective_task_times`).
 
     >>> import hwmodels
     >>> from mksim.workload import Op, TaskGraph, Tiling, Workload
@@ -918,4 +919,32 @@ def task_times(graph: TaskGraph, r: Rates, *, blocks_per_sm: int = 1, page_KiB: 
                 extra = np.where(on_device[a:b], 0.0, r.mma_latency_us)
                 work[a:b] += extra
                 consume_tail[a:b] += extra
+    if any(KINDS[op.kind].collective for op in g.ops if op.kind in KINDS):
+        collective_task_times(g, r, collective, work)
+        if warm is not None:
+            collective_task_times(g, r, collective, warm)
     return TaskTimes(pre_B=pre, work_us=work, tail_us=consume_tail, on_device=on_device, warm_us=warm)
+
+
+def collective_task_times(g: TaskGraph, r: Rates, algorithm: str, work: np.ndarray) -> None:
+    """Set, in ``work``, what the tasks of each collective op take by ``algorithm``: each the whole
+    collective (:func:`collective_us`: its tasks run side by side, sharing the links), then its share of
+    the local reduction (its range of the ``ranks`` copies through L2). With ``push`` the producer's tasks
+    also store their partials into the peers as they finish (:func:`push_us`, sharing the links with the
+    producer's other tasks on the chip), and the reduction waits only for the last flag."""
+    k = r.link
+    index = g.workload.index
+    for i, op in enumerate(g.ops):
+        if op.kind not in KINDS or not KINDS[op.kind].collective:
+            continue
+        ranks = int(op.attrs["ranks"])
+        if k is None:
+            raise HardwareFileError(f"op {op.name} spans {ranks} GPUs but the GPU file has no [interconnect] table; "
+                                    "add one (docs/parallel.md)")
+        a, b = int(g.op_first[i]), int(g.op_first[i + 1])
+        local = l2_us(g.out_bytes[a:b] * ranks, r) + r.l2_latency_us
+        work[a:b] = collective_us(op.kind, algorithm, op.attrs["message_B"], ranks, k) + local
+        if algorithm == "push" and op.kind == "all_reduce":
+            p = index[op.inputs[0].op]
+            pa, pb = int(g.op_first[p]), int(g.op_first[p + 1])
+            work[pa:pb] += push_us(g.out_bytes[pa:pb], min(pb - pa, r.n_sms), ranks, k)
