@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ._schema import (
+    ABSENT_TABLES,
     IDENTITY_KEYS,
     KERNEL_COST_KEYS,
     OPTIONAL_TABLES,
@@ -30,6 +31,7 @@ from ._schema import (
     KernelSpec,
     Source,
     section_fields,
+    text_fields,
     unit_of,
 )
 from .errors import HardwareFileError, UnknownGPUError
@@ -40,7 +42,7 @@ SEARCH_DIRS = (_HERE / "data", _HERE / "calibrated")
 PROFILE_DIR = _HERE / "profiles"
 
 _TOP_KEYS = set(IDENTITY_KEYS) | {"extends", "sources", "chip", "memory", "runtime", "schema_version", "profile",
-                                   "validation"}
+                                   "validation", "interconnect"}
 _PROFILE_KEYS = {"schema_version", "profile", "full_name", "measured_on", "kind", "mode", "runtime", "sources",
                  "validation"}
 #: how a stack runs its step: its kernels in one CUDA graph (``graph``, the default), or launched one by one
@@ -459,15 +461,21 @@ def _build(raw: dict[str, Any], path: Path) -> GPUSpec:
     subtables = {p.split(".", 1)[1] for p, _ in SECTIONS.values() if "." in p}
     seen_tables: set[str] = set()
     for attr, (dotted, cls) in SECTIONS.items():
-        table = {} if dotted in OPTIONAL_TABLES and not _has_table(raw, dotted) else _table(raw, dotted, file)
         seen_tables.add(dotted)
-        expected = {f.name for f in section_fields(cls)}
+        if dotted in ABSENT_TABLES and not _has_table(raw, dotted):
+            sections[attr] = None
+            continue
+        table = {} if dotted in OPTIONAL_TABLES and not _has_table(raw, dotted) else _table(raw, dotted, file)
+        expected = {f.name for f in section_fields(cls)} | {f.name for f in text_fields(cls)}
         nested = {k for k in table if isinstance(table[k], dict) and "value" not in table[k]}
         kinds = nested - expected if cls is KernelSpec else set()  # [runtime.kernels.<kind>] tables
         for key in sorted(set(table) - expected - (nested & subtables) - kinds):
             raise HardwareFileError(_unknown_key(file, dotted, key, expected)
                                     + (", or a [runtime.kernels.<kind>] table" if cls is KernelSpec else ""))
-        values: dict[str, Any] = {}
+        values: dict[str, Any] = {f.name: _text(table.get(f.name), f"{dotted}.{f.name}", f.metadata, sources, file)
+                                   for f in text_fields(cls)}
+        for f in text_fields(cls):
+            provenance[f"{attr}.{f.name}"] = table[f.name]["source"]
         if kinds:
             values["per_kind"] = {kind: _kernel_cost(table[kind], f"{dotted}.{kind}", sources, provenance, file)
                                   for kind in table if kind in kinds}
@@ -605,10 +613,32 @@ def _number(entry: Any, key: str, md: Mapping[str, Any], sources: dict[str, Sour
     return int(val) if md["integer"] else float(val)
 
 
+def _text(entry: Any, key: str, md: Mapping[str, Any], sources: dict[str, Source], file: str) -> str:
+    """A text field: ``{ value = "<one of its choices>", source = "<id>" }``."""
+    choices = ", ".join(md["choices"])
+    if not isinstance(entry, dict) or "value" not in entry:
+        raise HardwareFileError(f"{file}: {key} must be {{ value = \"<{' | '.join(md['choices'])}>\", "
+                                "source = \"<id>\" }")
+    extra = set(entry) - {"value", "source", "note"}
+    if extra:
+        raise HardwareFileError(f"{file}: {key} has unknown field {sorted(extra)[0]!r}; expected value, source, note")
+    if entry.get("source") not in sources:
+        raise HardwareFileError(f"{file}: {key} has no source; add source = \"<id>\" with a [sources.<id>] table")
+    if entry["value"] not in md["choices"]:
+        raise HardwareFileError(f"{file}: {key} = {entry['value']!r}; expected one of {choices}")
+    return str(entry["value"])
+
+
 def _check_consistency(spec: GPUSpec, file: str) -> None:
     if spec.sm.shared_memory_per_block_KiB > spec.sm.shared_memory_per_sm_KiB:
         raise HardwareFileError(f"{file}: chip.sm.shared_memory_per_block_KiB exceeds "
                                 "shared_memory_per_sm_KiB; a block cannot use more than its SM has")
+    node = spec.node
+    if node is not None and not math.isclose(node.bandwidth_per_direction_GBps,
+                                             node.links_count * node.link_bandwidth_GBps, rel_tol=0.02):
+        raise HardwareFileError(f"{file}: interconnect.bandwidth_per_direction_GBps = "
+                                f"{node.bandwidth_per_direction_GBps:g} is not links_count x link_bandwidth_GBps "
+                                f"({node.links_count} x {node.link_bandwidth_GBps:g}); fix one of them")
     peak_per_sm = spec.dram.bandwidth_spec_GBps
     if spec.concurrency.per_sm_bandwidth_max_GBps > peak_per_sm:
         raise HardwareFileError(f"{file}: memory.concurrency.per_sm_bandwidth_max_GBps exceeds the "

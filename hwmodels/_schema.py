@@ -19,6 +19,11 @@ def meta(lo: float, hi: float, *, optional: bool = False, integer: bool = False,
     return field(default=default, metadata={"range": (lo, hi), "optional": optional, "integer": integer,
                                             "doc": doc})
 
+
+def choice(*values: str, doc: str = "") -> Any:
+    """A text field, one of ``values``, with its source like a number (``{ value = "nvswitch", source = ... }``)."""
+    return field(metadata={"choices": values, "optional": False, "doc": doc})
+
 UNITS = {
     # suffix -> human-readable unit, used in messages and docs
     "MHz": "MHz", "KiB": "KiB", "MiB": "MiB", "GB": "GB (1e9 bytes)", "GBps": "GB/s (1e9 B/s)",
@@ -182,6 +187,43 @@ class MovementSpec:
                                      "B / this")
 
 
+TOPOLOGIES = ("nvswitch", "mesh", "pcie")
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """The GPUs of one node and the links between them (the ``[interconnect]`` table): what tensor
+    and expert parallelism (``--tp``, ``--ep``) communicate over. Bandwidths are per direction.
+    ``topology``: ``nvswitch`` (every GPU's links go to switches: any peer at the full per-direction
+    bandwidth), ``mesh`` (a direct link to each peer, AMD Infinity Fabric: a peer at one link's
+    bandwidth, all peers at once at the links' sum), ``pcie`` (no GPU-to-GPU links: peers through PCIe).
+    The ``nccl_*`` numbers are NCCL's own cost model of its ring all-reduce by protocol (base latency
+    of a collective, and latency per ring step on this kind of link), which ``mksim.costs`` uses for a
+    library collective between kernels."""
+    topology: str = choice(*TOPOLOGIES, doc="how the node's GPUs are connected (nvswitch, mesh, pcie)")
+    gpus_count: int = meta(1, 1024, integer=True, doc="GPUs in one node (the largest --tp / --ep)")
+    links_count: int = meta(1, 64, integer=True, doc="GPU-to-GPU links (NVLink, Infinity Fabric) of one GPU; "
+                                                     "1 for PCIe (its x16 slot)")
+    link_bandwidth_GBps: float = meta(1, 1e4, doc="one link's bandwidth in one direction")
+    bandwidth_per_direction_GBps: float = meta(1, 1e5, doc="all of one GPU's links together, one direction "
+                                                          "(links_count x link_bandwidth_GBps)")
+    reachable_fraction: float = meta(0.1, 1.0, optional=True,
+                                     doc="fraction of the link bandwidth a collective's copies reach (1 where "
+                                         "absent)")
+    link_latency_ns: float = meta(50, 1e5, doc="a store into a peer GPU's memory to that peer's poll seeing it "
+                                               "(one hop, through the switch where there is one)")
+    multicast_GBps: float = meta(1, 1e5, optional=True,
+                                 doc="per-direction bandwidth of switch multicast and in-switch reduction "
+                                     "(NVLink SHARP, multimem): a datasheet what-if only; absent: none")
+    nccl_ll_base_us: float = meta(0.0, 1000, optional=True, doc="NCCL ring, LL protocol: base latency")
+    nccl_ll_step_us: float = meta(0.0, 1000, optional=True, doc="NCCL ring, LL protocol: latency per step")
+    nccl_ll128_base_us: float = meta(0.0, 1000, optional=True, doc="NCCL ring, LL128 protocol: base latency")
+    nccl_ll128_step_us: float = meta(0.0, 1000, optional=True, doc="NCCL ring, LL128 protocol: latency per step")
+    nccl_simple_base_us: float = meta(0.0, 1000, optional=True, doc="NCCL ring, Simple protocol: base latency")
+    nccl_simple_step_us: float = meta(0.0, 1000, optional=True,
+                                      doc="NCCL ring, Simple protocol: latency per step")
+
+
 _FIXED = ("a task's fixed cost once its inputs are visible, at one row (token): input loads, reductions, "
           "writes; overlaps the wait for its streamed bytes, not their consumption")
 _ROW = "what each row (token) of a task beyond the first adds to its fixed cost (0 where absent)"
@@ -310,6 +352,7 @@ class GPUSpec:
     interconnect: InterconnectSpec
     kernels: KernelSpec
     movement: MovementSpec
+    node: NodeSpec | None  # the [interconnect] table; None where the file has none (one GPU only)
     sources: dict[str, Source] = field(hash=False, compare=False, repr=False)
     provenance: dict[str, str] = field(hash=False, compare=False, repr=False)
     path: str = field(default="", compare=False)
@@ -332,12 +375,23 @@ class GPUSpec:
         out: dict[str, float | int | None] = {}
         for sec in SECTIONS:
             obj = getattr(self, sec)
+            if obj is None:  # a table the file leaves out (ABSENT_TABLES)
+                continue
             for f in section_fields(type(obj)):
                 out[f"{sec}.{f.name}"] = getattr(obj, f.name)
         for kind, cost in self.kernels.per_kind.items():
             for f in fields(cost):
                 if getattr(cost, f.name) is not None:
                     out[f"kernels.{kind}.{f.name}"] = getattr(cost, f.name)
+        return out
+
+    def texts(self) -> dict[str, str]:
+        """Every text field (``node.topology``) by dotted key, in file order."""
+        out: dict[str, str] = {}
+        for sec in SECTIONS:
+            obj = getattr(self, sec)
+            for f in text_fields(type(obj)) if obj is not None else ():
+                out[f"{sec}.{f.name}"] = getattr(obj, f.name)
         return out
 
 
@@ -354,15 +408,23 @@ SECTIONS: dict[str, tuple[str, type]] = {
     "launch": ("runtime.launch", LaunchSpec),
     "sync": ("runtime.sync", SyncSpec),
     "kernels": ("runtime.kernels", KernelSpec),
+    "node": ("interconnect", NodeSpec),
 }
 
 def section_fields(cls: type) -> tuple[Any, ...]:
     """The numeric fields of a section class (without ``KernelSpec.per_kind``, a table of tables)."""
-    return tuple(f for f in fields(cls) if not f.metadata.get("per_kind"))
+    return tuple(f for f in fields(cls) if not f.metadata.get("per_kind") and "choices" not in f.metadata)
+
+
+def text_fields(cls: type) -> tuple[Any, ...]:
+    """The text fields of a section class (each one of its ``choices``)."""
+    return tuple(f for f in fields(cls) if "choices" in f.metadata)
 
 
 # Tables a file may leave out (every key in them is optional).
 OPTIONAL_TABLES = ("runtime.kernels", "chip.movement")
+# Tables a file may leave out, whose section is then None (a GPU without multi-GPU data).
+ABSENT_TABLES = ("interconnect",)
 
 IDENTITY_KEYS = ("name", "full_name", "vendor", "architecture")
 

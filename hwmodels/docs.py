@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 from . import available, load
-from ._schema import SECTIONS, UNITS, unit_of
+from ._schema import SECTIONS, UNITS, text_fields, unit_of
+
+TEXT_KEYS = {f.name for _, cls in SECTIONS.values() for f in text_fields(cls)}
 
 INTRO = """# Hardware models
 
@@ -28,7 +30,7 @@ def render() -> str:
     lines = [INTRO, "| key | unit | " + " | ".join(g.name for g in gpus) + " |",
              "|---|---|" + "---:|" * len(gpus)]
     refs: dict[tuple[str, str], int] = {}
-    numbers = [g.numbers() for g in gpus]
+    numbers: list[dict[str, float | int | str | None]] = [{**g.numbers(), **g.texts()} for g in gpus]
     keys = dict.fromkeys(k for n in numbers for k in n)  # every GPU's keys: kinds differ between files
     for key in keys:
         cells = []
@@ -40,9 +42,9 @@ def render() -> str:
             src = g.source_of(key)
             ref = refs.setdefault((g.name, src.id), len(refs) + 1)
             mark = "*" if src.kind == "estimate" else ""
-            cells.append(f"{v:g}{mark} [{ref}]")
+            cells.append(f"{v if isinstance(v, str) else format(v, 'g')}{mark} [{ref}]")
         leaf = key.split(".")[-1]
-        unit = UNITS.get(unit_of(leaf), unit_of(leaf))
+        unit = "text" if leaf in TEXT_KEYS else UNITS.get(unit_of(leaf), unit_of(leaf))
         lines.append(f"| `{key}` | {unit} | " + " | ".join(cells) + " |")
     lines += ["", "`*` an estimate, not yet measured. `–` not on that GPU.", "", "## Sources", ""]
     for (gname, sid), ref in refs.items():
@@ -54,8 +56,10 @@ def render() -> str:
         lines.append(f"{ref}. **{gname}** · {s.kind}{date}: {s.title}{url}{note}")
     lines += ["", "## What the numbers do", "",
               "Sections follow the chip's hierarchy: " + ", ".join(f"`{p}`" for p, _ in SECTIONS.values())
-              + "; `runtime.kernels.<kind>` holds the task costs of one op kind's device function. "
-              "`docs/model.md` explains how the simulator uses each of them."]
+              + "; `runtime.kernels.<kind>` holds the task costs of one op kind's device function; "
+              "`interconnect` (the `node.*` keys) the node's GPUs and the links between them, which tensor and "
+              "expert parallelism use. `docs/model.md` explains how the simulator uses each of them, "
+              "`docs/parallel.md` the interconnect's."]
     return "\n".join(lines) + "\n"
 
 

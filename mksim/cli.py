@@ -1,12 +1,10 @@
 """The ``mksim`` command line: argument handling only; the work is done by the library.
 
-Errors in input (unknown names, bad files, impossible parameters, wrong arguments)
-print one line, ``error: ...``, and exit with status 2.
-
-``validate``, ``calibrate`` and ``explore`` belong to other packages (:mod:`validation.cli`,
-:mod:`explorer.cli`), ``trace`` to :mod:`mksim.trace_cli`: they are mounted by dotted name and imported
-only when invoked, so mksim does not import the packages built on it. The library loads in the command
-that uses it (``mksim.tables`` on first use, mksim.__getattr__): ``mksim --help`` loads typer and rich.
+Errors in input (unknown names, bad files, impossible parameters, wrong arguments) print one line, ``error: ...``,
+and exit with status 2. ``validate``, ``calibrate`` and ``explore`` belong to other packages (:mod:`validation.cli`,
+:mod:`explorer.cli`), ``trace`` to :mod:`mksim.trace_cli`: they are mounted by dotted name and imported only when
+invoked, so mksim does not import the packages built on it. The library loads in the command that uses it
+(``mksim.tables`` on first use, mksim.__getattr__): ``mksim --help`` loads typer and rich.
 """
 
 from __future__ import annotations
@@ -61,6 +59,8 @@ JSON = typer.Option(False, "--json", help="Print JSON.")
 MODEL = typer.Option("llama-3.2-1b", "--model", "-m", help="Built-in model name or a HF config.json.")
 GPU = typer.Option("h200", "--gpu", "-g", help="GPU name (mksim hw list) or a .toml path; GPU+PROFILE applies a "
                                                 "kernel library's profile (e.g. h200-calibrated+mksim).")
+TP = typer.Option(1, "--tp", help="Tensor-parallel GPUs of a node the step is split over (docs/parallel.md).")
+EP = typer.Option(1, "--ep", help="Expert-parallel GPUs of a node the experts are split over (docs/parallel.md).")
 ROUTING = typer.Option("uniform", "--routing", help="MoE models: which experts tokens pick: uniform, zipf:S (S > 0: "
                                                    "skew) or a .json file of expert counts (docs/moe.md).")
 IMPL = typer.Option(None, "--impl", help="Implementation profile to apply to --gpu ({profiles}).")
@@ -146,17 +146,17 @@ def compare_cmd(
     impl: str | None = IMPL,
     stack: str | None = typer.Option(None, "--stack", help="A kernel library's profile ({profiles}): "
                                      "predict its kernels in a CUDA graph, your stack, next to the megakernel."),
-    routing: str = ROUTING,
+    routing: str = ROUTING, tp: int = TP, ep: int = EP,
     as_json: bool = JSON,
 ) -> None:
     """Every execution mode side by side: latency, tokens/s, HBM utilisation, breakdown."""
-    step = mksim.Step(model, batch, kv_len, phase, prefill_tokens, dtype, routing=routing)
+    step = mksim.Step(model, batch, kv_len, phase, prefill_tokens, dtype, tp=tp, routing=routing, ep=ep)
     d = mksim.compare.compare(step, mksim.target.Target.parse(gpu, impl), policy=policy, designs=designs,
                               opts=parse_options(opt), stack=stack).to_dict()
     if as_json:
         return emit_json(d)
     out.print(mksim.tables.compare_table(d))
-    out.print("breakdown columns: µs of the step, averaged over SMs; they sum to the latency")
+    out.print(mksim.tables.compare_footer(d))
 
 
 @app.command("simulate")
@@ -176,7 +176,7 @@ def simulate_cmd(
     schedule: str | None = typer.Option(None, "--schedule", help="Simulate this schedule JSON file."),
     save: str | None = typer.Option(None, "--save", help="Write the schedule as JSON here."),
     trace: str | None = typer.Option(None, "--trace", help="Write a Perfetto (Chrome) trace here."),
-    routing: str = ROUTING,
+    routing: str = ROUTING, tp: int = TP, ep: int = EP,
     as_json: bool = JSON,
 ) -> None:
     """Simulate one mode (or a schedule file) and show where the time went."""
@@ -186,7 +186,7 @@ def simulate_cmd(
         sched = mksim.schedule.Schedule.from_json(schedule)
     else:
         g = mksim.target.Target.parse(gpu, impl).spec
-        step = mksim.Step(model, batch, kv_len, phase, prefill_tokens, dtype, routing=routing)
+        step = mksim.Step(model, batch, kv_len, phase, prefill_tokens, dtype, tp=tp, routing=routing, ep=ep)
         wl = mksim.compare.make_workload(step, n_sms=g.sm.count)
         opts = parse_options(opt)
         if "policy" in opts:  # --opt policy=die is --policy die
@@ -217,14 +217,15 @@ def sweep_cmd(
     kv_len: str = typer.Option("1024", "--kv-len", help="Comma-separated KV lengths."),
     as_json: bool = JSON,
     html: str | None = typer.Option(None, "--html", help="Write a plotly chart here."),
-    routing: str = ROUTING,
+    routing: str = ROUTING, tp: int = TP, ep: int = EP,
 ) -> None:
     """Each mode's latency and the megakernel's speed-up over graph_pdl as batch (or context) grows."""
     target = mksim.target.Target.parse(gpu, impl)
     gpu = mksim.target.with_impl(gpu, impl)  # as the user named it, for the table's title
     if html:
         check_output_paths({"--html": html}, [("model config", model), ("hardware file", target.hardware)])
-    rows = mksim.report.sweep_rows(model, target, parse_ints(batch, "--batch"), parse_ints(kv_len, "--kv-len"), routing)
+    b, kv = parse_ints(batch, "--batch"), parse_ints(kv_len, "--kv-len")
+    rows = mksim.report.sweep_rows(model, target, b, kv, routing, tp=tp, ep=ep)
     if as_json:
         emit_json({"model": model, "gpu": gpu, "rows": rows})
     else:

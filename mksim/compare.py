@@ -92,18 +92,24 @@ class ModeSummary:
     policy: str | None
     breakdown_us: dict[str, float]
     op_time_us: list[float]  #: each op's span (first task start to last task end), in workload order
+    communication_us: float | None = None  #: a step split over GPUs: its collective ops' spans, summed
 
     @classmethod
     def of(cls, r: SimResult) -> ModeSummary:
         """The summary of one simulated step."""
         return cls(r.latency_us, r.tokens_per_s, r.hbm_util, r.policy, r.breakdown_us,
-                   [op["time_us"] for op in r.per_op])
+                   [op["time_us"] for op in r.per_op], r.communication_us)
 
     def row(self, stream_latency_us: float) -> dict[str, Any]:
-        """The row of ``mksim compare --json``, with the speed-up over a stream step of ``stream_latency_us``."""
-        return {"latency_us": self.latency_us, "tokens_per_s": self.tokens_per_s, "hbm_util": self.hbm_util,
-                "speedup_vs_stream": stream_latency_us / self.latency_us, "policy": self.policy,
-                "breakdown_us": self.breakdown_us}
+        """The row of ``mksim compare --json``, with the speed-up over a stream step of ``stream_latency_us``;
+        a step split over GPUs adds its communication (``communication_us`` and its share of the step)."""
+        out = {"latency_us": self.latency_us, "tokens_per_s": self.tokens_per_s, "hbm_util": self.hbm_util,
+               "speedup_vs_stream": stream_latency_us / self.latency_us, "policy": self.policy,
+               "breakdown_us": self.breakdown_us}
+        if self.communication_us is not None:
+            out["breakdown_us"] = {**self.breakdown_us, "communication": self.communication_us}
+            out["communication_share"] = self.communication_us / self.latency_us
+        return out
 
 
 def simulate_summary(job: tuple[Workload, GPUSpec, str, dict[str, Any]]) -> ModeSummary:

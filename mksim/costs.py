@@ -28,6 +28,39 @@ TFLOPs_TO_FLOPpus = 1e6  # 1 TFLOP/s = 1e6 FLOP/µs
 
 
 @dataclass(frozen=True)
+class NcclProtocol:
+    """One protocol of NCCL's ring (LL, LL128, Simple) in NCCL's own cost model: a collective costs
+    ``base_us`` + steps x ``step_us`` + bytes over the bus bandwidth times ``bw_factor`` (LL moves a flag
+    with every 8 bytes of data: half the bandwidth; LL128 a flag per 128 bytes: NCCL counts 0.92)."""
+    name: str
+    base_us: float
+    step_us: float
+    bw_factor: float
+
+
+@dataclass(frozen=True)
+class Link:
+    """A node's links in simulator units, from a hardware file's ``[interconnect]`` (:func:`link_rates`).
+    Bandwidths are per direction and reachable (the datasheet's times ``reachable_fraction``)."""
+    topology: str          # nvswitch | mesh | pcie
+    gpus: int              # GPUs in the node
+    links: int             # links of one GPU
+    link_Bpus: float       # one link
+    total_Bpus: float      # all of one GPU's links
+    hop_us: float          # a store into a peer's memory to the peer's poll seeing it
+    multicast_Bpus: float  # switch multicast and in-switch reduction (0: none)
+    nccl: tuple[NcclProtocol, ...] = ()  # NCCL's ring protocols on this link (none: no NCCL model)
+
+
+#: how a collective op runs: a library kernel between kernels (NCCL's cost: the chain modes), or inside a
+#: megakernel through peer memory: ``one_shot`` (every rank pushes its partial to every peer after the op's
+#: last tile), ``two_shot`` (reduce-scatter then all-gather), ``push`` (each tile pushes its partial as it
+#: finishes: the reduction waits only for the last one's flag), ``multicast`` (the switch reduces and
+#: broadcasts: NVLink SHARP, a datasheet what-if, never run on our machines)
+COLLECTIVE_ALGORITHMS = ("nccl", "one_shot", "two_shot", "push", "multicast")
+
+
+@dataclass(frozen=True)
 class Rates:
     """What the simulator needs of a GPU, in µs units, derived once from a :class:`GPUSpec`."""
     n_sms: int
@@ -72,6 +105,7 @@ class Rates:
     host_us: dict = field(default_factory=dict)  # op kind -> a stack's host time per op (an eager profile's)
     host_step_us: float = 0.0         # a stack's host time per step before its first kernel (0: none)
     host_graph_node_us: float = 0.0   # launching a CUDA graph from the host, per node, GPU idle (0: none)
+    link: Link | None = None          # the node's links ([interconnect]); None: one GPU only
 
     @property
     def host_bound(self) -> bool:
@@ -245,7 +279,175 @@ def rates(gpu: GPUSpec) -> Rates:
         host_step_us=_or(gpu.kernels.host_step_us, 0.0),
         host_graph_node_us=_or(gpu.kernels.host_graph_node_us, 0.0),
         l1_load_B=gpu.concurrency.l1_load_KiB * 1024 if gpu.concurrency.l1_load_KiB else math.inf,
+        link=link_rates(gpu.node),
     )
+
+
+def link_rates(node: Any) -> Link | None:
+    """The :class:`Link` of a hardware file's ``[interconnect]`` (a :class:`hwmodels.NodeSpec`), or None.
+
+    >>> import hwmodels
+    >>> k = link_rates(hwmodels.load("h100").node)
+    >>> k.topology, round(k.total_Bpus / 1e3), k.hop_us, [p.name for p in k.nccl]
+    ('nvswitch', 360, 0.6, ['LL', 'LL128', 'Simple'])
+    """
+    if node is None:
+        return None
+    frac = _or(node.reachable_fraction, 1.0)
+    protocols = (("LL", node.nccl_ll_base_us, node.nccl_ll_step_us, 0.5),
+                 ("LL128", node.nccl_ll128_base_us, node.nccl_ll128_step_us, 0.92),
+                 ("Simple", node.nccl_simple_base_us, node.nccl_simple_step_us, 1.0))
+    return Link(topology=node.topology, gpus=node.gpus_count, links=node.links_count,
+                link_Bpus=node.link_bandwidth_GBps * GBps_TO_Bpus * frac,
+                total_Bpus=node.bandwidth_per_direction_GBps * GBps_TO_Bpus * frac, hop_us=node.link_latency_ns / 1e3,
+                multicast_Bpus=_or(node.multicast_GBps, 0.0) * GBps_TO_Bpus * frac,
+                nccl=tuple(NcclProtocol(n, b, st, f) for n, b, st, f in protocols if b is not None and st is not None))
+
+
+# -- communication between GPUs: pure functions of a Link -------------------------------------------
+def group_Bpus(ranks: int, k: Link) -> float:
+    """What one GPU sends (or receives) per µs to the other ``ranks - 1`` GPUs of its group at once: the
+    GPU's every link through a switch; on a mesh, the links to those peers only; over PCIe, its slot.
+
+    >>> k = Link("mesh", 8, 7, 64e3, 448e3, 0.8, 0.0)
+    >>> group_Bpus(2, k) / 1e3, group_Bpus(8, k) / 1e3
+    (64.0, 448.0)
+    """
+    if k.topology == "mesh":
+        return min(ranks - 1, k.links) * k.link_Bpus
+    return k.total_Bpus
+
+
+def nccl_ring_us(message_B: float, ranks: int, steps: int, traffic: float, k: Link) -> float:
+    """NCCL's own cost model of one ring collective (src/graph/tuning.cc), the fastest of its protocols:
+    ``base + steps x step + traffic x message_B / (bw_factor x bus bandwidth)``, where ``traffic`` is the
+    share of the message each GPU sends (an all-reduce ``2 (n - 1) / n``, an all-gather ``(n - 1) / n`` of
+    the gathered output).
+
+    >>> k = Link("nvswitch", 8, 18, 25e3, 450e3, 0.6, 0.0, (NcclProtocol("LL", 6.6, 0.6, 0.5),))
+    >>> round(nccl_ring_us(8192, 2, 2, 1.0, k), 3)   # 6.6 + 2 x 0.6 + 8 KiB at 225 GB/s
+    7.836
+    """
+    if not k.nccl:
+        raise ValueError("this link has no NCCL model (no nccl_* numbers in [interconnect])")
+    bw = group_Bpus(ranks, k)
+    return min(p.base_us + steps * p.step_us + traffic * message_B / (p.bw_factor * bw) for p in k.nccl)
+
+
+def nccl_all_reduce_us(message_B: float, ranks: int, k: Link) -> float:
+    """NCCL's ring all-reduce of ``message_B`` bytes over ``ranks`` GPUs: 2 (n - 1) steps (a
+    reduce-scatter, then an all-gather), each GPU sending 2 (n - 1) / n of the message.
+
+    >>> import hwmodels
+    >>> k = link_rates(hwmodels.load("h100").node)
+    >>> round(nccl_all_reduce_us(8192, 2, k), 2), round(nccl_all_reduce_us(8192, 8, k), 2)
+    (7.85, 15.08)
+    """
+    return nccl_ring_us(message_B, ranks, 2 * (ranks - 1), 2 * (ranks - 1) / ranks, k)
+
+
+def nccl_all_gather_us(output_B: float, ranks: int, k: Link) -> float:
+    """NCCL's ring all-gather into ``output_B`` bytes (each GPU holding ``output_B / ranks``): n - 1 steps."""
+    return nccl_ring_us(output_B, ranks, ranks - 1, (ranks - 1) / ranks, k)
+
+
+def nccl_all_to_all_us(sent_B: float, ranks: int, k: Link) -> float:
+    """NCCL's all-to-all (grouped sends and receives) of ``sent_B`` bytes per GPU, ``sent_B / ranks`` to
+    each: one step, (n - 1) / n of the bytes over the links."""
+    return nccl_ring_us(sent_B, ranks, 1, (ranks - 1) / ranks, k)
+
+
+def one_shot_all_reduce_us(message_B: float, ranks: int, k: Link) -> float:
+    """An all-reduce inside a kernel through peer memory, in one shot: every GPU stores its whole partial
+    into each peer's buffer, then a flag (one hop); each reduces the n copies it holds. No launch.
+
+    >>> k = Link("nvswitch", 8, 18, 25e3, 450e3, 0.6, 0.0)
+    >>> one_shot_all_reduce_us(9000, 2, k), one_shot_all_reduce_us(9000, 8, k)   # 0.6 + (n-1) x 9 kB at 450 GB/s
+    (0.62, 0.74)
+    """
+    return k.hop_us + (ranks - 1) * message_B / group_Bpus(ranks, k)
+
+
+def two_shot_all_reduce_us(message_B: float, ranks: int, k: Link) -> float:
+    """An all-reduce inside a kernel in two shots: a reduce-scatter (each GPU pushes each peer's 1/n of
+    its partial, a flag), then an all-gather of the reduced slices (another): two hops, 2 (n - 1) / n of
+    the message each way.
+
+    >>> k = Link("nvswitch", 8, 18, 25e3, 450e3, 0.6, 0.0)
+    >>> round(two_shot_all_reduce_us(450e3, 8, k), 3)   # 1.2 + 1.75 x 1 us
+    2.95
+    """
+    return 2 * k.hop_us + 2 * (ranks - 1) / ranks * message_B / group_Bpus(ranks, k)
+
+
+def multicast_all_reduce_us(message_B: float, ranks: int, k: Link) -> float:
+    """A datasheet what-if: the switch reduces and broadcasts (NVLink SHARP's multimem loads and stores):
+    each GPU reduces its 1/n through the switch and multicasts the result, receiving (n + 1) / n of the
+    message at the multicast rate; two hops. Refused where the switch has no multicast.
+
+    >>> k = Link("nvswitch", 8, 18, 25e3, 450e3, 0.6, 450e3)
+    >>> round(multicast_all_reduce_us(450e3, 8, k), 3)
+    2.325
+    """
+    if k.multicast_Bpus <= 0:
+        raise ValueError("this node's switch has no multicast (no multicast_GBps in [interconnect])")
+    return 2 * k.hop_us + (ranks + 1) / ranks * message_B / k.multicast_Bpus
+
+
+def push_us(task_out_B: ArrayLike, concurrent: int, ranks: int, k: Link) -> Any:
+    """What a producer task of an overlapped all-reduce takes more: it stores its ``task_out_B`` partial
+    into each of the ``ranks - 1`` peers, sharing the links with the ``concurrent`` tasks that push at
+    the same time.
+
+    >>> k = Link("nvswitch", 8, 18, 25e3, 450e3, 0.6, 0.0)
+    >>> float(push_us(1000, 132, 2, k) * 450e3 / 132e3)   # each task gets 1/132 of 450 GB/s
+    1.0
+    """
+    return (ranks - 1) * np.asarray(task_out_B, dtype=float) * concurrent / group_Bpus(ranks, k)
+
+
+def direct_all_gather_us(output_B: float, ranks: int, k: Link) -> float:
+    """An all-gather inside a kernel: each GPU stores its ``output_B / ranks`` into every peer, then a flag
+    (each receives (n - 1) / n of the output)."""
+    return k.hop_us + (ranks - 1) / ranks * output_B / group_Bpus(ranks, k)
+
+
+def direct_all_to_all_us(sent_B: float, ranks: int, k: Link) -> float:
+    """An all-to-all inside a kernel (an MoE layer's dispatch or combine): each GPU stores the
+    ``sent_B / ranks`` bytes meant for each peer into that peer's buffer, then a flag.
+
+    >>> k = Link("nvswitch", 8, 18, 25e3, 450e3, 0.6, 0.0)
+    >>> direct_all_to_all_us(900e3, 2, k)   # 0.6 + half of 900 kB at 450 GB/s
+    1.6
+    """
+    return k.hop_us + (ranks - 1) / ranks * sent_B / group_Bpus(ranks, k)
+
+
+def collective_us(kind: str, algorithm: str, message_B: float, ranks: int, k: Link) -> float:
+    """How long a collective op of ``kind`` (``all_reduce``, ``all_gather``, ``all_to_all``) takes by
+    ``algorithm`` (:data:`COLLECTIVE_ALGORITHMS`), its tasks running side by side. For ``push`` this is
+    the reduction's own part (the last flag); its producers' stores are :func:`push_us`. An all-gather or
+    an all-to-all runs ``direct`` inside a kernel whatever the all-reduce's algorithm; one GPU costs 0.
+
+    >>> import hwmodels
+    >>> k = link_rates(hwmodels.load("h100").node)
+    >>> [round(collective_us("all_reduce", a, 8192, 2, k), 3) for a in COLLECTIVE_ALGORITHMS]
+    [7.846, 0.623, 1.223, 0.6, 1.234]
+    """
+    if ranks <= 1:
+        return 0.0
+    if algorithm == "nccl":
+        lib = {"all_reduce": nccl_all_reduce_us, "all_gather": nccl_all_gather_us, "all_to_all": nccl_all_to_all_us}
+        return lib[kind](message_B, ranks, k)
+    if kind == "all_gather":
+        return direct_all_gather_us(message_B, ranks, k)
+    if kind == "all_to_all":
+        return direct_all_to_all_us(message_B, ranks, k)
+    reduce = {"one_shot": one_shot_all_reduce_us, "two_shot": two_shot_all_reduce_us,
+              "multicast": multicast_all_reduce_us}
+    if algorithm == "push":
+        return k.hop_us
+    return reduce[algorithm](message_B, ranks, k)
 
 
 def copy_issue_Bpus(r: Rates) -> float:
@@ -662,13 +864,14 @@ def cold_start_us(r: Rates) -> float:
 
 
 def task_times(graph: TaskGraph, r: Rates, *, blocks_per_sm: int = 1, page_KiB: float = 32.0,
-               native: bool = False, ring_depth: int = 4) -> TaskTimes:
+               native: bool = False, ring_depth: int = 4, collective: str = "one_shot") -> TaskTimes:
     """Every task's :class:`TaskTimes` when ``blocks_per_sm`` blocks of a kernel may share an SM
     (chain modes; 1 in persistent modes), pages are ``page_KiB`` in a ring of ``ring_depth`` (a
     schedule's ``prefetch_depth``; 0: the kernel's ring without prefetch, at least 2 pages) and,
     with ``native``, data moves as the GPU's generation does (``[chip.movement]``: cluster
     multicast, tensor-core latency). A device kind whose bytes go through the pages
     (``OpKind.pages``) consumes them no faster than the ring delivers them (:func:`ring_page_us`).
+    A collective op (tensor and expert parallelism) runs by ``collective`` (:func:`collective_task_times`).
 
     >>> import hwmodels
     >>> from mksim.workload import Op, TaskGraph, Tiling, Workload
@@ -716,4 +919,32 @@ def task_times(graph: TaskGraph, r: Rates, *, blocks_per_sm: int = 1, page_KiB: 
                 extra = np.where(on_device[a:b], 0.0, r.mma_latency_us)
                 work[a:b] += extra
                 consume_tail[a:b] += extra
+    if any(KINDS[op.kind].collective for op in g.ops if op.kind in KINDS):
+        collective_task_times(g, r, collective, work)
+        if warm is not None:
+            collective_task_times(g, r, collective, warm)
     return TaskTimes(pre_B=pre, work_us=work, tail_us=consume_tail, on_device=on_device, warm_us=warm)
+
+
+def collective_task_times(g: TaskGraph, r: Rates, algorithm: str, work: np.ndarray) -> None:
+    """Set, in ``work``, what the tasks of each collective op take by ``algorithm``: each the whole
+    collective (:func:`collective_us`: its tasks run side by side, sharing the links), then its share of
+    the local reduction (its range of the ``ranks`` copies through L2). With ``push`` the producer's tasks
+    also store their partials into the peers as they finish (:func:`push_us`, sharing the links with the
+    producer's other tasks on the chip), and the reduction waits only for the last flag."""
+    k = r.link
+    index = g.workload.index
+    for i, op in enumerate(g.ops):
+        if op.kind not in KINDS or not KINDS[op.kind].collective:
+            continue
+        ranks = int(op.attrs["ranks"])
+        if k is None:
+            raise HardwareFileError(f"op {op.name} spans {ranks} GPUs but the GPU file has no [interconnect] table; "
+                                    "add one (docs/parallel.md)")
+        a, b = int(g.op_first[i]), int(g.op_first[i + 1])
+        local = l2_us(g.out_bytes[a:b] * ranks, r) + r.l2_latency_us
+        work[a:b] = collective_us(op.kind, algorithm, op.attrs["message_B"], ranks, k) + local
+        if algorithm == "push" and op.kind == "all_reduce":
+            p = index[op.inputs[0].op]
+            pa, pb = int(g.op_first[p]), int(g.op_first[p + 1])
+            work[pa:pb] += push_us(g.out_bytes[pa:pb], min(pb - pa, r.n_sms), ranks, k)

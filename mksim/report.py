@@ -16,15 +16,15 @@ __all__ = ["sweep_figure_html", "sweep_rows", "sweep_series"]
 
 
 def sweep_rows(model: str, gpu: str | Target, batches: list[int], kv_lens: list[int],
-               routing: str = "uniform") -> list[dict[str, Any]]:
+               routing: str = "uniform", *, tp: int = 1, ep: int = 1) -> list[dict[str, Any]]:
     """One row per batch and KV length: each mode's latency (``<mode>_us``) and the megakernel's
     speed-up over graph_pdl (``megakernel_speedup_vs_graph_pdl``; ``None`` on a GPU without graph_pdl, whose
     ``graph_pdl_us`` is left out as the comparison leaves it out). ``routing``: a mixture of experts'
-    routing model (``Step.routing``)."""
+    routing model (``Step.routing``); ``tp``, ``ep``: the step split over GPUs (``Step.tp``, ``Step.ep``)."""
     target, rows = Target.of(gpu), []  # loaded once for every row
     for b in batches:
         for kv in kv_lens:
-            m = compare(Step(model, b, kv, routing=routing), target).to_dict()["modes"]
+            m = compare(Step(model, b, kv, tp=tp, routing=routing, ep=ep), target).to_dict()["modes"]
             speedup = m["graph_pdl"]["latency_us"] / m["megakernel"]["latency_us"] if "graph_pdl" in m else None
             rows.append({"batch": b, "kv_len": kv, **{f"{k}_us": v["latency_us"] for k, v in m.items()},
                          "megakernel_speedup_vs_graph_pdl": speedup})

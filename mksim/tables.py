@@ -261,3 +261,14 @@ def search_lines(res: SearchResult) -> list[str]:
         lines.append("Pareto front (latency µs, smem KiB): " + ", ".join(f"({p['latency_us']:.1f}, {p['smem_KiB']:g})"
                                                                          for p in res.pareto))
     return lines
+
+
+def compare_footer(d: dict[str, Any]) -> str:
+    """What ``mksim compare`` says under its table: what the breakdown's columns are, and for a step split
+    over GPUs each mode's communication (its collective ops' span) as a share of its step."""
+    footer = "breakdown columns: µs of the step, averaged over SMs; they sum to the latency"
+    shares = {m: r["communication_share"] for m, r in d["modes"].items() if "communication_share" in r}
+    if not shares:
+        return footer
+    return footer + "\ncommunication (collective ops' span, share of the step): " + ", ".join(
+        f"{m} {v:.1%}" for m, v in shares.items())

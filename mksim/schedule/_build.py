@@ -20,6 +20,7 @@ from mksim.workload import (
     Workload,
     expand_kernels,
     kernels_per_op,
+    rank_view,
     resolved_kv_splits,
 )
 
@@ -127,14 +128,15 @@ def _spec(wl: Workload, gpu: GPUSpec) -> dict[str, Any]:
     model: Any = cfg.name if builtin else _hf_dict(cfg)
     kv_splits: int | None
     if wl.step is not None and wl.build is not None:
-        kv_splits = resolved_kv_splits(cfg, wl.step, wl.build)
+        kv_splits = resolved_kv_splits(*rank_view(cfg, wl.step), wl.build)
     else:  # made by hand around a config: what its attention ops say
         attn = next((op for op in wl.ops if op.kind == "attn_partial"), None)
         kv_splits = attn.attrs["kv_splits"] if attn else None
     step = wl.step  # a mixture of experts' routing, where it is not the default
     routed = {"routing": step.routing, "routing_seed": step.routing_seed} if step is not None and wl.routing and (
         step.routing != "uniform" or step.routing_seed) else {}
-    return {"model": model, "batch": wl.batch, "kv_len": wl.kv_len, "phase": wl.phase,
+    split = {k: getattr(step, k) for k in ("tp", "ep") if step is not None and getattr(step, k) > 1}
+    return {"model": model, **split, "batch": wl.batch, "kv_len": wl.kv_len, "phase": wl.phase,
             "prefill_tokens": wl.prefill_tokens or None, "weight_dtype": wl.weight_dtype, "kv_splits": kv_splits,
             **routed, **{k: getattr(wl, k) for k in SWITCHES}, **dict(wl.options)}
 

@@ -10,6 +10,9 @@ Every mode (:class:`BaseMode`) has
 - ``search_order``: where ``mksim search`` takes the mode (``None``: it does not; the lowest
   first: the persistent mode it samples, then the chain modes whose candidates every study
   enqueues, in that order);
+- ``collective``: how it runs a step's collective ops (``--tp``, ``--ep``) unless ``Options.collective``
+  says: a chain mode a library kernel between its kernels (``nccl``), a persistent one in the kernel
+  through peer memory (``one_shot``); read by the engine once per run (docs/parallel.md);
 - ``defaults``: the :class:`~mksim.schedule.Options` fields it sets unlike ``Options``' own
   defaults (read by ``build_schedule`` before the caller's options are applied: ``MODE_DEFAULTS``);
 - :meth:`~BaseMode.available_on`: ``None`` when the mode can run on a GPU, else the reason it
@@ -75,6 +78,9 @@ class BaseMode:
     kind: ClassVar[str] = ""
     defaults: ClassVar[dict[str, Any]] = {}
     search_order: ClassVar[int | None] = None
+    #: how the mode runs a step's collective ops (tensor and expert parallelism) unless
+    #: ``Options.collective`` says: one of :data:`mksim.costs.COLLECTIVE_ALGORITHMS`, read by the engine
+    collective: ClassVar[str] = "one_shot"
 
     def available_on(self, gpu: GPUSpec) -> str | None:
         """``None`` when the mode can run on ``gpu``; otherwise why not, as a clause that reads after
@@ -103,6 +109,7 @@ class ChainMode(BaseMode, ABC):
     """A mode of one kernel per op, launched in op order."""
 
     kind = "chain"
+    collective = "nccl"  # a library kernel (NCCL) between the chain's kernels
     waits_for_previous_end: ClassVar[bool] = True
     separate_release: ClassVar[bool] = False
 
@@ -152,6 +159,7 @@ class PersistentMode(BaseMode):
     """A mode of one launch, each SM running a queue of tasks."""
 
     kind = "persistent"
+    collective = "one_shot"  # in the kernel, through peer memory, after the op's last tile
     waits_for: ClassVar[str] = "dependencies"
     default_policy: ClassVar[str] = "dag"
 

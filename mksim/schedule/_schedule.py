@@ -30,6 +30,7 @@ from mksim.workload import (
     Workload,
     expand_kernels,
     kernels_per_op,
+    rank_param_count,
 )
 
 from ._designs import active_designs, get_sync, registered_designs
@@ -84,6 +85,10 @@ class Options:
       top-k publishes the tiles to a queue the SMs drain, one atomic claim each); docs/moe.md;
     - ``moe_prefetch_MiB`` (megakernel, mixture of experts): speculative L2 prefetch, during each
       layer's attention, of this much of the experts the routing model makes likeliest (0: none).
+    - ``collective`` (a step split over GPUs, ``--tp``/``--ep``): how its collective ops run, one of
+      :data:`mksim.costs.COLLECTIVE_ALGORITHMS`; ``""``: the mode's own (a chain mode's ``nccl``, a
+      library kernel between kernels; the megakernel's ``one_shot`` through peer memory at the op
+      boundary); docs/parallel.md.
     """
     tasks_per_sm: float = 1.0
     blocks_per_sm: int = 1
@@ -101,6 +106,7 @@ class Options:
     l2_prefetch_KiB: float = 0.0
     moe_dispatch: str = "plan"
     moe_prefetch_MiB: float = 0.0
+    collective: str = ""
 
     @property
     def prefetch_bytes(self) -> float:
@@ -407,15 +413,33 @@ def check_fits(workload: Workload, gpu: GPUSpec) -> None:
     ...     print(str(exc)[:75])
     the step needs 3361.2 GB (weights 2.5 GB + KV cache 3358.7 GB) but h200 has
     """
+    check_node(workload, gpu)
     cap = gpu.dram.capacity_GB * 1e9
     cfg = workload.model  # tied embeddings are held once, though the step reads them twice
-    weights = (cfg.param_count() * DTYPE_BYTES.get(workload.weight_dtype, 2) if cfg is not None
+    step = workload.step  # split over GPUs: one GPU holds its part (mksim.workload.rank_param_count)
+    tp, ep = (step.tp, step.ep) if step is not None else (1, 1)
+    weights = (rank_param_count(cfg, tp, ep) * DTYPE_BYTES.get(workload.weight_dtype, 2) if cfg is not None
                else workload.weight_bytes)
     kv = workload.kv_bytes
     if weights + kv > cap:
         raise WorkloadError(f"the step needs {_gb(weights + kv)} (weights {_gb(weights)} + KV cache {_gb(kv)}) but "
                             f"{gpu.name} has {gpu.dram.capacity_GB:g} GB of memory; use a smaller --batch or --kv-len, "
                             "or a larger GPU")
+
+
+def check_node(workload: Workload, gpu: GPUSpec) -> None:
+    """Raise :class:`WorkloadError` if a step split over GPUs (``--tp``, ``--ep``) needs more GPUs than
+    ``gpu``'s node has (``[interconnect] gpus_count``), or the GPU file has no ``[interconnect]``."""
+    step = workload.step
+    if step is None or step.ranks == 1:
+        return
+    flag = f"--tp {step.tp}" if step.tp > 1 else f"--ep {step.ep}"
+    if gpu.node is None:
+        raise WorkloadError(f"{flag} splits the step over GPUs, but {gpu.name} has no [interconnect] table; "
+                            "add one (docs/parallel.md) or leave the split out")
+    if step.ranks > gpu.node.gpus_count:
+        raise WorkloadError(f"{flag} needs {step.ranks} GPUs but a {gpu.name} node has {gpu.node.gpus_count}; "
+                            f"use at most {gpu.node.gpus_count}")
 
 
 def _gb(n_bytes: float) -> str:

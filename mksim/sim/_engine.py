@@ -77,7 +77,8 @@ class _Engine:
         g, r = self.g, self.r
         n = len(g)
         chain = isinstance(self.mode, ChainMode)
-        times_kw: dict = {}
+        # a collective op runs as the mode runs it (a library kernel, or in the megakernel), or as chosen
+        times_kw: dict = {"collective": s.options.collective or self.mode.collective}
         for piece in self.pieces.values():
             times_kw |= piece.task_times_options()
         # the cost model's per-task times (mksim.costs.task_times): the engine only waits them out

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mksim.workload import COLLECTIVE_KINDS
+
 if TYPE_CHECKING:
     from mksim.workload import TaskGraph
 
@@ -68,6 +70,14 @@ class SimResult:
         return self._task_names
 
     @property
+    def communication_us(self) -> float | None:
+        """A step split over GPUs: the time its collective ops span (each from its first task's start to
+        its last's end, summed: in a decode step they follow one another), None for a step on one GPU.
+        It overlaps the breakdown's categories, which hold what the SMs did meanwhile."""
+        spans = [op["time_us"] for op in self.per_op if op["kind"] in COLLECTIVE_KINDS]
+        return sum(spans) if spans else None
+
+    @property
     def tokens_per_s(self) -> float:
         return self.tokens / (self.latency_us * 1e-6)
 
@@ -81,6 +91,8 @@ class SimResult:
              "latency_us": self.latency_us, "tokens_per_s": self.tokens_per_s, "hbm_util": self.hbm_util,
              "dram_bytes": self.dram_bytes, "bandwidth_floor_us": self.bandwidth_floor_us,
              "breakdown_us": self.breakdown_us, "n_tasks": self.n_tasks, "per_op": self.per_op}
+        if self.communication_us is not None:
+            d["communication_us"] = self.communication_us
         d.update(self.design_stats)
         if timeline:
             d["timeline"] = [{"lane": ln, "start_us": a, "end_us": b, "task": self.task_names[t],

@@ -20,6 +20,7 @@ from typing import Any
 from mksim.errors import WorkloadError
 
 from ._ops import Input, Op
+from .parallel import COLLECTIVE_ALIGN, collective_attrs
 from .step import Step
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
@@ -136,6 +137,28 @@ class Builder:
         self.kv_splits = resolved_kv_splits(cfg, step, build)
         self.weight_B = DTYPE_BYTES[step.weight_dtype]
         self.routing: list[Any] = []
+        self.tp, self.ep = step.tp, step.ep
+
+    def residual(self, x: str) -> str | None:
+        """The residual a row-parallel product adds itself: ``x`` on one GPU; under tensor parallelism
+        none (its output is a partial sum: :meth:`all_reduce` adds the residual once)."""
+        return x if self.tp == 1 else None
+
+    def all_reduce(self, src: str, layer: int | None, residual: str) -> str:
+        """After a row-parallel product ``src`` (o_proj, down_proj): its partial sums reduced over the ``tp``
+        GPUs, + the residual ``x``; ``src`` itself on one GPU (whose product added the residual)."""
+        if self.tp == 1:
+            return src
+        H, T = self.cfg.hidden_size, self.rows
+        return self.collective(f"{src}.all_reduce", "all_reduce", src, H, T * ACT_BYTES, layer, self.tp,
+                               T * H * ACT_BYTES, flops=T * H * self.tp, extra=(Input(residual),))
+
+    def collective(self, name: str, kind: str, src: str, out_size: int, elem_bytes: float, layer: int | None,
+                   ranks: int, message_B: float, *, flops: float = 0.0, extra: tuple[Input, ...] = ()) -> str:
+        """A collective op of ``kind`` after the whole of ``src`` (:mod:`mksim.workload.parallel`)."""
+        return self.add(name=name, kind=kind, out_size=out_size, elem_bytes=elem_bytes, flops=flops,
+                        inputs=(Input(src, full=True), *extra), layer=layer, align=COLLECTIVE_ALIGN,
+                        attrs=collective_attrs(kind, ranks, message_B))
 
     def add(self, **fields: Any) -> str:
         """Append ``Op(**fields)``; returns its name."""

@@ -18,6 +18,7 @@ from mksim.errors import WorkloadError
 from ._blocks import blocks_of
 from ._builder import SWITCHES, Build, Builder
 from ._ops import Workload
+from .parallel import check_parallel, rank_view
 from .step import Step
 
 MAX_LAYERS = 4096  # far above any model (Llama 3.1 405B has 126); bounds the ops a config can make
@@ -49,9 +50,7 @@ def build_llm_workload(cfg: Any, step: Step | None = None, *, fuse_norm: bool = 
     blocks = blocks_of(cfg)
     for block in blocks.values():
         block.check(cfg, build)
-    if step.tp != 1:
-        raise WorkloadError(f"tp = {step.tp}: the workload builder makes one GPU's ops (tensor parallel is not "
-                            "built yet); use tp = 1")
+    check_parallel(cfg, step.tp, step.ep, step.batch)
     if not 1 <= cfg.num_layers <= MAX_LAYERS:  # before making ops: a few per layer, all in memory
         raise WorkloadError(f"{cfg.name}: num_layers = {cfg.num_layers} is implausible; expected between 1 and "
                             f"{MAX_LAYERS} (the largest models have about 130)")
@@ -61,7 +60,8 @@ def build_llm_workload(cfg: Any, step: Step | None = None, *, fuse_norm: bool = 
     if step.routing != "uniform" and not getattr(cfg, "num_experts", 0):
         raise WorkloadError(f"{cfg.name} has no experts: routing {step.routing!r} applies to mixture-of-experts "
                             "models only; leave it out")
-    b = Builder(cfg, step, build)
+    # one GPU's ops (rank 0's: the ranks are symmetric): its shard of the model, its share of the batch
+    b = Builder(*rank_view(cfg, step), build)
     x = blocks["embedding"].ops(b, None, "")
     for layer in range(cfg.num_layers):
         x = blocks["attention"].ops(b, layer, x)
@@ -70,7 +70,8 @@ def build_llm_workload(cfg: Any, step: Step | None = None, *, fuse_norm: bool = 
     prefill = step.phase == "prefill"
     routed = "" if step.routing == "uniform" else f" routing={step.routing}"
     name = (f"{cfg.name} {step.phase} b{step.batch} kv{step.kv_len}" + (f" n{step.prefill_tokens}" if prefill else "")
-            + build.label + routed + (f" seed{step.routing_seed}" if step.routing_seed and b.routing else ""))
+            + build.label + routed + (f" seed{step.routing_seed}" if step.routing_seed and b.routing else "")
+            + (f" tp{step.tp}" if step.tp > 1 else "") + (f" ep{step.ep}" if step.ep > 1 else ""))
     return Workload(name=name, ops=tuple(b.ops), tokens=step.rows, batch=step.batch, kv_len=step.kv_len,
                     phase=step.phase, prefill_tokens=step.prefill_tokens if prefill else 0,
                     weight_dtype=step.weight_dtype, **{k: getattr(build, k) for k in SWITCHES}, model=cfg,

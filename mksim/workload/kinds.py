@@ -13,7 +13,7 @@ the cost fit and the torch reference of ``validation.megakernel`` all take kinds
 >>> get_kind("matmul").unit, get_kind("matmul").cost_fields
 ('tensor', ('task_fixed_us', 'task_row_us', 'consume_GBps', 'consume_row_GBps', 'page_us'))
 >>> [k.name for k in KINDS.values() if k.opcode is None]   # simulated only: no device function
-['add', 'elementwise']
+['add', 'elementwise', 'all_reduce', 'all_gather', 'all_to_all']
 """
 
 from __future__ import annotations
@@ -44,7 +44,10 @@ class OpKind:
       kernels are held against);
     - ``anchor``: its kernels anchor the alignment of a profiler trace to the ops (few,
       unmistakable, one or a few per op: :mod:`mksim.trace_map`);
-    - ``generic``: a catch-all of traced models (point-wise kernels that join a neighbouring op).
+    - ``generic``: a catch-all of traced models (point-wise kernels that join a neighbouring op);
+    - ``collective``: communication between the GPUs of a node (tensor and expert parallelism,
+      :mod:`mksim.workload.parallel`): its time is the collective's (:func:`mksim.costs.collective_us`),
+      not its FLOPs and bytes.
     """
     name: str
     unit: str
@@ -56,6 +59,7 @@ class OpKind:
     attention: bool = False
     anchor: bool = False
     generic: bool = False
+    collective: bool = False
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:

@@ -18,7 +18,8 @@ WEIGHT_DTYPES = ("bf16", "fp16", "fp8")
 class Step:
     """One step of a model: ``batch`` sequences, each with ``kv_len`` tokens in its KV cache, making
     one token each (``decode``) or taking ``prefill_tokens`` new ones (``prefill``), with weights
-    stored as ``weight_dtype``, split over ``tp`` GPUs (tensor parallel; 1: one GPU). In a
+    stored as ``weight_dtype``, split over ``tp`` GPUs (tensor parallel; 1: one GPU) or, in a mixture of
+    experts, its experts over ``ep`` GPUs (expert parallel, :mod:`~mksim.workload.parallel`). In a
     mixture-of-experts model, ``routing`` names the routing model that says which experts the tokens
     pick (:func:`~mksim.workload.routing.parse_routing`: ``uniform``, ``zipf:S`` or a ``.json`` file of
     expert counts) and ``routing_seed`` seeds its draw.
@@ -45,6 +46,7 @@ class Step:
     weight_dtype: str = "bf16"
     tp: int = 1
     routing: str = "uniform"
+    ep: int = 1
     routing_seed: int = 0
 
     def __post_init__(self) -> None:
@@ -61,6 +63,8 @@ class Step:
             raise WorkloadError(f"weight dtype must be bf16, fp16 or fp8, got {self.weight_dtype!r}")
         if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 1:
             raise WorkloadError(f"tp (tensor-parallel degree) must be a positive integer, got {self.tp!r}")
+        if isinstance(self.ep, bool) or not isinstance(self.ep, int) or self.ep < 1:
+            raise WorkloadError(f"ep (expert-parallel degree) must be a positive integer, got {self.ep!r}")
         parse_routing(self.routing)  # a bad routing (zipf:abc, a file that is not one) is refused here
         if isinstance(self.routing_seed, bool) or not isinstance(self.routing_seed, int) or self.routing_seed < 0:
             raise WorkloadError(f"routing_seed must be an integer >= 0, got {self.routing_seed!r}")
@@ -69,6 +73,11 @@ class Step:
     def new_tokens(self) -> int:
         """Tokens each sequence adds this step: 1 in decode, ``prefill_tokens`` in prefill."""
         return 1 if self.phase == "decode" else self.prefill_tokens
+
+    @property
+    def ranks(self) -> int:
+        """GPUs the step is split over (``tp`` or ``ep``; 1: one GPU)."""
+        return self.tp * self.ep
 
     @property
     def rows(self) -> int:

@@ -148,7 +148,7 @@ def test_a_step_or_its_fields_make_the_same_workload():
 @pytest.mark.parametrize("call,msg", [
     (lambda: models.workload("llama-3.2-1b", batchsize=2), "unknown workload parameter 'batchsize'; known: batch"),
     (lambda: build_llm_workload(LLAMA, Step(LLAMA), batch=2), "batch is the step's; give it in the Step"),
-    (lambda: models.workload(Step("llama-3.2-1b", tp=2)), "tp = 2: the workload builder makes one GPU's ops"),
+    (lambda: models.workload(Step("llama-3.2-1b", tp=3)), "--tp 3 does not divide llama-3.2-1b's 32 attention heads"),
 ])
 def test_a_step_given_twice_or_a_parameter_unknown_is_refused_in_one_line(call, msg):
     with pytest.raises(WorkloadError, match=msg) as exc:

@@ -11,7 +11,7 @@ from importlib import import_module
 from pkgutil import iter_modules
 
 # registered in this order: design_names()' order
-BUILT_IN = ("sync", "dynamic", "dies", "movement", "moe_stride", "moe_queue", "moe_prefetch")
+BUILT_IN = ("sync", "dynamic", "dies", "movement", "moe_stride", "moe_queue", "moe_prefetch", "collective")
 
 for _name in BUILT_IN + tuple(m.name for m in iter_modules(__path__) if m.name not in BUILT_IN):
     import_module(f"{__name__}.{_name}")  # registers what it defines

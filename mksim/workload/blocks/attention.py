@@ -11,7 +11,8 @@ none: ``qkv_proj``'s epilogue does it and names it in ``attrs["epilogue"]``); ``
 ``attn_reduce`` (with ``fuse_reduce`` none: ``o_proj`` merges the partials of each of its input rows
 while it loads them, its arithmetic once per op, and names it in ``attrs["prologue"]`` with
 ``attrs["kv_splits"]`` and ``attrs["prologue_bytes"]``, the partials each of its tasks reads first);
-``o_proj`` with the residual.
+``o_proj`` with the residual (under tensor parallelism a partial sum, and ``o_proj.all_reduce`` after it
+adds the residual: :mod:`mksim.workload.parallel`; the block sees one GPU's heads).
 """
 
 from __future__ import annotations
@@ -74,12 +75,13 @@ class GroupedQueryAttention(BaseBlock):
                                    segments=((0, G * hd, G * hd), (Q, hd, hd), (Q + KV, hd, hd))),),
                      layer=layer, attrs=attrs)
         if build.fuse_reduce:  # every o_proj task reads all the partials before its product can start
-            return b.matmul(p + "o_proj", part, Q, H, layer, residual=x, extra_flops=3.0 * T * Q * C,
-                            attrs={"prologue": "attn_reduce", "kv_splits": C, "prologue_bytes": b.op(part).out_bytes})
+            o = b.matmul(p + "o_proj", part, Q, H, layer, residual=b.residual(x), extra_flops=3.0 * T * Q * C,
+                         attrs={"prologue": "attn_reduce", "kv_splits": C, "prologue_bytes": b.op(part).out_bytes})
+            return b.all_reduce(o, layer, x)
         red = b.add(name=p + "attn_reduce", kind="attn_reduce", out_size=nkv * batch,
                     elem_bytes=G * new * hd * ACT_BYTES, flops=3.0 * T * Q * C,
                     inputs=(Input(part, group=1, segments=((0, C, C),)),), layer=layer, attrs={"kv_splits": C})
-        return b.matmul(p + "o_proj", red, Q, H, layer, residual=x)
+        return b.all_reduce(b.matmul(p + "o_proj", red, Q, H, layer, residual=b.residual(x)), layer, x)
 
     def params(self, cfg: Any, layer: int | None) -> int:  # q, k, v, o (+ biases), the norm, q/k norms
         h, q, kv = cfg.hidden_size, cfg.q_size, cfg.kv_size

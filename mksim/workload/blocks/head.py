@@ -14,7 +14,8 @@ from .._ops import Input
 class LMHead(BaseBlock):
     """``lm_head``: ``final_norm``, ``lm_head`` (``batch`` rows: prefill needs the logits of each
     sequence's last token only) and, with ``logit_softcap`` > 0, a ``softcap`` op that caps the logits
-    at ``cap * tanh(logits / cap)``."""
+    at ``cap * tanh(logits / cap)``. Under tensor parallelism each GPU's head holds ``vocab / tp`` of the
+    vocabulary, and ``logits.all_gather`` gathers the logits on every GPU."""
 
     name = "lm_head"
     role = "head"
@@ -22,11 +23,15 @@ class LMHead(BaseBlock):
     def ops(self, b: Builder, layer: int | None, x: str) -> str:
         H, V, batch, cap = b.cfg.hidden_size, b.cfg.vocab_size, b.step.batch, b.build.logit_softcap
         logits = b.matmul("lm_head", b.norm("final_norm", x, None), H, V, None, rows=batch, normed=True)
-        if not cap:
+        if cap:
+            logits = b.add(name="softcap", kind="softcap", out_size=V, elem_bytes=batch * ACT_BYTES,  # divide, tanh,
+                           flops=3.0 * batch * V, inputs=(Input(logits),), layer=None, align=VEC_ALIGN,  # multiply
+                           attrs={"rows": batch, "cap": float(cap)})
+        if b.tp == 1:
             return logits
-        return b.add(name="softcap", kind="softcap", out_size=V, elem_bytes=batch * ACT_BYTES,  # divide, tanh,
-                     flops=3.0 * batch * V, inputs=(Input(logits),), layer=None, align=VEC_ALIGN,  # multiply
-                     attrs={"rows": batch, "cap": float(cap)})
+        full = V * b.tp  # each GPU holds vocab / tp of each row's logits: gather them all on every GPU
+        return b.collective("logits.all_gather", "all_gather", logits, full, batch * ACT_BYTES, None, b.tp,
+                            batch * full * ACT_BYTES)
 
     def params(self, cfg: Any, layer: int | None) -> int:  # the final norm, and the LM head unless tied
         return cfg.hidden_size + (0 if cfg.tie_word_embeddings else cfg.vocab_size * cfg.hidden_size)

@@ -3,7 +3,9 @@
 Its ops: ``mlp_norm`` (unless ``fuse_norm``), the gate and up projections as one ``gate_up_proj``
 (rows in (gate, up) halves) or, with ``split_gate_up``, as ``gate_proj`` and ``up_proj``; ``silu_mul``
 (unless ``fuse_silu`` computes it in ``gate_up_proj``'s epilogue, whose weight rows then come in
-(gate, up) pairs, two per output element: ``attrs["weight_rows"]``); ``down_proj`` with the residual.
+(gate, up) pairs, two per output element: ``attrs["weight_rows"]``); ``down_proj`` with the residual
+(under tensor parallelism a partial sum of one GPU's ``intermediate / tp`` columns, and
+``down_proj.all_reduce`` after it adds the residual).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ class GatedMLP(BaseBlock):
         else:
             gu = b.matmul(p + "gate_up_proj", h, H, 2 * I, layer, normed=True)
             act = _silu_mul(b, layer, (Input(gu, segments=((0, 1, 1), (I, 1, 1))),))
-        return b.matmul(p + "down_proj", act, I, H, layer, residual=x)
+        return b.all_reduce(b.matmul(p + "down_proj", act, I, H, layer, residual=b.residual(x)), layer, x)
 
     def params(self, cfg: Any, layer: int | None) -> int:  # gate, up, down, and the norm before them
         return 3 * cfg.hidden_size * cfg.intermediate_size + cfg.hidden_size

@@ -24,11 +24,18 @@ Its ops in an MoE layer, for ``T`` tokens of which the step's routing (:mod:`mks
 What later designs read (the seams): a grouped op's ``attrs`` hold ``grouped = "experts"``, ``groups``,
 ``group_experts`` (the expert each group serves), ``group_rows`` (its tokens) and ``tokens``; ``topk``'s
 hold the layer's routing (``experts``, ``top_k``, ``active``, ``expected_active``, ``active_std``).
+
+Under tensor parallelism each expert's (and the shared expert's) width is ``1 / tp`` of it and
+``combine.all_reduce`` after ``combine`` adds the residual; under expert parallelism (``ep``) the GPU holds
+``experts / ep`` experts, ``dispatch`` (an ``all_to_all``) sends each token to its experts' GPUs and
+``combine_back`` returns their outputs, and the GPU simulated is the one the draw loads most
+(:func:`busiest_rank`; the routing of the whole batch, over all ``ep`` GPUs, is drawn).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from .._blocks import BLOCKS, BaseBlock
@@ -69,8 +76,12 @@ class MixtureOfExperts(BaseBlock):
                      attrs={"experts": N, "top_k": k, "scoring": cfg.router_scoring, "norm_topk_prob":
                             cfg.norm_topk_prob, "active": r.active, "expected_active": r.expected,
                             "active_std": r.std, "routing": b.step.routing})
-        feed = (Input(h, full=True), Input(topk, full=True))  # every expert's tokens, and which they are
         D, E, rows = r.active, r.experts, r.rows
+        src = h
+        if b.ep > 1:  # each token's hidden state to the GPUs of its k experts
+            src = b.collective(p + "dispatch", "all_to_all", h, H, sum(rows) * ACT_BYTES, layer, b.ep,
+                               T * k * H * ACT_BYTES, extra=(Input(topk, full=True),))
+        feed = (Input(src, full=True), Input(topk, full=True))  # every expert's tokens, and which they are
         if b.build.split_gate_up:
             gate = _grouped(b, p + "experts_gate", feed, H, I, E, rows, layer, normed=True)
             up = _grouped(b, p + "experts_up", feed, H, I, E, rows, layer, normed=True)
@@ -84,16 +95,22 @@ class MixtureOfExperts(BaseBlock):
                             layer, E, rows)
         down = _grouped(b, p + "experts_down", (Input(act, group=H, segments=((0, I, I),)),), I, H, E, rows, layer)
         # each feature of a token sums that feature of its experts' outputs: feature i of expert g at g*H + i
-        parts = [Input(down, segments=tuple((g * H, 1, 1) for g in range(D))), Input(x), Input(topk, full=True)]
-        flops = T * H * (2.0 * k + 1.0)
+        outs = Input(down, segments=tuple((g * H, 1, 1) for g in range(D)))
+        if b.ep > 1:  # the experts' outputs back to their tokens' GPUs
+            outs = Input(b.collective(p + "combine_back", "all_to_all", down, H, T * k * ACT_BYTES, layer, b.ep,
+                                      sum(rows) * H * ACT_BYTES), full=True)
+        res = b.residual(x)
+        parts = [outs, *([Input(res)] if res else []), Input(topk, full=True)]
+        flops = T * H * (2.0 * k + (1.0 if res else 0.0))
         if cfg.shared_expert_intermediate_size:
             shared, gated = _shared(b, layer, h)
             parts.append(Input(shared))
             flops += T * H * (1.0 + (1.0 if gated else 0.0)) + (4.0 * T if gated else 0.0)
             if gated:
                 parts.append(Input(gated, full=True))
-        return b.add(name=p + "combine", kind="combine", out_size=H, elem_bytes=T * ACT_BYTES, flops=flops,
-                     inputs=tuple(parts), layer=layer, align=VEC_ALIGN, attrs={"top_k": k, "active": D})
+        out = b.add(name=p + "combine", kind="combine", out_size=H, elem_bytes=T * ACT_BYTES, flops=flops,
+                    inputs=tuple(parts), layer=layer, align=VEC_ALIGN, attrs={"top_k": k, "active": D})
+        return b.all_reduce(out, layer, x)
 
     def params(self, cfg: Any, layer: int | None) -> int:
         if layer is None or not cfg.moe_layer(layer):
@@ -110,10 +127,29 @@ def _routed(b: Builder, layer: int) -> RoutedLayer:
     model = parse_routing(step.routing)
     if not b.routing:
         model.check(cfg.name, len(moe_layers), cfg.num_experts, cfg.experts_per_token)
-    r = route(model, layer=layer, tokens=b.rows, n_experts=cfg.num_experts, top_k=cfg.experts_per_token,
+    r = route(model, layer=layer, tokens=b.rows * b.ep, n_experts=cfg.num_experts, top_k=cfg.experts_per_token,
               moe_layer=moe_layers.index(layer), seed=step.routing_seed)
     b.routing.append(r)
-    return r
+    return r if b.ep == 1 else busiest_rank(r, cfg.num_experts // b.ep)
+
+
+def busiest_rank(r: RoutedLayer, per_rank: int) -> RoutedLayer:
+    """Under expert parallelism, the experts of the GPU that the step's draw sends the most tokens (GPU
+    ``g`` holds experts ``g * per_rank`` to ``(g + 1) * per_rank - 1``): the all-to-all makes every GPU wait
+    for it, so it is the one simulated. Its expected and spread are the layer's, shared evenly.
+
+    >>> r = RoutedLayer(0, 4, experts=(1, 5, 6), rows=(1, 2, 3), expected=3.0, std=0.5)
+    >>> busiest_rank(r, 4).experts, busiest_rank(r, 4).rows
+    ((5, 6), (2, 3))
+    """
+    load: dict[int, int] = {}
+    for e, n in zip(r.experts, r.rows, strict=True):
+        load[e // per_rank] = load.get(e // per_rank, 0) + n
+    g = max(load, key=lambda k: (load[k], -k))
+    keep = [(e, n) for e, n in zip(r.experts, r.rows, strict=True) if e // per_rank == g]
+    share = per_rank * len(load) / max(r.experts[-1] + 1, per_rank * len(load))
+    return replace(r, experts=tuple(e for e, _ in keep), rows=tuple(n for _, n in keep),
+                   expected=r.expected * share / len(load), std=r.std)
 
 
 def _grouped(b: Builder, name: str, inputs: tuple[Input, ...], k: int, n: int, experts: tuple[int, ...],
