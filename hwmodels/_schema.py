@@ -304,6 +304,10 @@ class KernelSpec:
                                           "host_us (an implementation profile's: a compiled stack's guards and "
                                           "input copies before its CUDA graph's launch, an eager stack's model "
                                           "code outside its layers); absent: none")
+    host_qk_norm_us: float | None = meta(0.0, 1e5, optional=True,
+                                         doc="host time of a layer's q and k norm calls (Qwen3's), added to the "
+                                             "host_us of a rope_kv op of a model with q/k norms (an implementation "
+                                             "profile's: an eager stack calls them as modules); absent: none")
     host_graph_node_us: float | None = meta(0.0, 100, optional=True,
                                             doc="what launching a CUDA graph from the host costs per node before "
                                                 "its first kernel starts, the GPU idle (an implementation "

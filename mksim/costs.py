@@ -105,6 +105,7 @@ class Rates:
     host_us: dict = field(default_factory=dict)  # op kind -> a stack's host time per op (an eager profile's)
     host_step_us: float = 0.0         # a stack's host time per step before its first kernel (0: none)
     host_graph_node_us: float = 0.0   # launching a CUDA graph from the host, per node, GPU idle (0: none)
+    host_qk_norm_us: float = 0.0      # a layer's q/k norm calls, added to a q/k-normed rope_kv's host_us
     link: Link | None = None          # the node's links ([interconnect]); None: one GPU only
 
     @property
@@ -278,6 +279,7 @@ def rates(gpu: GPUSpec) -> Rates:
         host_us={k: c.host_us for k, c in gpu.kernels.per_kind.items() if c.host_us is not None},
         host_step_us=_or(gpu.kernels.host_step_us, 0.0),
         host_graph_node_us=_or(gpu.kernels.host_graph_node_us, 0.0),
+        host_qk_norm_us=_or(gpu.kernels.host_qk_norm_us, 0.0),
         l1_load_B=gpu.concurrency.l1_load_KiB * 1024 if gpu.concurrency.l1_load_KiB else math.inf,
         link=link_rates(gpu.node),
     )
@@ -747,13 +749,31 @@ def host_issue_us(i: int, r: Rates) -> float:
     return i * r.stream_launch_us
 
 
+#: what :func:`host_kind` appends to the kind of a RoPE op whose model also norms q and k (Qwen3)
+QK_NORM = "+qk_norm"
+
+
+def host_kind(op: Any) -> str:
+    """The kind whose host cost an op pays (:func:`host_issue_times`): its own, with :data:`QK_NORM`
+    where it is a ``rope_kv`` of a model with q/k norms (an eager stack calls the two norms as modules:
+    ``host_qk_norm_us`` more).
+
+    >>> from mksim.workload import Op
+    >>> host_kind(Op(name="L0.rope_kv", kind="rope_kv", out_size=1, elem_bytes=2, flops=0.0,
+    ...              attrs={"qk_norm": True}))
+    'rope_kv+qk_norm'
+    """
+    return op.kind + QK_NORM if op.kind == "rope_kv" and op.attrs.get("qk_norm") else op.kind
+
+
 def host_issue_times(kinds: list[str], ops_of: list[str], r: Rates, default_us: float | None = None) -> list[float]:
     """When the host of a stack whose profile gives host costs (:attr:`Rates.host_bound`) has issued
-    each kernel of a chain: ``kinds[k]`` is the model op kind kernel ``k`` belongs to, ``ops_of[k]``
-    the model op. The step's own part (``host_step_us``) first, then each op's ``host_us`` spread
-    evenly over its kernels, a kernel issued once its share is done; a kind the profile gives no host
-    cost for costs ``default_us`` a kernel (``stream_launch_us`` where None). Host work never waits
-    for the GPU (an eager stack that queues its kernels: the launch queue is deep).
+    each kernel of a chain: ``kinds[k]`` is the model op kind kernel ``k`` belongs to (:func:`host_kind`),
+    ``ops_of[k]`` the model op. The step's own part (``host_step_us``) first, then each op's ``host_us``
+    (plus ``host_qk_norm_us`` for a kind marked :data:`QK_NORM`) spread evenly over its kernels, a kernel
+    issued once its share is done; a kind the profile gives no host cost for costs ``default_us`` a kernel
+    (``stream_launch_us`` where None). Host work never waits for the GPU (an eager stack that queues its
+    kernels: the launch queue is deep).
     """
     n_of: dict[str, int] = {}
     for o in ops_of:
@@ -761,7 +781,10 @@ def host_issue_times(kinds: list[str], ops_of: list[str], r: Rates, default_us: 
     out, t = [], r.host_step_us
     other = r.stream_launch_us if default_us is None else default_us
     for kind, o in zip(kinds, ops_of, strict=True):
-        h = r.host_us.get(kind)
+        base = kind[:-len(QK_NORM)] if kind.endswith(QK_NORM) else kind
+        h = r.host_us.get(base)
+        if h is not None and base != kind:
+            h += r.host_qk_norm_us
         t += h / n_of[o] if h is not None else other
         out.append(t)
     return out

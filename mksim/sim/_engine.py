@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from mksim import costs
-from mksim.costs import block_dram_cap_Bpus
+from mksim.costs import block_dram_cap_Bpus, host_kind
 from mksim.errors import DeadlockError, ScheduleError
 from mksim.schedule import BaseSync, ChainMode, PersistentMode, Schedule, active_designs, gc_paused, get_mode, get_sync
 from mksim.workload import kernel_of
@@ -161,9 +161,9 @@ class _Engine:
         head_B = mode.prologue_B(s.options) if separate else 0.0
         host_at = None
         if r.host_bound:   # a stack's own host costs (an implementation profile's): kernels wait for the host
-            names = {op.name: op.kind for op in g.ops}
+            by_name = {op.name: op for op in g.ops}
             ops_of = [kernel_of(op) for op in g.ops]
-            host_at = mode.host_ready_us([names.get(o, op.kind) for o, op in zip(ops_of, g.ops, strict=True)],
+            host_at = mode.host_ready_us([host_kind(by_name.get(o, op)) for o, op in zip(ops_of, g.ops, strict=True)],
                                          ops_of, r)
 
         def launcher():

@@ -82,7 +82,14 @@ def test_the_eager_predictions_were_committed_as_the_profile_predicts():
     d = json.loads((ROOT / "validation/results/h200-stacks/hf/predicted-hf.json").read_text())
     s = json.loads((ROOT / "validation/results/h200-stacks/summary.json").read_text())
     pred = {(c["model"], c["batch"]): c["predicted_us"] for c in s["cases"] if c["stack"] == "hf"}
-    assert {(c["model"], c["batch"]): c["predicted_us"] for c in d["cases"]} == pred
+    # the q/k norms' host cost (host_qk_norm_us) came after these were committed: qwen3-8b's 36 layers pay it
+    # on top of the committed prediction, the models without q/k norms are predicted as committed
+    qk = rates(hwmodels.load("h200-calibrated+hf")).host_qk_norm_us
+    added = {c["model"]: (mksim.models.get(c["model"]).num_layers * qk if c["model"] == "qwen3-8b" else 0.0)
+             for c in d["cases"]}
+    assert qk > 0
+    assert {(c["model"], c["batch"]): pytest.approx(c["predicted_us"] + added[c["model"]], abs=0.2)
+            for c in d["cases"]} == pred
     assert {c["model"] for c in d["cases"] if c["held_out"]} == {"qwen3-8b", "mistral-7b"}
     assert len(s["check"]) == 8 and all(c["stack"] == "hf" for c in s["check"])
     c = d["cases"][0]

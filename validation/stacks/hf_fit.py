@@ -38,7 +38,7 @@ import numpy as np
 
 import hwmodels
 from mksim.costs import rates
-from validation.stacks import fit
+from validation.stacks import fit, hf_host_fit
 
 RAW_GLOB = "hf-ops-*.json"
 PROFILE = {"hf": "hf", "hf_compiled": "hf-compiled"}
@@ -85,30 +85,27 @@ def _cases(run: Path, stack: str) -> dict[str, dict[str, Any]]:
     return got
 
 
-def eager_host(run: Path) -> tuple[dict[str, float], float, str]:
-    """``{kind: host_us}``, ``host_step_us`` and a note (module docstring)."""
+def eager_host(run: Path) -> tuple[dict[str, float], float, float, str]:
+    """``{kind: host_us}``, ``host_step_us``, ``host_qk_norm_us`` (two norm module calls: Qwen3's q and k
+    norms, which the fitted models do not make) and a note (module docstring)."""
     per: dict[str, list[float]] = {}
     step: list[float] = []
+    qk: list[float] = []
     cases = _cases(run, "hf")
     if not cases:
         raise fit.FitError(f"{run}: no eager (hf) records")
     for rec in cases.values():
         h = {k: v["median"] for k, v in rec["host_us"].items()}
-        proj = h["q"] + h["k"] + h["v"] + h["o"]
-        rest = h["layer"] - h["attn_norm"] - h["attn"] - h["mlp_norm"] - h["mlp"]
-        rope_kv = h["rope"] + h["cache_update"]
-        kinds = {"rmsnorm": (h["attn_norm"] + h["mlp_norm"]) / 2 + rest / 2,
-                 "matmul": (proj + h["gate"] + h["up"] + h["down"]) / 4,
-                 "rope_kv": rope_kv, "attn_partial": max(h["attn"] - proj - rope_kv, 0.0),
-                 "silu_mul": max(h["mlp"] - h["gate"] - h["up"] - h["down"], 0.0), "embed": h["embed"]}
+        kinds = hf_host_fit.kinds_of(h)
         for k, v in kinds.items():
             per.setdefault(k, []).append(v)
         step.append(h["model1"] - h["layer1"] - kinds["rmsnorm"] - kinds["matmul"] - h["embed"])
+        qk.append(h["attn_norm"] + h["mlp_norm"])
     host = {k: round(float(np.mean(v)), 2) for k, v in per.items()}
     spread = ", ".join(f"{k} {min(v):.0f}-{max(v):.0f}" for k, v in per.items())
     note = (f"{len(cases)} files ({', '.join(sorted(cases))}): median wall time of each module's call, mean over "
             f"the files (range over them: {spread} us; step {min(step):.0f}-{max(step):.0f} us)")
-    return host, round(float(np.mean(step)), 1), note
+    return host, round(float(np.mean(step)), 1), round(float(np.mean(qk)), 1), note
 
 
 #: mksim's ops of a dense layer (attn_norm, qkv, rope_kv, attn_partial, attn_reduce, o_proj, mlp_norm, gate_up,
@@ -158,8 +155,10 @@ def to_toml(stack: str, f: fit.Fit, run: Path, host: dict[str, Any], date: str, 
              "schema_version = 1", f'profile = "{name}"', f'full_name = "{FULL[stack]}"',
              'measured_on = "h200-calibrated"', 'kind = "stack"', f'mode = "{MODE[stack]}"', "",
              "[runtime.kernels]"]
+    hsrc = host.get("source", "singlemodules")
     for key, (v, note) in host.get("numbers", {}).items():
-        lines.append(f"{key} = {{ value = {fit._num(v)}, source = \"singlemodules\", note = {json.dumps(note)} }}")
+        src = "singlemodules" if key == "host_graph_node_us" else hsrc
+        lines.append(f"{key} = {{ value = {fit._num(v)}, source = \"{src}\", note = {json.dumps(note)} }}")
     lines.append("")
     order = ["embed", "rmsnorm", "matmul", "rope_kv", "attn_partial", "attn_reduce", "silu_mul", "elementwise"]
     for kind in sorted(f.tables, key=lambda k: order.index(k) if k in order else 99):
@@ -168,7 +167,7 @@ def to_toml(stack: str, f: fit.Fit, run: Path, host: dict[str, Any], date: str, 
             lines.append(f"{key} = {{ value = {fit._num(val.value)}, source = \"singlemodules\", "
                          f"note = {json.dumps(val.note)} }}")
         if kind in host.get("per_kind", {}):
-            lines.append(f"host_us = {{ value = {fit._num(host['per_kind'][kind])}, source = \"singlemodules\", "
+            lines.append(f"host_us = {{ value = {fit._num(host['per_kind'][kind])}, source = \"{hsrc}\", "
                          f"note = {json.dumps(host['note'])} }}")
         lines.append("")
     lines += ["[sources.singlemodules]", 'kind = "measured"',
@@ -179,22 +178,58 @@ def to_toml(stack: str, f: fit.Fit, run: Path, host: dict[str, Any], date: str, 
               f'note = "raw results: {run}/{RAW_GLOB} (hf_ops.py: each module alone, called again and again on '
               f'the inputs it had in a decode step, host wall time per call; its kernels after a 256 MiB L2 '
               f'eviction, 5 reps, torch.profiler); the ops files beside them are extracted from those"', ""]
+    if hsrc != "singlemodules":
+        h_env = host["env"]
+        lines += [f"[sources.{hsrc}]", 'kind = "measured"',
+                  f'title = "host rounds of the transformers stacks on NVIDIA H200 (torch {h_env.get("torch", "?")}, '
+                  f'transformers {h_env.get("transformers", "?")}, host {h_env.get("cpu", "?")})"',
+                  f'date = "{str(h_env.get("date_utc", ""))[:10]}"',
+                  f'note = "raw results: {host["raw"]} (hf_host.py: single modules, small models and whole steps '
+                  'in one process, interleaved in rounds; the fit reads the modules and small models only)"', ""]
     return "\n".join(lines)
 
 
-def profile_text(run: Path, stack: str) -> str:
+def profile_text(run: Path, stack: str, host_run: Path | None = None) -> str:
+    """The profile's text: the GPU tables from the single modules of ``run``; the host's costs from them
+    too, or, with ``host_run``, from the fit part of its newest ``hf_host.py`` run (``hf_host_fit.py``)."""
     extract(run)
     f = fit.fit_profile(run, stack)
     cases = _cases(run, stack)
     cases.pop("_graph_launch", None)
     env = next(iter(cases.values()))["_env"]
     date = str(env.get("date_utc", ""))[:10]
-    if stack == "hf":
-        per_kind, step, note = eager_host(run)
+    if stack == "hf" and host_run is not None:
+        raw = json.loads(hf_host_fit.raw_files(host_run)[-1].read_text())
+        e = hf_host_fit.eager_fit(raw)
+        src = f"{host_run}/{hf_host_fit.raw_files(host_run)[-1].name} (hf_host.py, its fit part only): "
+        host = {"per_kind": e["per_kind"], "note": src + e["note"], "source": "hostrounds", "env": raw["env"],
+                "raw": str(hf_host_fit.raw_files(host_run)[-1]),
+                "numbers": {"host_step_us": (max(e["host_step_us"], 0.0),
+                                             "the small models' intercept less the final norm, LM head and "
+                                             "embedding as mksim charges them; " + src + e["note"]),
+                            "host_qk_norm_us": (e["host_qk_norm_us"], "two norm module calls (Qwen3's q and k "
+                                                "norms), scaled as the kinds; " + src + e["note"])}}
+    elif stack == "hf":
+        per_kind, step, qk, note = eager_host(run)
         host = {"per_kind": per_kind, "note": note,
                 "numbers": {"host_step_us": (step, "the one-layer model's forward less its layer, its final norm "
                                                    "and LM head (rmsnorm and matmul host_us) and the embedding's "
-                                                   "call: the model's code outside its layers; " + note)}}
+                                                   "call: the model's code outside its layers; " + note),
+                            "host_qk_norm_us": (qk, "two norm module calls (the attention's and the MLP's norm "
+                                                    "modules, each alone): what a layer of a model with q and k "
+                                                    "norms (Qwen3) calls beyond a Llama layer; " + note)}}
+    elif host_run is not None:
+        node, _, _, gl_note = compiled_host(run)
+        raw = json.loads(hf_host_fit.raw_files(host_run)[-1].read_text())
+        c = hf_host_fit.compiled_fit(raw)
+        note = f"{host_run}/{hf_host_fit.raw_files(host_run)[-1].name} (hf_host.py, its fit part only): " + c["note"]
+        n_ops = sum(LAYER_KINDS.values())
+        host = {"source": "hostrounds", "env": raw["env"], "raw": str(hf_host_fit.raw_files(host_run)[-1]),
+                "numbers": {"host_graph_node_us": (node, gl_note),
+                            "host_step_us": (max(c["host_step_us"], 0.0), note)},
+                "per_kind": {k: round(c["per_layer_us"] / n_ops, 2) for k in LAYER_KINDS},
+                "note": f"the host's part before the graph's launch per layer ({c['per_layer_us']:.1f} us) over "
+                        f"mksim's {n_ops} ops of a layer; " + note}
     else:
         node, step, per_layer, note = compiled_host(run)
         n_ops = sum(LAYER_KINDS.values())
@@ -210,9 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("run", type=Path)
     ap.add_argument("--stack", choices=tuple(PROFILE), required=True)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--host", type=Path, default=None,
+                    help="a folder of hf_host.py runs: the host's costs from the newest one's fit part")
     a = ap.parse_args(argv)
     try:
-        text = profile_text(a.run, a.stack)
+        text = profile_text(a.run, a.stack, a.host)
     except (fit.FitError, KeyError, OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
