@@ -1526,6 +1526,19 @@ __device__ __noinline__ bool mk_ftopk_ticket(const MkOp* ops, unsigned* counters
     return true;
 }
 
+// MK_PUB_FENCE (an experiment; default 0): the publisher's fence. 0: __threadfence(), which PTX makes
+// membar.gl, that is fence.sc.gpu (a sequentially consistent fence); 1: fence.acq_rel.gpu, all that
+// a release of the workers' writes needs (with the relaxed adds after it, the PTX memory model's
+// release pattern; the waiter's ld.acquire.gpu completes it, cumulatively through the workers'
+// barrier). The fence sits on every boundary's critical path: the last task of an op publishes
+// after it, and the next op's tasks wait for that counter (~2 us a boundary at llama-3.2-1b b1).
+#ifndef MK_PUB_FENCE
+#define MK_PUB_FENCE 0
+#endif
+#if MK_PUB_FENCE != 0 && MK_PUB_FENCE != 1
+#error "MK_PUB_FENCE must be 0 (fence.sc.gpu) or 1 (fence.acq_rel.gpu)"
+#endif
+
 // The publisher lane: for each task row of [i0, i1), once the workers have finished it, fence at
 // gpu scope (cumulatively: every worker's writes were ordered before the `finished` store by the
 // workers' barrier) and release the tile's flag and the op's counter.
@@ -1537,7 +1550,11 @@ __device__ void mk_publish(const MkParams& P, int i0, int i1, const int* finishe
         unsigned* flag = P.flags + __ldg(&P.ops[op].flag_base) + tile;
         for (int k = 0; *(const volatile int*)finished < i; ++k)
             if ((k & 255) == 255 && mk_failed(P.error)) return;
+#if MK_PUB_FENCE
+        asm volatile("fence.acq_rel.gpu;" ::: "memory");  // with the relaxed adds after it, a release of both
+#else
         __threadfence();  // with the relaxed adds after it, a release of both (one fence, not three)
+#endif
         mk_red_relaxed(flag);
         mk_red_relaxed(P.counters + op);
     }
@@ -1630,9 +1647,15 @@ __device__ void mk_wait_tasks(const MkParams& P, MkBlock& k, int i0, int i1, int
 // MK_L2PF_GATE (an experiment; default 0): 1 asks for weight rows only while the workers' current
 // task streams nothing (attention, reductions, the waits after them): the phases in which DRAM
 // idles once the ring is full, so that prefetched lines do not compete with the ring's own copies
-// while a matmul streams. KV-cache rows are asked for at any time.
+// while a matmul streams. KV-cache rows are asked for at any time. 2: as 1, and also while the
+// workers, done with a matmul task, wait for a next task that streams nothing (the gap between a
+// layer's QKV projection and its attention, ~3 us at llama-3.2-1b batch 1, in which 1 waits); the
+// gaps between two matmuls stay closed (there the slowest SMs still stream, and asks would slow them).
 #ifndef MK_L2PF_GATE
 #define MK_L2PF_GATE 0
+#endif
+#if MK_L2PF_GATE < 0 || MK_L2PF_GATE > 2
+#error "MK_L2PF_GATE must be 0 (no gate), 1 (the workers' task) or 2 (and their next task while they wait)"
 #endif
 #if (MK_L2PF_LINE_B & (MK_L2PF_LINE_B - 1)) != 0 || MK_L2PF_CHUNK_B % 16 != 0
 #error "MK_L2PF_LINE_B must be a power of two and MK_L2PF_CHUNK_B a multiple of 16"
@@ -1744,8 +1767,16 @@ __device__ void mk_l2_prefetch(const MkParams& P, const MkBlock& k, int i0, int 
                 const int begun = __shfl_sync(0xffffffffu, lane == 0 ? *started : 0, 0);
 #if MK_L2PF_GATE
                 // the workers' current task streams weights: no weight rows asked for meanwhile
-                const bool busy = __shfl_sync(0xffffffffu, lane == 0 && begun >= i0 && begun < i1
-                                              ? __ldg(P.tasks + (size_t)begun * MK_TASK_FIELDS) == MK_OP_MATMUL : false, 0);
+                bool mm = false;
+                if (lane == 0 && begun >= i0 && begun < i1) {
+                    mm = __ldg(P.tasks + (size_t)begun * MK_TASK_FIELDS) == MK_OP_MATMUL;
+#if MK_L2PF_GATE == 2
+                    // ... unless they are done with it and their next task streams nothing
+                    if (mm && *(const volatile int*)k.finished >= begun && begun + 1 < i1)
+                        mm = __ldg(P.tasks + (size_t)(begun + 1) * MK_TASK_FIELDS) == MK_OP_MATMUL;
+#endif
+                }
+                const bool busy = __shfl_sync(0xffffffffu, mm, 0);
 #else
                 const bool busy = false;
 #endif
