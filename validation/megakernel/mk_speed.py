@@ -1,12 +1,13 @@
 """The dense megakernel's speed items of issue 29 (validation/results/h200-mk-speed), on one H200 in one
-command (~4 minutes; each run takes 1-3 s, the compiles ~45 s at once):
+command (~6 minutes; each run takes 1-3 s, the compiles ~1 minute at once):
 
     python -m validation.megakernel.mk_speed predict OUT.json       # no GPU: the simulator's µs of every case
     python -m validation.megakernel.mk_speed run OUT [--rounds N] [--budget-s S] [--predicted P] [--dry-run]
 
 Each case is the suite's ``fused`` megakernel (``validation.suite``: the default placement, the norms, RoPE and
-SiLU fused into the matmuls, the searched schedule's KV splits) of :data:`CASES`, run as each variant of
-:data:`VARIANTS`: a build (``MKSIM_KERNEL_DEFINES``) and schedule options on top of the suite's.
+SiLU fused into the matmuls, the searched schedule's KV splits) or its ``sentinel`` one (the default schedule with
+sync="sentinel") of :data:`CASES`, run as each variant of :data:`VARIANTS` that applies to it
+(:data:`KIND_VARIANTS`, :data:`ONLY`): a build (``MKSIM_KERNEL_DEFINES``) and schedule options on top of the case's.
 
 - ``base``: the kernel as it is.
 - ``l2g1``: ``-DMK_L2PF_GATE=1`` and ``l2_prefetch_KiB=256``: the L2 prefetcher warp asks L2 for the weight
@@ -17,17 +18,23 @@ SiLU fused into the matmuls, the searched schedule's KV splits) of :data:`CASES`
   workers bound the matmul then), never since.
 - ``l2g2``: ``-DMK_L2PF_GATE=2``, as ``l2g1`` and also while the workers, done with a matmul, wait for a task
   that streams nothing (the gap between the QKV projection and attention).
-- ``fence``: ``-DMK_PUB_FENCE=1``, the publisher's fence ``fence.acq_rel.gpu`` instead of ``membar.gl``
-  (``fence.sc.gpu``): a boundary's last task publishes after it.
 - ``l2g2_128``, ``l2g2_384``: ``l2g2`` with a lead of 128 or 384 KiB (34 MB over the chip at 256 KiB; the L2
   holds 60 MB).
-- ``l2g2_fence``: ``l2g2`` and ``fence``.
+- ``fence``: ``-DMK_PUB_FENCE=1``, the publisher's fence ``fence.release.gpu`` (MEMBAR.ALL.GPU) instead of
+  ``__threadfence()`` (``fence.sc.gpu``: MEMBAR.SC.GPU and an L1 invalidation): a boundary's last task
+  publishes after it.
+- ``wacq``: ``-DMK_WAIT_ACQ=1``, the waits poll with ``ld.relaxed.gpu`` and acquire once with
+  ``fence.acquire.gpu``, instead of an ``ld.acquire.gpu`` (and an L1 invalidation) at every poll.
+- ``l2g2_fence``, ``l2g2_fence_wacq``: ``l2g2`` and the fences.
 - ``l2g2_p48`` (llama-3.2-1b b1 only, :data:`ONLY`): ``l2g2`` with pages of 48 KiB, 3 of them: fewer pages a
   task, each page's fixed cost in the workers paid less often, once part of the bytes come from L2.
+- ``sacq`` (the sentinel cases): ``-DMK_SENTINEL_FENCE=2``, the fence after a task's polls ``fence.acquire.gpu``
+  (an L1 invalidation) instead of ``fence.acq_rel.gpu`` (MEMBAR.ALL.GPU and an L1 invalidation), ~100 µs a step.
 
 Order: rounds of every case, each round its variants in turn, forward in even rounds and backward in odd
 ones (A B C C B A ...), so that each variant sits beside the others as often; no round begun after the
-budget. Each run: checked against torch (every op's own relative error <= 1e-2, as the suite), timed
+budget. Each run: checked against torch (every op's own relative error <= 1e-2, as the suite; a sentinel case
+also on the outputs only the kernel reset), timed
 (median of :data:`REPS` steps), and per op of a layer its mean span and the gap before it
 (:func:`validation.megakernel.moe_speed.layer_phases`). The kernels are compiled first, every build of
 every model at once in child processes (cupy's kernel cache). Writes ``OUT/mk_speed.json`` (every record,
@@ -59,10 +66,10 @@ from .moe_speed import layer_phases, precompile
 
 REPS = 20
 WATCHDOG_S = 90.0
-BUDGET_S = 300.0
+BUDGET_S = 330.0
 ROUNDS = 3
 L2_LEAD_KiB = 256.0
-#: variant -> (kernel defines, schedule options on top of the suite's fused schedule)
+#: variant -> (kernel defines, schedule options on top of the case's schedule)
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "base": ("", {}),
     "l2g1": ("-DMK_L2PF_GATE=1", {"l2_prefetch_KiB": L2_LEAD_KiB}),
@@ -70,51 +77,75 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "l2g2_128": ("-DMK_L2PF_GATE=2", {"l2_prefetch_KiB": 128.0}),
     "l2g2_384": ("-DMK_L2PF_GATE=2", {"l2_prefetch_KiB": 384.0}),
     "fence": ("-DMK_PUB_FENCE=1", {}),
+    "wacq": ("-DMK_WAIT_ACQ=1", {}),
     "l2g2_fence": ("-DMK_L2PF_GATE=2 -DMK_PUB_FENCE=1", {"l2_prefetch_KiB": L2_LEAD_KiB}),
+    "l2g2_fence_wacq": ("-DMK_L2PF_GATE=2 -DMK_PUB_FENCE=1 -DMK_WAIT_ACQ=1", {"l2_prefetch_KiB": L2_LEAD_KiB}),
     # fewer, larger pages (the workers' fixed cost a page) once part of gate_up's bytes come from L2; 48 KiB x 3
     # fits beside llama-3.2-1b b1's 44 KiB reserve only
     "l2g2_p48": ("-DMK_L2PF_GATE=2", {"l2_prefetch_KiB": L2_LEAD_KiB, "page_KiB": 48.0, "prefetch_depth": 3}),
+    "sacq": ("-DMK_SENTINEL_FENCE=2", {}),
 }
-#: variants run on some cases only (case keys); the others run on every case
+#: the cases: (model, batch, schedule), the schedule the suite's ``fused`` or ``sentinel`` megakernel
+CASES: tuple[tuple[str, int, str], ...] = (("llama-3.2-1b", 1, "fused"), ("llama-3.2-1b", 8, "fused"),
+                                          ("llama-3.1-8b", 1, "fused"), ("llama-3.2-1b", 1, "sentinel"),
+                                          ("llama-3.2-1b", 8, "sentinel"))
+#: the variants a case of each schedule runs, and those run on some cases only (case keys)
+KIND_VARIANTS: dict[str, tuple[str, ...]] = {"fused": tuple(v for v in VARIANTS if v != "sacq"),
+                                             "sentinel": ("base", "sacq")}
 ONLY: dict[str, tuple[str, ...]] = {"l2g2_p48": ("llama-3.2-1b/b1",)}
-CASES: tuple[tuple[str, int], ...] = (("llama-3.2-1b", 1), ("llama-3.2-1b", 8), ("llama-3.1-8b", 1))
 
 
-def case_key(model: str, batch: int) -> str:
-    return f"{model}/b{batch}"
+def case_key(model: str, batch: int, kind: str = "fused") -> str:
+    """``model/bN`` for the fused schedule, ``model/bN/sentinel`` for the other."""
+    return f"{model}/b{batch}" + ("" if kind == "fused" else f"/{kind}")
 
 
-def schedule(model: str, batch: int, variant: str) -> Any:
-    """The suite's fused megakernel schedule of ``model`` at ``batch``, with the variant's schedule options."""
-    opts = tuple(sorted(VARIANTS[variant][1].items()))
-    case = vs.Case(model, batch, "megakernel", "fused", workload_options=vs.fused_workload_options(), options=opts)
+def applies(variant: str, case: tuple[str, int, str]) -> bool:
+    """Whether ``variant`` runs on ``case`` (:data:`KIND_VARIANTS`, :data:`ONLY`)."""
+    key = case_key(*case)
+    return variant in KIND_VARIANTS[case[2]] and key in ONLY.get(variant, (key,))
+
+
+def schedule(model: str, batch: int, variant: str, kind: str = "fused") -> Any:
+    """The suite's ``fused`` (every fusion, the searched schedule's KV splits) or ``sentinel`` (the default
+    schedule with sync="sentinel") megakernel schedule of ``model`` at ``batch``, with the variant's options."""
+    opts = dict(VARIANTS[variant][1])
+    if kind == "sentinel":
+        opts["sync"] = "sentinel"
+        case = vs.Case(model, batch, "megakernel", "sentinel", options=tuple(sorted(opts.items())))
+    elif kind == "fused":
+        case = vs.Case(model, batch, "megakernel", "fused", workload_options=vs.fused_workload_options(),
+                       options=tuple(sorted(opts.items())))
+    else:
+        raise ValueError(f"unknown schedule {kind!r}; give fused or sentinel")
     return vs.build(case)
 
 
-def order(rounds: int, cases: tuple[tuple[str, int], ...] | None = None,
-          variants: tuple[str, ...] | None = None) -> list[tuple[int, str, int, str]]:
-    """The runs in order: (round, model, batch, variant), of ``cases`` (default :data:`CASES`) and ``variants``
-    (default :data:`VARIANTS`).
+def order(rounds: int, cases: tuple[tuple[str, int, str], ...] | None = None,
+          variants: tuple[str, ...] | None = None) -> list[tuple[int, tuple[str, int, str], str]]:
+    """The runs in order: (round, case, variant), of ``cases`` (default :data:`CASES`) and ``variants`` (default
+    :data:`VARIANTS`), each case with the variants that apply to it (:func:`applies`).
 
-    >>> order(2, (("m", 1),), ("a", "b"))
-    [(0, 'm', 1, 'a'), (0, 'm', 1, 'b'), (1, 'm', 1, 'b'), (1, 'm', 1, 'a')]
+    >>> order(2, (("llama-3.2-1b", 8, "sentinel"),), ("base", "fence", "sacq"))
+    [(0, ('llama-3.2-1b', 8, 'sentinel'), 'base'), (0, ('llama-3.2-1b', 8, 'sentinel'), 'sacq'), \
+(1, ('llama-3.2-1b', 8, 'sentinel'), 'sacq'), (1, ('llama-3.2-1b', 8, 'sentinel'), 'base')]
     """
     cases = CASES if cases is None else cases
     variants = tuple(VARIANTS) if variants is None else variants
-    return [(r, m, b, v) for r in range(rounds) for m, b in cases for v in (variants if r % 2 == 0 else variants[::-1])
-            if case_key(m, b) in ONLY.get(v, (case_key(m, b),))]
+    return [(r, c, v) for r in range(rounds) for c in cases for v in (variants if r % 2 == 0 else variants[::-1])
+            if applies(v, c)]
 
 
-def predict(cases: tuple[tuple[str, int], ...] | None = None) -> dict[str, dict[str, float]]:
+def predict(cases: tuple[tuple[str, int, str], ...] | None = None) -> dict[str, dict[str, float]]:
     """The simulator's µs (as the suite compares them: launch latency left out) of every case and variant. The
-    model has no term for the kernel defines: ``fence`` is predicted as ``base``, and the L2 gate not at all
-    (the schedule option's prefetcher is priced as it runs at any time)."""
+    model has no term for the kernel defines: ``fence``, ``wacq`` and ``sacq`` are predicted as ``base``, and the
+    L2 gate not at all (the schedule option's prefetcher is priced as it runs at any time)."""
     out: dict[str, dict[str, float]] = {}
-    for m, b in CASES if cases is None else cases:
-        row = out.setdefault(case_key(m, b), {})
+    for c in CASES if cases is None else cases:
+        row = out.setdefault(case_key(*c), {})
         for v in VARIANTS:
-            if case_key(m, b) in ONLY.get(v, (case_key(m, b),)):
-                row[v] = round(vs.predicted_us(schedule(m, b, v)), 1)
+            if applies(v, c):
+                row[v] = round(vs.predicted_us(schedule(c[0], c[1], v, c[2])), 1)
     return out
 
 
@@ -124,12 +155,14 @@ def _options(model: str, defines: str) -> tuple[str, ...]:
         return gpu.compile_options("early", P.attn_defines(mksim.models.get(model)))
 
 
-def run_one(model: str, batch: int, variant: str, dry: bool) -> dict:
+def run_one(case: tuple[str, int, str], variant: str, dry: bool) -> dict:
+    model, batch, kind = case
     defines, opts = VARIANTS[variant]
-    rec: dict[str, Any] = {"model": model, "batch": batch, "variant": variant, "defines": defines, "options": opts}
+    rec: dict[str, Any] = {"model": model, "batch": batch, "schedule": kind, "variant": variant, "defines": defines,
+                           "options": opts}
     t0 = time.monotonic()
     try:
-        s = schedule(model, batch, variant)
+        s = schedule(model, batch, variant, kind)
         rec["predicted_us"] = round(vs.predicted_us(s), 2)
         if dry:
             rec["tasks"] = len(P.plan(s).program.tasks)
@@ -140,6 +173,10 @@ def run_one(model: str, batch: int, variant: str, dry: bool) -> dict:
         return rec
     try:
         local, _ = r.check(WATCHDOG_S)
+        if kind == "sentinel":  # and on the set of outputs that only the kernel reset (as the suite checks it)
+            again, _ = r.check_recycled(WATCHDOG_S)
+            rec["recycled_max_rel_err"] = max(again.values())
+            local = {k: max(v, again[k]) for k, v in local.items()}
         worst = max(local, key=local.__getitem__)
         rec.update(ok=local[worst] <= vs.REL_ERR_MAX, max_rel_err=local[worst], worst_op=worst)
         times = r.time(REPS, WATCHDOG_S)
@@ -163,7 +200,7 @@ def summarize(records: list[dict], expected: dict | None = None) -> dict[str, di
     whether every run checked, the largest relative error, the simulator's µs and the one ``expected``."""
     out: dict[str, dict[str, dict]] = {}
     for r in records:
-        row = out.setdefault(case_key(r["model"], r["batch"]), {}).setdefault(
+        row = out.setdefault(case_key(r["model"], r["batch"], r.get("schedule", "fused")), {}).setdefault(
             r["variant"], {"runs_us": [], "ok": True, "max_rel_err": 0.0})
         if "predicted_us" in r:
             row["simulator_us"] = r["predicted_us"]
@@ -197,18 +234,18 @@ def run(out: Path, dry: bool = False, rounds: int = ROUNDS, budget_s: float = BU
                            "records": []}
 
     def save() -> None:
-        (out / "mk_speed.json").write_text(json.dumps(doc, indent=1, default=float))
+        (out / "mk_speed.json").write_text(json.dumps(doc, separators=(",", ":"), default=float))  # one line
         (out / "summary.json").write_text(json.dumps(summarize(doc["records"], expected), indent=1))
 
-    option_sets = sorted({_options(m, VARIANTS[v][0]) for m, _b in CASES for v in VARIANTS})
+    option_sets = sorted({_options(c[0], VARIANTS[v][0]) for c in CASES for v in VARIANTS if applies(v, c)})
     doc["compile"] = {"builds": len(option_sets)} if dry else precompile(option_sets)
     print(json.dumps({"compile": doc["compile"]}), flush=True)
     save()
-    for rnd, model, batch, variant in order(rounds):
+    for rnd, case, variant in order(rounds):
         if time.monotonic() > t_end:
-            doc.setdefault("skipped", []).append(f"round {rnd} {case_key(model, batch)} {variant}")
+            doc.setdefault("skipped", []).append(f"round {rnd} {case_key(*case)} {variant}")
             continue
-        rec = run_one(model, batch, variant, dry)
+        rec = run_one(case, variant, dry)
         rec["round"] = rnd
         doc["records"].append(rec)
         print(json.dumps({k: v for k, v in rec.items() if k not in ("traceback", "trace", "phases")}, default=float),
@@ -252,7 +289,7 @@ def main(argv: list[str]) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     doc = run(Path(argv[1]), dry="--dry-run" in argv[2:], rounds=rounds, budget_s=budget, expected=expected)
-    bad = [f"{r['model']} b{r['batch']} {r['variant']}" for r in doc["records"]
+    bad = [f"{case_key(r['model'], r['batch'], r['schedule'])} {r['variant']}" for r in doc["records"]
            if "failed" in r or "refused" in r or r.get("ok") is False]
     print(json.dumps({"summary": summarize(doc["records"], expected), "bad": bad, "skipped": doc.get("skipped", [])}))
     return 0 if not bad else 1
