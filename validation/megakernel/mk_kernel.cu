@@ -104,7 +104,10 @@
 #define MK_EPILOGUES 1            // 0: no fused matmul epilogues (fuse_rope / fuse_silu workloads then fail their check)
 #endif
 #ifndef MK_SENTINEL_FENCE
-#define MK_SENTINEL_FENCE 1       // 0: no acquire fence after a task's polls (an experiment; see mk_wait_deps)
+#define MK_SENTINEL_FENCE 1       // the fence after a task's polls (mk_wait_deps): 1, fence.acq_rel.gpu; 2, fence.acquire.gpu
+#endif                            // (an experiment); 0, none (an experiment, not the memory model's acquire)
+#if MK_SENTINEL_FENCE < 0 || MK_SENTINEL_FENCE > 2
+#error "MK_SENTINEL_FENCE must be 0 (none), 1 (fence.acq_rel.gpu) or 2 (fence.acquire.gpu)"
 #endif
 
 struct MkPoll {                 // a byte segment the waiter polls (POLL_FIELDS in program.py)
@@ -163,17 +166,36 @@ __device__ __forceinline__ void mk_red_relaxed(unsigned* p) {
 
 __device__ __forceinline__ bool mk_failed(const int* error) { return *(const volatile int*)error != 0; }
 
+__device__ __forceinline__ unsigned mk_ld_relaxed(const unsigned* p) {
+    unsigned v;
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// MK_WAIT_ACQ (an experiment; default 0): how a wait for a counter or flag acquires. 0: every poll
+// is ld.acquire.gpu (SASS on sm_90: LDG.E.STRONG.GPU, then CCTL.IVALL, which drops the SM's L1 at
+// every poll, while the workers of the same SM may still run a task that reads through it);
+// 1: the polls are ld.relaxed.gpu (LDG.E.STRONG.GPU alone) and one fence.acquire.gpu (CCTL.IVALL)
+// follows the poll that saw the value: the PTX memory model's acquire pattern, the same ordering.
+#ifndef MK_WAIT_ACQ
+#define MK_WAIT_ACQ 0
+#endif
+#if MK_WAIT_ACQ != 0 && MK_WAIT_ACQ != 1
+#error "MK_WAIT_ACQ must be 0 (ld.acquire polls) or 1 (ld.relaxed polls, then fence.acquire)"
+#endif
+
 // Spin until *p >= want. False, with the error code set, after MK_SPIN_LIMIT_NS or when another
 // block has failed.
 __device__ bool mk_wait_at_least(const unsigned* p, unsigned want, int* error, int code) {
     unsigned long long t0 = 0;
-    for (int k = 0; mk_ld_acquire(p) < want; ++k) {
+    for (int k = 0; (MK_WAIT_ACQ ? mk_ld_relaxed(p) : mk_ld_acquire(p)) < want; ++k) {
         if (k == 0) t0 = mk_now();
         if ((k & 63) == 63) {
             if (mk_failed(error)) return false;
             if (mk_now() - t0 > MK_SPIN_LIMIT_NS) { atomicCAS(error, 0, code); return false; }
         }
     }
+    if (MK_WAIT_ACQ) asm volatile("fence.acquire.gpu;" ::: "memory");
     return true;
 }
 
@@ -1526,6 +1548,20 @@ __device__ __noinline__ bool mk_ftopk_ticket(const MkOp* ops, unsigned* counters
     return true;
 }
 
+// MK_PUB_FENCE (an experiment; default 0): the publisher's fence. 0: __threadfence(), which PTX makes
+// membar.gl, that is fence.sc.gpu (SASS on sm_90, nvcc 13.0: MEMBAR.SC.GPU, then CCTL.IVALL, which
+// drops the SM's L1); 1: fence.release.gpu (MEMBAR.ALL.GPU alone), all that a release of the workers'
+// writes needs: with the relaxed adds after it, the PTX memory model's release pattern, which the
+// waiter's acquire completes, cumulatively through the workers' barrier. The fence sits on every
+// boundary's critical path: the last task of an op publishes after it, and the next op's tasks wait
+// for that counter (~2 us from an op's last task to the next op's first at llama-3.2-1b b1).
+#ifndef MK_PUB_FENCE
+#define MK_PUB_FENCE 0
+#endif
+#if MK_PUB_FENCE != 0 && MK_PUB_FENCE != 1
+#error "MK_PUB_FENCE must be 0 (fence.sc.gpu) or 1 (fence.release.gpu)"
+#endif
+
 // The publisher lane: for each task row of [i0, i1), once the workers have finished it, fence at
 // gpu scope (cumulatively: every worker's writes were ordered before the `finished` store by the
 // workers' barrier) and release the tile's flag and the op's counter.
@@ -1537,7 +1573,11 @@ __device__ void mk_publish(const MkParams& P, int i0, int i1, const int* finishe
         unsigned* flag = P.flags + __ldg(&P.ops[op].flag_base) + tile;
         for (int k = 0; *(const volatile int*)finished < i; ++k)
             if ((k & 255) == 255 && mk_failed(P.error)) return;
+#if MK_PUB_FENCE
+        asm volatile("fence.release.gpu;" ::: "memory");  // with the relaxed adds after it, a release of both
+#else
         __threadfence();  // with the relaxed adds after it, a release of both (one fence, not three)
+#endif
         mk_red_relaxed(flag);
         mk_red_relaxed(P.counters + op);
     }
@@ -1555,7 +1595,11 @@ __device__ bool mk_wait_deps(const MkParams& P, const int* t, int lane) {
         // to L2 like the polls, after them.
         for (int d = d0; ok && d < d0 + nd; ++d)
             ok = mk_poll_data(P, __ldg(P.poll_deps + 2 * d), __ldg(P.poll_deps + 2 * d + 1), lane);
-        if (MK_SENTINEL_FENCE) asm volatile("fence.acq_rel.gpu;" ::: "memory");
+        // fence.acq_rel.gpu is MEMBAR.ALL.GPU and CCTL.IVALL in SASS (sm_90, nvcc 13.0), ~100 us a step at
+        // llama-3.2-1b b1 and b8 (evidence/h200-mk18-suite10, ab6); an acquire needs only the second
+        // (fence.acquire.gpu, MK_SENTINEL_FENCE=2): the polls are strong reads, and with it an acquire pattern
+        if (MK_SENTINEL_FENCE == 1) asm volatile("fence.acq_rel.gpu;" ::: "memory");
+        if (MK_SENTINEL_FENCE == 2) asm volatile("fence.acquire.gpu;" ::: "memory");
         return __all_sync(0xffffffffu, ok);
     }
     for (int d = d0; d < d0 + nd; ++d) {
@@ -1630,9 +1674,15 @@ __device__ void mk_wait_tasks(const MkParams& P, MkBlock& k, int i0, int i1, int
 // MK_L2PF_GATE (an experiment; default 0): 1 asks for weight rows only while the workers' current
 // task streams nothing (attention, reductions, the waits after them): the phases in which DRAM
 // idles once the ring is full, so that prefetched lines do not compete with the ring's own copies
-// while a matmul streams. KV-cache rows are asked for at any time.
+// while a matmul streams. KV-cache rows are asked for at any time. 2: as 1, and also while the
+// workers, done with a matmul task, wait for a next task that streams nothing (the gap between a
+// layer's QKV projection and its attention, ~3 us at llama-3.2-1b batch 1, in which 1 waits); the
+// gaps between two matmuls stay closed (there the slowest SMs still stream, and asks would slow them).
 #ifndef MK_L2PF_GATE
 #define MK_L2PF_GATE 0
+#endif
+#if MK_L2PF_GATE < 0 || MK_L2PF_GATE > 2
+#error "MK_L2PF_GATE must be 0 (no gate), 1 (the workers' task) or 2 (and their next task while they wait)"
 #endif
 #if (MK_L2PF_LINE_B & (MK_L2PF_LINE_B - 1)) != 0 || MK_L2PF_CHUNK_B % 16 != 0
 #error "MK_L2PF_LINE_B must be a power of two and MK_L2PF_CHUNK_B a multiple of 16"
@@ -1744,8 +1794,16 @@ __device__ void mk_l2_prefetch(const MkParams& P, const MkBlock& k, int i0, int 
                 const int begun = __shfl_sync(0xffffffffu, lane == 0 ? *started : 0, 0);
 #if MK_L2PF_GATE
                 // the workers' current task streams weights: no weight rows asked for meanwhile
-                const bool busy = __shfl_sync(0xffffffffu, lane == 0 && begun >= i0 && begun < i1
-                                              ? __ldg(P.tasks + (size_t)begun * MK_TASK_FIELDS) == MK_OP_MATMUL : false, 0);
+                bool mm = false;
+                if (lane == 0 && begun >= i0 && begun < i1) {
+                    mm = __ldg(P.tasks + (size_t)begun * MK_TASK_FIELDS) == MK_OP_MATMUL;
+#if MK_L2PF_GATE == 2
+                    // ... unless they are done with it and their next task streams nothing
+                    if (mm && *(const volatile int*)k.finished >= begun && begun + 1 < i1)
+                        mm = __ldg(P.tasks + (size_t)(begun + 1) * MK_TASK_FIELDS) == MK_OP_MATMUL;
+#endif
+                }
+                const bool busy = __shfl_sync(0xffffffffu, mm, 0);
 #else
                 const bool busy = false;
 #endif
