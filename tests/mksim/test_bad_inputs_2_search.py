@@ -560,7 +560,8 @@ def workers_parent_killed(tmp_path: Path, gpu_file: Path, ref: Callable[[int], d
         if p.poll() is None or not alone():
             os.killpg(p.pid, signal.SIGKILL)
         p.communicate()
-    assert not [t.number for t in trials_of(db) if t.state.name == "RUNNING"]
+    running = [(t.number, t.system_attrs, t.datetime_start) for t in trials_of(db) if t.state.name == "RUNNING"]
+    assert not running, f"trials left running after the workers' exit (number, system attrs, start): {running}"
     kept = finished(db)
     best = resume(db, gpu_file, trials=len(kept) + 1).best["latency_us"]
     now = finished(db)
