@@ -43,11 +43,11 @@ def test_hw_show_json_has_sources():
     assert data["sources"]["nv-h200-datasheet"]["kind"] == "datasheet"
 
 
-def test_models_lists_nine():
+def test_models_lists_ten():
     r = run("models", "--json")
     assert [m["name"] for m in json.loads(r.stdout)] == sorted(
-        ["llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "qwen3-8b", "mistral-7b", "qwen2.5-7b", "olmoe-1b-7b",
-         "qwen3-30b-a3b", "mixtral-8x7b"])
+        ["llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "llama-3.1-70b", "qwen3-8b", "mistral-7b", "qwen2.5-7b",
+         "olmoe-1b-7b", "qwen3-30b-a3b", "mixtral-8x7b"])
 
 
 def test_workload_json():
@@ -71,7 +71,7 @@ def test_workload_from_config_file(tmp_path):
 
 
 @pytest.mark.parametrize("args,match", [
-    (("workload", "--model", "gpt-9"), "unknown model 'gpt-9'; known: llama-3.1-8b"),
+    (("workload", "--model", "gpt-9"), "unknown model 'gpt-9'; known: llama-3.1-70b, llama-3.1-8b"),
     (("workload", "--model", "llama-3.2-1b", "--gpu", "h900"), "unknown GPU 'h900'; known: a100"),
     (("workload", "--model", "llama-3.2-1b", "--batch", "0"), "batch must be a positive integer"),
     (("workload", "--model", "llama-3.2-1b", "--kv-len", "-5"), "kv_len"),

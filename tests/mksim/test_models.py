@@ -14,6 +14,7 @@ PUBLISHED_PARAMS = {
     "llama-3.2-1b": 1.24e9,   # meta-llama/Llama-3.2-1B
     "llama-3.2-3b": 3.21e9,   # meta-llama/Llama-3.2-3B
     "llama-3.1-8b": 8.03e9,   # meta-llama/Llama-3.1-8B
+    "llama-3.1-70b": 70.56e9,  # meta-llama/Llama-3.1-70B params.json: 70,562,938,880 (github.com/thamada/modelQuery)
     "qwen3-8b": 8.2e9,        # Qwen/Qwen3-8B model card: "Number of Parameters: 8.2B"
     "qwen2.5-7b": 7.61e9,     # Qwen/Qwen2.5-7B model card: "Number of Parameters: 7.61B"
     "mistral-7b": 7.25e9,     # mistralai/Mistral-7B-v0.3
