@@ -560,8 +560,9 @@ def workers_parent_killed(tmp_path: Path, gpu_file: Path, ref: Callable[[int], d
         if p.poll() is None or not alone():
             os.killpg(p.pid, signal.SIGKILL)
         p.communicate()
-    running = [(t.number, t.system_attrs, t.datetime_start) for t in trials_of(db) if t.state.name == "RUNNING"]
-    assert not running, f"trials left running after the workers' exit (number, system attrs, start): {running}"
+    running = [(t.number, t.user_attrs.get("worker"), t.system_attrs, str(t.datetime_start)) for t in trials_of(db)
+               if t.state.name == "RUNNING"]
+    assert not running, f"trials left running after the workers' exit (number, worker, system attrs, start): {running}"
     kept = finished(db)
     best = resume(db, gpu_file, trials=len(kept) + 1).best["latency_us"]
     now = finished(db)
