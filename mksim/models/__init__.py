@@ -2,7 +2,7 @@
 
 >>> from mksim import models
 >>> models.names()[:2]
-['llama-3.1-8b', 'llama-3.2-1b']
+['llama-3.1-70b', 'llama-3.1-8b']
 """
 
 from __future__ import annotations
