@@ -59,7 +59,7 @@ from typing import Any
 import torch
 
 from validation.stacks import hf
-from validation.stacks.hf_ops import capture, crop, with_layers
+from validation.stacks.hf_ops import capture, crop, timed_modules, with_layers
 
 FIT_MODELS = ("llama-3.2-1b", "llama-3.1-8b")
 HELD_OUT = ("mistral-7b", "qwen3-8b", "llama-3.2-3b", "qwen2.5-7b")
@@ -136,14 +136,8 @@ def eager_modules(model: Any, config: Any, batch: int, kv_len: int,
     """The calls of the fit's inputs at one batch (module docstring, item 2) and what runs untimed before
     each (the caches cropped back). ``small``: models of the same config with 1, 2, 4 layers."""
     inner = model.model
-    layer = inner.layers[0]
-    attn, mlp = layer.self_attn, layer.mlp
-    mods = {"layer": layer, "attn_norm": layer.input_layernorm, "attn": attn,
-            "mlp_norm": layer.post_attention_layernorm, "mlp": mlp,
-            "q": attn.q_proj, "k": attn.k_proj, "v": attn.v_proj, "o": attn.o_proj,
-            "gate": mlp.gate_proj, "up": mlp.up_proj, "down": mlp.down_proj,
-            "embed": inner.embed_tokens, "rotary": inner.rotary_emb, "final_norm": inner.norm,
-            "lm_head": model.lm_head}
+    mods = timed_modules(model)
+    attn = mods["attn"]
     cache = hf.new_cache("hf", config, 0)
     first = hf.prefill(model, cache, batch, kv_len, config.vocab_size)
     got = capture(model, mods, lambda: model(input_ids=first, past_key_values=cache, use_cache=True))

@@ -252,19 +252,28 @@ def with_layers(config: Any, n: int) -> Any:
     return c
 
 
+def timed_modules(model: Any) -> dict[str, Any]:
+    """The modules of a transformers causal LM that the eager profile is fitted to, by name: layer 0 (whole,
+    its norms, attention and MLP, each projection) and what a step runs outside its layers."""
+    inner = model.model
+    layer = inner.layers[0]
+    attn, mlp = layer.self_attn, layer.mlp
+    return {"layer": layer, "attn_norm": layer.input_layernorm, "attn": attn,
+            "mlp_norm": layer.post_attention_layernorm, "mlp": mlp,
+            "q": attn.q_proj, "k": attn.k_proj, "v": attn.v_proj, "o": attn.o_proj,
+            "gate": mlp.gate_proj, "up": mlp.up_proj, "down": mlp.down_proj,
+            "embed": inner.embed_tokens, "rotary": inner.rotary_emb, "final_norm": inner.norm,
+            "lm_head": model.lm_head}
+
+
 def eager_case(name: str, batch: int, kv_len: int, host_calls: int, reps: int) -> dict[str, Any]:
     """The eager stack's single modules at one batch (module docstring)."""
     config = hf.hf_config(name)
     s = tg.load_shape(name)
     model = hf.build(config, "cuda")
     inner = model.model
-    layer = inner.layers[0]
-    attn, mlp = layer.self_attn, layer.mlp
-    mods = {"layer": layer, "attn_norm": layer.input_layernorm, "attn": attn,
-            "mlp_norm": layer.post_attention_layernorm, "mlp": mlp,
-            "q": attn.q_proj, "k": attn.k_proj, "v": attn.v_proj, "o": attn.o_proj,
-            "gate": mlp.gate_proj, "up": mlp.up_proj, "down": mlp.down_proj,
-            "embed": inner.embed_tokens, "rotary": inner.rotary_emb, "final_norm": inner.norm, "lm_head": model.lm_head}
+    mods = timed_modules(model)
+    attn, mlp = mods["attn"], mods["mlp"]
     cache = hf.new_cache("hf", config, 0)
     with torch.inference_mode():
         first = hf.prefill(model, cache, batch, kv_len, config.vocab_size)
