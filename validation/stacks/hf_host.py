@@ -432,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     torch._dynamo.config.cache_size_limit = 64   # small models and whole models: many compiled cases
     models: dict[str, tuple[Any, Any]] = {}
     with torch.inference_mode():
-        for m in fit + held:
+        whole = [m for m in a.compiled_whole.split(",") if m] if a.device == "cuda" else []
+        for m in dict.fromkeys(fit + held + whole):   # a compiled whole model need not be an eager one
             config = hf.hf_config(m)
             models[m] = (hf.build(config, a.device), config)
             log(f"built {m}")
@@ -442,7 +443,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             small = {m: {n: hf.build(with_layers(models[m][1], n), a.device) for n in EAGER_SMALL} for m in fit}
             try:
-                res["eager"] = eager_rounds(models, fit, batches, a.kv, a.calls, a.eager_s, t_end, a.rounds, gcp,
+                eager_models = {m: models[m] for m in fit + held}
+                res["eager"] = eager_rounds(eager_models, fit, batches, a.kv, a.calls, a.eager_s, t_end, a.rounds, gcp,
                                             small, log)
                 log(f"eager: {len(res['eager']['rounds'])} rounds")
             except Exception as e:
@@ -456,7 +458,6 @@ def main(argv: list[str] | None = None) -> int:
             sizes = [int(n) for n in a.compiled_small.split(",") if n]
             plan: list[tuple[str, str, int, int | None]] = [("small", m, b, n) for m in fit for n in sizes
                                                             for b in batches]
-            whole = [m for m in a.compiled_whole.split(",") if m]
             plan += [("whole", m, b, None) for b in batches for m in whole]   # every model's b1 before any b8
             calls_max = a.rounds + 8
             for kind, m, b, n in plan:
