@@ -20,6 +20,7 @@ check that the two agree.
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import signal
@@ -99,6 +100,10 @@ class WarmChild(subprocess.Popen):  # type: ignore[type-arg]
                 start_new_session, *rest)
         sys.stdout.flush()
         sys.stderr.flush()
+        # SQLite connections this process leaked (reachable only through reference cycles) are closed here,
+        # where their descriptors are theirs: collected in the child, after closerange, they would close
+        # whatever descriptor now has their number (the child's own database, say) and drop its locks
+        gc.collect()
         pid = os.fork()
         if pid == 0:  # the child: nothing here may return into the test process's frames
             code = 1

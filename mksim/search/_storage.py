@@ -64,6 +64,22 @@ def prepare_sqlite(engine) -> None:
     engine.dispose()  # connections made before the listeners (the tables' creation) are not reused
 
 
+def release(storage) -> None:
+    """Close the database connections ``storage`` (an optuna storage, batched or not) holds open; it opens
+    new ones when next used.
+
+    SQLite keeps, per process, what it knows of each open file (its locks, the WAL index's mapping). A
+    process forked while a connection is open inherits that knowledge without the locks it describes (POSIX
+    locks are not inherited), so a connection the child opens on the same file trusts locks nobody holds:
+    it can read a WAL index another process is resetting (SQLITE_PROTOCOL, "locking protocol") and, once
+    the parent is gone, others see no reader and reset the index under it. So no connection is open when
+    the search forks its workers, and none is left open when it returns."""
+    backend = getattr(storage, "_backend", storage)
+    engine = getattr(backend, "engine", None)
+    if engine is not None:
+        engine.dispose()
+
+
 def batched(storage):
     """``storage`` as optuna would use it, with a trial's writes batched (:class:`BatchedStorage`) where
     it is an RDB storage; any other (in memory) as it is."""

@@ -16,6 +16,7 @@ baseline enqueued again, and a run does not stop while enqueued trials wait.
 from __future__ import annotations
 
 import ctypes
+import gc
 import hashlib
 import importlib.util
 import json
@@ -86,6 +87,12 @@ PROBLEM_WAIT_S = 10.0  # a study's creator records its problem within this of cr
 def _optuna() -> ModuleType:
     """Optuna, imported on first use (``import mksim.search`` stays light), or a one-line MissingExtraError."""
     return require("optuna", "search", "mksim search")
+
+
+def _release(storage) -> None:
+    from ._storage import release  # imports optuna: not with mksim.search
+
+    release(storage)
 
 
 @dataclass
@@ -694,6 +701,7 @@ def search(model: str | ModelConfig, gpu: str, *, batch: int = 1, kv_len: int = 
                    ("hardware file", _gpu_file(target))])
     new_default = storage is None and not Path(f"{name}.db").exists()
     url = storage or f"sqlite:///{name}.db"
+    st = None
     try:  # Ctrl-C at any moment, before the first trial or after the last, says how to resume
         url, st = storage_for(storage, name)
         if new_default and say is not None:  # once it could be made: a refusal stays one line
@@ -709,6 +717,8 @@ def search(model: str | ModelConfig, gpu: str, *, batch: int = 1, kv_len: int = 
             # trial in a transaction that holds the write lock (SQLite: BEGIN IMMEDIATE; PostgreSQL:
             # SELECT ... FOR UPDATE), so no two evaluate the same one.
             ctx = mp.get_context("fork") if os.name == "posix" else mp.get_context("spawn")
+            _release(st)  # a forked worker must not inherit an open SQLite file (_storage.release),
+            gc.collect()  # nor a leaked one it would close, with its locks, once its own collector runs
             procs = [ctx.Process(target=_work_in_child, args=(os.getpid(), problem, objs, url, name,
                                                               (seed + i) % (SEED_MAX + 1), trials, timeout,
                                                               progress and i == 0)) for i in range(workers)]
@@ -736,6 +746,9 @@ def search(model: str | ModelConfig, gpu: str, *, batch: int = 1, kv_len: int = 
         return result
     except KeyboardInterrupt:
         raise _interrupted(url) from None
+    finally:
+        if st is not None:
+            _release(st)
 
 
 def summarize(study, problem: Problem, objectives: tuple[str, ...], url: str,

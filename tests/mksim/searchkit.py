@@ -12,6 +12,7 @@ whose point is a model's numbers keeps its model.
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 TINY_MODEL = Path(__file__).resolve().parents[1] / "data" / "tiny-llama.json"
@@ -40,7 +41,9 @@ def count(db: Path, states: tuple[str, ...] = ("COMPLETE",)) -> int:
     if not db.exists():
         return 0
     try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as c:
+        # closed here, not by the garbage collector: a process forked while it is open (a WarmChild) would
+        # inherit SQLite's state of the file without its locks (mksim.search._storage.release)
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as c:
             marks = ",".join("?" * len(states))
             return int(c.execute(f"SELECT COUNT(*) FROM trials WHERE state IN ({marks})", states).fetchone()[0])
     except sqlite3.Error:  # tables not made yet, or locked past the timeout

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -211,7 +212,7 @@ def row(row_id: str) -> pytest.MarkDecorator:
 # -- part A: one line, before any work, no file destroyed ---------------------------------------------------
 def _victim(path: Path) -> bytes:
     """An SQLite file standing for a study (any bytes do: the refusal comes before it is opened)."""
-    with sqlite3.connect(path) as c:
+    with closing(sqlite3.connect(path)) as c, c:  # closed: see searchkit.count
         c.execute("CREATE TABLE notes (text)")
         c.execute("INSERT INTO notes VALUES ('a finished study')")
     return path.read_bytes()
@@ -559,10 +560,11 @@ def workers_parent_killed(tmp_path: Path, gpu_file: Path, ref: Callable[[int], d
     finally:
         if p.poll() is None or not alone():
             os.killpg(p.pid, signal.SIGKILL)
-        p.communicate()
+        _, err = p.communicate()
     running = [(t.number, t.user_attrs.get("worker"), t.system_attrs, str(t.datetime_start)) for t in trials_of(db)
                if t.state.name == "RUNNING"]
-    assert not running, f"trials left running after the workers' exit (number, worker, system attrs, start): {running}"
+    assert not running, (f"trials left running after the workers' exit (number, worker, system attrs, start): "
+                         f"{running}; the search's stderr ends: {err[-1500:]!r}")
     kept = finished(db)
     best = resume(db, gpu_file, trials=len(kept) + 1).best["latency_us"]
     now = finished(db)

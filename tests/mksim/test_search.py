@@ -303,3 +303,38 @@ def test_the_fused_trial_takes_the_kv_split_the_model_prefers():
         assert simulate(build(candidate(m), problem), timeline=False).latency_us == times[m]
     fixed = {k: v for k, v in params.items() if k != "kv_split_mult"}
     assert fused_kv_split(problem, fixed) == fixed  # a split the study fixes stays
+
+
+def _open_files(path) -> list[str]:
+    """This process's file descriptors open on ``path`` or its WAL files (Linux: /proc/self/fd)."""
+    names = {str(path), f"{path}-wal", f"{path}-shm"}
+    fds = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the listing's own descriptor, closed by now
+            continue
+        if target in names:
+            fds.append(target)
+    return fds
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd")
+def test_no_sqlite_file_is_open_when_workers_fork_or_once_the_search_returns(tmp_path, gpu, monkeypatch):
+    """A worker forked with the study's file open would inherit SQLite's state of it without its locks
+    (mksim.search._storage.release); a library caller keeps no connection once search() returns."""
+    from mksim.search import _study
+
+    db, seen = tmp_path / "w.db", tmp_path / "seen"
+    real = _study._work_in_child
+
+    def child(parent, *args):  # in the forked worker, before it opens anything
+        seen.with_suffix(f".{os.getpid()}").write_text(json.dumps(_open_files(db)))
+        real(parent, *args)
+
+    monkeypatch.setattr(_study, "_work_in_child", child)
+    res = search(MODEL, gpu, trials=N_BASE, storage=f"sqlite:///{db}", workers=2)
+    assert res.n_complete + res.n_pruned >= N_BASE
+    inherited = [json.loads(p.read_text()) for p in tmp_path.glob("seen.*")]
+    assert len(inherited) == 2 and inherited == [[], []], inherited
+    assert _open_files(db) == []
