@@ -106,21 +106,51 @@ def case_line(r: dict[str, Any]) -> str:
                if r.get("achieved_GBps") else "") + (" [WRONG OUTPUT]" if r.get("correct") is False else ""))
 
 
+def _dry_row(case: vs.Case, gpu: str) -> dict[str, Any]:
+    """One case of a dry run: its prediction, or why it is refused (a plain dict: it crosses processes)."""
+    row: dict[str, Any] = {"name": case.name, "predicted_us": None, "error": None}
+    try:
+        sched = vs.build(case, gpu)
+        o = sched.options
+        row.update(predicted_us=vs.predicted_us(sched), smem_reserve_KiB=o.smem_reserve_KiB,
+                   prefetch=f"{o.prefetch_depth}x{o.page_KiB:g} KiB", policy=sched.policy)
+    except vs.Refused as exc:
+        row["refused"] = str(exc)
+    except MksimError as exc:
+        row["error"] = str(exc)
+    return row
+
+
+def _quiet_worker() -> None:
+    """A dry run's worker leaves Ctrl-C to its parent, which stops them all and says so in one line."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _dry_rows(cases: list[vs.Case], gpu: str) -> list[dict[str, Any]]:
+    """Every case's dry-run row, in the cases' order: on every core (forked workers, each building and
+    simulating whole cases), or in this process where there is one core, one case or no ``fork``."""
+    import multiprocessing as mp
+    import os
+
+    workers = min(len(cases), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else
+                  (os.cpu_count() or 1))
+    if workers < 2 or "fork" not in mp.get_all_start_methods():
+        return [_dry_row(c, gpu) for c in cases]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_quiet_worker) as pool:
+        try:
+            return list(pool.map(_dry_row, cases, [gpu] * len(cases)))
+        except KeyboardInterrupt:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
 def _dry_run(cases: list[vs.Case], gpu: str, as_json: bool) -> None:
     """Build and predict every case, on the CPU: what a GPU run would run."""
-    rows = []
-    for c in cases:
-        row: dict[str, Any] = {"name": c.name, "predicted_us": None, "error": None}
-        try:
-            sched = vs.build(c, gpu)
-            o = sched.options
-            row.update(predicted_us=vs.predicted_us(sched), smem_reserve_KiB=o.smem_reserve_KiB,
-                       prefetch=f"{o.prefetch_depth}x{o.page_KiB:g} KiB", policy=sched.policy)
-        except vs.Refused as exc:
-            row["refused"] = str(exc)
-        except MksimError as exc:
-            row["error"] = str(exc)
-        rows.append(row)
+    rows = _dry_rows(cases, gpu)
     if as_json:
         return emit_json(rows)
     t = make_table(f"validation cases (dry run: predictions by {gpu}, nothing measured)",

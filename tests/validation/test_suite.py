@@ -754,3 +754,14 @@ def test_docs_section_commands_run(cmd, tmp_path, builds_once):
         assert len(json.loads((tmp_path / "merged" / "measured.json").read_text())["cases"]) == len(SMALL)
     if argv[:2] == ["validate", "schedules"]:
         assert mksim.Schedule.from_json(tmp_path / "llama-3.2-1b-b1.json").mode == "megakernel"
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="the dry run's workers are forked")
+def test_the_dry_run_on_every_core_gives_the_rows_of_one_process_in_order(monkeypatch):
+    from validation import cli as vcli
+
+    cases = vs.select(vs.CASES, ["llama-3.2-1b/b1/"])[:3] + [vs.Case("llama-3.1-8b", 64, "megakernel")]
+    alone = [vcli._dry_row(c, vcli.PRED_GPU) for c in cases]
+    monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    assert vcli._dry_rows(cases, vcli.PRED_GPU) == alone
+    assert alone[-1]["predicted_us"] is None and (alone[-1].get("refused") or alone[-1]["error"])  # crossed too
