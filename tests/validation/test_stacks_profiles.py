@@ -160,7 +160,7 @@ def test_fit_refuses_a_folder_without_single_ops(tmp_path):
 @pytest.mark.slow  # 2.1 s of CPU
 def test_summary_is_reproduced_from_the_committed_steps():
     s = json.loads(SUMMARY.read_text())
-    hf = ROOT / s["hf_run"]   # the transformers stacks' steps: hf_host.py's runs (validation/results/h200-stacks/hf-host)
+    hf = ROOT / s["hf_run"]   # the transformers stacks' steps: hf_host.py's runs (h200-stacks/hf-host)
     steps = {(st.stack, st.model, st.batch, st.kv_len): st
              for st in predict.load_steps(RUN) + predict.load_hf_steps(hf)}
     assert len(s["cases"]) == len(steps) >= 48 + 16

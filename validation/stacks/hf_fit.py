@@ -24,6 +24,9 @@ whole step:
   launch part (``2 one - two``) over its nodes, least squares; ``host_step_us``: the compiled models of
   one, two and more layers: CUDA-event time of a call less the GPU span of its replay less the launch
   of its kernels less ``launch_latency_us``, the mean over the files and models.
+- **The host, from ``hf_host.py``'s runs** (``--host DIR``, what the committed profiles use): the host's
+  numbers above are replaced by ``hf_host_fit.py``'s fit of the fit part of the newest run in ``DIR`` that
+  holds the stack's part (``hf_host_fit.newest``); ``host_graph_node_us`` stays the microbenchmark's.
 """
 
 from __future__ import annotations

@@ -201,8 +201,9 @@ def miss(c: dict[str, Any], node_us: float) -> dict[str, Any]:
            "error_pct": c["error_pct"], "error_us": round(c["predicted_us"] - c["measured_us"], 1)}
     if c["stack"] == "hf":
         if not c["kernels_per_step"]:
-            out["effect"] = (f"the host: the eager step is its host's ({c['predicted_us'] / c['predicted_kernels_per_step']:.1f}"
-                             " us a kernel predicted; the measured step's kernels were not counted)")
+            per = c["predicted_us"] / c["predicted_kernels_per_step"]
+            out["effect"] = (f"the host: the eager step is its host's ({per:.1f} us a kernel predicted; the measured "
+                             "step's kernels were not counted)")
             return out
         out["effect"] = (f"the host: the eager step is its host's ({c['measured_us'] / c['kernels_per_step']:.1f} us "
                          f"a kernel measured, {c['predicted_us'] / c['predicted_kernels_per_step']:.1f} us "
