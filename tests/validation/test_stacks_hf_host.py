@@ -94,14 +94,78 @@ def test_the_whole_steps_are_written_for_the_check_and_never_read_by_the_fit(tmp
     assert hf_host_fit.host_spread(raw())["eager_python_us"]["off_20_pct"] == 0.0
 
 
+def eager_only(date: str = "2026-12-05T00:00:00Z") -> dict:
+    """A run of the eager part alone: its compiles ran out of budget (cases, no compiled rounds), no profiler."""
+    r = raw(slope=1040.0, icpt=700.0)
+    r["compiled"] = {"rounds": [], "calls": {k: [] for k in r["compiled"]["calls"]}}
+    del r["eager_kernels"]
+    return r | {"env": {**r["env"], "date_utc": date}}
+
+
+def compiled_only(date: str, pre0: float = 100.0, step_us: float = 2500.0) -> dict:
+    """A run of the compiled part alone (``--eager-s 0``): small models spending ``pre0`` + 20 x layers before
+    the launch, the whole llama-3.2-1b ``step_us`` a call; the profiler counted mistral-7b's eager step."""
+    r = raw()
+    del r["eager"]
+    for k, xs in r["compiled"]["calls"].items():
+        n = r["compiled_cases"][k]["layers"]
+        r["compiled"]["calls"][k] = ([{**x, "pre_us": pre0 + 20.0 * n} for x in xs] if "L-" in k else
+                                     [{**x, "step_us": step_us} for x in xs])
+    r["eager_kernels"] = {"mistral-7b-b1-kv16": {"kernels": 1500, "gpu_busy_us": 6100.0}}
+    return r | {"env": {**r["env"], "date_utc": date}}
+
+
+def write_runs(folder: Path, **runs: dict) -> Path:
+    folder.mkdir(exist_ok=True)
+    for name, r in runs.items():
+        (folder / f"hf-host-{name}.json").write_text(json.dumps(r))
+    return folder
+
+
+def test_each_stack_reads_the_newest_run_that_holds_its_part(tmp_path):
+    # r1: eager only; r2, r3: compiled only (r3 newer by its date, though its name sorts first: "a" < "r")
+    d = write_runs(tmp_path, r1=eager_only("2026-12-04T17:00:00Z"), r2=compiled_only("2026-12-04T18:00:00Z"),
+                   a3=compiled_only("2026-12-04T19:00:00Z", pre0=300.0))
+    assert [f.name for f in hf_host_fit.raw_files(d)] == ["hf-host-r1.json", "hf-host-r2.json", "hf-host-a3.json"]
+    assert hf_host_fit.newest(d, "eager")[0].name == "hf-host-r1.json"       # the newer runs have no eager part
+    assert hf_host_fit.newest(d, "compiled")[0].name == "hf-host-a3.json"    # r1's compiled cases have no rounds
+    assert hf_host_fit.compiled_fit(hf_host_fit.newest(d, "compiled")[1])["host_step_us"] == pytest.approx(300.0)
+    assert hf_host_fit.fit_models(d) == {"hf": ["llama-3.2-1b"], "hf_compiled": ["llama-3.2-1b"]}
+    with pytest.raises(hf_fit.fit.FitError, match="no hf-host-\\*.json run holds the eager part"):
+        hf_host_fit.newest(write_runs(tmp_path / "c", r2=compiled_only("2026-12-04T18:00:00Z")), "eager")
+
+
+def test_the_steps_of_every_run_are_written_a_later_runs_case_replacing_an_earlier_ones(tmp_path):
+    d = write_runs(tmp_path, r1=raw(), r2=eager_only("2026-12-06T00:00:00Z"),
+                   r3=compiled_only("2026-12-07T00:00:00Z", step_us=2500.0))
+    names = hf_host_fit.extract_all(d)
+    assert names == ["step-hf-mistral-7b-b1-kv16.json", "step-hf_compiled-llama-3.2-1b-b1-kv16.json"]
+    steps = {(s.stack, s.model): s for s in predict.load_hf_steps(d)}
+    assert steps["hf_compiled", "llama-3.2-1b"].median_us == 2500.0          # r3's, not r1's 2000
+    # r2's eager step (the newest) with the kernels of the newest run that counted them (r3)
+    assert (steps["hf", "mistral-7b"].median_us, steps["hf", "mistral-7b"].kernels) == (31000.0, 1500)
+    rec = json.loads((d / "step-hf-mistral-7b-b1-kv16.json").read_text())
+    assert (rec["source"], rec["kernels_source"]) == ("hf-host-r2.json", "hf-host-r3.json")
+
+
+def test_an_eager_step_no_run_counted_is_predicted_without_a_gap_per_kernel(tmp_path):
+    d = write_runs(tmp_path, r1=eager_only())
+    hf_host_fit.extract_all(d)
+    (s,) = [s for s in predict.load_hf_steps(d) if s.stack == "hf"]
+    assert s.kernels == 0
+    c = {"model": s.model, "batch": 1, "kv_len": 16, "stack": "hf", "error_pct": -20.0, "predicted_us": 24800.0,
+         "measured_us": 31000.0, "kernels_per_step": 0, "predicted_kernels_per_step": 1425, "measured_kernel_us": 0.0,
+         "measured_gap_us_per_kernel": None}
+    assert "not counted" in predict.miss(c, 0.7)["effect"]
+
+
 @pytest.mark.slow  # two fits of the committed single modules: over 1 s of CPU
 @pytest.mark.parametrize("stack", ["hf", "hf_compiled"])
 def test_a_profile_takes_its_host_costs_from_a_host_run(stack, tmp_path):
     run = tmp_path / "singles"
     shutil.copytree(SINGLES, run, ignore=shutil.ignore_patterns("ops-*"))
-    host = tmp_path / "host"
-    host.mkdir()
-    (host / "hf-host-r1.json").write_text(json.dumps(raw()))
+    # the eager part from r1, the compiled part from r2 (newer, compiled only: its eager part would differ)
+    host = write_runs(tmp_path / "host", r1=raw(), r2=compiled_only("2026-12-06T00:00:00Z", pre0=150.0))
     f = tmp_path / "p.toml"
     f.write_text(hf_fit.profile_text(run, stack, host))
     r = rates(hwmodels.load("h200-calibrated", profile=str(f)))
@@ -109,8 +173,10 @@ def test_a_profile_takes_its_host_costs_from_a_host_run(stack, tmp_path):
         assert r.host_us["matmul"] == pytest.approx(70.0) and r.host_qk_norm_us == pytest.approx(320.0)
         assert r.host_step_us == pytest.approx(410.0)
     else:
-        assert r.host_step_us == pytest.approx(100.0) and r.host_us["matmul"] == pytest.approx(2.0)
-    assert 'source = "hostrounds"' in f.read_text()
+        assert r.host_step_us == pytest.approx(150.0) and r.host_us["matmul"] == pytest.approx(2.0)   # r2's
+    text = f.read_text()
+    assert 'source = "hostrounds"' in text and f"--stack {stack} --host {host} --out" in text
+    assert f"hf-host-{'r1' if stack == 'hf' else 'r2'}.json (hf_host.py, its fit part only)" in text
 
 
 @pytest.mark.slow  # builds a qwen3-8b schedule: over 1 s of CPU

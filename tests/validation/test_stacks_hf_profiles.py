@@ -13,10 +13,12 @@ import hwmodels
 import mksim
 from mksim.compare import compare_modes
 from mksim.costs import host_issue_times, rates
-from validation.stacks import hf_fit, predict, records
+from validation.stacks import hf_fit, hf_host_fit, predict, records
+from validation.stacks.fit import STACK_PROFILE
 
 ROOT = Path(__file__).resolve().parents[2]
 SINGLES = ROOT / "validation/results/h200-stacks/hf/singles"
+HOST = ROOT / "validation/results/h200-stacks/hf-host"
 
 
 def test_host_issue_times_spread_each_ops_host_time_over_its_kernels():
@@ -66,10 +68,11 @@ def test_a_compiled_steps_graph_waits_for_its_hosts_part():
 
 @pytest.mark.slow  # ~2 s of CPU: four fits
 @pytest.mark.parametrize("stack", ["hf", "hf_compiled"])
-def test_the_committed_hf_profiles_are_the_fit_of_the_committed_single_modules(stack, tmp_path):
+def test_the_committed_hf_profiles_are_the_fit_of_the_committed_single_modules_and_host_runs(stack, tmp_path):
     run = tmp_path / "singles"
     shutil.copytree(SINGLES, run, ignore=shutil.ignore_patterns("ops-*"))   # the fit extracts them again
-    text = hf_fit.profile_text(run, stack).replace(str(run), str(SINGLES.relative_to(ROOT)))
+    text = hf_fit.profile_text(run, stack, HOST).replace(str(run), str(SINGLES.relative_to(ROOT)))
+    text = text.replace(str(HOST), str(HOST.relative_to(ROOT)))
     committed = (ROOT / "hwmodels/profiles" / f"{hf_fit.PROFILE[stack]}.toml").read_text()
     assert text == records.without_record(committed)
     for f in run.glob("ops-*.json"):           # the committed ops files are the extracted ones
@@ -77,30 +80,41 @@ def test_the_committed_hf_profiles_are_the_fit_of_the_committed_single_modules(s
     assert hwmodels.profile_info(hf_fit.PROFILE[stack])["mode"] == hf_fit.MODE[stack]
 
 
+def test_the_committed_steps_are_those_of_the_committed_host_runs(tmp_path):
+    # every whole step of the transformers stacks in the summary is extracted from hf_host.py's raw files
+    names = hf_host_fit.extract_all(HOST, tmp_path)
+    assert names == sorted(f.name for f in HOST.glob("step-*.json"))
+    for name in names:
+        assert (tmp_path / name).read_text() == (HOST / name).read_text()
+    # the compiled steps of r3 replaced r2's; the eager ones are r1's, with the kernels the later runs counted
+    rec = json.loads((HOST / "step-hf_compiled-llama-3.1-8b-b1-kv1024.json").read_text())
+    assert rec["source"] == "hf-host-r3.json"
+    rec = json.loads((HOST / "step-hf-mistral-7b-b1-kv1024.json").read_text())
+    assert (rec["source"], rec["kernels_source"], rec["kernels_per_step"]) == ("hf-host-r1.json", "hf-host-r3.json",
+                                                                               1493)
+
+
 @pytest.mark.slow  # a simulated step or more: over 1 s of CPU
-def test_the_eager_predictions_were_committed_as_the_profile_predicts():
-    d = json.loads((ROOT / "validation/results/h200-stacks/hf/predicted-hf.json").read_text())
+def test_the_summary_holds_the_committed_profiles_predictions_of_the_host_runs_steps():
     s = json.loads((ROOT / "validation/results/h200-stacks/summary.json").read_text())
-    pred = {(c["model"], c["batch"]): c["predicted_us"] for c in s["cases"] if c["stack"] == "hf"}
-    # the q/k norms' host cost (host_qk_norm_us) came after these were committed: qwen3-8b's 36 layers pay it
-    # on top of the committed prediction, the models without q/k norms are predicted as committed
-    qk = rates(hwmodels.load("h200-calibrated+hf")).host_qk_norm_us
-    added = {c["model"]: (mksim.models.get(c["model"]).num_layers * qk if c["model"] == "qwen3-8b" else 0.0)
-             for c in d["cases"]}
-    assert qk > 0
-    assert {(c["model"], c["batch"]): pytest.approx(c["predicted_us"] + added[c["model"]], abs=0.2)
-            for c in d["cases"]} == pred
-    assert {c["model"] for c in d["cases"] if c["held_out"]} == {"qwen3-8b", "mistral-7b"}
-    assert len(s["check"]) == 8 and all(c["stack"] == "hf" for c in s["check"])
-    c = d["cases"][0]
-    got, _, _ = predict.predict_step(c["model"], c["batch"], c["kv_len"], "h200-calibrated+hf", "stream")
-    assert round(got, 1) == c["predicted_us"]
+    assert s["hf_run"] == str(HOST.relative_to(ROOT)) and s["hf_host"] is True
+    hf_cases = [c for c in s["cases"] if c["stack"] in predict.HF_STACKS]
+    steps = {(st.stack, st.model, st.batch): st.median_us for st in predict.load_hf_steps(HOST)}
+    assert {(c["stack"], c["model"], c["batch"]): c["measured_us"] for c in hf_cases} == steps
+    # the host's costs were fitted to llama-3.2-1b and llama-3.1-8b only: every other model is held out
+    assert {c["model"] for c in hf_cases if c["held_out"]} == {"mistral-7b", "qwen3-8b", "llama-3.2-3b", "qwen2.5-7b"}
+    for stack in predict.HF_STACKS:
+        c = next(c for c in hf_cases if c["stack"] == stack and c["held_out"])
+        got, _, _ = predict.predict_step(c["model"], c["batch"], c["kv_len"], f"h200-calibrated+{STACK_PROFILE[stack]}",
+                                         predict.STACK_MODE.get(stack, "graph"))
+        assert round(got, 1) == c["predicted_us"]
 
 
 @pytest.mark.slow  # a simulated step or more: over 1 s of CPU
 def test_compare_runs_each_stack_in_its_own_mode_with_its_interval():
     d = compare_modes("llama-3.2-1b", "h200", stack="hf")
-    assert d["stack"]["mode"] == "stream" and d["stack"]["interval"]["half_width_pct"] == 78.9
+    rec = hwmodels.profile_info("hf")["validation"]
+    assert d["stack"]["mode"] == "stream" and d["stack"]["interval"]["half_width_pct"] == rec["p90_abs_pct"] == 8.4
     d = compare_modes("llama-3.2-1b", "h200", stack="hf-compiled")
     assert d["stack"]["mode"] == "graph" and d["stack"]["interval_us"] is not None
 

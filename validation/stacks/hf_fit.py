@@ -24,6 +24,9 @@ whole step:
   launch part (``2 one - two``) over its nodes, least squares; ``host_step_us``: the compiled models of
   one, two and more layers: CUDA-event time of a call less the GPU span of its replay less the launch
   of its kernels less ``launch_latency_us``, the mean over the files and models.
+- **The host, from ``hf_host.py``'s runs** (``--host DIR``, what the committed profiles use): the host's
+  numbers above are replaced by ``hf_host_fit.py``'s fit of the fit part of the newest run in ``DIR`` that
+  holds the stack's part (``hf_host_fit.newest``); ``host_graph_node_us`` stays the microbenchmark's.
 """
 
 from __future__ import annotations
@@ -147,9 +150,13 @@ def compiled_host(run: Path, gpu: str = "h200-calibrated") -> tuple[float, float
 
 def to_toml(stack: str, f: fit.Fit, run: Path, host: dict[str, Any], date: str, env: dict[str, Any]) -> str:
     name = PROFILE[stack]
+    host_dir = host.get("dir")
     lines = [f"# Implementation profile: {FULL[stack]}, fitted to the single modules of",
-             f"# {run}/{RAW_GLOB} (validation/stacks/hf_ops.py) by",
-             f"#   python -m validation.stacks.hf_fit {run} --stack {stack} --out hwmodels/profiles/{name}.toml",
+             f"# {run}/{RAW_GLOB} (validation/stacks/hf_ops.py)"
+             + (f" and, for the host's costs, to the fit part of {host['raw']}"
+                " (validation/stacks/hf_host.py)" if host_dir else "") + " by",
+             f"#   python -m validation.stacks.hf_fit {run} --stack {stack}"
+             + (f" --host {host_dir}" if host_dir else "") + f" --out hwmodels/profiles/{name}.toml",
              "# never to whole steps. How: validation/stacks/hf_fit.py and docs/stacks.md",
              "# (\"The transformers stacks\").",
              "schema_version = 1", f'profile = "{name}"', f'full_name = "{FULL[stack]}"',
@@ -191,7 +198,8 @@ def to_toml(stack: str, f: fit.Fit, run: Path, host: dict[str, Any], date: str, 
 
 def profile_text(run: Path, stack: str, host_run: Path | None = None) -> str:
     """The profile's text: the GPU tables from the single modules of ``run``; the host's costs from them
-    too, or, with ``host_run``, from the fit part of its newest ``hf_host.py`` run (``hf_host_fit.py``)."""
+    too, or, with ``host_run``, from the fit part of the newest ``hf_host.py`` run there that holds the stack's
+    part (``hf_host_fit.newest``: eager rounds for ``hf``, compiled rounds for ``hf_compiled``)."""
     extract(run)
     f = fit.fit_profile(run, stack)
     cases = _cases(run, stack)
@@ -199,11 +207,11 @@ def profile_text(run: Path, stack: str, host_run: Path | None = None) -> str:
     env = next(iter(cases.values()))["_env"]
     date = str(env.get("date_utc", ""))[:10]
     if stack == "hf" and host_run is not None:
-        raw = json.loads(hf_host_fit.raw_files(host_run)[-1].read_text())
+        path, raw = hf_host_fit.newest(host_run, hf_host_fit.STACK_PART[stack])
         e = hf_host_fit.eager_fit(raw)
-        src = f"{host_run}/{hf_host_fit.raw_files(host_run)[-1].name} (hf_host.py, its fit part only): "
+        src = f"{host_run}/{path.name} (hf_host.py, its fit part only): "
         host = {"per_kind": e["per_kind"], "note": src + e["note"], "source": "hostrounds", "env": raw["env"],
-                "raw": str(hf_host_fit.raw_files(host_run)[-1]),
+                "raw": str(path), "dir": str(host_run),
                 "numbers": {"host_step_us": (max(e["host_step_us"], 0.0),
                                              "the small models' intercept less the final norm, LM head and "
                                              "embedding as mksim charges them; " + src + e["note"]),
@@ -220,11 +228,11 @@ def profile_text(run: Path, stack: str, host_run: Path | None = None) -> str:
                                                     "norms (Qwen3) calls beyond a Llama layer; " + note)}}
     elif host_run is not None:
         node, _, _, gl_note = compiled_host(run)
-        raw = json.loads(hf_host_fit.raw_files(host_run)[-1].read_text())
+        path, raw = hf_host_fit.newest(host_run, hf_host_fit.STACK_PART[stack])
         c = hf_host_fit.compiled_fit(raw)
-        note = f"{host_run}/{hf_host_fit.raw_files(host_run)[-1].name} (hf_host.py, its fit part only): " + c["note"]
+        note = f"{host_run}/{path.name} (hf_host.py, its fit part only): " + c["note"]
         n_ops = sum(LAYER_KINDS.values())
-        host = {"source": "hostrounds", "env": raw["env"], "raw": str(hf_host_fit.raw_files(host_run)[-1]),
+        host = {"source": "hostrounds", "env": raw["env"], "raw": str(path), "dir": str(host_run),
                 "numbers": {"host_graph_node_us": (node, gl_note),
                             "host_step_us": (max(c["host_step_us"], 0.0), note)},
                 "per_kind": {k: round(c["per_layer_us"] / n_ops, 2) for k in LAYER_KINDS},
@@ -246,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stack", choices=tuple(PROFILE), required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--host", type=Path, default=None,
-                    help="a folder of hf_host.py runs: the host's costs from the newest one's fit part")
+                    help="a folder of hf_host.py runs: the host's costs from the fit part of the newest run "
+                         "that holds the stack's part")
     a = ap.parse_args(argv)
     try:
         text = profile_text(a.run, a.stack, a.host)

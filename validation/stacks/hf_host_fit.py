@@ -36,11 +36,37 @@ RAW_GLOB = "hf-host-*.json"
 SMALL = "model"   # the eager small models' keys: model1, model2, model4
 
 
+#: the part of a run each stack's fit reads
+STACK_PART = {"hf": "eager", "hf_compiled": "compiled"}
+
+
 def raw_files(folder: Path) -> list[Path]:
-    files = sorted(folder.glob(RAW_GLOB))
+    """The runs of ``folder``, oldest first (by the date each run wrote, then by name)."""
+    files = list(folder.glob(RAW_GLOB))
     if not files:
         raise fit.FitError(f"{folder}: no {RAW_GLOB} files (hf_host.py's runs)")
-    return files
+    return sorted(files, key=lambda f: (str(json.loads(f.read_text()).get("env", {}).get("date_utc", "")), f.name))
+
+
+def holds(raw: dict[str, Any], part: str) -> bool:
+    """Whether a run holds the fit part of ``part`` (``"eager"``: rounds of the single modules;
+    ``"compiled"``: a compiled small model with a call measured in its rounds)."""
+    if part == "eager":
+        e = raw.get("eager", {})
+        return bool(e.get("rounds")) and any(any(v for v in m.values()) for m in e.get("modules", {}).values())
+    if part == "compiled":
+        calls = raw.get("compiled", {}).get("calls", {})
+        return any(c.get("kind") == "small" and any(calls.get(k, [])) for k, c in raw.get("compiled_cases", {}).items())
+    raise ValueError(f"part must be one of {', '.join(STACK_PART.values())}, not {part!r}")
+
+
+def newest(folder: Path, part: str) -> tuple[Path, dict[str, Any]]:
+    """The newest run of ``folder`` that holds ``part`` (:func:`holds`), and its contents."""
+    for f in reversed(raw_files(folder)):
+        raw = json.loads(f.read_text())
+        if holds(raw, part):
+            return f, raw
+    raise fit.FitError(f"{folder}: no {RAW_GLOB} run holds the {part} part (hf_host.py's fit rounds)")
 
 
 def _med(xs: list[float]) -> float:
@@ -136,18 +162,20 @@ def _stats(xs: list[float]) -> dict[str, float]:
             "n": len(ys)}
 
 
-def extract_steps(raw_path: Path, dest: Path) -> list[str]:
+def extract_steps(raw_path: Path, dest: Path, counts: dict[str, dict[str, Any]] | None = None) -> list[str]:
     """``step-<stack>-<case>.json`` (``hf.py``'s record, read by ``predict.load_hf_steps``) of every whole
-    step of a raw file, with each round's time (``rounds_us``) for the interval. Returns the names."""
+    step of a raw file, with each round's time (``rounds_us``) for the interval. ``counts``: the eager
+    steps' kernels by case (:func:`eager_counts`), else the file's own. Returns the names."""
     raw = json.loads(raw_path.read_text())
     kv = int(raw["kv_len"])
-    counts = raw.get("eager_kernels", {})
+    counts = raw.get("eager_kernels", {}) if counts is None else counts
     names = []
     rows: list[tuple[str, str, list[float], dict[str, Any]]] = []
     for case, xs in raw.get("eager", {}).get("steps", {}).items():
         c = counts.get(case, {})
         rows.append(("hf", case, [x["step_us"] for x in xs],
                      {"kernels_per_step": c.get("kernels", 0), "gpu_busy_us_one_step": c.get("gpu_busy_us", 0.0),
+                      "kernels_source": c.get("source", raw_path.name) if c else None,
                       "host_us": _stats([x["host_us"] for x in xs])}))
     for key, c in raw.get("compiled_cases", {}).items():
         if c["kind"] != "whole":
@@ -168,6 +196,41 @@ def extract_steps(raw_path: Path, dest: Path) -> list[str]:
         (dest / name).write_text(json.dumps(rec, separators=(",", ":")) + "\n")
         names.append(name)
     return sorted(names)
+
+
+def eager_counts(files: list[Path]) -> dict[str, dict[str, Any]]:
+    """The eager steps' kernels and GPU busy time by case over ``files`` (oldest first): the newest file
+    that profiled a case (a run's profiler comes last and may miss its budget; the count is the step's,
+    the same in any run of the same torch and transformers), with that file's name as ``source``."""
+    out: dict[str, dict[str, Any]] = {}
+    for f in files:
+        for case, c in json.loads(f.read_text()).get("eager_kernels", {}).items():
+            out[case] = {**c, "source": f.name}
+    return out
+
+
+def extract_all(folder: Path, dest: Path | None = None) -> list[str]:
+    """:func:`extract_steps` of every run of ``folder``, oldest first, into ``dest`` (``folder``): a later
+    run's case replaces an earlier one's; the eager steps' kernels from :func:`eager_counts`. Returns the
+    names written."""
+    files = raw_files(folder)
+    counts = eager_counts(files)
+    names: set[str] = set()
+    for f in files:
+        names.update(extract_steps(f, folder if dest is None else dest, counts))
+    return sorted(names)
+
+
+def fit_models(folder: Path) -> dict[str, list[str]]:
+    """Per stack, the models whose fit part built its host costs: the ``fit_models`` of the run
+    :func:`newest` picks for the stack's part (no entry where no run holds it)."""
+    out = {}
+    for stack, part in STACK_PART.items():
+        try:
+            out[stack] = sorted(newest(folder, part)[1].get("fit_models", []))
+        except fit.FitError:
+            continue
+    return out
 
 
 def host_spread(raw: dict[str, Any]) -> dict[str, Any]:

@@ -24,7 +24,9 @@ import hwmodels
 import mksim
 from mksim.costs import rates
 from mksim.workload import kernel_of
+from validation.stacks import hf_host_fit
 from validation.stacks.fit import STACK_PROFILE, FitError, kernels
+from validation.stacks.records import inside_pct
 
 MEGAKERNEL_PROFILE = "mksim"
 #: the mode each stack's step runs in (the profile's ``mode``): the eager transformers stack is launched by the
@@ -115,6 +117,12 @@ def summarise(run: Path, gpu: str = "h200-calibrated", hf: Path | None = None) -
     ``hf``: a folder of the transformers stacks' steps too (its profiles' single modules under it)."""
     steps = load_steps(run) + (load_hf_steps(hf) if hf is not None else [])
     fitted = fit_models(run) | (fit_models(hf) if hf is not None else {})
+    hf_runs = hf_host_fit.raw_files(hf) if hf is not None and any(hf.glob(hf_host_fit.RAW_GLOB)) else None
+    hf_date = None
+    if hf is not None and hf_runs is not None:   # host costs from hf_host.py's runs: their fit models too
+        for stack, models in hf_host_fit.fit_models(hf).items():
+            fitted[stack] = sorted(set(fitted.get(stack, [])) | set(models))
+        hf_date = str(json.loads(hf_runs[-1].read_text())["env"].get("date_utc", ""))[:10] or None
     env = json.loads((run / "environment.json").read_text()) if (run / "environment.json").is_file() else {}
     mk: dict[tuple[str, int, int], float] = {}
     cases = []
@@ -131,7 +139,7 @@ def summarise(run: Path, gpu: str = "h200-calibrated", hf: Path | None = None) -
             "kernels_per_step": st.kernels, "predicted_kernels_per_step": n_k, "error_pct": round(err, 1),
             "held_out": st.model not in fitted.get(st.stack, []),
             "measured_kernel_us": st.busy_us,
-            "measured_gap_us_per_kernel": round((st.median_us - st.busy_us) / st.kernels, 3),
+            "measured_gap_us_per_kernel": round((st.median_us - st.busy_us) / st.kernels, 3) if st.kernels else None,
             "predicted_kernel_us": round(sum(o["time_us"] for o in res.per_op), 1),
             "megakernel_us": round(mk[key], 1), "megakernel_speedup": round(st.median_us / mk[key], 2)})
     node_us = float(rates(hwmodels.load(gpu)).graph_node_us)
@@ -143,6 +151,9 @@ def summarise(run: Path, gpu: str = "h200-calibrated", hf: Path | None = None) -
                                              and c["held_out"]])), 1)
                      for s in sorted({c["stack"] for c in cases if c["held_out"]})}
     held = [c for c in cases if c["held_out"]]
+    coverage = {s: inside_pct([c["error_pct"] for c in cases if c["stack"] == s and c["held_out"]],
+                              [c["error_pct"] for c in cases if c["stack"] == s and not c["held_out"]])
+                for s in held_by_stack if any(c["stack"] == s and not c["held_out"] for c in cases)}
     check = []
     if hf is not None and (hf / CHECK).is_dir():
         for st in load_hf_steps(hf / CHECK):
@@ -155,6 +166,7 @@ def summarise(run: Path, gpu: str = "h200-calibrated", hf: Path | None = None) -
     return {
         "gpu": f"{env.get('gpu', 'NVIDIA H200')} ({gpu})", "date": env.get("date_utc", "")[:10],
         "run": str(run), "hf_run": str(hf) if hf is not None else None,
+        "hf_host": hf_runs is not None, "hf_date": hf_date,
         "command": f"python -m validation stacks predict {run}" + (f" --hf {hf}" if hf is not None else "")
         + " --json SUMMARY",
         "predicted_with": {s: f"mksim.build_schedule(workload, '{gpu}+{p}', '{STACK_MODE.get(s, 'graph')}')"
@@ -163,10 +175,15 @@ def summarise(run: Path, gpu: str = "h200-calibrated", hf: Path | None = None) -
         "fit_models": fitted, "held_out_models": sorted({c["model"] for c in held}),
         "note": "profiles fitted to the single ops of fit_models only (never to whole steps); held-out models "
                 "never used to build a profile; measured_us is the median of 50 graph replays, "
-                "measured_spread_us p90 - p10",
+                "measured_spread_us p90 - p10" + ("; the transformers stacks' steps are hf_run's (hf_host.py's: the "
+                                                  "median over its rounds, one step a round; hf.py's: over 50 steps)"
+                                                  if hf is not None else ""),
         "cases": cases, "mape_pct": round(float(errs.mean()), 1), "max_abs_error_pct": round(float(errs.max()), 1),
         "mape_pct_by_stack": by_stack, "mape_pct_held_out_by_stack": held_by_stack,
         "mape_pct_held_out": round(float(np.mean([abs(c["error_pct"]) for c in held])), 1) if held else None,
+        "held_out_inside_p90_pct_by_stack": coverage,
+        "coverage_note": "per stack, the share of held-out cases whose |error| is within the p90 |error| of the "
+                         "fitted models' cases (the interval's coverage on cases no fit saw)",
         "cases_beyond_10_pct": sum(1 for e in errs if e > 10), "cases_beyond_20_pct": sum(1 for e in errs if e > 20),
         "misses": misses,
         "check": check, "check_note": "the eager steps measured again on 2026-12-04 (another machine and day), after "
@@ -183,6 +200,11 @@ def miss(c: dict[str, Any], node_us: float) -> dict[str, Any]:
     out = {"model": c["model"], "batch": c["batch"], "kv_len": c["kv_len"], "stack": c["stack"],
            "error_pct": c["error_pct"], "error_us": round(c["predicted_us"] - c["measured_us"], 1)}
     if c["stack"] == "hf":
+        if not c["kernels_per_step"]:
+            per = c["predicted_us"] / c["predicted_kernels_per_step"]
+            out["effect"] = (f"the host: the eager step is its host's ({per:.1f} us a kernel predicted; the measured "
+                             "step's kernels were not counted)")
+            return out
         out["effect"] = (f"the host: the eager step is its host's ({c['measured_us'] / c['kernels_per_step']:.1f} us "
                          f"a kernel measured, {c['predicted_us'] / c['predicted_kernels_per_step']:.1f} us "
                          f"predicted; the kernels ran {c['measured_kernel_us']:.0f} us of it)")
@@ -193,8 +215,8 @@ def miss(c: dict[str, Any], node_us: float) -> dict[str, Any]:
         out["effect"] = (f"the host before the graph's launch: kernel time {c['predicted_kernel_us']:.0f} us "
                          "predicted, "
                          f"{c['measured_kernel_us']:.0f} us in the profiled step; the rest of the step {rest_p:.0f} us "
-                         f"predicted, {rest_m:.0f} us measured (the host's part per layer of the 1-, 2- and 4-layer "
-                         "models does not hold for the whole model)")
+                         f"predicted, {rest_m:.0f} us measured (the host's part of the compiled small models does not "
+                         "extrapolate to the whole model)")
         return out
     dk = c["kernels_per_step"] - c["predicted_kernels_per_step"]
     if abs(dk) > 0.1 * c["kernels_per_step"]:
@@ -210,6 +232,10 @@ def miss(c: dict[str, Any], node_us: float) -> dict[str, Any]:
     return out
 
 
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
 def table(summary: dict[str, Any]) -> str:
     """The cases as a Markdown table, then the error summary."""
     rows = ["| stack | model | B | kv | measured µs (p90-p10) | predicted µs | error | kernels meas / pred | "
@@ -218,14 +244,17 @@ def table(summary: dict[str, Any]) -> str:
         model = c["model"] + (" (held out)" if c["held_out"] else "")
         rows.append(f"| {c['stack']} | {model} | {c['batch']} | {c['kv_len']} | {c['measured_us']:.1f} "
                     f"({c['measured_spread_us']:.1f}) | {c['predicted_us']:.1f} | {c['error_pct']:+.1f} % | "
-                    f"{c['kernels_per_step']} / {c['predicted_kernels_per_step']} | "
-                    f"{c['measured_gap_us_per_kernel']:.2f} | {c['megakernel_us']:.1f} | "
+                    f"{c['kernels_per_step'] or '-'} / {c['predicted_kernels_per_step']} | "
+                    f"{_num(c['measured_gap_us_per_kernel'])} | {c['megakernel_us']:.1f} | "
                     f"{c['megakernel_speedup']:.2f}x |")
     by = ", ".join(f"{k} {v} %" for k, v in summary["mape_pct_by_stack"].items())
     rows += ["", f"MAPE {summary['mape_pct']} % over {len(summary['cases'])} cases ({by}); held out "
              f"({', '.join(summary['held_out_models'])}): {summary['mape_pct_held_out']} %; largest error "
              f"{summary['max_abs_error_pct']} %; {summary['cases_beyond_10_pct']} cases beyond 10 %, "
-             f"{summary['cases_beyond_20_pct']} beyond 20 %."]
+             f"{summary['cases_beyond_20_pct']} beyond 20 %."
+             + (" Held-out cases within the p90 |error| of the fitted ones: " + ", ".join(
+                 f"{k} {v:.0f} %" for k, v in summary["held_out_inside_p90_pct_by_stack"].items()) + "."
+                if summary.get("held_out_inside_p90_pct_by_stack") else "")]
     if summary["misses"]:
         rows += ["", "Beyond 10 %:", ""] + [f"- {m['stack']} {m['model']} b{m['batch']} kv{m['kv_len']} "
                                             f"({m['error_pct']:+.1f} %): {m['effect']}" for m in summary["misses"]]

@@ -67,6 +67,10 @@ DATASHEET_SUITE = "validation/results/h200-datasheet/summary.json"  # those 40 s
 DATASHEET = "h200-datasheet"
 #: the mode families of a record's sub-tables (hwmodels.VALIDATION_FAMILIES), by mode
 CHAIN_MODES = ("stream", "graph", "graph_pdl")
+#: how the transformers stacks' profiles were fitted, without and with hf_host.py's rounds (the summary's ``hf_host``)
+HF_FIT_WORDS = {False: "was fitted to single ops only (single modules of transformers' models)",
+                True: "was fitted to single modules of transformers' models and, for the host's costs, to the modules "
+                      "and small models of hf_host.py's rounds, never to a whole step"}
 MARKER = "# -- validation record (written by python -m validation stacks records; do not edit by hand)"
 GPU = "h200-calibrated"
 
@@ -157,12 +161,12 @@ def records(root: Path = ROOT) -> dict[str, dict[str, Any]]:
         errs = [float(c["error_pct"]) for c in cases]
         held = [float(c["error_pct"]) for c in cases if c["held_out"]]
         fitted = [float(c["error_pct"]) for c in cases if not c["held_out"]]
-        out[prof] = {**stats(errs), "gpu": GPU, "date": st["date"],
+        ours = stack in ("torch_graph", "inductor_graph")
+        out[prof] = {**stats(errs), "gpu": GPU, "date": st["date"] if ours else st.get("hf_date") or st["date"],
                      "what": f"whole decode steps of {stack} ({len({c['model'] for c in cases})} models, batch "
                              f"{'/'.join(str(b) for b in sorted({c['batch'] for c in cases}))}, kv "
                              f"{'/'.join(str(k) for k in sorted({c['kv_len'] for c in cases}))}); the profile "
-                             "was fitted to single ops only" + ("" if stack in ("torch_graph", "inductor_graph") else
-                                                                " (single modules of transformers' models)"),
+                             + ("was fitted to single ops only" if ours else HF_FIT_WORDS[bool(st.get("hf_host"))]),
                      "source": STACKS_SUMMARY,
                      "command": st["command"].replace("SUMMARY", STACKS_SUMMARY),
                      "held_out": f"the steps of {', '.join(held_names)} (never used to fit), inside "
