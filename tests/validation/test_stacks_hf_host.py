@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -215,5 +216,7 @@ def test_the_rounds_run_end_to_end_on_the_cpu(tmp_path, monkeypatch):
     assert all(len(v) == 2 for v in mods.values())
     assert set(d["eager"]["steps"]) == {"llama-3.2-1b-b1-kv8", "qwen3-8b-b1-kv8"}
     e = hf_host_fit.eager_fit(d)
-    assert e["scale"] > 0 and set(e["per_kind"]) == {"rmsnorm", "matmul", "rope_kv", "attn_partial", "silu_mul",
-                                                       "embed"}
+    # the machinery, not the numbers: two rounds of a 3-layer toy on a loaded CPU can time the 4-layer model
+    # faster than the 1-layer one, so the scale's sign is the machine's (it failed so under load)
+    assert math.isfinite(e["scale"])
+    assert set(e["per_kind"]) == {"rmsnorm", "matmul", "rope_kv", "attn_partial", "silu_mul", "embed"}
