@@ -94,7 +94,8 @@ def test_search_checks_the_split_and_names_the_study(tmp_path, monkeypatch):
         "qwen3-30b-a3b-h200-datasheet-b8-kv1024-latency-tp2-ep4"
     with pytest.raises(MksimError, match="^trials must be at least 28 "):  # two more baselines: overlap, two-shot
         jobs.check_search("llama-3.1-8b", GPU, 1, 1024, 27, "latency", tp=2)
-    assert jobs.check_search("llama-3.1-8b", GPU, 1, 1024, 26, "latency") == "llama-3.1-8b-h200-datasheet-b1-kv1024-latency"
+    assert jobs.check_search("llama-3.1-8b", GPU, 1, 1024, 26, "latency") == \
+        "llama-3.1-8b-h200-datasheet-b1-kv1024-latency"
 
 
 @pytest.mark.slow  # a search of the tiny model (its baselines), about 8 s
