@@ -116,6 +116,32 @@ def check_routing(routing: object) -> str:
     return text
 
 
+#: The largest tensor- or expert-parallel degree a page takes: a node's GPUs are far fewer (mksim refuses more
+#: than the GPU file's ``[interconnect] gpus_count``, in one line); a bound on what a request makes mksim check.
+MAX_SPLIT = 64
+
+
+def check_split(tp: object, ep: object) -> tuple[int, int]:
+    """The page's tensor- and expert-parallel GPUs (``--tp``, ``--ep``) as whole numbers from 1 to
+    :data:`MAX_SPLIT`; empty is 1. Whether the model and the node can take them is mksim's to say, as
+    ``mksim compare`` says it (:class:`mksim.workload.Step`, one line).
+
+    >>> check_split(2, None), check_split("4", 2.0)
+    ((2, 1), (4, 2))
+    >>> check_split(0, 1)
+    Traceback (most recent call last):
+    ...
+    hwmodels.errors.InputError: tensor-parallel GPUs must be a whole number from 1 to 64, got 0
+    """
+    out = []
+    for value, what in ((tp, "tensor-parallel GPUs"), (ep, "expert-parallel GPUs")):
+        n = 1 if value is None or value == "" else whole_number(value, what)
+        if not 1 <= n <= MAX_SPLIT:
+            raise MksimError(f"{what} must be a whole number from 1 to {MAX_SPLIT}, got {n}")
+        out.append(n)
+    return out[0], out[1]
+
+
 def has_experts(model: str, config: dict[str, Any] | None = None) -> bool:
     """Whether the built-in ``model`` (or the uploaded ``config``) is a mixture of experts."""
     cfg = mksim.models.get(check_model(model)) if config is None else mksim.models.config_from_hf(config, name=model)
@@ -240,13 +266,14 @@ WAIT_COLUMNS = ("kind", "task", "name", "sm", "slot", "start_us", "end_us")
 def timeline_schedule(model: str = "llama-3.2-1b", gpu: str = "h200", batch: int = 1, kv_len: int = 1024,
                       phase: str = "decode", mode: str = "megakernel", policy: str | None = None,
                       schedule: str | None = None, prefill_tokens: int = 0, routing: str | None = None,
-                      design: str | None = None):
+                      design: str | None = None, tp: Any = 1, ep: Any = 1):
     """The :class:`mksim.schedule.Schedule` the Timeline page simulates.
     ``schedule`` is the JSON text of a schedule file (what ``mksim simulate --save`` and ``mksim search --out``
     write); without it, ``mode``'s default schedule of the workload (``policy``: a persistent mode's placement
     policy, ``None`` for the default; ``prefill_tokens``: new tokens per sequence, for the prefill phase;
     ``routing``: a mixture of experts' routing model, :func:`routing_for`; ``design``: a row of
-    :func:`moe_design_rows`, ``None`` for none). Raises :class:`mksim.errors.MksimError` on bad input.
+    :func:`moe_design_rows`, ``None`` for none; ``tp``, ``ep``: the step split over GPUs, :func:`check_split`).
+    Raises :class:`mksim.errors.MksimError` on bad input.
     """
     if schedule is not None:
         if not isinstance(schedule, str) or not schedule.lstrip().startswith("{"):  # from_json would take other
@@ -265,7 +292,9 @@ def timeline_schedule(model: str = "llama-3.2-1b", gpu: str = "h200", batch: int
         if design not in rows:
             raise MksimError(f"unknown MoE design {_shown(design)}: choose none or one of {', '.join(rows)}")
         opts = dict(rows[design])
-    step = Step(check_model(model), batch, kv_len, phase, prefill_tokens, routing=routing_for(model, routing))
+    tp, ep = check_split(tp, ep)
+    step = Step(check_model(model), batch, kv_len, phase, prefill_tokens, tp=tp, routing=routing_for(model, routing),
+                ep=ep)
     wl = mksim.models.workload(step, n_sms=g.sm.count)
     return build_schedule(wl, g, mode, **{"policy": policy or None, **opts})
 
@@ -273,7 +302,7 @@ def timeline_schedule(model: str = "llama-3.2-1b", gpu: str = "h200", batch: int
 def timeline_data(model: str = "llama-3.2-1b", gpu: str = "h200", batch: int = 1, kv_len: int = 1024,
                   phase: str = "decode", mode: str = "megakernel", policy: str | None = None,
                   schedule: str | None = None, prefill_tokens: int = 0, routing: str | None = None,
-                  design: str | None = None) -> dict[str, Any]:
+                  design: str | None = None, tp: Any = 1, ep: Any = 1) -> dict[str, Any]:
     """One simulated step, task by task, for the per-SM Gantt chart (arguments as :func:`timeline_schedule`).
     Keys: ``workload gpu mode policy latency_us n_tasks n_sms lanes_per_sm``; ``tracks``, the SMs that ran a
     task, in order; ``tasks``, one row per task as columns (``TASK_COLUMNS``: equal-length lists; ``slot`` is
@@ -282,14 +311,15 @@ def timeline_data(model: str = "llama-3.2-1b", gpu: str = "h200", batch: int = 1
     (``WAIT_COLUMNS``; ``task`` is the task waiting); ``wait_kinds``, ``schedule_json`` (the schedule simulated:
     to download, or to trace again), ``moe`` (the workload's routing summary, ``None`` for a dense step) and
     ``design_stats`` (what the designs on reported: an MoE design's per-layer expert tiles per SM and the top-k's
-    serial time). Times in µs from the step's start.
+    serial time) and ``communication_us`` (a step split over GPUs: its collective ops' span; ``None`` on one
+    GPU). Times in µs from the step's start.
 
     >>> d = timeline_data("llama-3.2-1b", "h200", mode="megakernel")
     >>> len(d["tracks"]), sorted(d["tasks"]["task"]) == list(range(d["n_tasks"]))
     (132, True)
     """
     sched = timeline_schedule(model, gpu, batch, kv_len, phase, mode, policy, schedule, prefill_tokens, routing,
-                              design)
+                              design, tp, ep)
     res = simulate(sched)
     expert = [-1 if et is None else et[0] for et in task_experts(sched.graph)]
     g = sched.graph
@@ -315,7 +345,8 @@ def timeline_data(model: str = "llama-3.2-1b", gpu: str = "h200", batch: int = 1
             "latency_us": res.latency_us, "n_tasks": res.n_tasks, "n_sms": sched.gpu.sm.count,
             "lanes_per_sm": lps, "tracks": sorted(set(tasks["sm"])), "tasks": tasks, "waits": waits,
             "wait_kinds": list(WAIT_KINDS), "schedule_json": sched.to_json(),
-            "moe": sched.workload.routing_summary(), "design_stats": res.design_stats}
+            "moe": sched.workload.routing_summary(), "design_stats": res.design_stats,
+            "communication_us": res.communication_us}
 
 
 def perfetto_trace(schedule: str) -> str:
@@ -422,7 +453,8 @@ def study_data(storage: str, study: str) -> dict[str, Any]:
     """A search study as plain data, read from its storage (a running study: what it holds so far).
     Keys: ``study storage problem objectives`` (``["latency"]`` or ``["latency", "smem"]``), ``counts`` (trials
     per state of ``TRIAL_STATES``), ``finished`` (complete and pruned: what ``trials`` counts), ``trials`` (one
-    row per trial: ``number state latency_us smem_KiB params baseline mode reason``), ``best`` (the complete
+    row per trial: ``number state latency_us smem_KiB params communication_us baseline mode reason``;
+    ``communication_us`` ``None`` but in a study of a step split over GPUs), ``best`` (the complete
     trial of least latency, or ``None``), ``pareto`` (with two objectives, the numbers of the complete trials no
     other beats on both, by latency) and ``params`` (the parameters every complete megakernel trial chose, for
     the parallel coordinates). Raises :class:`mksim.errors.MksimError` if the storage or study cannot be opened.
@@ -435,6 +467,7 @@ def study_data(storage: str, study: str) -> dict[str, Any]:
         reason = t.user_attrs.get("pruned_reason") or t.system_attrs.get("fail_reason")
         rows.append({"number": t.number, "state": t.state.name, "latency_us": t.user_attrs.get("latency_us"),
                      "smem_KiB": t.user_attrs.get("smem_KiB"), "params": dict(t.params),
+                     "communication_us": t.user_attrs.get("communication_us"),
                      "baseline": t.user_attrs.get("baseline"),
                      "mode": t.params.get("mode", t.user_attrs.get("mode", "megakernel")),
                      "reason": str(reason).splitlines()[0] if reason else None})
@@ -482,31 +515,35 @@ def best_schedule_json(storage: str, study: str, trial: int | None = None) -> st
         except TypeError as exc:
             raise MksimError(f"study {study!r} records a model config this mksim cannot read: {exc}") from None
     problem = Problem(model=model, gpu=gpu_spec(p["gpu"]), batch=p["batch"], kv_len=p["kv_len"],
-                      phase=p.get("phase", "decode"), fixed=p.get("fixed", {}), designs=tuple(p.get("designs", ())))
+                      phase=p.get("phase", "decode"), fixed=p.get("fixed", {}), designs=tuple(p.get("designs", ())),
+                      tp=p.get("tp", 1), ep=p.get("ep", 1))
     return build(candidate_from_params(best.params, problem.gpu, problem.fixed, problem.designs), problem).to_json()
 
 
 # -- Compare: uploaded configs, per-op times, the roofline, hardware what-ifs -----------------
 @lru_cache(maxsize=32)
 def _compare_run(model: str, gpu: str, batch: int, kv_len: int, phase: str, config_json: str | None,
-                 whatif: WhatIf, routing: str = "uniform") -> dict[str, Any]:
+                 whatif: WhatIf, routing: str = "uniform", tp: int = 1, ep: int = 1) -> dict[str, Any]:
     t = Target.parse(gpu)
     target = Target(t.hardware, t.profile, whatif.apply(t.spec))
     spec = model if config_json is None else mksim.models.config_from_hf(json.loads(config_json), name=model)
-    step = Step(spec, batch, kv_len, phase, routing=routing)
+    step = Step(spec, batch, kv_len, phase, tp=tp, routing=routing, ep=ep)
     d = compare(step, target).to_dict(detail=True)  # what `mksim compare` simulates
     d["model"] = model  # the name the user gave an uploaded config
     d["routing"] = routing
+    d["tp"], d["ep"] = tp, ep  # the split the comparison is of (your stack is predicted on the same)
     return d
 
 
 def compare_run(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase: str = "decode", *,
                 config: dict[str, Any] | None = None, whatif: WhatIf | None = None,
-                routing: str | None = None) -> dict[str, Any]:
+                routing: str | None = None, tp: Any = 1, ep: Any = 1) -> dict[str, Any]:
     """:func:`compare_data` for the explorer's pages, remembered per inputs, with more in it.
     ``config`` is a Hugging Face ``config.json`` (parsed; ``model`` is then its display name),
     ``whatif`` hardware overrides (:class:`WhatIf`), ``routing`` a mixture of experts' routing model
-    (:func:`routing_for`: ``uniform``, ``zipf:S``; a dense model ignores it; ``d["routing"]`` is the one used).
+    (:func:`routing_for`: ``uniform``, ``zipf:S``; a dense model ignores it; ``d["routing"]`` is the one used),
+    ``tp`` and ``ep`` the step split over GPUs (:func:`check_split`; each mode's row then has its
+    ``communication_share`` and ``breakdown_us["communication"]``, as ``mksim compare --tp`` gives them).
     Besides :func:`compare_data`'s keys, each mode
     has ``op_time_us`` (each op's span, first task start to last task end, in the order of ``ops``),
     ``ops`` lists each op's ``op kind unit dtype flops bytes`` (bytes it must move: weights, KV cache,
@@ -526,7 +563,9 @@ def compare_run(model: str, gpu: str, batch: int = 1, kv_len: int = 1024, phase:
         raise MksimError("phase: choose decode or prefill")
     key = None if config is None else json.dumps(config, sort_keys=True)
     used = routing_for(model, routing, config)
-    return copy.deepcopy(_compare_run(model, gpu, int(batch), int(kv_len), phase, key, whatif or WhatIf(), used))
+    tp, ep = check_split(tp, ep)
+    return copy.deepcopy(_compare_run(model, gpu, int(batch), int(kv_len), phase, key, whatif or WhatIf(), used,
+                                      tp, ep))
 
 
 #: An uploaded config or schedule larger than this is refused before it is decoded.

@@ -51,13 +51,15 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from explorer import store
-from explorer.data import check_gpu, check_model, storage_url
+from explorer.data import check_gpu, check_model, check_split, storage_url
 from mksim.errors import MksimError
-from mksim.search import Problem, baseline_params, default_study_name
+from mksim.schedule import check_fits
+from mksim.search import Problem, baseline_params, default_study_name, implied_designs
 from mksim.target import gpu_spec
 
 try:  # POSIX: the registry's locks; elsewhere the page refuses to start a search, in one line
@@ -129,21 +131,26 @@ def check_job_name(job: object) -> str | None:
 
 
 def check_search(model: str, gpu: str, batch: int, kv_len: int, trials: int, objectives: str,
-                 routing: str = "uniform") -> str:
+                 routing: str = "uniform", tp: int = 1, ep: int = 1) -> str:
     """Check a search's inputs as :func:`mksim.search.search` would (one-line MksimError); returns the
     default study name. The model and GPU must be names the page lists (:func:`explorer.data.check_model`,
-    :func:`explorer.data.check_gpu`), the trials at most :data:`MAX_TRIALS`."""
+    :func:`explorer.data.check_gpu`), the trials at most :data:`MAX_TRIALS`; ``tp`` and ``ep`` split the
+    step over GPUs (:func:`explorer.data.check_split`; a tensor-parallel study adds the designs of its
+    all-reduces and their baselines, :func:`mksim.search.implied_designs`)."""
     if objectives not in OBJECTIVE_CHOICES:
         raise MksimError(f"objectives: give {' or '.join(repr(o) for o in OBJECTIVE_CHOICES)}")
     check_model(model)
     spec = gpu_spec(check_gpu(gpu))
-    first = len(baseline_params(spec))
+    tp, ep = check_split(tp, ep)
+    probe = Problem(model=model, gpu=spec, batch=batch, kv_len=kv_len, routing=routing, tp=tp, ep=ep)
+    designs = implied_designs(probe.step, spec)
+    first = len(baseline_params(spec, designs=designs))
     if trials < first:
         raise MksimError(f"trials must be at least {first} (the baselines run first)")
     if trials > MAX_TRIALS:
         raise MksimError(f"trials must be at most {MAX_TRIALS} from the explorer; run mksim search for more")
-    problem = Problem(model=model, gpu=spec, batch=batch, kv_len=kv_len, routing=routing)
-    problem.workload()  # unknown model or impossible shape
+    problem = replace(probe, designs=designs)
+    check_fits(problem.workload(), spec)  # unknown model, impossible shape or split, more GPUs than the node has
     return default_study_name(problem, tuple(objectives.split(",")))
 
 
@@ -271,16 +278,20 @@ def _forget_old() -> None:
 
 
 def start_search(model: str, gpu: str, batch: int, kv_len: int, trials: int, objectives: str = "latency",
-                 study: str | None = None, seed: int = 0, routing: str = "uniform") -> dict[str, Any]:
+                 study: str | None = None, seed: int = 0, routing: str = "uniform", tp: int = 1,
+                 ep: int = 1) -> dict[str, Any]:
     """Start a search in a worker process, its study in :func:`default_storage`; returns ``{"job",
     "storage", "study", "trials"}`` (the study's storage URL and name, to follow it). ``routing``: a mixture
-    of experts' routing model, checked by the caller (:func:`explorer.data.routing_for`). Raises MksimError on
-    bad input, or when :data:`MAX_RUNNING` searches run already, before any process starts."""
-    default_name = check_search(model, gpu, batch, kv_len, trials, objectives, routing)
+    of experts' routing model, checked by the caller (:func:`explorer.data.routing_for`); ``tp``, ``ep``: the
+    step split over GPUs. Raises MksimError on bad input, or when :data:`MAX_RUNNING` searches run already,
+    before any process starts."""
+    default_name = check_search(model, gpu, batch, kv_len, trials, objectives, routing, tp, ep)
     name = check_study_name(study) if (study or "").strip() else default_name
     url = default_storage()
+    tp, ep = check_split(tp, ep)
     kwargs = dict(model=model, gpu=gpu, batch=batch, kv_len=kv_len, trials=trials, seed=seed, storage=url,
-                  study_name=name, objectives=objectives, **({"routing": routing} if routing != "uniform" else {}))
+                  study_name=name, objectives=objectives, **({"routing": routing} if routing != "uniform" else {}),
+                  **{k: v for k, v in (("tp", tp), ("ep", ep)) if v > 1})
     if fcntl is None:
         raise MksimError("the explorer runs searches on Linux or macOS only; run mksim search here")
     try:
@@ -320,7 +331,8 @@ def _start_locked(kwargs: dict[str, Any]) -> dict[str, Any]:
     record = {"job": job, "pid": proc.pid, "pid_start": ident[0] if ident else None, "uid": os.getuid(),
               "model": kwargs["model"], "gpu": kwargs["gpu"],
               "study": kwargs["study_name"], "storage": kwargs["storage"], "trials": kwargs["trials"],
-              "objectives": kwargs["objectives"], "routing": kwargs.get("routing", "uniform"), "started": time.time()}
+              "objectives": kwargs["objectives"], "routing": kwargs.get("routing", "uniform"),
+              "tp": kwargs.get("tp", 1), "ep": kwargs.get("ep", 1), "started": time.time()}
     write_json(folder / "job.json", record)
     _forget_old()
     return {k: record[k] for k in ("job", "storage", "study", "trials")}

@@ -82,10 +82,10 @@ def megakernel_gpu(gpu: str, profile: str | None) -> str:
 
 @lru_cache(maxsize=32)
 def _stack(model: str, gpu: str, batch: int, kv_len: int, phase: str, config_json: str | None,
-           impl: str, routing: str = "uniform") -> dict[str, Any]:
+           impl: str, routing: str = "uniform", tp: int = 1, ep: int = 1) -> dict[str, Any]:
     g = gpu_spec(gpu)
     spec = model if config_json is None else mksim.models.config_from_hf(json.loads(config_json), name=model)
-    step = Step(spec, batch, kv_len, phase, routing=routing)
+    step = Step(spec, batch, kv_len, phase, tp=tp, routing=routing, ep=ep)
     wl = make_workload(step, n_sms=g.sm.count)  # the workload the modes were compared on
     return stack_row(wl, gpu, impl, None)
 
@@ -101,7 +101,7 @@ def stack_data(run: dict[str, Any], impl: str, config: dict[str, Any] | None = N
         raise MksimError(f"unknown stack {impl!r}; known: {', '.join(profiles())}")
     key = None if config is None else json.dumps(config, sort_keys=True)
     row = dict(_stack(run["model"], run["gpu"], int(run["batch"]), int(run["kv_len"]), run["phase"], key, impl,
-                      run.get("routing", "uniform")))
+                      run.get("routing", "uniform"), int(run.get("tp", 1)), int(run.get("ep", 1))))
     mk = run["modes"].get("megakernel")
     row["megakernel_speedup"] = row["latency_us"] / mk["latency_us"] if mk else None
     if mk:  # how sure: the speed-up's interval from both latencies' (mksim.compare), and the verdict

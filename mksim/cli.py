@@ -256,21 +256,21 @@ def search_cmd(
     report: str | None = typer.Option(None, "--report", help="Write an HTML report with Optuna's figures."),
     fix: list[str] = FIX,
     designs: str | None = typer.Option(None, "--designs", help=f"Add megakernel designs to the space, {DESIGNS}"),
-    routing: str = ROUTING,
+    routing: str = ROUTING, tp: int = TP, ep: int = EP,
     as_json: bool = JSON,
 ) -> None:
     """Search megakernel schedules with Optuna; report the best against every baseline."""
     gpu = mksim.target.with_impl(gpu, impl)
     try:
         res = mksim.search.search(model, gpu, batch=batch, kv_len=kv_len, trials=trials, timeout=timeout, seed=seed,
-                                  storage=storage, study_name=study, objectives=objective, workers=workers,
-                                  out=out_file, report=report, progress=not as_json and sys.stderr.isatty(),
+                                  storage=storage, study_name=study, objectives=objective, workers=workers, tp=tp,
+                                  out=out_file, report=report, progress=not as_json and sys.stderr.isatty(), ep=ep,
                                   fixed=parse_options(fix, "--fix"), designs=designs, say=_note, routing=routing)
     except OutputError as exc:  # the search finished but a file could not be written: show its result
         if exc.result is not None:
-            _show_search(exc.result, as_json, model, gpu, batch, kv_len)
+            _show_search(exc.result, as_json, gpu)
         raise
-    _show_search(res, as_json, model, gpu, batch, kv_len)
+    _show_search(res, as_json, gpu)
     if out_file and not as_json:
         out.print(f"best schedule written to {out_file} (mksim simulate --schedule {out_file})")
     if report and not as_json:
@@ -282,10 +282,10 @@ def _note(msg: str) -> None:
     sys.stderr.write(msg + "\n")
 
 
-def _show_search(res: mksim.search.SearchResult, as_json: bool, model: str, gpu: str, batch: int, kv_len: int) -> None:
+def _show_search(res: mksim.search.SearchResult, as_json: bool, gpu: str) -> None:
     if as_json:
         return emit_json(res.to_dict())
-    out.print(mksim.tables.search_table(res, f"{model} on {gpu}, batch {batch}, KV {kv_len}"))
+    out.print(mksim.tables.search_table(res))
     for line in [*mksim.tables.search_lines(res), mksim.tables.assumes_line(gpu), *mksim.tables.gpu_absent_lines(gpu)]:
         out.print(line)
 

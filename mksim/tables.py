@@ -230,13 +230,20 @@ def sweep_table(rows: list[dict[str, Any]], model: str, gpu: str) -> RenderableT
 
 
 # -- search ---------------------------------------------------------------------------------------
-def search_table(res: SearchResult, shape: str) -> Table:
+def search_table(res: SearchResult, shape: str | None = None) -> Table:
+    """The best schedule and the baselines (:func:`mksim.search.report_rows`), titled by ``shape`` (default
+    the step the search says it searched, ``res.shape``); a step split over GPUs adds each row's
+    communication (its collective ops' span)."""
     fixed = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in res.fixed.items())
-    t = make_table(f"{shape}{', fixed ' + fixed if fixed else ''}: search ({res.n_complete} complete, "
+    rows = report_rows(res)
+    comm = any("communication_us" in r for r in rows)
+    t = make_table(f"{shape or res.shape}{', fixed ' + fixed if fixed else ''}: search ({res.n_complete} complete, "
                    f"{res.n_pruned} pruned trials in study {res.study_name!r})",
-                   ("schedule", "latency µs", "smem KiB/SM", "best's speed-up"), left=("schedule",))
-    for r in report_rows(res):
-        t.add_row(r["schedule"], f"{r['latency_us']:.1f}", f"{r['smem_KiB']:g}", f"{r['speedup']:.3f}×")
+                   ("schedule", "latency µs", "smem KiB/SM", "best's speed-up", *["communication µs"] * comm),
+                   left=("schedule",))
+    for r in rows:
+        t.add_row(r["schedule"], f"{r['latency_us']:.1f}", f"{r['smem_KiB']:g}", f"{r['speedup']:.3f}×",
+                  *[f"{r['communication_us']:.1f}" if "communication_us" in r else ""] * comm)
     return t
 
 

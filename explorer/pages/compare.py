@@ -24,6 +24,9 @@ GRAPHS = ("compare-latency", "compare-tokens", "compare-hbm", "compare-breakdown
 UPLOADED = "uploaded: "
 ROUTING_NOTE = ("mixture-of-experts models only (uniform, or zipf:S with S > 0: the larger, the more skewed); "
                 "a dense model has no router and ignores it")
+SPLIT_NOTE = ("GPUs of a node the step is split over (docs/parallel.md): tp tensor-parallel (Megatron's split), ep "
+              "expert-parallel (mixture-of-experts models: experts over GPUs, attention data-parallel); both: ep "
+              "groups of tp GPUs. One GPU is simulated, with the communication the split implies.")
 ROOFLINE_DEFAULT = "graph"  # the roofline first shows the ops as one CUDA graph runs them
 DROP_STYLE = {"display": "inline-block", "marginRight": "1em", "padding": "0.4em 1em", "border": "1px dashed #999",
               "borderRadius": "4px", "cursor": "pointer"}
@@ -56,6 +59,12 @@ def layout() -> html.Div:
                                         maxLength=data.MAX_ROUTING_CHARS, placeholder="uniform or zipf:1.2",
                                         disabled=True, style={"width": "9em"})),
             html.Span(ROUTING_NOTE, id="compare-routing-note", style={"color": "grey"}),
+        ], style={"marginTop": "0.4em"}),
+        html.Div([
+            field("tp ", dcc.Input(id="compare-tp", type="number", value=1, min=1, step=1, style={"width": "4em"})),
+            field("ep ", dcc.Input(id="compare-ep", type="number", value=1, min=1, step=1, disabled=True,
+                                   style={"width": "4em"})),
+            html.Span(SPLIT_NOTE, id="compare-split-note", style={"color": "grey"}),
         ], style={"marginTop": "0.4em"}),
         html.Div([
             dcc.Upload(["or drop a Hugging Face ", html.Code("config.json"), " here, or ", html.A("choose one")],
@@ -147,15 +156,27 @@ def stack_note(d: dict[str, Any]) -> html.P | None:
 
 
 def results_table(d: dict[str, Any]) -> html.Div:
-    """The comparison as an accessible table: one row per mode (latency, tokens/s, HBM utilisation, speed-up)
-    and your stack's where ``d`` has one (``d["stack"]``: :func:`explorer.stacks.stack_data`), the megakernel's
-    speed-up over your stack (:func:`stack_note`), what the predictions assume (:func:`assumes_note`), then the
-    modes the GPU cannot run, with the reason (:func:`absent_note`)."""
-    head = ("mode", "latency (µs)", "tokens/s", "HBM utilisation", "vs stream")
+    """The comparison as an accessible table: one row per mode (latency, tokens/s, HBM utilisation, speed-up;
+    a step split over GPUs adds the communication: its collective ops' span and share of the step, as ``mksim
+    compare --tp`` gives it) and your stack's where ``d`` has one (``d["stack"]``:
+    :func:`explorer.stacks.stack_data`), the megakernel's speed-up over your stack (:func:`stack_note`), what the
+    predictions assume (:func:`assumes_note`), then the modes the GPU cannot run, with the reason
+    (:func:`absent_note`)."""
+    split = any("communication_share" in r for r in d["modes"].values())
+    head = ("mode", "latency (µs)", "tokens/s", "HBM utilisation", "vs stream",
+            *(("communication µs (share)",) if split else ()))
+
+    def comm(r: dict[str, Any]) -> tuple[str, ...]:
+        if not split:
+            return ()
+        share = r.get("communication_share")
+        return (f"{r['breakdown_us']['communication']:.1f} ({share:.1%})" if share is not None else "–",)
+
     cell = {"padding": "0.2em 0.8em", "textAlign": "right"}
     rows = [html.Tr([html.Th(mode, scope="row", style={"textAlign": "left"}),
                      *(html.Td(v, style=cell) for v in (f"{r['latency_us']:.1f}", f"{r['tokens_per_s']:.0f}",
-                                                        f"{r['hbm_util']:.1%}", f"{r['speedup_vs_stream']:.2f}×"))],
+                                                        f"{r['hbm_util']:.1%}", f"{r['speedup_vs_stream']:.2f}×",
+                                                        *comm(r)))],
                     **{"data-mode": mode})
             for mode, r in d["modes"].items()]
     st = d.get("stack")
@@ -164,7 +185,8 @@ def results_table(d: dict[str, Any]) -> html.Div:
         rows.append(html.Tr([html.Th(f"your stack: {st['impl']} (graph)", scope="row",
                                      style={"textAlign": "left", "fontStyle": "italic"}),
                              *(html.Td(v, style=cell) for v in (f"{st['latency_us']:.1f}",
-                                                                f"{st['tokens_per_s']:.0f}", "–", vs))],
+                                                                f"{st['tokens_per_s']:.0f}", "–", vs,
+                                                                *(("–",) if split else ())))],
                             **_data("mode", "stack")))
     table = html.Table([
         html.Caption(f"{d['workload']} on {d['gpu']}: bandwidth floor {d['bandwidth_floor_us']:.1f} µs",
@@ -200,20 +222,23 @@ def page_inputs(model: str | None, gpu: str | None, batch: Any, kv_len: Any, pha
 
 def run_compare(n_clicks: int | None, model: str | None, gpu: str | None, batch: Any, kv_len: Any,
                 phase: str | None, config: dict[str, Any] | None = None, profile: str | None = None,
-                stack: str | None = None, routing: Any = None) -> tuple:
+                stack: str | None = None, routing: Any = None, tp: Any = 1, ep: Any = 1) -> tuple:
     """Parse the inputs, compare the modes; ``(message, latency, tokens/s, HBM, breakdown, table, result)``.
 
     ``model`` is a built-in name, or :data:`UPLOADED` + a name with ``config`` the uploaded config
     (what :func:`upload_config` stored). ``profile`` is the implementation profile of the modes' kernels
     (:data:`explorer.stacks.NONE` or ``None``: the best kernels the chip allows), ``stack`` a library whose
     stack is predicted beside them (``d["stack"]``), ``routing`` a mixture of experts' routing model
-    (:func:`explorer.data.check_routing`: ``uniform``, ``zipf:S``; a dense model ignores it). ``result`` is
-    the comparison's data (for the roofline).
+    (:func:`explorer.data.check_routing`: ``uniform``, ``zipf:S``; a dense model ignores it), ``tp`` and ``ep``
+    the GPUs the step is split over (:func:`explorer.data.check_split`; a split mksim refuses, as ``mksim
+    compare --tp`` does, is its one line). ``result`` is the comparison's data (for the roofline).
     Bad input answers with mksim's one-line message, empty figures and no table; it never raises.
     """
     try:
         model, gpu_name, b, kv, cfg = page_inputs(model, gpu, batch, kv_len, phase, config, profile)
-        d = data.compare_run(model, gpu_name, b, kv, str(phase), config=cfg, routing=data.check_routing(routing))
+        tp, ep = data.check_split(tp, ep)
+        d = data.compare_run(model, gpu_name, b, kv, str(phase), config=cfg, routing=data.check_routing(routing),
+                             tp=tp, ep=ep)
         impl = stacks.chosen(stack)
         if impl:
             d["stack"] = stacks.stack_data(d, impl, cfg)
@@ -332,10 +357,10 @@ def _on_result(result, mode):
           Input("compare-run", "n_clicks"), State("compare-model", "value"), State("compare-gpu", "value"),
           State("compare-batch", "value"), State("compare-kv-len", "value"), State("compare-phase", "value"),
           State("compare-config", "data"), State("compare-profile", "value"), State("compare-stack", "value"),
-          State("compare-routing", "value"))
+          State("compare-routing", "value"), State("compare-tp", "value"), State("compare-ep", "value"))
 @guarded(lambda line: (line, *(_empty() for _ in GRAPHS), None, None))
-def _on_run(n_clicks, model, gpu, batch, kv_len, phase, config, profile, stack, routing):
-    return run_compare(n_clicks, model, gpu, batch, kv_len, phase, config, profile, stack, routing)
+def _on_run(n_clicks, model, gpu, batch, kv_len, phase, config, profile, stack, routing, tp, ep):
+    return run_compare(n_clicks, model, gpu, batch, kv_len, phase, config, profile, stack, routing, tp, ep)
 
 
 def routing_disabled(model: Any, config: Any = None) -> bool:
@@ -351,10 +376,18 @@ def routing_disabled(model: Any, config: Any = None) -> bool:
         return True
 
 
-@callback(Output("compare-routing", "disabled"), Input("compare-model", "value"), State("compare-config", "data"))
-@guarded(lambda line: True)
+def moe_inputs(model: Any, config: Any = None) -> tuple[bool, bool, Any]:
+    """``(routing disabled, ep disabled, ep value)`` for ``model``: a dense model's routing and ep are off, its
+    ep back to 1 (a mixture of experts keeps the ep it has)."""
+    off = routing_disabled(model, config)
+    return off, off, 1 if off else no_update
+
+
+@callback(Output("compare-routing", "disabled"), Output("compare-ep", "disabled"), Output("compare-ep", "value"),
+          Input("compare-model", "value"), State("compare-config", "data"))
+@guarded(lambda line: (True, True, 1))
 def _on_model(model, config):
-    return routing_disabled(model, config)
+    return moe_inputs(model, config)
 
 
 @callback(Output("compare-trace-message", "children"), Output("compare-trace", "children"),

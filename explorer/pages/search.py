@@ -43,6 +43,9 @@ def layout(**_query: Any) -> html.Div:
             field("objectives ", dropdown(list(jobs.OBJECTIVE_CHOICES), "latency", "search-objectives", "10em")),
             field("routing ", dcc.Input(id="search-routing", type="text", value="uniform", debounce=True,
                                         disabled=True, style={"width": "7em"})),
+            field("tp ", dcc.Input(id="search-tp", type="number", value=1, min=1, step=1, style={"width": "4em"})),
+            field("ep ", dcc.Input(id="search-ep", type="number", value=1, min=1, step=1, disabled=True,
+                                   style={"width": "4em"})),
             html.Button("Start search", id="search-start", n_clicks=0),
             html.Button("Cancel search", id="search-cancel", n_clicks=0, style={"marginLeft": "0.5em"}),
             html.Span(id="search-cancel-message", style={"marginLeft": "1em", "color": "grey"}),
@@ -114,23 +117,26 @@ def _study_to_open(storage: str, typed: str | None, chosen: str | None) -> str:
 
 def start_or_open(trigger: str | None, model: str | None, gpu: str | None, batch: Any, kv_len: Any, trials: Any,
                   objectives: str | None, study: str | None, chosen: str | None = None,
-                  routing: Any = None) -> dict[str, Any] | None:
+                  routing: Any = None, tp: Any = 1, ep: Any = 1) -> dict[str, Any] | None:
     """What the page follows: ``{"job", "storage", "study", "trials"}`` (``job`` ``None`` for an opened
     study), or ``{"error": one line}``; ``None`` before a button is pressed. "Open study" opens the
     typed ``study``, else the ``chosen`` one of the list, else the storage's only study; a *Follow* button
     of the list of searches (``{"type": "search-follow", "job": ...}``) follows that search. The storage is
     the explorer's own (:func:`explorer.jobs.default_storage`). ``routing`` is a mixture of experts' routing
     model (``uniform``, ``zipf:S``: :func:`explorer.data.check_routing`), searched with and recorded in the
-    study (its default name says it); a dense model ignores it. Never raises."""
+    study (its default name says it); a dense model ignores it. ``tp`` and ``ep`` split the step over GPUs
+    (:func:`explorer.data.check_split`, as ``mksim search --tp/--ep``: a tensor-parallel study samples how its
+    all-reduces run; its default name ends ``-tp2``). Never raises."""
     try:
         if trigger == "search-start":
             if not model or not gpu:
                 raise MksimError("choose a model and a GPU")
             if objectives is not None and not isinstance(objectives, str):
                 raise MksimError(f"objectives: give {' or '.join(repr(o) for o in jobs.OBJECTIVE_CHOICES)}")
+            tp, ep = data.check_split(tp, ep)
             return jobs.start_search(model, gpu, _int(batch, "batch"), _int(kv_len, "KV length"),
                                      _int(trials, "trials"), objectives or "latency", study,
-                                     routing=data.routing_for(model, routing))
+                                     routing=data.routing_for(model, routing), tp=tp, ep=ep)
         if trigger == "search-open":
             storage = jobs.default_storage()
             name = _study_to_open(storage, study, chosen)
@@ -175,8 +181,11 @@ def _progress(d: dict[str, Any], trials: int | None, state: str) -> str:
     b = d["best"]
     if b:
         what = b["mode"] + (f" {b['params']['policy']}" if "policy" in b["params"] else "")
+        comm = b.get("communication_us")
         parts.append(f"best {'so far' if state == 'running' else 'found'}: {b['latency_us']:.1f} µs "
-                     f"(trial {b['number']}, {what}{', ' + b['baseline'] if b['baseline'] else ''})")
+                     f"(trial {b['number']}, {what}{', ' + b['baseline'] if b['baseline'] else ''}"
+                     + (f"; communication {comm:.1f} µs, {comm / b['latency_us']:.1%} of the step"
+                        if comm is not None else "") + ")")
     if state == "running":
         parts.append("running…")
     elif state == "cancelled":
@@ -294,12 +303,14 @@ def open_best(n_clicks: int | None, job: dict[str, Any] | None) -> tuple[Any, st
           State("search-gpu", "value"), State("search-batch", "value"), State("search-kv-len", "value"),
           State("search-trials", "value"), State("search-objectives", "value"),
           State("search-study", "value"), State("search-studies", "value"), State("search-routing", "value"),
-          prevent_initial_call=True)
+          State("search-tp", "value"), State("search-ep", "value"), prevent_initial_call=True)
 @guarded(lambda line: {"error": line.removeprefix("error: ")})
-def _on_start(n_start, n_open, n_follow, model, gpu, batch, kv_len, trials, objectives, study, chosen, routing):
+def _on_start(n_start, n_open, n_follow, model, gpu, batch, kv_len, trials, objectives, study, chosen, routing, tp,
+              ep):
     if isinstance(ctx.triggered_id, dict) and not ctx.triggered[0]["value"]:
         return no_update  # a Follow button drawn anew, not pressed
-    return start_or_open(ctx.triggered_id, model, gpu, batch, kv_len, trials, objectives, study, chosen, routing)
+    return start_or_open(ctx.triggered_id, model, gpu, batch, kv_len, trials, objectives, study, chosen, routing,
+                         tp, ep)
 
 
 def routing_off(model: Any) -> bool:
@@ -310,10 +321,12 @@ def routing_off(model: Any) -> bool:
         return True
 
 
-@callback(Output("search-routing", "disabled"), Input("search-model", "value"))
-@guarded(lambda line: True)
+@callback(Output("search-routing", "disabled"), Output("search-ep", "disabled"), Output("search-ep", "value"),
+          Input("search-model", "value"))
+@guarded(lambda line: (True, True, 1))
 def _on_model(model):
-    return routing_off(model)
+    off = routing_off(model)  # a dense model: no routing, no experts to split
+    return off, off, 1 if off else no_update
 
 
 @callback(Output("search-studies", "options"), Output("search-studies", "value"), Input("search-job", "data"))

@@ -53,6 +53,8 @@ def layout(schedule: str | None = None, **_query: Any) -> html.Div:
                                         style={"width": "9em"})),
             field("MoE design ", dropdown(list(data.moe_design_rows()), None, "timeline-design", "18em",
                                           placeholder="none")),
+            field("tp ", dcc.Input(id="timeline-tp", type="number", value=1, min=1, step=1, style={"width": "4em"})),
+            field("ep ", dcc.Input(id="timeline-ep", type="number", value=1, min=1, step=1, style={"width": "4em"})),
             field("colour by ", dcc.RadioItems([{"label": " op kind ", "value": "kind"},
                                                 {"label": " expert", "value": "expert"}], "kind",
                                                id="timeline-colour", inline=True)),
@@ -128,26 +130,27 @@ def _uploaded(contents: str, filename: str | None) -> str:
 def show_timeline(trigger: str | None, model: str | None, gpu: str | None, batch: Any, kv_len: Any,
                   phase: str | None, mode: str | None, policy: str | None, upload: str | None = None,
                   filename: str | None = None, token: str | None = None, prefill_tokens: Any = 128,
-                  routing: Any = None, design: Any = None, colour_by: Any = "kind") -> tuple:
+                  routing: Any = None, design: Any = None, colour_by: Any = "kind", tp: Any = 1, ep: Any = 1) -> tuple:
     """``(message, summary, figure, schedule JSON)`` for what ``trigger`` (the component id that fired)
     asks for: an uploaded schedule file, a schedule kept under ``token`` (from Search), else the form
-    (``prefill_tokens`` counts in the prefill phase only; ``routing``, ``design`` and ``colour_by`` as
-    :func:`timeline_view` takes them).
+    (``prefill_tokens`` counts in the prefill phase only; ``routing``, ``design``, ``colour_by``, ``tp`` and
+    ``ep`` as :func:`timeline_view` takes them).
 
     Bad input answers with a one-line error, an empty figure and no schedule; it never raises.
     """
     return timeline_view(trigger, model, gpu, batch, kv_len, phase, mode, policy, upload, filename, token,
-                         prefill_tokens, routing, design, colour_by)[:4]
+                         prefill_tokens, routing, design, colour_by, tp, ep)[:4]
 
 
 def timeline_view(trigger: str | None, model: str | None, gpu: str | None, batch: Any, kv_len: Any,
                   phase: str | None, mode: str | None, policy: str | None, upload: str | None = None,
                   filename: str | None = None, token: str | None = None, prefill_tokens: Any = 128,
-                  routing: Any = None, design: Any = None, colour_by: Any = "kind") -> tuple:
+                  routing: Any = None, design: Any = None, colour_by: Any = "kind", tp: Any = 1, ep: Any = 1) -> tuple:
     """:func:`show_timeline`'s four and the MoE view (:func:`moe_view`; ``None`` for a dense step).
     ``routing`` is a mixture of experts' routing model (``uniform``, ``zipf:S``: :func:`explorer.data.check_routing`;
     a dense model ignores it), ``design`` a row of :func:`explorer.data.moe_design_rows` (``None``: none),
-    ``colour_by`` ``kind`` or ``expert`` (:func:`explorer.figures.timeline_figure`)."""
+    ``colour_by`` ``kind`` or ``expert`` (:func:`explorer.figures.timeline_figure`), ``tp`` and ``ep`` the GPUs
+    the step is split over (:func:`explorer.data.check_split`: the summary then says the communication's share)."""
     try:
         if colour_by not in (None, "kind", "expert"):
             raise MksimError("colour by: choose op kind or expert")
@@ -173,13 +176,15 @@ def timeline_view(trigger: str | None, model: str | None, gpu: str | None, batch
             new = _int(prefill_tokens, "prefill tokens") if phase == "prefill" else 0
             d = data.timeline_data(model, gpu, _int(batch, "batch"), _int(kv_len, "KV length"), phase, mode,
                                    policy or None, prefill_tokens=new, routing=data.check_routing(routing),
-                                   design=design or None)
+                                   design=design or None, tp=tp, ep=ep)
     except MksimError as exc:
         return f"error: {exc}", "", go.Figure(), None, None
     waits = {k: sum(1 for w in d["waits"]["kind"] if w == k) for k in d["wait_kinds"]}
     summary = (f"{source}: {d['workload']} on {d['gpu']}, {d['mode']}"
                + (f" ({d['policy']})" if d["policy"] else "") + f", {d['latency_us']:.1f} µs, {d['n_tasks']} tasks"
                f" on {len(d['tracks'])} SMs; " + ", ".join(f"{n} {k}s" for k, n in waits.items() if n)
+               + (f"; communication {comm:.1f} µs ({comm / d['latency_us']:.1%} of the step: the collective ops' span)"
+                  if (comm := d.get("communication_us")) is not None else "")
                + ". Drag to zoom, double-click to reset, hover a bar for its task.")
     return "", summary, figures.timeline_figure(d, colour_by or "kind"), d["schedule_json"], moe_view(d)
 
@@ -247,12 +252,14 @@ def trace_download(n_clicks: int | None, schedule_json: str | None) -> Any:
           State("timeline-kv-len", "value"), State("timeline-phase", "value"), State("timeline-mode", "value"),
           State("timeline-policy", "value"), State("timeline-upload", "filename"),
           State("timeline-prefill-tokens", "value"), State("timeline-routing", "value"),
-          State("timeline-design", "value"), State("timeline-colour", "value"))
+          State("timeline-design", "value"), State("timeline-colour", "value"), State("timeline-tp", "value"),
+          State("timeline-ep", "value"))
 @guarded(lambda line: (line, "", go.Figure(), None, graph_style(None), None))
 def _on_run(n_clicks, upload, token, model, gpu, batch, kv_len, phase, mode, policy, filename, prefill_tokens,
-            routing, design, colour):
+            routing, design, colour, tp, ep):
     msg, summary, fig, schedule, moe = timeline_view(ctx.triggered_id, model, gpu, batch, kv_len, phase, mode, policy,
-                                                     upload, filename, token, prefill_tokens, routing, design, colour)
+                                                     upload, filename, token, prefill_tokens, routing, design, colour,
+                                                     tp, ep)
     return msg, summary, fig, schedule, graph_style(fig.layout.height), moe
 
 

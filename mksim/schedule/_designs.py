@@ -29,10 +29,15 @@ options) has no piece. The engine asks the schedule's sync (below) when a depend
 **Searching.** ``mksim search --designs`` (:func:`design_names`) builds its space from these hooks,
 so the search space names no design, no sync and no policy:
 
+- :meth:`~BaseDesign.implied_by` (every registered design, with the study's step): whether the study
+  includes the design though ``--designs`` does not name it (a step split over GPUs by ``--tp``: how
+  its all-reduces run);
 - ``policies`` and ``syncs``: registered placement policies and syncs the design brings; the search
   samples them only in a study that includes the design (the others always);
 - :meth:`~BaseDesign.search_options` (a study that includes the design): the options every
-  megakernel candidate gets, before anything is sampled — by default the design on;
+  megakernel candidate gets, before anything is sampled — by default the design on; where the
+  designs a study includes give one option different values (``collective``: ``one_shot``,
+  ``push``, ...), the option is sampled among them, a parameter named after it;
 - :meth:`~BaseDesign.suggest`, called for every registered design in registration order after the
   loader's parameters, with whether the study includes it: the parameters it samples (a trial's
   parameter names, their order and their choices are what make a seeded study repeatable: a hook
@@ -140,6 +145,11 @@ class BaseDesign:
         """Raise :class:`ScheduleError` if the queues cannot run with the design."""
 
     # -- the search space (mksim.search) ---------------------------------------------------
+    def implied_by(self, step: Any) -> bool:
+        """Whether a search of ``step`` (a :class:`~mksim.workload.Step`) includes the design though the
+        study does not name it: a choice the step cannot be planned without. False by default."""
+        return False
+
     def search_options(self) -> dict[str, Any]:
         """The options every megakernel candidate of a search that includes the design gets (``mksim
         search --designs``; an option the study fixes wins): by default the design on."""
@@ -225,7 +235,7 @@ def design_names() -> tuple[str, ...]:
     """The names of the registered designs (``mksim search --designs``, ``mksim compare --designs``).
 
     >>> design_names()[-4:]
-    ('moe_prefetch', 'tp_boundary', 'tp_overlap', 'tp_multicast')
+    ('tp_boundary', 'tp_overlap', 'tp_two_shot', 'tp_multicast')
     """
     return DESIGN_REGISTRY.names()
 

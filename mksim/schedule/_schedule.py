@@ -433,12 +433,13 @@ def check_node(workload: Workload, gpu: GPUSpec) -> None:
     step = workload.step
     if step is None or step.ranks == 1:
         return
-    flag = f"--tp {step.tp}" if step.tp > 1 else f"--ep {step.ep}"
+    flag = " ".join(f"--{k} {v}" for k, v in (("tp", step.tp), ("ep", step.ep)) if v > 1)
     if gpu.node is None:
         raise WorkloadError(f"{flag} splits the step over GPUs, but {gpu.name} has no [interconnect] table; "
                             "add one (docs/parallel.md) or leave the split out")
     if step.ranks > gpu.node.gpus_count:
-        raise WorkloadError(f"{flag} needs {step.ranks} GPUs but a {gpu.name} node has {gpu.node.gpus_count}; "
+        both = " (tp × ep)" if step.tp > 1 and step.ep > 1 else ""
+        raise WorkloadError(f"{flag} needs {step.ranks} GPUs{both} but a {gpu.name} node has {gpu.node.gpus_count}; "
                             f"use at most {gpu.node.gpus_count}")
 
 

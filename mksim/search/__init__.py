@@ -16,6 +16,7 @@ from ._space import (
     baseline_params,
     build,
     candidate_from_params,
+    implied_designs,
     pages_costed,
     ring_fixed,
     suggest,
@@ -23,5 +24,5 @@ from ._space import (
 from ._study import OBJECTIVES, SearchResult, default_study_name, save_best, search, summarize
 
 __all__ = ["Candidate", "DESIGNS", "OBJECTIVES", "POLICY_CHOICES", "Problem", "ROLES", "SEARCH_MODES", "SearchResult",
-           "baseline_params", "build", "candidate_from_params", "default_study_name", "pages_costed",
+           "baseline_params", "build", "candidate_from_params", "default_study_name", "implied_designs", "pages_costed",
            "report_rows", "ring_fixed", "save_best", "search", "suggest", "summarize", "write_report"]

@@ -16,13 +16,18 @@ from mksim.extras import require
 
 
 def report_rows(result: Any) -> list[dict[str, Any]]:
-    """Best schedule first, then every baseline with the best's speed-up over it."""
+    """Best schedule first, then every baseline with the best's speed-up over it; on a step split over
+    GPUs each row has its ``communication_us`` (the collective ops' span)."""
     best = result.best["latency_us"]
+
+    def comm(r: dict[str, Any]) -> dict[str, Any]:
+        return {k: r[k] for k in ("communication_us",) if k in r}
+
     rows = [{"schedule": f"best (trial {result.best['trial']})", "latency_us": best,
-             "smem_KiB": result.best["smem_KiB"], "speedup": 1.0}]
+             "smem_KiB": result.best["smem_KiB"], "speedup": 1.0, **comm(result.best)}]
     for name, b in sorted(result.baselines.items(), key=lambda kv: kv[1]["latency_us"]):
         rows.append({"schedule": name, "latency_us": b["latency_us"], "smem_KiB": b["smem_KiB"],
-                     "speedup": b["latency_us"] / best})
+                     "speedup": b["latency_us"] / best, **comm(b)})
     return rows
 
 
@@ -72,13 +77,18 @@ def write_report(study: Any, result: Any, path: str | Path) -> Path:
         figs.append(("Pareto front: latency vs shared memory", vis.plot_pareto_front(
             study, target_names=["latency (µs)", "shared memory per SM (KiB)"])))
     rows = report_rows(result)
+    comm = any("communication_us" in r for r in rows)  # a step split over GPUs
+
+    def comm_cell(r: dict[str, Any]) -> str:
+        return f"<td>{r['communication_us']:.1f}</td>" if "communication_us" in r else "<td></td>" if comm else ""
+
     table = "".join(f"<tr><td>{html.escape(r['schedule'])}</td><td>{r['latency_us']:.1f}</td>"
-                    f"<td>{r['smem_KiB']:g}</td><td>{r['speedup']:.3f}×</td></tr>" for r in rows)
+                    f"<td>{r['smem_KiB']:g}</td><td>{r['speedup']:.3f}×</td>{comm_cell(r)}</tr>" for r in rows)
     parts = [f"<h1>mksim search: {html.escape(result.study_name)}</h1>",
              f"<p>{result.n_complete} complete, {result.n_pruned} pruned, {result.n_failed} failed trials; "
              f"storage {html.escape(result.storage)}</p>",
              "<table border=1 cellpadding=4><tr><th>schedule</th><th>latency µs</th><th>smem KiB/SM</th>"
-             f"<th>best's speed-up</th></tr>{table}</table>",
+             f"<th>best's speed-up</th>{'<th>communication µs</th>' if comm else ''}</tr>{table}</table>",
              "<h2>Best schedule</h2><table border=1 cellpadding=4><tr><th>choice</th><th>value</th></tr>"
              + "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>"
                        for k, v in candidate_rows(result.best["candidate"])) + "</table>"]

@@ -72,7 +72,7 @@ from mksim.schedule import (
     modes_on,
 )
 from mksim.schedule.modes.graph_pdl import TRIGGERS
-from mksim.workload import KINDS, Build, Step, Tiling, attended_tokens, resolved_kv_splits
+from mksim.workload import KINDS, Build, Step, Tiling, attended_tokens, rank_view, resolved_kv_splits
 
 SPACE_VERSION = 5  # bump when a parameter is added or changes meaning: old studies cannot be resumed
 
@@ -295,6 +295,20 @@ def check_designs(designs: str | tuple[str, ...] | list[str] | None) -> tuple[st
     return tuple(sorted(set(items)))
 
 
+def implied_designs(step: Step, gpu: GPUSpec) -> tuple[str, ...]:
+    """The designs a search of ``step`` on ``gpu`` includes unasked (:meth:`~mksim.schedule.BaseDesign.implied_by`:
+    a tensor-parallel step's ways of running its all-reduces), those ``gpu`` can take, sorted.
+
+    >>> import hwmodels
+    >>> implied_designs(Step("llama-3.1-8b", tp=2), hwmodels.load("h200-datasheet"))
+    ('tp_boundary', 'tp_overlap', 'tp_two_shot')
+    >>> implied_designs(Step("llama-3.1-8b"), hwmodels.load("h200-datasheet"))
+    ()
+    """
+    return tuple(sorted(n for n in design_names() if get_design(n).implied_by(step)
+                        and get_design(n).available_on(gpu) is None))
+
+
 def study_model(model: str | models.ModelConfig) -> str | models.ModelConfig:
     """The model a search takes: a built-in's name as given; a Hugging Face ``config.json`` path
     (:func:`mksim.models.is_config_path`) read into its :class:`~mksim.models.ModelConfig` (parsed as JSON,
@@ -350,6 +364,8 @@ class Problem:
     designs: tuple[str, ...] = ()  # megakernel designs added to the space (check_designs)
     prefill_tokens: int = 0  # new tokens per sequence in prefill
     routing: str = "uniform"  # a mixture of experts' routing model (Step.routing)
+    tp: int = 1  # the step split over GPUs (Step.tp, Step.ep)
+    ep: int = 1
 
     @property
     def label(self) -> str:
@@ -360,7 +376,7 @@ class Problem:
     def step(self) -> Step:
         """The model step scheduled."""
         return Step(self.model, batch=self.batch, kv_len=self.kv_len, phase=self.phase,
-                    prefill_tokens=self.prefill_tokens, routing=self.routing)
+                    prefill_tokens=self.prefill_tokens, tp=self.tp, routing=self.routing, ep=self.ep)
 
     def workload(self, kv_split_mult: float = 1.0, fuse_norm: bool = False, split_qkv: bool = False,
                  split_gate_up: bool = False, fuse_rope: bool = False, fuse_silu: bool = False):
@@ -371,7 +387,7 @@ class Problem:
                       split_gate_up=split_gate_up, n_sms=self.gpu.sm.count)
         if kv_split_mult != 1.0:
             cfg = models.get(self.model) if isinstance(self.model, str) else self.model
-            default = resolved_kv_splits(cfg, step, build)
+            default = resolved_kv_splits(*rank_view(cfg, step), build)  # one GPU's heads and sequences
             build = replace(build, kv_splits=max(1, min(attended_tokens(cfg, step), round(default * kv_split_mult))))
         return models.workload(step, **asdict(build))
 
@@ -442,8 +458,13 @@ def suggest(trial, gpu: GPUSpec, mode: str = "megakernel", fixed: dict[str, Any]
     page = pick("page_KiB", lambda: trial.suggest_categorical("page_KiB", PAGES_KiB))
     depth = pick("prefetch_depth", lambda: trial.suggest_int("prefetch_depth", 1, MAX_PREFETCH))
     design_opts: dict[str, Any] = {}
-    for name in designs:  # what each design gives every candidate (dies=True, movement="native", ...)
-        design_opts |= {k: v for k, v in get_design(name).search_options().items() if k not in fx}
+    given: dict[str, list[Any]] = {}  # what each design gives every candidate (dies=True, movement="native", ...)
+    for name in designs:
+        for k, v in get_design(name).search_options().items():
+            if k not in fx and v not in given.setdefault(k, []):
+                given[k].append(v)
+    for k, vs in given.items():  # designs that give one option different values (collective): a choice
+        design_opts[k] = vs[0] if len(vs) == 1 else trial.suggest_categorical(k, tuple(vs))
     for d in DESIGN_REGISTRY.values():  # what the designs sample (dispatch, its schedulers, ...)
         design_opts |= d.suggest(trial, fx, gpu, d.name in designs)
     settled: dict[str, Any] = {}

@@ -68,7 +68,9 @@ from ._space import (
     check_designs,
     check_fixed,
     check_fixed_on,
+    implied_designs,
     is_baseline,
+    model_label,
     ring_fixed,
     study_model,
     suggest,
@@ -109,6 +111,9 @@ class SearchResult:
     n_failed: int = 0
     fixed: dict[str, Any] = field(default_factory=dict)
     designs: tuple[str, ...] = ()
+    tp: int = 1  # the step split over GPUs (Step.tp, Step.ep)
+    ep: int = 1
+    shape: str = ""  # the step searched in words: ``llama-3.1-8b on h200, batch 1, KV 1024, tp 2``
 
     def improvement(self) -> dict[str, float]:
         """Best latency's speed-up over each baseline (baseline / best)."""
@@ -116,7 +121,10 @@ class SearchResult:
         return {k: v["latency_us"] / b for k, v in self.baselines.items()}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"study": self.study_name, "storage": self.storage, "objectives": list(self.objectives),
+        """``mksim search --json``: a step split over GPUs adds ``tp``/``ep``, and every schedule its
+        ``communication_us`` (the collective ops' span, :attr:`mksim.sim.SimResult.communication_us`)."""
+        split = {k: v for k, v in (("tp", self.tp), ("ep", self.ep)) if v > 1}
+        return {"study": self.study_name, "storage": self.storage, "objectives": list(self.objectives), **split,
                 "best": self.best, "baselines": self.baselines, "speedup_vs_baseline": self.improvement(),
                 "pareto": self.pareto, "trials": {"complete": self.n_complete, "pruned": self.n_pruned,
                                                   "failed": self.n_failed}, "fixed": self.fixed,
@@ -124,11 +132,16 @@ class SearchResult:
 
 
 def default_study_name(problem: Problem, objectives: tuple[str, ...]) -> str:
+    """``<model>-<gpu>-b<batch>-kv<kv_len>-<objectives>`` and what else sets the problem: fixed options, the
+    designs named (not those the step implies: :func:`~mksim.search.implied_designs`), the routing, the
+    split over GPUs (``-tp2``, ``-ep4``), so that a study of one problem never resumes another's."""
     fixed = "".join(f"-{k}={v:g}" if isinstance(v, float) else f"-{k}={v}" for k, v in problem.fixed.items())
-    designs = f"-designs={'+'.join(problem.designs)}" if problem.designs else ""
+    named = [d for d in problem.designs if d not in implied_designs(problem.step, problem.gpu)]
+    designs = f"-designs={'+'.join(named)}" if named else ""
     routing = "" if problem.routing == "uniform" else f"-routing={Path(problem.routing).name}"  # a file: its name
+    split = "".join(f"-{k}{v}" for k, v in (("tp", problem.tp), ("ep", problem.ep)) if v > 1)
     return (f"{problem.label}-{problem.gpu.name}-b{problem.batch}-kv{problem.kv_len}-"
-            f"{'+'.join(objectives)}{fixed}{designs}{routing}")
+            f"{'+'.join(objectives)}{fixed}{designs}{routing}{split}")
 
 
 def storage_for(url: str | None, study_name: str):
@@ -230,7 +243,7 @@ class _Objective:
                        self.problem.designs)
         flush(trial)  # its parameters, for the other processes' samplers while it runs
         try:
-            latency_us, hbm_util = _simulated(cand, self.problem)
+            latency_us, hbm_util, communication_us = _simulated(cand, self.problem)
         except (ScheduleError, DeadlockError) as exc:
             trial.set_user_attr("pruned_reason", str(exc))
             raise optuna.TrialPruned(str(exc)) from None
@@ -238,6 +251,8 @@ class _Objective:
         trial.set_user_attr("latency_us", latency_us)
         trial.set_user_attr("smem_KiB", vals["smem_KiB"])
         trial.set_user_attr("hbm_util", hbm_util)
+        if communication_us is not None:  # a step split over GPUs: its collective ops' span
+            trial.set_user_attr("communication_us", communication_us)
         out = tuple(vals[OBJECTIVES[o][0]] for o in self.objectives)
         return out[0] if len(out) == 1 else out
 
@@ -247,9 +262,10 @@ class _Objective:
 _SIMULATED: dict[str, Any] = {"problem": None, "results": {}}
 
 
-def _simulated(cand: Candidate, problem: Problem, remember: bool = False) -> tuple[float, float]:
-    """``cand``'s predicted latency (µs) and HBM utilisation on ``problem`` (raises ScheduleError or
-    DeadlockError); ``remember`` keeps them for a later call with the same candidate and problem."""
+def _simulated(cand: Candidate, problem: Problem, remember: bool = False) -> tuple[float, float, float | None]:
+    """``cand``'s predicted latency (µs), HBM utilisation and communication (µs, None on one GPU) on
+    ``problem`` (raises ScheduleError or DeadlockError); ``remember`` keeps them for a later call with the
+    same candidate and problem."""
     key = repr(cand)
     if _SIMULATED["problem"] is problem and key in _SIMULATED["results"]:
         return _SIMULATED["results"][key]
@@ -257,8 +273,8 @@ def _simulated(cand: Candidate, problem: Problem, remember: bool = False) -> tup
     if remember:
         if _SIMULATED["problem"] is not problem:
             _SIMULATED.update(problem=problem, results={})
-        _SIMULATED["results"][key] = (res.latency_us, res.hbm_util)
-    return res.latency_us, res.hbm_util
+        _SIMULATED["results"][key] = (res.latency_us, res.hbm_util, res.communication_us)
+    return res.latency_us, res.hbm_util, res.communication_us
 
 
 def _counted(study) -> int:
@@ -343,6 +359,9 @@ def _open_study_unchecked(problem: Problem, objectives: tuple[str, ...], storage
         want["designs"] = list(problem.designs)
     if problem.routing != "uniform":  # likewise: the study's expert counts are the routing's
         want["routing"] = routing_record(problem.routing)
+    for k in ("tp", "ep"):  # likewise: a step split over GPUs is another problem
+        if getattr(problem, k) > 1:
+            want[k] = getattr(problem, k)
     have = None if created else _recorded_problem(study)
     if have is None:
         # The creator writes it; another process only when the creator died before it could. Read back:
@@ -643,7 +662,7 @@ def search(model: str | ModelConfig, gpu: str, *, batch: int = 1, kv_len: int = 
            report: str | Path | None = None, progress: bool = False,
            fixed: dict[str, Any] | None = None, best_mode: str | None = None,
            designs: str | tuple[str, ...] | None = None, say: Callable[[str], None] | None = None,
-           routing: str = "uniform") -> SearchResult:
+           routing: str = "uniform", tp: int = 1, ep: int = 1) -> SearchResult:
     """Search megakernel (and, for comparison, chain) schedules of ``model`` on ``gpu``.
 
     ``model``: a built-in model's name, the path of a Hugging Face ``config.json`` or a
@@ -661,10 +680,16 @@ def search(model: str | ModelConfig, gpu: str, *, batch: int = 1, kv_len: int = 
     stay comparisons only (the validation suite's searched megakernels). ``designs`` (``"sentinel,dynamic"``
     or ``"all"``) adds megakernel designs to the space and their baselines (``megakernel:dynamic``,
     ``megakernel:sentinel``); recorded in the study like ``fixed``. ``routing``: a mixture of experts'
-    routing model (``Step.routing``).
+    routing model (``Step.routing``). ``tp``, ``ep``: the step split over GPUs (``Step.tp``, ``Step.ep``,
+    docs/parallel.md), recorded in the study and its default name; a tensor-parallel step adds the designs
+    of its all-reduces to the space (:func:`~mksim.search.implied_designs`), and every trial records its
+    ``communication_us``.
     """
     objs = _parse_objectives(objectives)
+    shown = model  # as given: a built-in's name, a config's path
     model = study_model(model)  # a config file is read (a bad one: one line) before anything else
+    split = "".join(f", {k} {v}" for k, v in (("tp", tp), ("ep", ep)) if v > 1)
+    shape = f"{shown if isinstance(shown, str) else model_label(model)} on {gpu}, batch {batch}, KV {kv_len}{split}"
     if out:  # before the work: a typo in a path must not cost a finished search
         check_writable(out, "--out")
     if report:
@@ -678,19 +703,21 @@ def search(model: str | ModelConfig, gpu: str, *, batch: int = 1, kv_len: int = 
     fixed = check_fixed(fixed)
     check_fixed_on(spec, fixed)
     designs_t = check_designs(designs)
+    probe = Problem(model=model, gpu=spec, batch=batch, kv_len=kv_len, routing=routing, tp=tp, ep=ep)
     if designs_t:  # a design the model cannot have (an MoE design, a dense model): left out of all, else refused
-        wl = Problem(model=model, gpu=spec, batch=batch, kv_len=kv_len, routing=routing).workload()
+        wl = probe.workload()
         why = {d: get_design(d).available_for(wl) for d in designs_t}
         if designs != "all" and any(why.values()):
             raise MksimError(next(w for w in why.values() if w))
         designs_t = tuple(d for d in designs_t if why[d] is None)
+    designs_t = tuple(sorted({*designs_t, *implied_designs(probe.step, spec)}))  # --tp: how its all-reduces run
     n_first = len(baseline_params(spec, fixed, designs_t))
     if trials < n_first:
         raise MksimError(f"--trials must be at least {n_first} (the baselines run first)")
     if workers < 1:
         raise MksimError("--workers must be at least 1")
     problem = Problem(model=model, gpu=spec, batch=batch, kv_len=kv_len, fixed=fixed, designs=designs_t,
-                      routing=routing)
+                      routing=routing, tp=tp, ep=ep)
     check_fits(problem.workload(), spec)  # unknown model, impossible shape or too big: before any study is made
     name = study_name or default_study_name(problem, objs)
     if storage == MEMORY and workers > 1:
@@ -735,6 +762,7 @@ def search(model: str | ModelConfig, gpu: str, *, batch: int = 1, kv_len: int = 
         if url != MEMORY:
             _await_baselines(study)
         result = summarize(study, problem, objs, url, best_mode)
+        result.shape = shape
         for path, flag, write in ((out, "--out", lambda p: save_best(result, problem, p)),
                                   (report, "--report", lambda p: write_report(study, result, p))):
             if path:
@@ -772,16 +800,20 @@ def summarize(study, problem: Problem, objectives: tuple[str, ...], url: str,
     if not pool:
         raise MksimError(f"study {study.study_name!r} has no completed {best_mode} trial yet; run more trials")
 
+    def numbers(t) -> dict[str, Any]:
+        """A trial's predictions: latency, shared memory, and its communication on a step split over GPUs."""
+        return {"latency_us": t.user_attrs["latency_us"], "smem_KiB": t.user_attrs["smem_KiB"],
+                **{k: t.user_attrs[k] for k in ("communication_us",) if k in t.user_attrs}}
+
     def row(t) -> dict[str, Any]:
-        return {"trial": t.number, "latency_us": t.user_attrs["latency_us"], "smem_KiB": t.user_attrs["smem_KiB"],
-                "params": dict(t.params)}
+        return {"trial": t.number, **numbers(t), "params": dict(t.params)}
 
     best_t = min(pool, key=lambda t: (t.user_attrs["latency_us"], t.number))
     baselines: dict[str, dict[str, Any]] = {}
     for t in done:
         b = t.user_attrs.get("baseline")
         if b and is_baseline(b) and b not in baselines:
-            baselines[b] = {"latency_us": t.user_attrs["latency_us"], "smem_KiB": t.user_attrs["smem_KiB"]}
+            baselines[b] = numbers(t)
     pareto = []
     if len(objectives) > 1:
         pareto = sorted((row(t) for t in study.best_trials), key=lambda r: r["latency_us"])
@@ -791,7 +823,7 @@ def summarize(study, problem: Problem, objectives: tuple[str, ...], url: str,
                         baselines=baselines, pareto=pareto, n_complete=len(done),
                         n_pruned=sum(t.state == TS.PRUNED for t in trials),
                         n_failed=sum(t.state == TS.FAIL for t in trials), fixed=dict(problem.fixed),
-                        designs=problem.designs)
+                        designs=problem.designs, tp=problem.tp, ep=problem.ep)
 
 
 def save_best(result: SearchResult, problem: Problem, path: str | Path) -> Path:

@@ -7,8 +7,12 @@ product is a partial sum of the whole hidden state, so an ``all_reduce`` follows
 once), the LM head by vocabulary (an ``all_gather`` of the logits follows); norms and the embedding are
 replicated. Expert parallel (``Step.ep``): each GPU holds ``experts / ep`` experts and runs attention and
 the dense layers for ``batch / ep`` of the sequences (data parallel); an MoE layer sends each token to the
-GPUs of its experts (``all_to_all`` dispatch) and back (``all_to_all`` combine). All ranks are symmetric: a
-workload is rank 0's ops, and a collective op's time comes from :func:`mksim.costs.collective_us`.
+GPUs of its experts (``all_to_all`` dispatch) and back (``all_to_all`` combine). Both at once (``tp`` x ``ep``
+GPUs): ``ep`` groups of ``tp`` GPUs, attention and the dense layers tensor-parallel inside a group over its
+``batch / ep`` sequences, the experts split over the groups and each expert's width over a group's GPUs
+(Megatron's expert tensor parallelism); dispatch and combine run among the ``ep`` GPUs of one
+tensor-parallel rank, and an ``all_reduce`` over the group's ``tp`` GPUs follows the combine. All ranks are
+symmetric: a workload is rank 0's ops, and a collective op's time comes from :func:`mksim.costs.collective_us`.
 
 >>> from mksim import models
 >>> shard_config(models.get("llama-3.1-8b"), 2).num_kv_heads, shard_config(models.get("llama-3.1-8b"), 2).vocab_size
@@ -39,7 +43,7 @@ COLLECTIVE_ALIGN = 8  # elements per tile step of a collective op (16 bytes of b
 
 def check_parallel(cfg: Any, tp: int, ep: int, batch: int) -> None:
     """Refuse, in one line each, a split the model cannot take: ``tp`` that does not divide the query or
-    KV heads, ``ep`` on a dense model or not dividing the experts or the batch, both at once."""
+    KV heads, ``ep`` on a dense model or not dividing the experts or the batch."""
     if tp > 1:
         for what, n in (("attention heads", cfg.num_heads), ("KV heads", cfg.num_kv_heads)):
             if n % tp:
@@ -54,8 +58,6 @@ def check_parallel(cfg: Any, tp: int, ep: int, batch: int) -> None:
         if batch % ep:
             raise WorkloadError(f"--ep {ep} runs attention data-parallel, batch / {ep} sequences a GPU; "
                                 f"batch {batch} does not divide: use a batch that {ep} divides")
-        if tp > 1:
-            raise WorkloadError("--tp and --ep together are not built yet; give one of them")
 
 
 def divisors(*counts: int) -> list[int]:
@@ -88,13 +90,24 @@ def rank_view(cfg: Any, step: Any) -> tuple[Any, Any]:
 
 def rank_param_count(cfg: Any, tp: int, ep: int) -> int:
     """Parameters one GPU holds: the tensor-parallel shard's, the embedding whole (replicated), and
-    ``1 / ep`` of the routed experts."""
+    ``1 / ep`` of the routed experts (of their shard's width, under both).
+
+    >>> from mksim import models
+    >>> cfg = models.get("qwen3-30b-a3b")
+    >>> rank_param_count(cfg, 2, 4) == rank_param_count(cfg, 2, 1) - 3 * rank_experts(cfg, 2) // 4
+    True
+    """
     if tp == 1 and ep == 1:
         return int(cfg.param_count())
     shard = shard_config(cfg, tp)
     n = shard.param_count() + (cfg.vocab_size - shard.vocab_size) * cfg.hidden_size  # the whole embedding
-    experts = len(cfg.moe_layers) * cfg.num_experts * 3 * cfg.hidden_size * cfg.expert_intermediate_size
+    experts = rank_experts(cfg, tp)
     return int(n - experts * (1 - 1 / ep))
+
+
+def rank_experts(cfg: Any, tp: int) -> int:
+    """The routed experts' parameters of every MoE layer, each expert at its tensor-parallel width."""
+    return len(cfg.moe_layers) * cfg.num_experts * 3 * cfg.hidden_size * shard_config(cfg, tp).expert_intermediate_size
 
 
 def collective_attrs(kind: str, ranks: int, message_B: float) -> dict[str, Any]:
@@ -105,4 +118,4 @@ def collective_attrs(kind: str, ranks: int, message_B: float) -> dict[str, Any]:
 
 
 __all__ = ["COLLECTIVE_ALIGN", "COLLECTIVE_KINDS", "check_parallel", "collective_attrs", "divisors",
-           "rank_param_count", "rank_view", "shard_config"]
+           "rank_experts", "rank_param_count", "rank_view", "shard_config"]

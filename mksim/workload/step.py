@@ -76,7 +76,8 @@ class Step:
 
     @property
     def ranks(self) -> int:
-        """GPUs the step is split over (``tp`` or ``ep``; 1: one GPU)."""
+        """GPUs the step is split over: ``tp × ep`` (``ep`` groups of ``tp``, :mod:`~mksim.workload.parallel`;
+        1: one GPU)."""
         return self.tp * self.ep
 
     @property

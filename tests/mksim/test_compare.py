@@ -39,7 +39,7 @@ def test_parallel_map_raises_a_workers_error_in_the_caller():
 def test_parse_designs():
     assert parse_designs("all") == list(design_rows()) == ["sentinel", "dynamic", "dies", "movement", "moe_stride",
                                                            "moe_queue", "moe_prefetch", "tp_boundary", "tp_overlap",
-                                                           "tp_multicast"]
+                                                           "tp_two_shot", "tp_multicast"]
     assert parse_designs(" dies ,sentinel,dies") == ["dies", "sentinel"]
     with pytest.raises(UnknownNameError, match="unknown design 'warp'; known: sentinel"):
         parse_designs("warp")

@@ -10,7 +10,7 @@ import pytest
 import mksim
 from mksim import models
 from mksim.errors import WorkloadError
-from mksim.workload import COLLECTIVE_KINDS
+from mksim.workload import COLLECTIVE_KINDS, parallel
 from tests.clirun import mksim as run_cli
 
 
@@ -67,6 +67,47 @@ def test_expert_parallel_splits_the_experts_and_the_batch():
     assert dispatch.attrs["message_B"] == 4 * 8 * 2048 * 2  # 4 tokens a GPU, to 8 experts each
     experts = next(op for op in part.ops if op.name == "L0.experts_down").attrs["group_experts"]
     assert len({e // 64 for e in experts}) == 1  # one GPU's experts (64 of 128)
+
+
+def test_tensor_and_expert_parallel_together_compose_the_two():
+    # qwen3-30b-a3b (H 2048, 32 heads, 4 KV heads, 128 experts of width 768, top-8) at batch 8 on tp 2 x ep 4
+    # GPUs: 4 groups of 2; a group runs attention tensor-parallel over its 2 sequences
+    T, H, k = 2, 2048, 8
+    both = models.workload("qwen3-30b-a3b", batch=8, kv_len=1024, tp=2, ep=4)
+    ep = models.workload("qwen3-30b-a3b", batch=8, kv_len=1024, ep=4)
+    tp = models.workload("qwen3-30b-a3b", batch=8, kv_len=1024, tp=2)
+    one = models.workload("qwen3-30b-a3b", batch=8, kv_len=1024)
+    assert both.kv_bytes * 8 == one.kv_bytes  # a quarter of the sequences, half of their heads
+    w = {wl: {op.name: op.weight_bytes for op in wl.ops} for wl in (both, ep, tp)}
+    assert w[both]["L0.qkv_proj"] == w[tp]["L0.qkv_proj"] and w[both]["lm_head"] == w[tp]["lm_head"]
+    # the same draw (32 tokens) picks the same busiest group's experts, each at half its width
+    for name in ("L0.experts_gate_up", "L0.experts_down", "L47.experts_down"):
+        assert w[both][name] * 2 == w[ep][name], name
+    coll = [(op.name.split(".", 1)[-1], op.kind, op.attrs["ranks"], op.attrs["message_B"])
+            for op in both.ops if op.kind in COLLECTIVE_KINDS and op.layer == 0]
+    dispatch_B = T * k * H * 2
+    back = next(op for op in both.ops if op.name == "L0.combine_back")
+    assert coll == [("o_proj.all_reduce", "all_reduce", 2, T * H * 2), ("dispatch", "all_to_all", 4, dispatch_B),
+                    ("combine_back", "all_to_all", 4, back.attrs["message_B"]),
+                    ("combine.all_reduce", "all_reduce", 2, T * H * 2)]
+    # what comes back: the busiest group's expert outputs (partial sums over its half of each expert), H each
+    rows = sum(next(op for op in both.ops if op.name == "L0.experts_down").attrs["group_rows"])
+    assert back.attrs["message_B"] == rows * H * 2
+    (ag,) = [op for op in both.ops if op.kind == "all_gather"]
+    assert (ag.attrs["ranks"], ag.attrs["message_B"]) == (2, T * 151936 * 2)
+    # one GPU holds half of each of a quarter of the experts; the embedding, the routers and the norms (2 a
+    # layer, q/k norms of 128, the final one) whole; half of the rest (attention, the LM head)
+    cfg = models.get("qwen3-30b-a3b")
+    routed = 48 * 128 * 3 * H * 768
+    whole = 151936 * H + 48 * 128 * H + 48 * (2 * H + 2 * 128) + H
+    assert parallel.rank_param_count(cfg, 2, 4) == (cfg.param_count() - routed - whole) // 2 + routed // 8 + whole
+
+
+def test_cli_tp_with_ep_needs_their_product_of_gpus():
+    p = run_cli("compare", "--model", "qwen3-30b-a3b", "--gpu", "h200-datasheet", "--tp", "2", "--ep", "8",
+                "--batch", "8")
+    assert p.returncode == 2 and p.stderr == ("error: --tp 2 --ep 8 needs 16 GPUs (tp × ep) but a h200-datasheet "
+                                              "node has 8; use at most 8\n")
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

@@ -3,16 +3,22 @@ run inside the kernel, through the peers' memory, instead of as a library kernel
 
 ``collective`` (an :class:`~mksim.schedule.Options` field) names the algorithm, one of
 :data:`mksim.costs.COLLECTIVE_ALGORITHMS`; its time is :func:`mksim.costs.collective_us`, which the
-engine asks for every run (no engine piece). Three designs:
+engine asks for every run (no engine piece). Four designs:
 
 - ``tp_boundary`` (``one_shot``, the megakernel's own): the reduction synchronises at the op boundary:
   after the producer's last tile every GPU pushes its partial into each peer and raises a flag;
 - ``tp_overlap`` (``push``): each producer tile pushes its partial into the peers as it finishes
   (sharing the links with the producer's other tiles), and the reduction waits only for the last flag;
+- ``tp_two_shot`` (``two_shot``): at the op boundary too, a reduce-scatter then an all-gather (two
+  hops, a fraction ``2 (n-1) / n`` of the message each way instead of ``n - 1``: the larger messages
+  of 8 GPUs);
 - ``tp_multicast`` (``multicast``): the switch reduces and broadcasts (NVLink SHARP): a datasheet
   what-if on a GPU whose ``[interconnect]`` gives ``multicast_GBps``; never run on our machines.
 
-``two_shot`` is an algorithm without a design of its own (``--opt collective=two_shot``).
+A search of a tensor-parallel step (``mksim search --tp``) includes the designs that run on our
+machines unasked (:meth:`~mksim.schedule.BaseDesign.implied_by`): its megakernels sample
+``collective`` among ``one_shot``, ``push`` and ``two_shot``, and each has a baseline trial; the
+what-if joins only when named (``--designs tp_multicast``).
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from mksim.errors import ScheduleError
 from mksim.workload import COLLECTIVE_KINDS
 
 from .._designs import BaseDesign, register_design
-from .._modes import CHAIN_MODES
+from .._modes import CHAIN_MODES, PersistentMode
+from .._policies import DagList
 
 if TYPE_CHECKING:
     from .._schedule import Options, Schedule
@@ -41,7 +48,9 @@ def one_gpu(workload: Any) -> str | None:
 
 
 class _Collective(BaseDesign):
-    """What the three designs share: the option, its values and where they apply."""
+    """What the designs share: the option, its values, where they apply and how a search takes them
+    (the designs a study includes make ``collective`` a sampled choice; the baselines run the
+    megakernel's own, and each other design adds the default megakernel running its algorithm)."""
 
     option = "collective"
     choices = ("", *COLLECTIVE_ALGORITHMS)
@@ -49,8 +58,20 @@ class _Collective(BaseDesign):
     def available_for(self, workload: Any) -> str | None:
         return one_gpu(workload)
 
+    def implied_by(self, step: Any) -> bool:
+        return bool(step.tp > 1)  # an expert-parallel step's all-to-alls run directly whatever the choice
+
     def search_options(self) -> dict[str, Any]:
         return {self.option: self.value}
+
+    def baseline_options(self, fixed: dict[str, Any]) -> dict[str, Any]:
+        return {} if self.option in fixed else {self.option: PersistentMode.collective}
+
+    def baselines(self, fixed: dict[str, Any], megakernel: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        if self.option in fixed or self.value == PersistentMode.collective:
+            return {}
+        return {self.compare_rows[0][0]: {"policy": DagList.name, **DagList.baseline, **megakernel,
+                                          self.option: self.value}}
 
 
 @register_design
@@ -90,12 +111,25 @@ class Overlap(_Collective):
 
 
 @register_design
+class TwoShot(_Collective):
+    """``collective="two_shot"``: at the op boundary, a reduce-scatter then an all-gather."""
+
+    name = "tp_two_shot"
+    value = "two_shot"
+    compare_rows = (("megakernel:two_shot", {"collective": "two_shot"}),)
+
+
+@register_design
 class Multicast(_Collective):
-    """``collective="multicast"``: the switch reduces and broadcasts; a datasheet what-if."""
+    """``collective="multicast"``: the switch reduces and broadcasts; a datasheet what-if, searched
+    only where a study names it."""
 
     name = "tp_multicast"
     value = "multicast"
     compare_rows = (("megakernel:multicast", {"collective": "multicast"}),)
+
+    def implied_by(self, step: Any) -> bool:
+        return False
 
     def available_on(self, gpu: GPUSpec) -> str | None:
         if gpu.node is None or gpu.node.multicast_GBps is None:

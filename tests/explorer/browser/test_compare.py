@@ -212,3 +212,33 @@ def test_hostile_uploads_answer_with_one_line(browser, server, tmp_path_factory)
     type_in(browser, "compare-batch", "2")  # the server still answers
     click(browser, "compare-run")
     wait(browser, lambda d: " b2 " in text(d, "compare-results"), "a good run after the hostile uploads")
+
+
+def test_compare_split_over_gpus_shows_the_communication(browser, server):
+    """tp 2 (Megatron's split over two GPUs of the node): the modes as ``mksim compare --tp 2 --json`` gives
+    them, each with its communication and share; a split the model cannot take is mksim's one line; ep is off
+    for a dense model."""
+    ref = _compare_json("--tp", "2")
+    _compare_page(browser, server, fresh=True)
+    assert browser.find_element("id", "compare-ep").get_attribute("disabled") is not None  # llama: dense
+    type_in(browser, "compare-tp", "2")
+    click(browser, "compare-run")
+    wait(browser, lambda d: "kv1024 tp2 on h200" in text(d, "compare-results"), "the comparison at tp 2")
+    table = rows(browser, "#compare-results tbody tr")
+    assert list(table) == MODES
+    for mode, cells in table.items():
+        r = ref["modes"][mode]
+        assert cells == [f"{r['latency_us']:.1f}", f"{r['tokens_per_s']:.0f}", f"{r['hbm_util']:.1%}",
+                         f"{r['speedup_vs_stream']:.2f}×",
+                         f"{r['breakdown_us']['communication']:.1f} ({r['communication_share']:.1%})"]
+    assert "communication µs (share)" in text(browser, "compare-results")
+    type_in(browser, "compare-tp", "3")
+    click(browser, "compare-run")
+    msg = wait(browser, lambda d: text(d, "compare-message").startswith("error: --tp 3") and text(d, "compare-message"),
+               "the bad split's error")
+    assert msg == "error: --tp 3 does not divide llama-3.2-1b's 32 attention heads; use one of 1, 2, 4, 8"
+    assert text(browser, "compare-results") == ""
+    type_in(browser, "compare-tp", "1")  # the page as the next test expects it
+    click(browser, "compare-run")
+    wait(browser, lambda d: text(d, "compare-message") == "" and "tp2" not in text(d, "compare-results")
+         and text(d, "compare-results"), "a run on one GPU")
