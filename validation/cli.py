@@ -8,7 +8,11 @@ in input print one line and exit with status 2, as every ``mksim`` command.
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
+import signal
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -123,23 +127,16 @@ def _dry_row(case: vs.Case, gpu: str) -> dict[str, Any]:
 
 def _quiet_worker() -> None:
     """A dry run's worker leaves Ctrl-C to its parent, which stops them all and says so in one line."""
-    import signal
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _dry_rows(cases: list[vs.Case], gpu: str) -> list[dict[str, Any]]:
     """Every case's dry-run row, in the cases' order: on every core (forked workers, each building and
     simulating whole cases), or in this process where there is one core, one case or no ``fork``."""
-    import multiprocessing as mp
-    import os
-
     workers = min(len(cases), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else
                   (os.cpu_count() or 1))
     if workers < 2 or "fork" not in mp.get_all_start_methods():
         return [_dry_row(c, gpu) for c in cases]
-    from concurrent.futures import ProcessPoolExecutor
-
     with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_quiet_worker) as pool:
         try:
             return list(pool.map(_dry_row, cases, [gpu] * len(cases)))
