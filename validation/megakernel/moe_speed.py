@@ -35,7 +35,6 @@ import multiprocessing as mp
 import statistics
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +46,9 @@ from mksim import models
 from validation import suite as vs
 from validation.suite.anatomy import op_trace
 
-from . import gpu, moe_suite
+from . import abcase, gpu, moe_suite
 from . import program as P
-from .moe_ops import _commit, _device, _one_line, _runner
+from .moe_ops import topk_err
 
 GPU = moe_suite.GPU
 KV = moe_suite.KV_LEN
@@ -203,39 +202,23 @@ def precompile(option_sets: list[tuple[str, ...]], timeout_s: float = COMPILE_S)
 def run_case(model: str, T: int, design: str, build: str, dry: bool, builds: dict[str, str] | None = None) -> dict:
     defines = (builds or BUILDS)[build]
     rec: dict[str, Any] = {"model": model, "batch": T, "design": design, "build": build, "defines": defines}
-    t0 = time.monotonic()
-    try:
-        s = schedule(model, T, design)
-        rec["predicted_us"] = round(float(mksim.simulate(s, timeline=False).latency_us), 2)
+
+    def prepare(s: Any) -> None:
         if "MK_MOE_FTOPK=1" in defines:
             P.check_ftopk(s)
-        if dry:
-            rec["tasks"] = len(P.plan(s).program.tasks)
-            return rec
-        r = _runner(s, defines)
-    except Exception as exc:
-        rec["refused"] = _one_line(exc)
-        return rec
-    try:
-        local, _ = r.check(WATCHDOG_S)
-        worst = max(local, key=local.__getitem__)
-        rec.update(ok=local[worst] <= 1e-2, max_rel_err=local[worst], worst_op=worst,
-                   topk_err=max(v for k, v in local.items() if k.endswith(".topk")))
-        times = r.time(REPS, WATCHDOG_S)
-        rec.update(measured_us=statistics.median(times), spread_us=max(times) - min(times))
+
+    def measured(r: Any, s: Any, times: list[float]) -> dict[str, Any]:
         summ = r.trace_summary()
-        rec["trace"] = {"span_us": summ["span_us"], "moe": summ.get("moe", {}),
-                        "matmul": summ["kinds"].get("matmul", {})}
         ot = op_trace(r.cp.asnumpy(r.trace), np.asarray(r.plan.program.tasks)[:, 1],
                       [op.name for op in s.workload.ops])
-        rec["phases"] = layer_phases(ot["ops"])
-    except Exception as exc:
-        rec["failed"] = _one_line(exc)
-        rec["traceback"] = traceback.format_exc()[-1500:]
-    finally:
-        r.close()
-        rec["wall_s"] = round(time.monotonic() - t0, 1)
-    return rec
+        return {"measured_us": statistics.median(times), "spread_us": max(times) - min(times),
+                "trace": {"span_us": summ["span_us"], "moe": summ.get("moe", {}),
+                          "matmul": summ["kinds"].get("matmul", {})},
+                "phases": layer_phases(ot["ops"])}
+
+    return abcase.run_case(rec, lambda: schedule(model, T, design), defines, dry,
+                           predict=lambda s: round(float(mksim.simulate(s, timeline=False).latency_us), 2),
+                           reps=REPS, watchdog_s=WATCHDOG_S, prepare=prepare, checked=topk_err, measured=measured)
 
 
 def run(out: Path, dry: bool = False, budget_s: float = BUDGET_S, cases: tuple | None = None,
@@ -247,8 +230,8 @@ def run(out: Path, dry: bool = False, budget_s: float = BUDGET_S, cases: tuple |
     out.mkdir(parents=True, exist_ok=True)
     t_end = time.monotonic() + budget_s
     used = {b: builds[b] for _m, _t, _d, bs in cases for b in bs}
-    doc: dict[str, Any] = {"commit": _commit(), "device": "" if dry else _device(), "dry_run": dry, "gpu": GPU,
-                           "kv_len": KV, "builds": used, "records": []}
+    doc: dict[str, Any] = {"commit": abcase.commit(), "device": "" if dry else abcase.device(),
+                           "dry_run": dry, "gpu": GPU, "kv_len": KV, "builds": used, "records": []}
 
     def save() -> None:
         (out / "moe_speed.json").write_text(json.dumps(doc, indent=1, default=float))
