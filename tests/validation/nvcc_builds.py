@@ -41,12 +41,12 @@ BUILDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "mk-moe-old": (MK, ("-DMK_MOE_EARLY=0", "-DMK_MOE_L2PF_B=0")),  # the MoE expert stream as first measured
     "mk-moe-ftopk": (MK, ("-DMK_MOE_FTOPK=1",)),  # the top-k run by its router's last task (moe_speed2)
     # mk_speed's variants: the L2 prefetcher gated to the phases that stream nothing, the publisher's release
-    # fence, relaxed polls with one acquire fence, the sentinel's acquire fence
+    # fence, relaxed polls with one acquire fence, the sentinel's acq_rel fence (the default before h200-mk-speed)
     "mk-l2gate1": (MK, ("-DMK_L2PF_GATE=1",)),
     "mk-l2gate2": (MK, ("-DMK_L2PF_GATE=2",)),
     "mk-pubfence": (MK, ("-DMK_PUB_FENCE=1",)),
     "mk-waitacq": (MK, ("-DMK_WAIT_ACQ=1",)),
-    "mk-sentinel-acq": (MK, ("-DMK_SENTINEL_FENCE=2",)),
+    "mk-sentinel-acqrel": (MK, ("-DMK_SENTINEL_FENCE=1",)),
     # one attention instance each (program.attn_defines): MHA at head sizes 128 and 64, Qwen2.5-7B's group
     # of 7, qwen3-30b-a3b's of 8, head sizes 80 and 96 (rows of 10 and 12 chunks) and 256
     "mk-attn-128x1": (MK, ("-DMK_ATTN_HD=128", "-DMK_ATTN_G=1")),
