@@ -48,7 +48,9 @@ BUILDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "mk-waitacq": (MK, ("-DMK_WAIT_ACQ=1",)),
     "mk-sentinel-acqrel": (MK, ("-DMK_SENTINEL_FENCE=1",)),
     # one attention instance each (program.attn_defines): MHA at head sizes 128 and 64, Qwen2.5-7B's group
-    # of 7, qwen3-30b-a3b's of 8, head sizes 80 and 96 (rows of 10 and 12 chunks) and 256
+    # of 7, qwen3-30b-a3b's of 8, head sizes 80 and 96 (rows of 10 and 12 chunks) and 256; and the instances of
+    # the models validation/results/h200-attn-2 runs: Phi-3-mini's MHA at 96, Falcon3's 256 in groups of 2,
+    # Qwen3-1.7B's 128 in groups of 2
     "mk-attn-128x1": (MK, ("-DMK_ATTN_HD=128", "-DMK_ATTN_G=1")),
     "mk-attn-64x1": (MK, ("-DMK_ATTN_HD=64", "-DMK_ATTN_G=1")),
     "mk-attn-128x7": (MK, ("-DMK_ATTN_HD=128", "-DMK_ATTN_G=7")),
@@ -56,6 +58,9 @@ BUILDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "mk-attn-80x4": (MK, ("-DMK_ATTN_HD=80", "-DMK_ATTN_G=4")),
     "mk-attn-96x2": (MK, ("-DMK_ATTN_HD=96", "-DMK_ATTN_G=2")),
     "mk-attn-256x1": (MK, ("-DMK_ATTN_HD=256", "-DMK_ATTN_G=1")),
+    "mk-attn-96x1": (MK, ("-DMK_ATTN_HD=96", "-DMK_ATTN_G=1")),
+    "mk-attn-256x2": (MK, ("-DMK_ATTN_HD=256", "-DMK_ATTN_G=2")),
+    "mk-attn-128x2": (MK, ("-DMK_ATTN_HD=128", "-DMK_ATTN_G=2")),
     "calibrate-kernels": ("validation/calibrate/kernels.cu", ()),
     "launch-bench": ("validation/calibrate/launch_bench.cu", ()),
 }

@@ -14,11 +14,12 @@ beside the time; every failure one line in the record, never an exception.
     wall_s                                            always, the case's seconds
 
 The runner (:class:`validation.megakernel.gpu.Runner`) is built in :func:`runner` (the defines set while it
-compiles) and always closed.
+compiles) and always closed. :func:`precompile` builds many kernels at once first (cupy's cache), one child each.
 """
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import subprocess
 import time
 import traceback
@@ -28,6 +29,9 @@ from typing import Any
 
 from . import gpu
 from . import program as P
+
+#: the seconds :func:`precompile` waits for its children
+COMPILE_S = 240.0
 
 
 def one_line(exc: BaseException) -> str:
@@ -100,3 +104,29 @@ def run_case(rec: dict[str, Any], make: Callable[[], Any], defines: str, dry: bo
         r.close()
         rec["wall_s"] = round(time.monotonic() - t0, 1)
     return rec
+
+
+def _compile_one(options: tuple[str, ...]) -> None:  # a child process: fills cupy's kernel cache
+    import cupy as cp
+
+    cp.RawModule(code=gpu.SOURCES[0].read_text(), options=options).get_function("mk_persistent")
+
+
+def precompile(option_sets: list[tuple[str, ...]], timeout_s: float = COMPILE_S) -> dict:
+    """Compile every option set at once, one child process each (NVRTC is single-threaded), so that the
+    runners find their modules in cupy's cache. Children still running after ``timeout_s`` are ended
+    (the runners then compile what is missing themselves)."""
+    t0 = time.monotonic()
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_compile_one, args=(o,)) for o in option_sets]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(max(0.0, timeout_s - (time.monotonic() - t0)))
+    codes = []
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+            p.join(5)
+        codes.append(p.exitcode)
+    return {"builds": len(procs), "exit_codes": codes, "wall_s": round(time.monotonic() - t0, 1)}

@@ -63,7 +63,7 @@ from validation.suite.anatomy import op_trace
 
 from . import abcase, gpu
 from . import program as P
-from .moe_speed import layer_phases, precompile
+from .moe_speed import layer_phases
 
 REPS = 20
 WATCHDOG_S = 90.0
@@ -217,7 +217,7 @@ def run(out: Path, dry: bool = False, rounds: int = ROUNDS, budget_s: float = BU
         (out / "summary.json").write_text(json.dumps(summarize(doc["records"], expected), indent=1))
 
     option_sets = sorted({_options(c[0], VARIANTS[v][0]) for c in CASES for v in VARIANTS if applies(v, c)})
-    doc["compile"] = {"builds": len(option_sets)} if dry else precompile(option_sets)
+    doc["compile"] = {"builds": len(option_sets)} if dry else abcase.precompile(option_sets)
     print(json.dumps({"compile": doc["compile"]}), flush=True)
     save()
     for rnd, case, variant in order(rounds):

@@ -21,8 +21,8 @@ exactly), timed (median of 20), its trace's ``moe`` part and, per op of a layer,
 gap before it over the layers (:func:`layer_phases`). The kernels are compiled first, every build of
 both models at once in child processes (cupy's kernel cache; NVRTC takes ~40 s a build on one core).
 
-Watchdogs: every kernel launch (:data:`WATCHDOG_S`), the compiles (:data:`COMPILE_S`), and no case begun
-after :data:`BUDGET_S`; a hung kernel (the GPU context lost) ends the run. Writes ``OUT/moe_speed.json``
+Watchdogs: every kernel launch (:data:`WATCHDOG_S`), the compiles (``abcase.COMPILE_S``), and no case begun after
+:data:`BUDGET_S`; a hung kernel (the GPU context lost) ends the run. Writes ``OUT/moe_speed.json``
 (every record, the device, the commit) and ``OUT/summary.json`` (per model, batch and design: µs per
 build, new/old and early/old). ``--dry-run``: plan every case on the CPU and write the same files
 without timings (what a test runs).
@@ -31,7 +31,6 @@ without timings (what a test runs).
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import statistics
 import sys
 import time
@@ -54,7 +53,6 @@ GPU = moe_suite.GPU
 KV = moe_suite.KV_LEN
 BUDGET_S = 6.5 * 60
 WATCHDOG_S = 90.0
-COMPILE_S = 240.0
 REPS = 20
 # build name -> extra defines (MKSIM_KERNEL_DEFINES)
 BUILDS: dict[str, str] = {"old": "-DMK_MOE_EARLY=0 -DMK_MOE_L2PF_B=0", "early": "-DMK_MOE_L2PF_B=0",
@@ -173,32 +171,6 @@ def _options(model: str, defines: str) -> tuple[str, ...]:
         return gpu.compile_options("early", plan.defines)
 
 
-def _compile_one(options: tuple[str, ...]) -> None:  # a child process: fills cupy's kernel cache
-    import cupy as cp
-
-    cp.RawModule(code=gpu.SOURCES[0].read_text(), options=options).get_function("mk_persistent")
-
-
-def precompile(option_sets: list[tuple[str, ...]], timeout_s: float = COMPILE_S) -> dict:
-    """Compile every option set at once, one child process each (NVRTC is single-threaded), so that the
-    runners find their modules in cupy's cache. Children still running after ``timeout_s`` are ended
-    (the runners then compile what is missing themselves)."""
-    t0 = time.monotonic()
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_compile_one, args=(o,)) for o in option_sets]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(max(0.0, timeout_s - (time.monotonic() - t0)))
-    codes = []
-    for p in procs:
-        if p.is_alive():
-            p.terminate()
-            p.join(5)
-        codes.append(p.exitcode)
-    return {"builds": len(procs), "exit_codes": codes, "wall_s": round(time.monotonic() - t0, 1)}
-
-
 def run_case(model: str, T: int, design: str, build: str, dry: bool, builds: dict[str, str] | None = None) -> dict:
     defines = (builds or BUILDS)[build]
     rec: dict[str, Any] = {"model": model, "batch": T, "design": design, "build": build, "defines": defines}
@@ -238,7 +210,7 @@ def run(out: Path, dry: bool = False, budget_s: float = BUDGET_S, cases: tuple |
         (out / "summary.json").write_text(json.dumps(summarize(doc["records"]), indent=1))
 
     option_sets = sorted({_options(m, d) for m in {c[0] for c in cases} for d in used.values()})
-    doc["compile"] = {"builds": len(option_sets)} if dry else precompile(option_sets)
+    doc["compile"] = {"builds": len(option_sets)} if dry else abcase.precompile(option_sets)
     print(json.dumps({"compile": doc["compile"]}), flush=True)
     save()
     hung = False
