@@ -57,6 +57,8 @@ VERBS: tuple[Verb, ...] = (
          "sweep the megakernel's L2 prefetcher: lead x instruction (GPU)"),
     Verb("megakernel-attn", "validation.megakernel.attn_suite",
          "the attention models' cases: predict (CPU, before the run), run (GPU), compare (CPU)"),
+    Verb("megakernel-attn2", "validation.megakernel.attn2_suite",
+         "the attention shapes first run here (head sizes 80, 96, 256; MHA; windows): predict, run, compare"),
     Verb("megakernel-kchunk", "validation.megakernel.kchunk_suite",
          "the k-chunked input rows' cases (7-12 B models at batch 8): predict (CPU), run (GPU), compare (CPU)"),
     Verb("kernel-costs", "validation.kernel_costs",

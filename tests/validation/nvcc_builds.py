@@ -41,14 +41,16 @@ BUILDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "mk-moe-old": (MK, ("-DMK_MOE_EARLY=0", "-DMK_MOE_L2PF_B=0")),  # the MoE expert stream as first measured
     "mk-moe-ftopk": (MK, ("-DMK_MOE_FTOPK=1",)),  # the top-k run by its router's last task (moe_speed2)
     # mk_speed's variants: the L2 prefetcher gated to the phases that stream nothing, the publisher's release
-    # fence, relaxed polls with one acquire fence, the sentinel's acquire fence
+    # fence, relaxed polls with one acquire fence, the sentinel's acq_rel fence (the default before h200-mk-speed)
     "mk-l2gate1": (MK, ("-DMK_L2PF_GATE=1",)),
     "mk-l2gate2": (MK, ("-DMK_L2PF_GATE=2",)),
     "mk-pubfence": (MK, ("-DMK_PUB_FENCE=1",)),
     "mk-waitacq": (MK, ("-DMK_WAIT_ACQ=1",)),
-    "mk-sentinel-acq": (MK, ("-DMK_SENTINEL_FENCE=2",)),
+    "mk-sentinel-acqrel": (MK, ("-DMK_SENTINEL_FENCE=1",)),
     # one attention instance each (program.attn_defines): MHA at head sizes 128 and 64, Qwen2.5-7B's group
-    # of 7, qwen3-30b-a3b's of 8, head sizes 80 and 96 (rows of 10 and 12 chunks) and 256
+    # of 7, qwen3-30b-a3b's of 8, head sizes 80 and 96 (rows of 10 and 12 chunks) and 256; and the instances of
+    # the models validation/results/h200-attn-2 runs: Phi-3-mini's MHA at 96, Falcon3's 256 in groups of 2,
+    # Qwen3-1.7B's 128 in groups of 2
     "mk-attn-128x1": (MK, ("-DMK_ATTN_HD=128", "-DMK_ATTN_G=1")),
     "mk-attn-64x1": (MK, ("-DMK_ATTN_HD=64", "-DMK_ATTN_G=1")),
     "mk-attn-128x7": (MK, ("-DMK_ATTN_HD=128", "-DMK_ATTN_G=7")),
@@ -56,6 +58,9 @@ BUILDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "mk-attn-80x4": (MK, ("-DMK_ATTN_HD=80", "-DMK_ATTN_G=4")),
     "mk-attn-96x2": (MK, ("-DMK_ATTN_HD=96", "-DMK_ATTN_G=2")),
     "mk-attn-256x1": (MK, ("-DMK_ATTN_HD=256", "-DMK_ATTN_G=1")),
+    "mk-attn-96x1": (MK, ("-DMK_ATTN_HD=96", "-DMK_ATTN_G=1")),
+    "mk-attn-256x2": (MK, ("-DMK_ATTN_HD=256", "-DMK_ATTN_G=2")),
+    "mk-attn-128x2": (MK, ("-DMK_ATTN_HD=128", "-DMK_ATTN_G=2")),
     "calibrate-kernels": ("validation/calibrate/kernels.cu", ()),
     "launch-bench": ("validation/calibrate/launch_bench.cu", ()),
 }

@@ -39,8 +39,8 @@ from mksim.schedule import MODE_DEFAULTS
 from mksim.workload import build_llm_workload
 from validation import suite as vs
 
+from . import abcase, gpu, suite_cli
 from . import program as P
-from . import suite_cli
 
 GPU = "h200-mk-kernels"
 KV_LEN = 1024
@@ -75,10 +75,15 @@ PLAN: list[tuple[str, tuple[int, ...], tuple[str, ...]]] = [
 ]
 
 
-def model_config(name: str) -> ModelConfig:
-    """A built-in model, or one of :data:`CONFIGS` read by the importer."""
-    if name in CONFIGS:
-        return config_from_hf(CONFIGS[name], name=name)
+#: a set of cases: (model, batches, modes) rows
+Plan = list[tuple[str, tuple[int, ...], tuple[str, ...]]]
+
+
+def model_config(name: str, configs: dict[str, dict[str, Any]] | None = None) -> ModelConfig:
+    """A built-in model, or one of ``configs`` (default :data:`CONFIGS`) read by the importer."""
+    configs = CONFIGS if configs is None else configs
+    if name in configs:
+        return config_from_hf(configs[name], name=name)
     return mksim.models.get(name)
 
 
@@ -87,17 +92,19 @@ def case_name(model: str, batch: int, mode: str) -> str:
     return f"{model}/b{batch}/{mode}" + (":default" if mode == "megakernel" else "")
 
 
-def all_cases() -> list[tuple[str, int, str]]:
-    return [(m, b, mode) for m, batches, modes in PLAN for b in batches for mode in modes]
+def all_cases(plan: Plan | None = None) -> list[tuple[str, int, str]]:
+    """The (model, batch, mode) of every case of ``plan`` (default :data:`PLAN`), in its order."""
+    return [(m, b, mode) for m, batches, modes in (PLAN if plan is None else plan) for b in batches for mode in modes]
 
 
-def build(model: str, batch: int, mode: str, gpu: str = GPU):
+def build(model: str, batch: int, mode: str, gpu: str = GPU, configs: dict[str, dict[str, Any]] | None = None):
     """The case's schedule, as :func:`validation.suite.build` makes a default case's: the kernel's
     options (``validation.suite.kernel_options``; :class:`validation.suite.Refused` where not even
-    the mode's weight pages fit beside its inputs), the GPU's SMs, the mode's default policy."""
-
-    cfg = model_config(model)
-    if model not in CONFIGS:
+    the mode's weight pages fit beside its inputs), the GPU's SMs, the mode's default policy. A model of
+    ``configs`` (default :data:`CONFIGS`) is read by the importer, any other is a built-in."""
+    configs = CONFIGS if configs is None else configs
+    cfg = model_config(model, configs)
+    if model not in configs:
         return vs.build(vs.Case(model, batch, mode, kv_len=KV_LEN), gpu)
     g = hwmodels.load(gpu)
     opts = P.kernel_options(cfg, batch, KV_LEN, gpu, mode=mode)
@@ -114,15 +121,17 @@ def schedule_hash(schedule) -> str:
     return hashlib.sha256(json.dumps(schedule.to_dict(), sort_keys=True).encode()).hexdigest()
 
 
-def predict(out_dir: Path, gpu: str = GPU) -> dict:
-    """``predicted.json``: every case's prediction (or refusal), made before it runs."""
+def predict(out_dir: Path, gpu: str = GPU, plan: Plan | None = None,
+            configs: dict[str, dict[str, Any]] | None = None) -> dict:
+    """``predicted.json``: every case's prediction (or refusal), made before it runs, of ``plan`` and
+    ``configs`` (default :data:`PLAN`, :data:`CONFIGS`)."""
 
     rows = []
-    for model, batch, mode in all_cases():
+    for model, batch, mode in all_cases(plan):
         row: dict[str, Any] = {"name": case_name(model, batch, mode), "model": model, "batch": batch, "mode": mode,
                                "kv_len": KV_LEN}
         try:
-            s = build(model, batch, mode, gpu)
+            s = build(model, batch, mode, gpu, configs)
             P.check_supported(s)
             P.plan(s)  # what the kernel needs fits, as the run will find
             cfg = s.workload.model
@@ -139,25 +148,32 @@ def predict(out_dir: Path, gpu: str = GPU) -> dict:
 
 
 def run(out_dir: Path, only: list[str], timeout_s: float | None, reps: int = 20,
-        say: Any = lambda _msg: None, measure: Any = None) -> dict:
-    """The cases on the GPU, as the suite runs them, into ``out_dir/measured.json`` (``measure``:
-    the suite's runner by default, :func:`validation.megakernel.gpu.measure`)."""
-
+        say: Any = lambda _msg: None, measure: Any = None, plan: Plan | None = None,
+        configs: dict[str, dict[str, Any]] | None = None) -> dict:
+    """The cases of ``plan`` and ``configs`` (default :data:`PLAN`, :data:`CONFIGS`) on the GPU, as the suite
+    runs them, into ``out_dir/measured.json`` (``measure``: the suite's runner by default,
+    :func:`validation.megakernel.gpu.measure`; with it, the models' attention instances are compiled first,
+    all at once: :func:`validation.megakernel.abcase.precompile`)."""
+    configs = CONFIGS if configs is None else configs
     with tempfile.TemporaryDirectory() as tmp:  # the imported models' schedules (measured.json keeps each)
         cases = []
-        for model, batch, mode in all_cases():
+        for model, batch, mode in all_cases(plan):
             if only and not any(s in case_name(model, batch, mode) for s in only):
                 continue
-            if model not in CONFIGS:
+            if model not in configs:
                 cases.append(vs.Case(model, batch, mode))
                 continue
             try:
-                s = build(model, batch, mode)
+                s = build(model, batch, mode, configs=configs)
             except vs.Refused:
                 continue  # refused before any schedule: predicted.json says so
             path = Path(tmp) / (case_name(model, batch, mode).replace("/", "-").replace(":", "-") + ".json")
             path.write_text(json.dumps(s.to_dict()))
             cases.append(vs.Case(model, batch, mode, schedule="default", schedule_file=str(path)))
+        if measure is None:
+            builds = sorted({gpu.compile_options("early", P.attn_defines(model_config(c.model, configs)))
+                             for c in cases})
+            say(f"compiled {len(builds)} attention instances at once: {abcase.precompile(builds)}")
         return vs.run_suite(cases, out_dir, measure, reps=reps, say=say, timeout_s=timeout_s, resume=True)
 
 

@@ -104,8 +104,9 @@
 #define MK_EPILOGUES 1            // 0: no fused matmul epilogues (fuse_rope / fuse_silu workloads then fail their check)
 #endif
 #ifndef MK_SENTINEL_FENCE
-#define MK_SENTINEL_FENCE 1       // the fence after a task's polls (mk_wait_deps): 1, fence.acq_rel.gpu; 2, fence.acquire.gpu
-#endif                            // (an experiment); 0, none (an experiment, not the memory model's acquire)
+#define MK_SENTINEL_FENCE 2       // the fence after a task's polls (mk_wait_deps): 2, fence.acquire.gpu (-5.1 % at
+#endif                            // llama-3.2-1b b1, -1.3 % at b8, correct: results/h200-mk-speed); 1, fence.acq_rel.gpu
+                                  // (the one before); 0, none (an experiment, not the memory model's acquire)
 #if MK_SENTINEL_FENCE < 0 || MK_SENTINEL_FENCE > 2
 #error "MK_SENTINEL_FENCE must be 0 (none), 1 (fence.acq_rel.gpu) or 2 (fence.acquire.gpu)"
 #endif
@@ -1597,7 +1598,8 @@ __device__ bool mk_wait_deps(const MkParams& P, const int* t, int lane) {
             ok = mk_poll_data(P, __ldg(P.poll_deps + 2 * d), __ldg(P.poll_deps + 2 * d + 1), lane);
         // fence.acq_rel.gpu is MEMBAR.ALL.GPU and CCTL.IVALL in SASS (sm_90, nvcc 13.0), ~100 us a step at
         // llama-3.2-1b b1 and b8 (evidence/h200-mk18-suite10, ab6); an acquire needs only the second
-        // (fence.acquire.gpu, MK_SENTINEL_FENCE=2): the polls are strong reads, and with it an acquire pattern
+        // (fence.acquire.gpu, MK_SENTINEL_FENCE=2, the default): the polls are strong reads, and with it an
+        // acquire pattern
         if (MK_SENTINEL_FENCE == 1) asm volatile("fence.acq_rel.gpu;" ::: "memory");
         if (MK_SENTINEL_FENCE == 2) asm volatile("fence.acquire.gpu;" ::: "memory");
         return __all_sync(0xffffffffu, ok);

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -39,8 +38,8 @@ from typing import Any
 import mksim
 from mksim import models
 
-from . import gpu
 from . import program as P
+from .abcase import commit, device, one_line, run_case, runner
 
 GPU = "h200"
 KV = 1024
@@ -69,44 +68,22 @@ def schedule(model: str, T: int, mode: str) -> Any:
     return mksim.build_schedule(models.workload(cfg, batch=T, kv_len=KV, fuse_silu=True), GPU, mode, **opts)
 
 
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:300]
-
-
-def _runner(s: Any, defines: str) -> Any:
-    with gpu.kernel_defines(defines):
-        return gpu.Runner(s)
-
-
 def ab_case(model: str, T: int, build: str, defines: str, dry: bool) -> dict:
     rec: dict[str, Any] = {"model": model, "batch": T, "mode": "megakernel", "design": "moe_stride", "build": build,
                            "defines": defines}
-    t0 = time.monotonic()
-    try:
-        s = schedule(model, T, "megakernel")
-        rec["predicted_us"] = float(mksim.simulate(s, timeline=False).latency_us)
-        if dry:
-            rec["tasks"] = len(P.plan(s).program.tasks)
-            return rec
-        r = _runner(s, defines)
-    except Exception as exc:
-        rec["refused"] = _one_line(exc)
-        return rec
-    try:
-        local, _ = r.check(WATCHDOG_S)
-        worst = max(local, key=local.__getitem__)
-        rec.update(ok=local[worst] <= 1e-2, max_rel_err=local[worst], worst_op=worst,
-                   topk_err=max(v for k, v in local.items() if k.endswith(".topk")))
-        times = r.time(20, WATCHDOG_S)
-        rec.update(measured_us=statistics.median(times), spread_us=max(times) - min(times), times_us=times,
-                   trace=r.trace_summary())
-    except Exception as exc:
-        rec["failed"] = _one_line(exc)
-        rec["traceback"] = traceback.format_exc()[-1500:]
-    finally:
-        r.close()
-        rec["wall_s"] = time.monotonic() - t0
-    return rec
+
+    def measured(r: Any, _s: Any, times: list[float]) -> dict[str, Any]:
+        return {"measured_us": statistics.median(times), "spread_us": max(times) - min(times), "times_us": times,
+                "trace": r.trace_summary()}
+
+    return run_case(rec, lambda: schedule(model, T, "megakernel"), defines, dry,
+                    predict=lambda s: float(mksim.simulate(s, timeline=False).latency_us), reps=20,
+                    watchdog_s=WATCHDOG_S, checked=topk_err, measured=measured)
+
+
+def topk_err(local: dict[str, float]) -> dict[str, float]:
+    """The largest relative error of an MoE step's top-k ops (their route tables)."""
+    return {"topk_err": max(v for k, v in local.items() if k.endswith(".topk"))}
 
 
 def single_case(model: str, T: int, dry: bool) -> dict:
@@ -120,9 +97,9 @@ def single_case(model: str, T: int, dry: bool) -> dict:
             rec["ops"] = sum(1 for op in s.workload.ops if op.kind in ("topk", "combine")
                              or op.attrs.get("grouped") == "experts")
             return rec
-        r = _runner(s, "")
+        r = runner(s, "")
     except Exception as exc:
-        rec["refused"] = _one_line(exc)
+        rec["refused"] = one_line(exc)
         return rec
     try:
         local, _ = r.check(WATCHDOG_S)
@@ -130,7 +107,7 @@ def single_case(model: str, T: int, dry: bool) -> dict:
         rec.update(ok=local[worst] <= 1e-2, max_rel_err=local[worst], worst_op=worst)
         rec["single_ops"] = r.time_ops(reps=10, watchdog_s=WATCHDOG_S)
     except Exception as exc:
-        rec["failed"] = _one_line(exc)
+        rec["failed"] = one_line(exc)
         rec["traceback"] = traceback.format_exc()[-1500:]
     finally:
         r.close()
@@ -138,27 +115,10 @@ def single_case(model: str, T: int, dry: bool) -> dict:
     return rec
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                              cwd=Path(__file__).resolve().parent).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
-def _device() -> str:
-    try:
-        import cupy as cp
-
-        return cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    except Exception:
-        return ""
-
-
 def run(out: Path, dry: bool = False, budget_s: float = BUDGET_S) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     t_end = time.monotonic() + budget_s
-    doc: dict[str, Any] = {"commit": _commit(), "device": "" if dry else _device(), "dry_run": dry, "gpu": GPU,
+    doc: dict[str, Any] = {"commit": commit(), "device": "" if dry else device(), "dry_run": dry, "gpu": GPU,
                            "kv_len": KV, "ab": [], "single_ops": []}
     hung = False
 

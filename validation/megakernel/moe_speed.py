@@ -21,8 +21,8 @@ exactly), timed (median of 20), its trace's ``moe`` part and, per op of a layer,
 gap before it over the layers (:func:`layer_phases`). The kernels are compiled first, every build of
 both models at once in child processes (cupy's kernel cache; NVRTC takes ~40 s a build on one core).
 
-Watchdogs: every kernel launch (:data:`WATCHDOG_S`), the compiles (:data:`COMPILE_S`), and no case begun
-after :data:`BUDGET_S`; a hung kernel (the GPU context lost) ends the run. Writes ``OUT/moe_speed.json``
+Watchdogs: every kernel launch (:data:`WATCHDOG_S`), the compiles (``abcase.COMPILE_S``), and no case begun after
+:data:`BUDGET_S`; a hung kernel (the GPU context lost) ends the run. Writes ``OUT/moe_speed.json``
 (every record, the device, the commit) and ``OUT/summary.json`` (per model, batch and design: µs per
 build, new/old and early/old). ``--dry-run``: plan every case on the CPU and write the same files
 without timings (what a test runs).
@@ -31,11 +31,9 @@ without timings (what a test runs).
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import statistics
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -47,15 +45,14 @@ from mksim import models
 from validation import suite as vs
 from validation.suite.anatomy import op_trace
 
-from . import gpu, moe_suite
+from . import abcase, gpu, moe_suite
 from . import program as P
-from .moe_ops import _commit, _device, _one_line, _runner
+from .moe_ops import topk_err
 
 GPU = moe_suite.GPU
 KV = moe_suite.KV_LEN
 BUDGET_S = 6.5 * 60
 WATCHDOG_S = 90.0
-COMPILE_S = 240.0
 REPS = 20
 # build name -> extra defines (MKSIM_KERNEL_DEFINES)
 BUILDS: dict[str, str] = {"old": "-DMK_MOE_EARLY=0 -DMK_MOE_L2PF_B=0", "early": "-DMK_MOE_L2PF_B=0",
@@ -174,68 +171,26 @@ def _options(model: str, defines: str) -> tuple[str, ...]:
         return gpu.compile_options("early", plan.defines)
 
 
-def _compile_one(options: tuple[str, ...]) -> None:  # a child process: fills cupy's kernel cache
-    import cupy as cp
-
-    cp.RawModule(code=gpu.SOURCES[0].read_text(), options=options).get_function("mk_persistent")
-
-
-def precompile(option_sets: list[tuple[str, ...]], timeout_s: float = COMPILE_S) -> dict:
-    """Compile every option set at once, one child process each (NVRTC is single-threaded), so that the
-    runners find their modules in cupy's cache. Children still running after ``timeout_s`` are ended
-    (the runners then compile what is missing themselves)."""
-    t0 = time.monotonic()
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_compile_one, args=(o,)) for o in option_sets]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(max(0.0, timeout_s - (time.monotonic() - t0)))
-    codes = []
-    for p in procs:
-        if p.is_alive():
-            p.terminate()
-            p.join(5)
-        codes.append(p.exitcode)
-    return {"builds": len(procs), "exit_codes": codes, "wall_s": round(time.monotonic() - t0, 1)}
-
-
 def run_case(model: str, T: int, design: str, build: str, dry: bool, builds: dict[str, str] | None = None) -> dict:
     defines = (builds or BUILDS)[build]
     rec: dict[str, Any] = {"model": model, "batch": T, "design": design, "build": build, "defines": defines}
-    t0 = time.monotonic()
-    try:
-        s = schedule(model, T, design)
-        rec["predicted_us"] = round(float(mksim.simulate(s, timeline=False).latency_us), 2)
+
+    def prepare(s: Any) -> None:
         if "MK_MOE_FTOPK=1" in defines:
             P.check_ftopk(s)
-        if dry:
-            rec["tasks"] = len(P.plan(s).program.tasks)
-            return rec
-        r = _runner(s, defines)
-    except Exception as exc:
-        rec["refused"] = _one_line(exc)
-        return rec
-    try:
-        local, _ = r.check(WATCHDOG_S)
-        worst = max(local, key=local.__getitem__)
-        rec.update(ok=local[worst] <= 1e-2, max_rel_err=local[worst], worst_op=worst,
-                   topk_err=max(v for k, v in local.items() if k.endswith(".topk")))
-        times = r.time(REPS, WATCHDOG_S)
-        rec.update(measured_us=statistics.median(times), spread_us=max(times) - min(times))
+
+    def measured(r: Any, s: Any, times: list[float]) -> dict[str, Any]:
         summ = r.trace_summary()
-        rec["trace"] = {"span_us": summ["span_us"], "moe": summ.get("moe", {}),
-                        "matmul": summ["kinds"].get("matmul", {})}
         ot = op_trace(r.cp.asnumpy(r.trace), np.asarray(r.plan.program.tasks)[:, 1],
                       [op.name for op in s.workload.ops])
-        rec["phases"] = layer_phases(ot["ops"])
-    except Exception as exc:
-        rec["failed"] = _one_line(exc)
-        rec["traceback"] = traceback.format_exc()[-1500:]
-    finally:
-        r.close()
-        rec["wall_s"] = round(time.monotonic() - t0, 1)
-    return rec
+        return {"measured_us": statistics.median(times), "spread_us": max(times) - min(times),
+                "trace": {"span_us": summ["span_us"], "moe": summ.get("moe", {}),
+                          "matmul": summ["kinds"].get("matmul", {})},
+                "phases": layer_phases(ot["ops"])}
+
+    return abcase.run_case(rec, lambda: schedule(model, T, design), defines, dry,
+                           predict=lambda s: round(float(mksim.simulate(s, timeline=False).latency_us), 2),
+                           reps=REPS, watchdog_s=WATCHDOG_S, prepare=prepare, checked=topk_err, measured=measured)
 
 
 def run(out: Path, dry: bool = False, budget_s: float = BUDGET_S, cases: tuple | None = None,
@@ -247,15 +202,15 @@ def run(out: Path, dry: bool = False, budget_s: float = BUDGET_S, cases: tuple |
     out.mkdir(parents=True, exist_ok=True)
     t_end = time.monotonic() + budget_s
     used = {b: builds[b] for _m, _t, _d, bs in cases for b in bs}
-    doc: dict[str, Any] = {"commit": _commit(), "device": "" if dry else _device(), "dry_run": dry, "gpu": GPU,
-                           "kv_len": KV, "builds": used, "records": []}
+    doc: dict[str, Any] = {"commit": abcase.commit(), "device": "" if dry else abcase.device(),
+                           "dry_run": dry, "gpu": GPU, "kv_len": KV, "builds": used, "records": []}
 
     def save() -> None:
         (out / "moe_speed.json").write_text(json.dumps(doc, indent=1, default=float))
         (out / "summary.json").write_text(json.dumps(summarize(doc["records"]), indent=1))
 
     option_sets = sorted({_options(m, d) for m in {c[0] for c in cases} for d in used.values()})
-    doc["compile"] = {"builds": len(option_sets)} if dry else precompile(option_sets)
+    doc["compile"] = {"builds": len(option_sets)} if dry else abcase.precompile(option_sets)
     print(json.dumps({"compile": doc["compile"]}), flush=True)
     save()
     hung = False

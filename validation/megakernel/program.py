@@ -531,7 +531,8 @@ def check_supported(schedule) -> None:
                             f"runs {', '.join(ROPE_NORM)}")
     for op in wl.ops:
         if op.kind == "matmul" and op.attrs["k"] % 256:
-            raise ScheduleError(f"op {op.name}: input size {op.attrs['k']} is not a multiple of 256")
+            raise ScheduleError(f"op {op.name}: input size {op.attrs['k']} is not a multiple of 256; the matmul has "
+                                "no device function for it (its pages hold whole 512-byte units of a weight row)")
     check_moe(schedule)
     if schedule.options.blocks_per_sm != 1:
         raise ScheduleError("the generated kernels run one block per SM; build the schedule with blocks_per_sm=1")
